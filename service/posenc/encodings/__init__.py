@@ -1,0 +1,60 @@
+"""posenc.encodings: pure, exact position-table math (torch only).
+
+Public API:
+- `parse_spec(data) -> Spec`: `kind` selects the family; invalid input raises `SpecError`.
+- `compute(spec, device=...) -> Table`: `Table.tensors` (named torch tensors) and `Table.meta`.
+- `from_hf_config(config, **overrides) -> list[Spec]`: specs a transformers config.json needs.
+- `canonical_json(spec)`, `content_key(spec)`: canonical form and its stable sha256 key.
+"""
+
+from posenc.encodings import alibi, rope, sinusoidal, sinusoidal_2d, t5_bias
+from posenc.encodings.base import (
+    ALGORITHM_VERSION,
+    FAMILIES,
+    Family,
+    SpecBase,
+    Table,
+    TensorInfo,
+    canonical_dict,
+    canonical_json,
+    compute,
+    content_key,
+    parse_spec,
+)
+from posenc.encodings.errors import (
+    ConfigError,
+    FieldProblem,
+    PosencError,
+    SpecError,
+    UnknownKindError,
+)
+from posenc.encodings.hf_config import NamedSpec, from_hf_config
+
+Spec = SpecBase
+
+__all__ = [
+    "ALGORITHM_VERSION",
+    "FAMILIES",
+    "ConfigError",
+    "Family",
+    "FieldProblem",
+    "NamedSpec",
+    "PosencError",
+    "Spec",
+    "SpecBase",
+    "SpecError",
+    "Table",
+    "TensorInfo",
+    "UnknownKindError",
+    "alibi",
+    "canonical_dict",
+    "canonical_json",
+    "compute",
+    "content_key",
+    "from_hf_config",
+    "parse_spec",
+    "rope",
+    "sinusoidal",
+    "sinusoidal_2d",
+    "t5_bias",
+]

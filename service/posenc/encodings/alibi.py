@@ -1,0 +1,1 @@
+"""alibi family (being written)."""

@@ -1,0 +1,234 @@
+"""Spec base class, the family registry, canonical JSON and content keys.
+
+Every family registers a frozen pydantic spec type and a pure compute function. `parse_spec`
+converts wire dicts into specs in exactly one place; `content_key` hashes the canonical form (all
+defaults filled, profile shortcuts expanded, floats normalised) together with `ALGORITHM_VERSION`,
+so equal tables have equal keys and a change of algorithm changes every key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Self, TypeVar
+
+import torch
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from posenc.encodings.errors import FieldProblem, SpecError, UnknownKindError
+
+ALGORITHM_VERSION = "1"
+"""Bump when any computation changes its output bits: every content key changes with it."""
+
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "float64": torch.float64,
+    "int64": torch.int64,
+    "int32": torch.int32,
+}
+ITEMSIZE: dict[str, int] = {
+    "float32": 4,
+    "float16": 2,
+    "bfloat16": 2,
+    "float64": 8,
+    "int64": 8,
+    "int32": 4,
+}
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """Shape and dtype name of one output tensor, known before anything is allocated."""
+
+    shape: tuple[int, ...]
+    dtype: str
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * ITEMSIZE[self.dtype]
+
+
+class SpecBase(BaseModel):
+    """Base of every family's spec: frozen, unknown fields rejected, NaN and infinities rejected."""
+
+    model_config = ConfigDict(
+        frozen=True,
+        extra="forbid",
+        allow_inf_nan=False,
+        validate_default=True,
+        strict=False,
+    )
+
+    kind: str
+
+    def canonical(self) -> Self:
+        """The canonical spelling of this spec (defaults resolved); override to normalise."""
+        return self
+
+    def outputs(self) -> dict[str, TensorInfo]:
+        """Name -> shape and dtype of every tensor `compute` returns, computed without allocating."""
+        raise NotImplementedError
+
+    def output_bytes(self) -> int:
+        return sum(t.nbytes for t in self.canonical().outputs().values())
+
+    def cache_dtype(self) -> str:
+        """The dtype the cache keys this spec under (the main output dtype)."""
+        return str(getattr(self, "dtype", "float32"))
+
+    def cache_precision(self) -> str:
+        return str(getattr(self, "precision", "reference"))
+
+
+@dataclass(frozen=True)
+class Table:
+    """A computed table: named tensors on one device and JSON-able metadata.
+
+    `meta` holds `kind`, `spec` (canonical), `key`, `algorithm_version`, `device`, `shapes`
+    and the family's derived facts (attention scaling, YaRN softmax scale, LongRoPE switch...).
+    """
+
+    tensors: dict[str, torch.Tensor]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.tensors.values())
+
+
+_M = TypeVar("_M", bound=BaseModel)
+
+ComputeFn = Callable[[Any, torch.device], tuple[dict[str, torch.Tensor], dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class Family:
+    """A registered family: its `kind`, spec type, compute function and a one-line summary."""
+
+    kind: str
+    spec_type: type[SpecBase]
+    compute: ComputeFn
+    summary: str
+
+
+FAMILIES: dict[str, Family] = {}
+
+
+def register_family(
+    kind: str, spec_type: type[SpecBase], summary: str
+) -> Callable[[ComputeFn], ComputeFn]:
+    """Decorator registering `compute` for `kind`; registering a name twice raises."""
+
+    def deco(fn: ComputeFn) -> ComputeFn:
+        if kind in FAMILIES:
+            raise ValueError(f"family {kind!r} is already registered")
+        FAMILIES[kind] = Family(kind=kind, spec_type=spec_type, compute=fn, summary=summary)
+        return fn
+
+    return deco
+
+
+def _problems(err: ValidationError) -> list[FieldProblem]:
+    out = []
+    for e in err.errors(include_url=False):
+        loc = ".".join(str(p) for p in e["loc"] if not str(p).startswith("function-"))
+        msg = e["msg"]
+        ctx = e.get("ctx") or {}
+        if e["type"] == "extra_forbidden":
+            msg = "unknown field"
+        elif e["type"] == "literal_error" and "expected" in ctx:
+            msg = f"must be one of {ctx['expected']}"
+        out.append(FieldProblem(field=loc or "(spec)", message=msg, value=e.get("input")))
+    return out
+
+
+def validate_as(model: type[_M], data: Mapping[str, Any], what: str) -> _M:
+    """Validate `data` as `model`, turning pydantic errors into a `SpecError` naming each field."""
+    try:
+        return model.model_validate(dict(data))
+    except ValidationError as err:
+        raise SpecError(f"invalid {what} spec", _problems(err)) from None
+
+
+def parse_spec(data: Mapping[str, Any]) -> SpecBase:
+    """Build a validated, frozen spec from a wire dict; `kind` selects the family.
+
+    Raises `SpecError` (or `UnknownKindError`) naming the field, the value and the valid range.
+    """
+    if not isinstance(data, Mapping):
+        raise SpecError(
+            "a spec must be a JSON object",
+            [FieldProblem("(spec)", "expected an object", type(data).__name__)],
+        )
+    kind = data.get("kind")
+    if kind is None:
+        raise SpecError(
+            "missing field 'kind'",
+            [FieldProblem("kind", f"required, one of {sorted(FAMILIES)}", None)],
+        )
+    family = FAMILIES.get(kind) if isinstance(kind, str) else None
+    if family is None:
+        raise UnknownKindError(
+            f"unknown kind {kind!r}",
+            [FieldProblem("kind", f"must be one of {sorted(FAMILIES)}", kind)],
+        )
+    return validate_as(family.spec_type, data, kind)
+
+
+def _normalise(value: Any) -> Any:
+    if isinstance(value, float):
+        if value == 0.0:
+            return 0.0
+        if value.is_integer() and abs(value) < 2**53:
+            return float(value)
+        return value
+    if isinstance(value, dict):
+        return {k: _normalise(v) for k, v in value.items() if v is not None}
+    if isinstance(value, (list, tuple)):
+        return [_normalise(v) for v in value]
+    return value
+
+
+def canonical_dict(spec: SpecBase) -> dict[str, Any]:
+    """The canonical form as a dict: defaults filled, None fields dropped, floats normalised."""
+    result: dict[str, Any] = _normalise(spec.canonical().model_dump(mode="python"))
+    return result
+
+
+def canonical_json(spec: SpecBase) -> str:
+    """Canonical JSON: sorted keys, no whitespace, shortest round-trip float spelling."""
+    return json.dumps(canonical_dict(spec), sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def content_key(spec: SpecBase) -> str:
+    """Stable sha256 over the canonical JSON and the algorithm version (64 hex digits)."""
+    payload = f"posenc/{ALGORITHM_VERSION}\n{canonical_json(spec)}".encode()
+    return hashlib.sha256(payload).hexdigest()
+
+
+def compute(spec: SpecBase, device: str | torch.device = "cpu") -> Table:
+    """Compute the table for `spec` on `device`. Pure: the same spec and device give the same bits."""
+    canon = spec.canonical()
+    family = FAMILIES[canon.kind]
+    dev = torch.device(device)
+    tensors, facts = family.compute(canon, dev)
+    meta: dict[str, Any] = {
+        "kind": canon.kind,
+        "spec": canonical_dict(canon),
+        "key": content_key(canon),
+        "algorithm_version": ALGORITHM_VERSION,
+        "device": str(dev),
+        "shapes": {name: list(t.shape) for name, t in tensors.items()},
+        "dtypes": {name: str(t.dtype).removeprefix("torch.") for name, t in tensors.items()},
+        **facts,
+    }
+    return Table(tensors=tensors, meta=meta)

@@ -1,0 +1,51 @@
+"""Domain errors of the encodings core. They carry no HTTP: the API maps them to statuses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class FieldProblem:
+    """One invalid field: its dotted path, the offending value and what would be valid."""
+
+    field: str
+    message: str
+    value: Any = None
+
+
+class PosencError(Exception):
+    """Root of every error the encodings core raises."""
+
+    error_type = "posenc_error"
+
+
+@dataclass
+class SpecError(PosencError):
+    """A spec is invalid. `problems` names each field, its value and the valid range."""
+
+    message: str
+    problems: list[FieldProblem] = field(default_factory=list)
+
+    error_type = "invalid_spec"
+
+    def __str__(self) -> str:
+        if not self.problems:
+            return self.message
+        parts = [f"{p.field}: {p.message} (got {p.value!r})" for p in self.problems]
+        return f"{self.message}: " + "; ".join(parts)
+
+
+@dataclass
+class UnknownKindError(SpecError):
+    """The `kind` field names no registered family."""
+
+    error_type = "unknown_kind"
+
+
+@dataclass
+class ConfigError(SpecError):
+    """A model config.json (transformers shape) cannot be mapped to a spec; names the key."""
+
+    error_type = "unsupported_config"

@@ -1,0 +1,72 @@
+"""RoPE table computation: inverse frequencies from the variant, angles, cos/sin, layout, cast.
+
+Reference precision is transformers' fp32 algorithm (`LlamaRotaryEmbedding.forward`):
+`freqs = position_ids[..., None].float() * inv_freq`, `cos = freqs.cos() * attention_scaling`,
+cast last; cos/sin are evaluated once per frequency pair and laid out afterwards (the full-width
+`cat(c, c)` repeats identical values). Exact precision runs the same algorithm in float64 and
+rounds once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from posenc.encodings.base import DTYPES, register_family
+from posenc.encodings.rope.spec import RopeSpec
+from posenc.encodings.rope.variants import VARIANTS, RopeInputs
+
+
+def rope_inv_freq(spec: RopeSpec, device: torch.device) -> tuple[torch.Tensor, float, dict[str, Any]]:
+    """(inv_freq (d/2,), attention_scaling, facts) for a canonical spec, in its compute dtype."""
+    compute_dtype = torch.float64 if spec.precision == "exact" else torch.float32
+    inputs = RopeInputs(
+        dim=spec.resolved_rotary_dim(),
+        head_dim=spec.head_dim,
+        base=spec.rope_theta,
+        seq_len=spec.seq_len,
+        dtype=compute_dtype,
+        device=device,
+    )
+    variant = VARIANTS[spec.rope_scaling.rope_type]
+    return variant.inv_freq(spec.rope_scaling, inputs)
+
+
+def half_cos_sin(
+    spec: RopeSpec, inv: torch.Tensor, scaling: float, positions: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Half-width cos/sin (N, d/2) for int64 `positions` (N,), in the compute dtype, uncast."""
+    angles = positions.to(inv.dtype)[:, None] * inv[None, :]
+    return torch.cos(angles) * scaling, torch.sin(angles) * scaling
+
+
+def layout(spec: RopeSpec, cos: torch.Tensor, sin: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Arrange half-width (N, d/2) cos/sin per width/packing/pairing and cast to the spec dtype."""
+    dtype = DTYPES[str(spec.dtype)]
+    if spec.packing == "cos_sin":
+        return {"cos_sin": torch.cat((cos, sin), dim=-1).to(dtype)}
+    if spec.packing == "pairs":
+        return {"pairs": torch.stack((cos, sin), dim=-1).to(dtype)}
+    if spec.width == "full":
+        if spec.interleaved:
+            cos, sin = cos.repeat_interleave(2, dim=-1), sin.repeat_interleave(2, dim=-1)
+        else:
+            cos, sin = torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1)
+    return {"cos": cos.to(dtype), "sin": sin.to(dtype)}
+
+
+@register_family("rope", RopeSpec, "RoPE cos/sin caches for every transformers scaling variant")
+def compute_rope(spec: RopeSpec, device: torch.device) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """cos/sin (P, w) or packed caches plus inv_freq (d/2,); facts: attention scaling and more."""
+    inv, scaling, facts = rope_inv_freq(spec, device)
+    positions = torch.arange(spec.max_positions, dtype=torch.int64, device=device)
+    cos, sin = half_cos_sin(spec, inv, scaling, positions)
+    tensors = layout(spec, cos, sin)
+    tensors["inv_freq"] = inv
+    meta = {
+        "attention_scaling": scaling,
+        "rotary_dim": spec.resolved_rotary_dim(),
+        **facts,
+    }
+    return tensors, meta

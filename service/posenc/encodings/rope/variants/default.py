@@ -1,0 +1,21 @@
+"""Unscaled RoPE (RoFormer; transformers `compute_default_rope_parameters` in each model)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from posenc.encodings.rope.variants._common import (
+    RopeInputs,
+    ScalingBase,
+    VariantResult,
+    default_inv_freq,
+)
+
+
+class DefaultScaling(ScalingBase):
+    rope_type: Literal["default"] = "default"
+
+
+def inv_freq(scaling: DefaultScaling, x: RopeInputs) -> VariantResult:
+    """inv_freq[i] = base^(-2i/d), shape (d/2,); attention scaling 1."""
+    return default_inv_freq(x.base, x), 1.0, {}

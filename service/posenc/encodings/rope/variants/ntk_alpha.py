@@ -1,0 +1,30 @@
+"""Fixed NTK-alpha scaling (Hunyuan; transformers `HunYuanDenseV1RotaryEmbedding.
+compute_ntk_alpha_rope_parameters`): `base' = base * alpha ** (d / (d - 2))`."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from posenc.encodings.rope.variants._common import (
+    RopeInputs,
+    ScalingBase,
+    VariantResult,
+    default_inv_freq,
+)
+
+
+class NtkAlphaScaling(ScalingBase):
+    rope_type: Literal["ntk_alpha"] = "ntk_alpha"
+    alpha: Annotated[float, Field(gt=0.0)]
+
+    def check_dim(self, dim: int) -> None:
+        if dim <= 2:
+            raise ValueError(f"NTK-alpha needs rotary dim > 2 (d/(d-2) exponent), got {dim}")
+
+
+def inv_freq(scaling: NtkAlphaScaling, x: RopeInputs) -> VariantResult:
+    """inv_freq = base'^(-2i/d), shape (d/2,); attention scaling 1; facts: the effective base."""
+    base = x.base * scaling.alpha ** (x.dim / (x.dim - 2))
+    return default_inv_freq(base, x), 1.0, {"effective_rope_theta": base}

@@ -1,0 +1,36 @@
+"""Proportional RoPE (Gemma 4; transformers `_compute_proportional_rope_parameters`).
+
+`int(partial_rotary_factor * head_dim // 2)` pairs rotate with exponents 2i/head_dim (denominator
+head_dim, not the rotated width); the remaining pairs get inv_freq 0 (cos 1, sin 0). The table is
+always head_dim wide; inv_freq is divided by factor.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import torch
+from pydantic import Field
+
+from posenc.encodings.rope.variants._common import RopeInputs, ScalingBase, VariantResult, exponents
+
+
+class ProportionalScaling(ScalingBase):
+    rope_type: Literal["proportional"] = "proportional"
+    factor: Annotated[float, Field(ge=1.0)] = 1.0
+    partial_rotary_factor: Annotated[float, Field(ge=0.0, le=1.0)] = 1.0
+
+
+def inv_freq(scaling: ProportionalScaling, x: RopeInputs) -> VariantResult:
+    """Proportional inverse frequencies, shape (head_dim/2,); attention scaling 1."""
+    head_dim = x.head_dim
+    rope_angles = int(scaling.partial_rotary_factor * head_dim // 2)
+    rotated = 1.0 / (x.base ** exponents(2 * rope_angles, x, denominator=head_dim))
+    nope = head_dim // 2 - rope_angles
+    inv = (
+        torch.cat((rotated, torch.zeros(nope, dtype=x.dtype, device=x.device)), dim=0)
+        if nope > 0
+        else rotated
+    )
+    inv /= scaling.factor
+    return inv, 1.0, {"rotated_pairs": rope_angles}

@@ -1,0 +1,1 @@
+"""sinusoidal family (being written)."""

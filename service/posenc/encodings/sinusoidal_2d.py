@@ -1,0 +1,1 @@
+"""sinusoidal_2d family (being written)."""

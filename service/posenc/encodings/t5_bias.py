@@ -1,0 +1,1 @@
+"""t5_bias family (being written)."""
