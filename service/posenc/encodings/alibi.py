@@ -1,1 +1,287 @@
-"""alibi family (being written)."""
+"""ALiBi: per-head slopes and additive attention biases (Press et al. 2022, arXiv:2108.12409).
+
+Slopes follow the reference rule (`ofirpress/attention_with_linear_biases`, `get_slopes`): for a
+power of two n, `m_h = 2^(-B(h+1)/n)` (B = `alibi_bias_max`, 8 in the paper, MPT's generalisation);
+otherwise `get(c) + get(2c)[0::2][:n-c]` with c the largest power of two below n. The naive
+`2^(-B(h+1)/n)` for every n is a known bug (mlx#3071, Baichuan2#225) and is not reproduced. They
+are then multiplied by `slope_scale` (Falcon-RW divides by sqrt(head_dim)) and divided by
+`interpolation_factor` (ALiBi position interpolation, Al-Khateeb et al. 2023, arXiv:2310.13017, as
+Cerebras BTLM/Jais `alibi_scaling={"type": "linear", "factor": f}` apply it).
+
+Precision: every slope is evaluated in float64 (the reference is Python float math) and rounded
+once to float32. transformers BLOOM/Falcon (`torch.pow` in fp32) and MPT (`1/torch.pow(2, x)`) are
+a few fp32 ulp away from that (rtol 1e-6); we reproduce the double-precision reference rather than
+one of the disagreeing fp32 paths. Slopes are always served as float32 whatever `dtype` says:
+flash-attn's `alibi_slopes` must be fp32 (flash-attention#845 is the fp16 cast bug), and so do
+vLLM, FlexAttention and TRT-LLM. `dtype` is the dtype of `bias` only.
+
+Bias forms (i query row, j key column, query position p_i = query_offset + i, L = key_length):
+
+- `causal`: `m*(j - p_i)`, masked where j > p_i (vLLM's fallback, decoders with a KV cache).
+- `symmetric`: `-m*|j - p_i|`, never masked (encoders, the NeoX ALiBi recipe).
+- `bottom_right`: `-m*|i + L - Q - j|`, never masked (flash-attn non-causal alignment);
+  `query_offset` must stay 0 since the lengths fix the alignment.
+- `row_constant`: `m*j`, masked where j > p_i (original code, BLOOM; key positions 0..L-1).
+- `mpt`: `m*(j - (L-1))`, right aligned, masked where j > p_i (MPT `build_mpt_alibi_tensor`).
+
+The three decoder forms (`causal`, `row_constant`, `mpt`) mask future keys with `masked_value`:
+`"min"` (default: the output dtype's finite minimum, what transformers' causal masks use and what
+survives JSON), `"-inf"`, or `"none"` (raw linear values everywhere, for callers that apply their
+own mask, e.g. to compare with BLOOM's unmasked `build_alibi_tensor`). The forms agree after softmax
+in exact arithmetic, not in fp16/bf16 (field guide section 2). The bias is
+`(slopes_fp32 * distance_fp32).to(dtype)`, exactly what a consumer holding the served slopes
+computes; distances are exact in fp32 since every position is below 2^24.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, NoReturn, Self
+
+import torch
+from pydantic import Field, model_validator
+
+from posenc.encodings.base import DTYPES, SpecBase, TensorInfo, register_family
+from posenc.encodings.errors import FieldProblem, SpecError
+
+MAX_HEADS = 4096
+MAX_POSITIONS = 1 << 24
+"""Positions (query_offset + query_length, key_length) stay below 2^24: exact in fp32."""
+
+FP16_MAX = 65504.0
+
+BiasForm = Literal["causal", "symmetric", "bottom_right", "row_constant", "mpt"]
+MaskedValue = Literal["-inf", "min", "none"]
+FloatDtype = Literal["float32", "float16", "bfloat16"]
+
+MASKED_FORMS: frozenset[str] = frozenset({"causal", "row_constant", "mpt"})
+"""Decoder forms: keys after the query position are masked with `masked_value`."""
+
+
+def _bad(field: str, message: str, value: Any) -> NoReturn:
+    raise SpecError("invalid alibi spec", [FieldProblem(field, message, value)])
+
+
+class AlibiSpec(SpecBase):
+    """ALiBi slopes (H_local,) and optionally an additive bias (H_local, Q, K).
+
+    H_local = num_heads / tp_size: tensor-parallel rank `tp_rank` gets heads
+    [tp_rank*H_local, (tp_rank+1)*H_local) of the global slopes. Without `bias` the table is the
+    slopes only and the length fields must stay unset. With a bias form, give `key_length` and/or
+    `query_length`: the missing one defaults to `key_length = query_offset + query_length` (the
+    queries are the last positions) or `query_length = key_length - query_offset`.
+    """
+
+    kind: Literal["alibi"] = "alibi"
+    num_heads: Annotated[int, Field(ge=1, le=MAX_HEADS)]
+    alibi_bias_max: Annotated[float, Field(gt=0.0, le=1024.0)] = 8.0
+    slope_scale: Annotated[float, Field(gt=0.0)] = 1.0
+    interpolation_factor: Annotated[float, Field(ge=1.0)] = 1.0
+    tp_size: Annotated[int, Field(ge=1, le=MAX_HEADS)] = 1
+    tp_rank: Annotated[int, Field(ge=0, lt=MAX_HEADS)] = 0
+    bias: BiasForm | None = None
+    query_length: Annotated[int | None, Field(ge=1, le=MAX_POSITIONS)] = None
+    key_length: Annotated[int | None, Field(ge=1, le=MAX_POSITIONS)] = None
+    query_offset: Annotated[int, Field(ge=0, lt=MAX_POSITIONS)] = 0
+    masked_value: MaskedValue | None = None
+    dtype: FloatDtype = "float32"
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        if self.num_heads % self.tp_size:
+            _bad(
+                "tp_size",
+                f"must divide num_heads={self.num_heads} (each rank gets num_heads/tp_size heads)",
+                self.tp_size,
+            )
+        if self.tp_rank >= self.tp_size:
+            _bad("tp_rank", f"must be in [0, tp_size={self.tp_size})", self.tp_rank)
+        if self.bias is None:
+            self._check_slopes_only()
+            return self
+        if self.query_length is None and self.key_length is None:
+            _bad("key_length", f"required with bias={self.bias!r} (or give query_length)", None)
+        q, k = self._lengths()
+        if q < 1:
+            _bad(
+                "query_length",
+                f"key_length={k} - query_offset={self.query_offset} leaves no query rows",
+                q,
+            )
+        if self.query_offset + q > MAX_POSITIONS:
+            _bad(
+                "query_offset",
+                f"query_offset + query_length must be <= {MAX_POSITIONS} (exact fp32 positions)",
+                self.query_offset,
+            )
+        if self.bias == "bottom_right" and self.query_offset:
+            _bad(
+                "query_offset",
+                "bottom_right aligns the last query with the last key (offset key_length - "
+                "query_length); use bias='symmetric' with an explicit query_offset instead",
+                self.query_offset,
+            )
+        if self.masked_value is not None and self.bias not in MASKED_FORMS:
+            _bad(
+                "masked_value",
+                f"bias={self.bias!r} masks nothing; only {sorted(MASKED_FORMS)} take one",
+                self.masked_value,
+            )
+        if self.dtype == "float16":
+            peak = max(local_slopes64(self)) * self._max_distance(q, k)
+            if peak > FP16_MAX:
+                _bad(
+                    "dtype",
+                    f"float16 overflows: max |bias| = {peak:.6g} > {FP16_MAX} for these lengths; "
+                    "use bfloat16 or float32",
+                    self.dtype,
+                )
+        return self
+
+    def _check_slopes_only(self) -> None:
+        for name in ("query_length", "key_length", "masked_value"):
+            if getattr(self, name) is not None:
+                _bad(name, "only used with a bias form: set bias", getattr(self, name))
+        if self.query_offset:
+            _bad("query_offset", "only used with a bias form: set bias", self.query_offset)
+        if self.dtype != "float32":
+            _bad(
+                "dtype",
+                "slopes are always float32 (flash-attn requires fp32 slopes); dtype is the bias "
+                "dtype: set bias",
+                self.dtype,
+            )
+
+    def _lengths(self) -> tuple[int, int]:
+        """(query_length, key_length) with the defaults resolved."""
+        if self.query_length is not None and self.key_length is not None:
+            return self.query_length, self.key_length
+        if self.query_length is not None:
+            return self.query_length, self.query_offset + self.query_length
+        k = int(self.key_length or 0)
+        return k - self.query_offset, k
+
+    def _max_distance(self, q: int, k: int) -> int:
+        """Largest |distance| over the entries that are not masked (bounds |bias| / slope)."""
+        last = self.query_offset + q - 1
+        masked = self.masked_value != "none"
+        if self.bias == "symmetric":
+            return max(k - 1 - self.query_offset, last)
+        if self.bias == "bottom_right":
+            return max(q, k) - 1
+        if self.bias == "causal":
+            return last if masked else max(last, k - 1 - self.query_offset)
+        if self.bias == "row_constant":
+            return min(k - 1, last) if masked else k - 1
+        return k - 1
+
+    def cache_precision(self) -> str:
+        """Slopes are float64 reference values rounded once: the `exact` policy, not a copy of
+        one transformers fp32 path."""
+        return "exact"
+
+    @property
+    def local_heads(self) -> int:
+        """Heads on this tensor-parallel rank: num_heads / tp_size."""
+        return self.num_heads // self.tp_size
+
+    def canonical(self) -> Self:
+        if self.bias is None:
+            return self
+        q, k = self._lengths()
+        masked_value = (self.masked_value or "min") if self.bias in MASKED_FORMS else None
+        return self.model_copy(
+            update={"query_length": q, "key_length": k, "masked_value": masked_value}
+        )
+
+    def outputs(self) -> dict[str, TensorInfo]:
+        out = {"slopes": TensorInfo((self.local_heads,), "float32")}
+        if self.bias is not None:
+            q, k = self._lengths()
+            out["bias"] = TensorInfo((self.local_heads, q, k), self.dtype)
+        return out
+
+
+def reference_slopes(num_heads: int, bias_max: float = 8.0) -> list[float]:
+    """The reference slopes (H,) in float64: `get_slopes` from
+    ofirpress/attention_with_linear_biases (fairseq `TransformerDecoder.get_slopes`) with 8
+    generalised to `bias_max` (MPT).
+
+    Powers of two: `2^(-bias_max*(h+1)/n)`; otherwise the first c = 2^floor(log2 n) slopes of n=c
+    followed by every other slope of n=2c, truncated to n.
+    """
+
+    def power_of_two(n: int) -> list[float]:
+        return [2.0 ** (-bias_max * (h + 1) / n) for h in range(n)]
+
+    c = 1 << (num_heads.bit_length() - 1)
+    if c == num_heads:
+        return power_of_two(num_heads)
+    return power_of_two(c) + power_of_two(2 * c)[0::2][: num_heads - c]
+
+
+def global_slopes(spec: AlibiSpec) -> list[float]:
+    """All H slopes in float64 with `slope_scale` and `interpolation_factor` applied."""
+    scale = spec.slope_scale / spec.interpolation_factor
+    return [m * scale for m in reference_slopes(spec.num_heads, spec.alibi_bias_max)]
+
+
+def local_slopes64(spec: AlibiSpec) -> list[float]:
+    """This rank's slice of `global_slopes`: heads [tp_rank*H_local, (tp_rank+1)*H_local)."""
+    n = spec.local_heads
+    return global_slopes(spec)[spec.tp_rank * n : (spec.tp_rank + 1) * n]
+
+
+def alibi_slopes(spec: AlibiSpec, device: torch.device | str = "cpu") -> torch.Tensor:
+    """This rank's slopes (H_local,) float32: float64 reference values rounded once."""
+    return torch.tensor(local_slopes64(spec), dtype=torch.float64, device=device).to(torch.float32)
+
+
+def alibi_bias(spec: AlibiSpec, slopes: torch.Tensor) -> torch.Tensor:
+    """The additive bias (H_local, Q, K) in the spec dtype for a canonical spec with a bias form.
+
+    `slopes` (H_local,) float32 on the target device; distances are built in int64 and converted
+    to fp32 exactly; masked entries (decoder forms) are filled after the cast so that `"min"` is
+    the output dtype's own minimum.
+    """
+    q, k = int(spec.query_length or 0), int(spec.key_length or 0)
+    dev = slopes.device
+    i = torch.arange(q, dtype=torch.int64, device=dev)[:, None]
+    j = torch.arange(k, dtype=torch.int64, device=dev)[None, :]
+    pos = i + spec.query_offset
+    if spec.bias == "causal":
+        dist = j - pos
+    elif spec.bias == "symmetric":
+        dist = -(j - pos).abs()
+    elif spec.bias == "bottom_right":
+        dist = -(i + (k - q) - j).abs()
+    elif spec.bias == "row_constant":
+        dist = j.expand(q, k)
+    else:
+        dist = (j - (k - 1)).expand(q, k)
+    out_dtype = DTYPES[spec.dtype]
+    bias = (slopes[:, None, None] * dist.to(torch.float32)[None]).to(out_dtype)
+    if spec.bias in MASKED_FORMS and spec.masked_value != "none":
+        fill = float("-inf") if spec.masked_value == "-inf" else torch.finfo(out_dtype).min
+        bias.masked_fill_((j > pos)[None], fill)
+    return bias
+
+
+@register_family("alibi", AlibiSpec, "ALiBi slopes (reference rule) and additive bias forms")
+def compute_alibi(
+    spec: AlibiSpec, device: torch.device
+) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """`slopes` (H_local,) float32 and, with a bias form, `bias` (H_local, Q, K) in `dtype`."""
+    slopes = alibi_slopes(spec, device)
+    tensors = {"slopes": slopes}
+    if spec.bias is not None:
+        tensors["bias"] = alibi_bias(spec, slopes)
+    start = spec.tp_rank * spec.local_heads
+    facts: dict[str, Any] = {
+        "heads": [start, start + spec.local_heads],
+        "masked": spec.bias in MASKED_FORMS and spec.masked_value != "none",
+        "max_slope": max(local_slopes64(spec)),
+    }
+    if spec.bias is not None:
+        q, k = int(spec.query_length or 0), int(spec.key_length or 0)
+        facts["max_abs_bias"] = facts["max_slope"] * spec._max_distance(q, k)
+    return tensors, facts
