@@ -16,6 +16,9 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -e '.[cpu,test]'
+	# timm is a test reference only; --no-deps because its torchvision requirement has no CPU
+	# build here (the tests import timm.layers.pos_embed_sincos, which needs no torchvision).
+	$(BIN)/pip install --quiet --no-deps timm==1.0.31
 	touch $(STAMP)
 
 serve: $(STAMP)

@@ -1,1 +1,397 @@
-"""sinusoidal family (being written)."""
+"""1-D sinusoidal position tables (Vaswani et al. 2017, "Attention Is All You Need", section 3.5).
+
+One parameter space covers the published variants; each `convention` is a named point in it and
+every field can also be set directly (explicit fields override the convention):
+
+    K      = dim // 2                                  frequencies (pairs)
+    den    = K - freq_shift                            0 for Vaswani, 1 for tensor2tensor/fairseq
+    inv[k] = base ** (-k / den)                        k in [0, K)
+    angle  = scale * (position * inv[k])
+    row    = layout of sin(angle) and cos(angle)       interleaved / sin_cos / cos_sin
+
+| convention       | shift | layout      | odd dim   | compute | reference                      |
+|------------------|------:|-------------|-----------|---------|--------------------------------|
+| vaswani          | 0     | interleaved | error     | float32 | paper 3.5, PyTorch tutorial    |
+| tensor2tensor    | 1     | sin_cos     | zero_pad  | float32 | t2t `get_timing_signal_1d`     |
+| fairseq          | 1     | sin_cos     | zero_pad  | float32 | fairseq `get_embedding`, pad 1 |
+| whisper          | 1     | sin_cos     | error     | float32 | HF whisper `sinusoids`         |
+| marian           | 0     | sin_cos     | extra_sin | float64 | HF Marian `create_weight`      |
+| diffusers        | 1     | sin_cos     | zero_pad  | float32 | `get_timestep_embedding`       |
+| guided_diffusion | 0     | cos_sin     | zero_pad  | float32 | `nn.timestep_embedding`        |
+
+All use base 10000, scale 1, position_offset 0; only fairseq sets padding_idx (1).
+
+Rows are positions `position_offset + r` for r < max_positions, or the explicit (possibly
+fractional) `positions` (diffusers timesteps). `padding_idx` is a position id whose row is all
+zero (fairseq, and transformers' M2M100/Speech2Text/FSMT, whose table rows are indexed by position
+id: row 0 is an ordinary position-0 row, row padding_idx=1 is zero, real tokens start at id 2). To
+reproduce transformers' `M2M100SinusoidalPositionalEmbedding.weights` in full, use the fairseq
+convention with `max_positions = max_position_embeddings + 2` (its `offset`); to get only the rows
+real tokens use, set `position_offset = 2` and `max_positions = max_position_embeddings`.
+
+Odd `dim`: `zero_pad` appends one zero column (fairseq, tensor2tensor, diffusers); `error`
+rejects it (Whisper raises, the PyTorch tutorial fails); `extra_sin` is Marian/XLM's rule:
+frequencies `base ** (-2k/dim)` (den = dim/2: an unset freq_shift defaults to the convention's
+minus 0.5 for odd dims), ceil(dim/2) sin columns and floor(dim/2) cos columns.
+
+Numerics (field guide section 0 and 4): `compute_dtype` float32 reproduces transformers' fp32 op
+order (fairseq/Whisper `get_embedding`): `inv = exp(k * -(ln(base) / den))` with the scalar rounded
+to fp32, `angle = position_f32 * inv`, then `sin`/`cos`; bit-identical to transformers on CPU.
+`compute_dtype` float64 reproduces Marian/XLM's numpy order `position / base ** (k / den)` in
+float64 and rounds once; it is also the "exact" mode of every other convention. The table is cast
+to `dtype` last.
+
+Output: `embedding` (P, dim), P = max_positions or len(positions).
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from typing import Annotated, Any, Literal, NoReturn, Self
+
+import torch
+from pydantic import Field, ValidationError, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
+
+from posenc.encodings.base import DTYPES, SpecBase, TensorInfo, register_family
+
+MAX_DIM = 65536
+MAX_POSITIONS = 1 << 24
+MAX_EXPLICIT_POSITIONS = 65536
+MAX_POSITION_VALUE = 2.0**31
+
+Convention = Literal[
+    "vaswani",
+    "tensor2tensor",
+    "fairseq",
+    "whisper",
+    "marian",
+    "diffusers",
+    "guided_diffusion",
+]
+Layout = Literal["interleaved", "sin_cos", "cos_sin"]
+OddDim = Literal["error", "zero_pad", "extra_sin"]
+ComputeDtype = Literal["float32", "float64"]
+FloatDtype = Literal["float32", "float16", "bfloat16"]
+
+_COMMON: dict[str, Any] = {
+    "base": 10000.0,
+    "scale": 1.0,
+    "position_offset": 0,
+    "padding_idx": None,
+    "dtype": "float32",
+}
+
+CONVENTIONS: dict[str, dict[str, Any]] = {
+    # Paper 3.5 and the PyTorch tutorial: PE(p, 2i) = sin(p / 10000^(2i/d)), PE(p, 2i+1) = cos.
+    "vaswani": {
+        **_COMMON,
+        "freq_shift": 0.0,
+        "layout": "interleaved",
+        "odd_dim": "error",
+        "compute_dtype": "float32",
+    },
+    # tensor2tensor get_timing_signal_1d: log increment ln(max/min) / max(K - 1, 1), concat, pad.
+    "tensor2tensor": {
+        **_COMMON,
+        "freq_shift": 1.0,
+        "layout": "sin_cos",
+        "odd_dim": "zero_pad",
+        "compute_dtype": "float32",
+    },
+    # fairseq SinusoidalPositionalEmbedding.get_embedding (also M2M100, Speech2Text, FSMT).
+    "fairseq": {
+        **_COMMON,
+        "freq_shift": 1.0,
+        "layout": "sin_cos",
+        "odd_dim": "zero_pad",
+        "compute_dtype": "float32",
+        "padding_idx": 1,
+    },
+    # Whisper `sinusoids(length, channels, max_timescale=10000)`: raises on odd channels.
+    "whisper": {
+        **_COMMON,
+        "freq_shift": 1.0,
+        "layout": "sin_cos",
+        "odd_dim": "error",
+        "compute_dtype": "float32",
+    },
+    # Marian create_weight: XLM's float64 numpy table, not interleaved ([sin | cos]).
+    "marian": {
+        **_COMMON,
+        "freq_shift": 0.0,
+        "layout": "sin_cos",
+        "odd_dim": "extra_sin",
+        "compute_dtype": "float64",
+    },
+    # diffusers get_timestep_embedding defaults: flip_sin_to_cos=False, downscale_freq_shift=1.
+    "diffusers": {
+        **_COMMON,
+        "freq_shift": 1.0,
+        "layout": "sin_cos",
+        "odd_dim": "zero_pad",
+        "compute_dtype": "float32",
+    },
+    # guided-diffusion timestep_embedding: freqs exp(-ln(max_period) k / half), cat([cos, sin]).
+    "guided_diffusion": {
+        **_COMMON,
+        "freq_shift": 0.0,
+        "layout": "cos_sin",
+        "odd_dim": "zero_pad",
+        "compute_dtype": "float32",
+    },
+}
+
+
+def raise_field_errors(title: str, problems: list[tuple[str, str, Any]]) -> NoReturn:
+    """Raise one pydantic error per (field, message, value), located at that field.
+
+    A model validator's `ValueError` has no location; raising `ValidationError` with explicit
+    locations makes `validate_as` report `FieldProblem(field=...)` for cross-field checks too.
+    """
+    raise ValidationError.from_exception_data(
+        title,
+        [
+            InitErrorDetails(
+                type=PydanticCustomError("value_error", "{message}", {"message": message}),
+                loc=(name,),
+                input=value,
+            )
+            for name, message, value in problems
+        ],
+    )
+
+
+_CONVENTION_FIELDS = (
+    "base",
+    "freq_shift",
+    "layout",
+    "position_offset",
+    "padding_idx",
+    "odd_dim",
+    "compute_dtype",
+    "scale",
+    "dtype",
+)
+
+
+class SinusoidalSpec(SpecBase):
+    """Fixed 1-D sinusoidal position table `embedding` (P, dim); see the module docstring.
+
+    Fields left `None` take the value of `convention` (default "vaswani"); `canonical()` fills
+    them all and drops `convention`, so a convention and its explicit spelling share one key.
+    """
+
+    kind: Literal["sinusoidal"] = "sinusoidal"
+    dim: Annotated[int, Field(ge=2, le=MAX_DIM)]
+    max_positions: Annotated[int | None, Field(ge=1, le=MAX_POSITIONS)] = None
+    positions: Annotated[
+        list[Annotated[float, Field(ge=-MAX_POSITION_VALUE, le=MAX_POSITION_VALUE)]] | None,
+        Field(min_length=1, max_length=MAX_EXPLICIT_POSITIONS),
+    ] = None
+    convention: Convention | None = None
+    base: Annotated[float | None, Field(gt=0.0)] = None
+    freq_shift: float | None = None
+    layout: Layout | None = None
+    position_offset: Annotated[int | None, Field(ge=0, le=int(MAX_POSITION_VALUE))] = None
+    padding_idx: Annotated[int | None, Field(ge=0, le=int(MAX_POSITION_VALUE))] = None
+    odd_dim: OddDim | None = None
+    compute_dtype: ComputeDtype | None = None
+    scale: float | None = None
+    dtype: FloatDtype | None = None
+
+    def _get(self, name: str) -> Any:
+        value = getattr(self, name)
+        if value is not None or (name == "padding_idx" and name in self.model_fields_set):
+            # An explicit `padding_idx: null` switches fairseq's padding row off.
+            return value
+        default = CONVENTIONS[self.convention or "vaswani"][name]
+        if name == "freq_shift" and self.dim % 2 and self._get("odd_dim") == "extra_sin":
+            # Marian/XLM's exponent is 2k / dim, not k / (dim // 2): den = dim / 2 = K + 0.5.
+            return default - 0.5
+        return default
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        problems: list[tuple[str, str, Any]] = []
+        if (self.max_positions is None) == (self.positions is None):
+            problems.append(
+                (
+                    "max_positions",
+                    "give exactly one of max_positions (rows offset..offset+P-1) or positions",
+                    self.max_positions,
+                )
+            )
+        if self.positions is not None and self.position_offset not in (None, 0):
+            problems.append(
+                (
+                    "position_offset",
+                    "applies to max_positions rows only; shift the explicit positions instead",
+                    self.position_offset,
+                )
+            )
+        if self.max_positions is not None:
+            offset = self._get("position_offset") or 0
+            if offset + self.max_positions - 1 > MAX_POSITION_VALUE:
+                problems.append(
+                    (
+                        "position_offset",
+                        f"position_offset + max_positions - 1 must be <= {int(MAX_POSITION_VALUE)}",
+                        offset,
+                    )
+                )
+        if self.dim % 2 and self._get("odd_dim") == "error":
+            problems.append(
+                (
+                    "dim",
+                    f"must be even under odd_dim='error' (convention "
+                    f"{self.convention or 'vaswani'!r}); set odd_dim to 'zero_pad' or 'extra_sin'",
+                    self.dim,
+                )
+            )
+        elif self.num_frequencies() >= 2 and not self.denominator() > 0:
+            problems.append(
+                (
+                    "freq_shift",
+                    f"must be < dim // 2 = {self.dim // 2} (the frequency denominator "
+                    "dim // 2 - freq_shift must be positive)",
+                    self._get("freq_shift"),
+                )
+            )
+        if problems:
+            raise_field_errors("SinusoidalSpec", problems)
+        return self
+
+    def denominator(self) -> float:
+        """den: the exponent denominator `K - freq_shift` (K = dim // 2)."""
+        return self.dim // 2 - float(self._get("freq_shift"))
+
+    def num_frequencies(self) -> int:
+        """Distinct frequencies: K = dim // 2, plus one sin-only frequency under `extra_sin`."""
+        return self.dim // 2 + int(self.dim % 2 == 1 and self._get("odd_dim") == "extra_sin")
+
+    def num_rows(self) -> int:
+        """P: the number of table rows."""
+        return len(self.positions) if self.positions is not None else int(self.max_positions or 0)
+
+    def canonical(self) -> Self:
+        values = {name: self._get(name) for name in _CONVENTION_FIELDS}
+        values["base"] = float(values["base"])
+        values["scale"] = float(values["scale"])
+        values["freq_shift"] = float(values["freq_shift"])
+        if self.num_frequencies() == 1:
+            # One frequency, k = 0: inv = 1 whatever the base and denominator.
+            values["base"], values["freq_shift"] = 10000.0, 0.0
+        if self.dim % 2 == 0:
+            values["odd_dim"] = None
+        positions = self.positions
+        max_positions = self.max_positions
+        if positions is not None:
+            if values["compute_dtype"] == "float32":
+                # The reference converts timesteps with `.float()`: equal fp32 values, equal tables.
+                positions = array("f", positions).tolist()
+            first = positions[0]
+            consecutive = all(p == first + i for i, p in enumerate(positions))
+            if first >= 0 and first.is_integer() and consecutive:
+                values["position_offset"] = int(first)
+                max_positions, positions = len(positions), None
+            else:
+                values["position_offset"] = 0
+        pad = values["padding_idx"]
+        if pad is not None:
+            if positions is not None:
+                covered = any(p == pad for p in positions)
+            else:
+                offset = values["position_offset"]
+                covered = offset <= pad < offset + int(max_positions or 0)
+            if not covered:
+                values["padding_idx"] = None
+        return self.model_copy(
+            update={
+                **values,
+                "max_positions": max_positions,
+                "positions": positions,
+                "convention": None,
+            }
+        )
+
+    def outputs(self) -> dict[str, TensorInfo]:
+        return {"embedding": TensorInfo((self.num_rows(), self.dim), str(self._get("dtype")))}
+
+    def cache_precision(self) -> str:
+        """This family's precision is its compute dtype (float32 or float64)."""
+        return str(self._get("compute_dtype"))
+
+
+def sinusoidal_angles(spec: SinusoidalSpec, device: torch.device) -> torch.Tensor:
+    """Angles (P, n) for a canonical spec, n = `num_frequencies()`, in its compute dtype.
+
+    float32 follows fairseq/Whisper `get_embedding`: `exp(k * -(ln(base) / den))` with the scalar
+    computed in Python float and rounded to fp32, then `position.float() * inv`. float64 follows
+    Marian/XLM `create_weight`: `position / base ** (k / den)`. `scale` multiplies the angle as in
+    diffusers (`emb = scale * emb`).
+    """
+    n = spec.num_frequencies()
+    den = spec.denominator()
+    base = float(spec.base or 10000.0)
+    scale = float(1.0 if spec.scale is None else spec.scale)
+    k = torch.arange(n, dtype=torch.int64, device=device)
+    if spec.compute_dtype == "float64":
+        dt = torch.float64
+        exponent = k.to(dt) / den if n > 1 else k.to(dt)
+        pos = _positions(spec, dt, device)
+        angles = pos[:, None] / (base**exponent)[None, :]
+    else:
+        dt = torch.float32
+        step = -(math.log(base) / den) if n > 1 else 0.0
+        inv = torch.exp(k.to(dt) * step)
+        pos = _positions(spec, dt, device)
+        angles = pos[:, None] * inv[None, :]
+    if scale != 1.0:
+        angles = scale * angles
+    return angles
+
+
+def _positions(spec: SinusoidalSpec, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    if spec.positions is not None:
+        return torch.tensor(spec.positions, dtype=torch.float64, device=device).to(dtype)
+    start = int(spec.position_offset or 0)
+    rows = int(spec.max_positions or 0)
+    return torch.arange(start, start + rows, dtype=torch.int64, device=device).to(dtype)
+
+
+def arrange(spec: SinusoidalSpec, angles: torch.Tensor) -> torch.Tensor:
+    """Lay sin/cos of `angles` (P, n) out as (P, dim) per layout and odd-dim rule, uncast."""
+    half = spec.dim // 2
+    sin, cos = torch.sin(angles), torch.cos(angles[:, :half])
+    extra = sin[:, half:]
+    sin = sin[:, :half]
+    if spec.layout == "interleaved":
+        table = torch.stack((sin, cos), dim=-1).flatten(1)
+        table = torch.cat((table, extra), dim=1)
+    elif spec.layout == "cos_sin":
+        table = torch.cat((cos, sin, extra), dim=1)
+    else:
+        table = torch.cat((sin, extra, cos), dim=1)
+    if spec.dim % 2 and spec.odd_dim == "zero_pad":
+        table = torch.nn.functional.pad(table, (0, 1))
+    return table
+
+
+@register_family(
+    "sinusoidal",
+    SinusoidalSpec,
+    "1-D sinusoidal tables: Vaswani, tensor2tensor, fairseq/M2M100, Whisper, Marian, diffusers",
+)
+def compute_sinusoidal(
+    spec: SinusoidalSpec, device: torch.device
+) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """`embedding` (P, dim) for a canonical spec; facts: frequency count and denominator."""
+    table = arrange(spec, sinusoidal_angles(spec, device))
+    if spec.padding_idx is not None:
+        pos = _positions(spec, torch.float64, device)
+        table = table.masked_fill((pos == spec.padding_idx)[:, None], 0.0)
+    embedding = table.to(DTYPES[str(spec.dtype)])
+    facts = {"num_frequencies": spec.num_frequencies(), "freq_denominator": spec.denominator()}
+    return {"embedding": embedding}, facts
