@@ -28,7 +28,7 @@ from posenc.encodings.errors import (
     SpecError,
     UnknownKindError,
 )
-from posenc.encodings.hf_config import NamedSpec, from_hf_config
+from posenc.encodings.hf_config import NamedSpec, from_hf_config, resolve_hf_config
 
 Spec = SpecBase
 
@@ -53,6 +53,7 @@ __all__ = [
     "content_key",
     "from_hf_config",
     "parse_spec",
+    "resolve_hf_config",
     "rope",
     "sinusoidal",
     "sinusoidal_2d",
