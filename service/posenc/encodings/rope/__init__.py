@@ -4,4 +4,12 @@ from posenc.encodings.rope.compute import compute_rope, half_cos_sin, layout, ro
 from posenc.encodings.rope.spec import PROFILES, RopeSpec
 from posenc.encodings.rope.variants import VARIANTS
 
-__all__ = ["PROFILES", "VARIANTS", "RopeSpec", "compute_rope", "half_cos_sin", "layout", "rope_inv_freq"]
+__all__ = [
+    "PROFILES",
+    "VARIANTS",
+    "RopeSpec",
+    "compute_rope",
+    "half_cos_sin",
+    "layout",
+    "rope_inv_freq",
+]

@@ -4,7 +4,8 @@ Reference precision is transformers' fp32 algorithm (`LlamaRotaryEmbedding.forwa
 `freqs = position_ids[..., None].float() * inv_freq`, `cos = freqs.cos() * attention_scaling`,
 cast last; cos/sin are evaluated once per frequency pair and laid out afterwards (the full-width
 `cat(c, c)` repeats identical values). Exact precision runs the same algorithm in float64 and
-rounds once.
+rounds once to the output dtype (for bf16/fp16 through a round-to-odd fp32 step, since torch
+converts float64 to bf16/fp16 through a round-to-nearest fp32, rounding twice).
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from posenc.encodings.rope.spec import RopeSpec
 from posenc.encodings.rope.variants import VARIANTS, RopeInputs
 
 
-def rope_inv_freq(spec: RopeSpec, device: torch.device) -> tuple[torch.Tensor, float, dict[str, Any]]:
+def rope_inv_freq(
+    spec: RopeSpec, device: torch.device
+) -> tuple[torch.Tensor, float, dict[str, Any]]:
     """(inv_freq (d/2,), attention_scaling, facts) for a canonical spec, in its compute dtype."""
     compute_dtype = torch.float64 if spec.precision == "exact" else torch.float32
     inputs = RopeInputs(
@@ -41,23 +44,48 @@ def half_cos_sin(
     return torch.cos(angles) * scaling, torch.sin(angles) * scaling
 
 
+def round_to_odd_fp32(x: torch.Tensor) -> torch.Tensor:
+    """float64 -> float32 rounded to odd (Boldo & Melquiond 2008, "Emulation of FMA and
+    correctly rounded sums: proved algorithms using rounding to odd"), same shape.
+
+    Truncate towards zero, then set the last mantissa bit when inexact. A later round-to-nearest
+    into a format with at least 2 fewer mantissa bits (bf16: 8, fp16: 11, fp32: 24) then equals
+    rounding `x` directly. For finite values within fp32 range (RoPE tables are bounded by A).
+    """
+    f = x.to(torch.float32)
+    too_far = f.to(torch.float64).abs() > x.abs()
+    f = torch.where(too_far, torch.nextafter(f, torch.zeros_like(f)), f)
+    inexact = (f.to(torch.float64) != x).to(torch.int32)
+    return (f.view(torch.int32) | inexact).view(torch.float32)
+
+
+def cast(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Cast a finished table to the output dtype with one rounding."""
+    if t.dtype == torch.float64 and dtype in (torch.bfloat16, torch.float16):
+        return round_to_odd_fp32(t).to(dtype)
+    return t.to(dtype)
+
+
 def layout(spec: RopeSpec, cos: torch.Tensor, sin: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Arrange half-width (N, d/2) cos/sin per width/packing/pairing and cast to the spec dtype."""
+    """Arrange half-width (N, d/2) cos/sin per width/packing/pairing and cast to the spec dtype:
+    (N, d) full width, (N, d/2) half, `cos_sin` (N, d), `pairs` (N, d/2, 2)."""
     dtype = DTYPES[str(spec.dtype)]
     if spec.packing == "cos_sin":
-        return {"cos_sin": torch.cat((cos, sin), dim=-1).to(dtype)}
+        return {"cos_sin": cast(torch.cat((cos, sin), dim=-1), dtype)}
     if spec.packing == "pairs":
-        return {"pairs": torch.stack((cos, sin), dim=-1).to(dtype)}
+        return {"pairs": cast(torch.stack((cos, sin), dim=-1), dtype)}
     if spec.width == "full":
         if spec.interleaved:
             cos, sin = cos.repeat_interleave(2, dim=-1), sin.repeat_interleave(2, dim=-1)
         else:
             cos, sin = torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1)
-    return {"cos": cos.to(dtype), "sin": sin.to(dtype)}
+    return {"cos": cast(cos, dtype), "sin": cast(sin, dtype)}
 
 
 @register_family("rope", RopeSpec, "RoPE cos/sin caches for every transformers scaling variant")
-def compute_rope(spec: RopeSpec, device: torch.device) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+def compute_rope(
+    spec: RopeSpec, device: torch.device
+) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """cos/sin (P, w) or packed caches plus inv_freq (d/2,); facts: attention scaling and more."""
     inv, scaling, facts = rope_inv_freq(spec, device)
     positions = torch.arange(spec.max_positions, dtype=torch.int64, device=device)

@@ -8,15 +8,21 @@ defaults of one consumer (see `PROFILES`, from the consumer table in the field g
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Self
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal, Self
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from posenc.encodings.base import SpecBase, TensorInfo
-from posenc.encodings.rope.scaling import RopeScaling, DefaultScaling
+from posenc.encodings.rope.scaling import DefaultScaling, RopeScaling
+from posenc.encodings.rope.variants import VARIANTS
+from posenc.encodings.rope.variants._common import Issue, ScalingBase, field_error
+from posenc.encodings.rope.variants.dynamic import DynamicScaling
+from posenc.encodings.rope.variants.longrope import LongRopeScaling, uses_long_factors
 
 MAX_HEAD_DIM = 8192
 MAX_POSITIONS = 1 << 24
+_PROPORTIONAL = "proportional RoPE always spans head_dim: put partial_rotary_factor in rope_scaling"
 
 Width = Literal["half", "full"]
 Packing = Literal["separate", "cos_sin", "pairs"]
@@ -26,43 +32,64 @@ Profile = Literal[
     "hf", "onnx", "ort_gqa", "vllm", "flashinfer", "trtllm", "flash_attn", "torchtune"
 ]
 
-PROFILES: dict[str, dict[str, object]] = {
+
+def _profile(interleaved: bool, width: Width, packing: Packing) -> dict[str, Any]:
+    return {"interleaved": interleaved, "width": width, "packing": packing, "dtype": "float32"}
+
+
+PROFILES: dict[str, dict[str, Any]] = {
     # transformers forward: full-width cat(c, c), cast to the activation dtype.
-    "hf": {"interleaved": False, "width": "full", "packing": "separate", "dtype": "float32"},
+    "hf": _profile(False, "full", "separate"),
     # ONNX RotaryEmbedding-23: (P, d/2) caches, same dtype as X, pairing is an attribute.
-    "onnx": {"interleaved": False, "width": "half", "packing": "separate", "dtype": "float32"},
+    "onnx": _profile(False, "half", "separate"),
     # onnxruntime GroupQueryAttention(do_rotary=1): (max_seq, d/2), d/2 a multiple of 8.
-    "ort_gqa": {"interleaved": False, "width": "half", "packing": "separate", "dtype": "float32"},
+    "ort_gqa": _profile(False, "half", "separate"),
     # vLLM cos_sin_cache: (P, d) = cat(cos_half, sin_half), model dtype.
-    "vllm": {"interleaved": False, "width": "half", "packing": "cos_sin", "dtype": "float32"},
+    "vllm": _profile(False, "half", "cos_sin"),
     # FlashInfer: the same packing, fp32.
-    "flashinfer": {"interleaved": False, "width": "half", "packing": "cos_sin", "dtype": "float32"},
+    "flashinfer": _profile(False, "half", "cos_sin"),
     # TensorRT-LLM rotary_cos_sin: (P, d/2, 2) float2 (cos, sin), fp32.
-    "trtllm": {"interleaved": False, "width": "half", "packing": "pairs", "dtype": "float32"},
+    "trtllm": _profile(False, "half", "pairs"),
     # flash-attn apply_rotary_emb: (S, d/2), dtype must equal x.
-    "flash_attn": {"interleaved": False, "width": "half", "packing": "separate", "dtype": "float32"},
+    "flash_attn": _profile(False, "half", "separate"),
     # torchtune RotaryPositionalEmbeddings cache: (P, d/2, 2), fp32, interleaved pairs.
-    "torchtune": {"interleaved": True, "width": "half", "packing": "pairs", "dtype": "float32"},
+    "torchtune": _profile(True, "half", "pairs"),
 }
 
-LENGTH_DEPENDENT = ("dynamic", "longrope")
+
+def canonical_seq_len(scaling: ScalingBase, seq_len: int) -> int | None:
+    """The one sequence length that stands for every length giving the same table.
+
+    dynamic: transformers uses L = max(seq_len, max_position_embeddings); longrope: only the side
+    of the switch matters, written as original_max_position_embeddings (short) or that plus one
+    (long); the other variants do not depend on it (None).
+    """
+    if isinstance(scaling, DynamicScaling):
+        return max(seq_len, scaling.max_position_embeddings)
+    if isinstance(scaling, LongRopeScaling):
+        orig = scaling.original_max_position_embeddings
+        return orig + 1 if uses_long_factors(scaling, seq_len) else orig
+    return None
 
 
 class RopeSpec(SpecBase):
-    """Rotary position embedding cos/sin caches (Su et al. 2021, RoFormer; transformers
-    `modeling_rope_utils.py`).
+    """Rotary position embedding cos/sin caches (Su et al. 2021, RoFormer, arXiv:2104.09864;
+    transformers `modeling_rope_utils.py` and each model's `*RotaryEmbedding`).
 
     Rows are positions 0..max_positions-1. With rotary dim d (`rotary_dim`, or
-    `int(head_dim * partial_rotary_factor)`): `cos`/`sin` are (P, d) at full width, (P, d/2) at half
-    width; `cos_sin` packing is (P, d) = cat(cos_half, sin_half); `pairs` packing is (P, d/2, 2).
-    `inv_freq` is (d/2,). Proportional RoPE (Gemma 4) always spans head_dim.
+    `int(head_dim * partial_rotary_factor)`): `cos`/`sin` are (P, d) at full width (`cat(c, c)`,
+    or `repeat_interleave(c, 2)` when `interleaved`), (P, d/2) at half width; `cos_sin` packing is
+    (P, d) = cat(cos_half, sin_half); `pairs` packing is (P, d/2, 2) = stack(cos, sin). `inv_freq`
+    is (d/2,) in the compute dtype. Proportional RoPE (Gemma 4) always spans head_dim.
+    `seq_len` (default max_positions) selects the dynamic-NTK base and the LongRoPE factor set.
     """
 
     kind: Literal["rope"] = "rope"
     head_dim: Annotated[int, Field(ge=2, le=MAX_HEAD_DIM)]
     rotary_dim: Annotated[int | None, Field(ge=2, le=MAX_HEAD_DIM)] = None
     partial_rotary_factor: Annotated[float | None, Field(gt=0.0, le=1.0)] = None
-    rope_theta: Annotated[float, Field(gt=0.0)] = 10000.0
+    # > 1: frequencies base^(-2i/d) must decrease, and YaRN divides by ln(base).
+    rope_theta: Annotated[float, Field(gt=1.0)] = 10000.0
     max_positions: Annotated[int, Field(ge=1, le=MAX_POSITIONS)]
     seq_len: Annotated[int | None, Field(ge=1, le=MAX_POSITIONS)] = None
     rope_scaling: RopeScaling = Field(default_factory=DefaultScaling)
@@ -73,42 +100,96 @@ class RopeSpec(SpecBase):
     precision: Precision = "reference"
     profile: Profile | None = None
 
+    @field_validator("rope_scaling", mode="before")
+    @classmethod
+    def _scaling_by_type(cls, value: Any) -> Any:
+        # Validate against the model `rope_type` names, so that errors read
+        # `rope_scaling.<field>` (a discriminated union puts its tag into the path).
+        if not isinstance(value, Mapping):
+            return value
+        rope_type = value.get("rope_type", "default")
+        variant = VARIANTS.get(rope_type) if isinstance(rope_type, str) else None
+        if variant is None:
+            raise field_error(
+                [Issue(("rope_type",), f"must be one of {sorted(VARIANTS)}", rope_type)]
+            )
+        return variant.params.model_validate(dict(value))
+
     @model_validator(mode="after")
     def _check(self) -> Self:
+        issues: list[Issue] = []
         if self.rotary_dim is not None and self.partial_rotary_factor is not None:
-            raise ValueError("give rotary_dim or partial_rotary_factor, not both")
-        scaling = self.rope_scaling
-        if scaling.rope_type == "proportional":
-            if self.rotary_dim not in (None, self.head_dim) or self.partial_rotary_factor not in (
-                None,
-                1.0,
-            ):
-                raise ValueError(
-                    "proportional RoPE always spans head_dim: put partial_rotary_factor inside "
-                    "rope_scaling"
+            issues += [
+                Issue((name,), "give rotary_dim or partial_rotary_factor, not both", value)
+                for name, value in (
+                    ("rotary_dim", self.rotary_dim),
+                    ("partial_rotary_factor", self.partial_rotary_factor),
                 )
-            if self.head_dim % 2:
-                raise ValueError(f"head_dim must be even for proportional RoPE, got {self.head_dim}")
+            ]
+        if self.rope_scaling.rope_type == "proportional":
+            if self.rotary_dim not in (None, self.head_dim):
+                issues.append(Issue(("rotary_dim",), _PROPORTIONAL, self.rotary_dim))
+            if self.partial_rotary_factor not in (None, 1.0):
+                issues.append(
+                    Issue(("partial_rotary_factor",), _PROPORTIONAL, self.partial_rotary_factor)
+                )
+        if issues:
+            raise field_error(issues)
+
         d = self.resolved_rotary_dim()
+        dim_loc, dim_value = self._dim_field()
         if d < 2 or d % 2:
-            raise ValueError(
-                f"rotary dim must be even and >= 2, got {d} "
-                f"(head_dim={self.head_dim}, rotary_dim={self.rotary_dim}, "
-                f"partial_rotary_factor={self.partial_rotary_factor})"
+            issues.append(
+                Issue(dim_loc, f"the rotary dim must be even and >= 2, got {d}", dim_value)
             )
-        if d > self.head_dim:
-            raise ValueError(f"rotary_dim {d} exceeds head_dim {self.head_dim}")
-        scaling.check_dim(d)
-        width = self.width or (PROFILES[self.profile]["width"] if self.profile else "full")
-        packing = self.packing or (PROFILES[self.profile]["packing"] if self.profile else "separate")
+        elif d > self.head_dim:
+            issues.append(
+                Issue(dim_loc, f"rotary dim {d} exceeds head_dim {self.head_dim}", dim_value)
+            )
+        else:
+            for issue in self.rope_scaling.check_dim(d):
+                at_dim = issue.loc == ("rotary_dim",)
+                issues.append(Issue(dim_loc, issue.message, dim_value) if at_dim else issue)
+        _, width, packing, _ = self._layout()
         if packing != "separate" and width != "half":
-            raise ValueError(f"packing {packing!r} is built from half-width caches: set width 'half'")
-        if self.profile == "ort_gqa" and (d // 2) % 8:
-            raise ValueError(
-                f"profile ort_gqa needs rotary_dim/2 to be a multiple of 8 "
-                f"(GroupQueryAttention), got {d // 2}"
+            issues.append(
+                Issue(
+                    ("width",),
+                    f"packing {packing!r} is built from half-width caches: width must be 'half'",
+                    width,
+                )
             )
+        if self.profile == "ort_gqa" and (d // 2) % 8:
+            issues.append(
+                Issue(
+                    ("profile",),
+                    f"ort_gqa (GroupQueryAttention do_rotary) needs rotary_dim/2 to be a multiple "
+                    f"of 8, got rotary dim {d}",
+                    self.profile,
+                )
+            )
+        if issues:
+            raise field_error(issues)
         return self
+
+    def _dim_field(self) -> tuple[tuple[str], int | float]:
+        """The field the rotary dim came from, to name it in errors."""
+        if self.rope_scaling.rope_type != "proportional":
+            if self.rotary_dim is not None:
+                return ("rotary_dim",), self.rotary_dim
+            if self.partial_rotary_factor is not None:
+                return ("partial_rotary_factor",), self.partial_rotary_factor
+        return ("head_dim",), self.head_dim
+
+    def _layout(self) -> tuple[bool, Width, Packing, FloatDtype]:
+        """(interleaved, width, packing, dtype): explicit fields, else the profile's, else `hf`'s.
+        A packed layout implies half width unless `width` says otherwise (then _check rejects)."""
+        prof = PROFILES[self.profile or "hf"]
+        packing: Packing = self.packing or prof["packing"]
+        width: Width = self.width or ("half" if packing != "separate" else prof["width"])
+        interleaved: bool = prof["interleaved"] if self.interleaved is None else self.interleaved
+        dtype: FloatDtype = self.dtype or prof["dtype"]
+        return interleaved, width, packing, dtype
 
     def resolved_rotary_dim(self) -> int:
         """d: the number of rotated channels (the table width at full width)."""
@@ -121,20 +202,21 @@ class RopeSpec(SpecBase):
         return self.head_dim
 
     def canonical(self) -> Self:
-        prof = PROFILES[self.profile] if self.profile else PROFILES["hf"]
-        d = self.resolved_rotary_dim()
-        uses_len = self.rope_scaling.rope_type in LENGTH_DEPENDENT
-        packing = self.packing or prof["packing"]
+        """Every default resolved, the profile expanded, `partial_rotary_factor` turned into
+        `rotary_dim`, `seq_len` reduced to the value that selects the table (or dropped), no-op
+        scalings written as `default`: equal tables have equal canonical forms."""
+        interleaved, width, packing, dtype = self._layout()
+        scaling = self.rope_scaling.canonical()
         return self.model_copy(
             update={
-                "rotary_dim": d,
+                "rotary_dim": self.resolved_rotary_dim(),
                 "partial_rotary_factor": None,
-                "seq_len": (self.seq_len or self.max_positions) if uses_len else None,
-                "rope_scaling": self.rope_scaling.canonical(),
-                "interleaved": prof["interleaved"] if self.interleaved is None else self.interleaved,
-                "width": "half" if packing != "separate" else (self.width or prof["width"]),
+                "seq_len": canonical_seq_len(scaling, self.seq_len or self.max_positions),
+                "rope_scaling": scaling,
+                "interleaved": interleaved,
+                "width": width,
                 "packing": packing,
-                "dtype": self.dtype or prof["dtype"],
+                "dtype": dtype,
                 "profile": None,
             }
         )

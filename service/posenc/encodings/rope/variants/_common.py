@@ -8,11 +8,43 @@ bit-identical on CPU; the same code run in float64 gives the `exact` precision.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic_core import InitErrorDetails, PydanticCustomError
+
+Loc = tuple[str | int, ...]
+
+
+@dataclass(frozen=True)
+class Issue:
+    """One cross-field problem: its path from the model being validated, why, and the value."""
+
+    loc: Loc
+    message: str
+    value: Any = None
+
+
+def field_error(issues: Sequence[Issue], title: str = "rope") -> ValidationError:
+    """A pydantic `ValidationError` with one line per issue, located at the offending field.
+
+    Raised from a model validator, pydantic prefixes each `loc` with the model's own path, so the
+    resulting `SpecError` names the field (`rope_scaling.beta_fast`) instead of the whole spec.
+    """
+    return ValidationError.from_exception_data(
+        title,
+        [
+            InitErrorDetails(
+                type=PydanticCustomError("value_error", "{message}", {"message": i.message}),
+                loc=i.loc,
+                input=i.value,
+            )
+            for i in issues
+        ],
+    )
 
 
 class ScalingBase(BaseModel):
@@ -22,16 +54,18 @@ class ScalingBase(BaseModel):
 
     rope_type: str
 
-    def check_dim(self, dim: int) -> None:
-        """Raise ValueError if the parameters do not fit rotary dim `dim`."""
+    def check_dim(self, dim: int) -> list[Issue]:
+        """Problems fitting rotary dim `dim`, each located relative to the RoPE spec root."""
+        return []
 
     def canonical(self) -> ScalingBase:
+        """The canonical spelling: derived defaults resolved, no-op scalings written `default`."""
         return self
 
 
 @dataclass(frozen=True)
 class RopeInputs:
-    """What every variant needs: rotary dim d, head_dim, base, the sequence length, dtype, device."""
+    """What every variant needs: rotary dim d, head_dim, base, sequence length, dtype, device."""
 
     dim: int
     head_dim: int
@@ -49,7 +83,8 @@ class InvFreqFn(Protocol):
 
 
 def exponents(dim: int, x: RopeInputs, denominator: int | None = None) -> torch.Tensor:
-    """`arange(0, dim, 2) / denominator` as transformers writes it (int64 arange, cast, divide)."""
+    """`arange(0, dim, 2) / denominator`, shape (dim/2,), as transformers writes it (int64 arange,
+    cast to the compute dtype, then divide)."""
     den = dim if denominator is None else denominator
     return torch.arange(0, dim, 2, dtype=torch.int64, device=x.device).to(dtype=x.dtype) / den
 

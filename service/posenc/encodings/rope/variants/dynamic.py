@@ -1,5 +1,5 @@
-"""Dynamic NTK-aware scaling (/u/bloc97, /u/emozilla). transformers `_compute_dynamic_ntk_parameters`
-and `dynamic_rope_update`.
+"""Dynamic NTK-aware scaling (/u/bloc97, /u/emozilla). transformers
+`_compute_dynamic_ntk_parameters` and `dynamic_rope_update`.
 
 With L = max(seq_len, max_position_embeddings):
 `base' = base * ((factor * L / max_position_embeddings) - (factor - 1)) ** (d / (d - 2))`.
@@ -15,7 +15,13 @@ from typing import Annotated, Literal
 import torch
 from pydantic import Field
 
-from posenc.encodings.rope.variants._common import RopeInputs, ScalingBase, VariantResult, exponents
+from posenc.encodings.rope.variants._common import (
+    Issue,
+    RopeInputs,
+    ScalingBase,
+    VariantResult,
+    exponents,
+)
 
 
 class DynamicScaling(ScalingBase):
@@ -23,9 +29,14 @@ class DynamicScaling(ScalingBase):
     factor: Annotated[float, Field(ge=1.0)]
     max_position_embeddings: Annotated[int, Field(ge=1)]
 
-    def check_dim(self, dim: int) -> None:
+    def check_dim(self, dim: int) -> list[Issue]:
         if dim <= 2:
-            raise ValueError(f"dynamic NTK needs rotary dim > 2 (d/(d-2) exponent), got {dim}")
+            return [
+                Issue(
+                    ("rotary_dim",), f"dynamic NTK needs rotary dim > 2 (d/(d-2)), got {dim}", dim
+                )
+            ]
+        return []
 
 
 def inv_freq(scaling: DynamicScaling, x: RopeInputs) -> VariantResult:

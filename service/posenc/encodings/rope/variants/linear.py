@@ -13,11 +13,16 @@ from posenc.encodings.rope.variants._common import (
     VariantResult,
     default_inv_freq,
 )
+from posenc.encodings.rope.variants.default import DefaultScaling
 
 
 class LinearScaling(ScalingBase):
     rope_type: Literal["linear"] = "linear"
     factor: Annotated[float, Field(ge=1.0)]
+
+    def canonical(self) -> ScalingBase:
+        # inv / 1.0 == inv exactly: factor 1 is the unscaled table, bit for bit.
+        return DefaultScaling() if self.factor == 1.0 else self
 
 
 def inv_freq(scaling: LinearScaling, x: RopeInputs) -> VariantResult:

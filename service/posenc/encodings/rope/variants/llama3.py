@@ -1,4 +1,4 @@
-"""Llama 3.1 frequency-dependent scaling (Meta `apply_scaling`; transformers
+"""Llama 3.1 frequency-dependent scaling (Meta `apply_scaling` in llama-models; transformers
 `_compute_llama3_parameters`).
 
 wavelen = 2*pi/inv; wavelengths above orig/low_freq_factor are divided by factor, those below
@@ -16,10 +16,12 @@ import torch
 from pydantic import Field, model_validator
 
 from posenc.encodings.rope.variants._common import (
+    Issue,
     RopeInputs,
     ScalingBase,
     VariantResult,
     default_inv_freq,
+    field_error,
 )
 
 
@@ -33,9 +35,14 @@ class Llama3Scaling(ScalingBase):
     @model_validator(mode="after")
     def _order(self) -> Self:
         if self.high_freq_factor <= self.low_freq_factor:
-            raise ValueError(
-                f"high_freq_factor ({self.high_freq_factor}) must be > low_freq_factor "
-                f"({self.low_freq_factor})"
+            raise field_error(
+                [
+                    Issue(
+                        ("high_freq_factor",),
+                        f"must be > low_freq_factor ({self.low_freq_factor})",
+                        self.high_freq_factor,
+                    )
+                ]
             )
         return self
 

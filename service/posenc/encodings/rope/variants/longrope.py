@@ -1,10 +1,11 @@
-"""LongRoPE (Ding et al. 2024; Phi-3/3.5). transformers `_compute_longrope_parameters` and
-`longrope_frequency_update`.
+"""LongRoPE (Ding et al. 2024, arXiv:2402.13753; Phi-3/3.5). transformers
+`_compute_longrope_parameters` and `longrope_frequency_update`.
 
-`inv = 1 / (ext * base ** (2i/d))` with ext = long_factor when seq_len > original length, else
-short_factor. A = attention_factor, else sqrt(1 + ln(factor)/ln(orig)) (1 when factor <= 1), with
-factor defaulting to max_position_embeddings/orig. The switch at orig+1 invalidates keys cached
-under the short table (transformers#33129): the switch point is reported as a fact.
+`inv = 1 / (ext * base ** (2i/d))`, shape (d/2,), with ext = long_factor when seq_len > original
+length, else short_factor. A = attention_factor, else sqrt(1 + ln(factor)/ln(orig)) (1 when
+factor <= 1), with factor defaulting to max_position_embeddings/orig. The switch at orig+1
+invalidates keys cached under the short table (transformers#33129): the switch point is reported
+as a fact.
 """
 
 from __future__ import annotations
@@ -15,7 +16,14 @@ from typing import Annotated, Literal, Self
 import torch
 from pydantic import Field, model_validator
 
-from posenc.encodings.rope.variants._common import RopeInputs, ScalingBase, VariantResult, exponents
+from posenc.encodings.rope.variants._common import (
+    Issue,
+    RopeInputs,
+    ScalingBase,
+    VariantResult,
+    exponents,
+    field_error,
+)
 
 PositiveFloat = Annotated[float, Field(gt=0.0)]
 
@@ -24,7 +32,8 @@ class LongRopeScaling(ScalingBase):
     rope_type: Literal["longrope"] = "longrope"
     short_factor: tuple[PositiveFloat, ...]
     long_factor: tuple[PositiveFloat, ...]
-    original_max_position_embeddings: Annotated[int, Field(ge=1)]
+    # >= 2: the default A divides by ln(original_max_position_embeddings)
+    original_max_position_embeddings: Annotated[int, Field(ge=2)]
     factor: Annotated[float | None, Field(gt=0.0)] = None
     max_position_embeddings: Annotated[int | None, Field(ge=1)] = None
     attention_factor: Annotated[float | None, Field(gt=0.0)] = None
@@ -32,20 +41,33 @@ class LongRopeScaling(ScalingBase):
     @model_validator(mode="after")
     def _factor(self) -> Self:
         if self.factor is None and self.max_position_embeddings is None:
-            raise ValueError("longrope needs factor or max_position_embeddings")
+            raise field_error(
+                [Issue(("factor",), "longrope needs factor or max_position_embeddings", None)]
+            )
         if len(self.short_factor) != len(self.long_factor):
-            raise ValueError(
-                f"short_factor has {len(self.short_factor)} entries, long_factor "
-                f"{len(self.long_factor)}: both must have rotary_dim/2"
+            raise field_error(
+                [
+                    Issue(
+                        ("long_factor",),
+                        f"long_factor has {len(self.long_factor)} entries, short_factor "
+                        f"{len(self.short_factor)}: both must have rotary_dim/2",
+                        len(self.long_factor),
+                    )
+                ]
             )
         return self
 
-    def check_dim(self, dim: int) -> None:
+    def check_dim(self, dim: int) -> list[Issue]:
         if len(self.short_factor) != dim // 2:
-            raise ValueError(
-                f"short_factor/long_factor need rotary_dim/2 = {dim // 2} entries, "
-                f"got {len(self.short_factor)}"
-            )
+            return [
+                Issue(
+                    ("rope_scaling", name),
+                    f"needs rotary_dim/2 = {dim // 2} entries, got {len(self.short_factor)}",
+                    len(self.short_factor),
+                )
+                for name in ("short_factor", "long_factor")
+            ]
+        return []
 
     def resolved_factor(self) -> float:
         if self.factor is not None:
@@ -60,6 +82,7 @@ class LongRopeScaling(ScalingBase):
 
 
 def attention_scaling(s: LongRopeScaling) -> float:
+    """A: attention_factor, else sqrt(1 + ln(factor) / ln(orig)), 1 when factor <= 1."""
     if s.attention_factor is not None:
         return s.attention_factor
     factor = s.resolved_factor()
@@ -68,17 +91,20 @@ def attention_scaling(s: LongRopeScaling) -> float:
     return math.sqrt(1 + math.log(factor) / math.log(s.original_max_position_embeddings))
 
 
+def uses_long_factors(s: LongRopeScaling, seq_len: int | None) -> bool:
+    """transformers: long factors when `seq_len > original_max_position_embeddings`."""
+    return bool(seq_len and seq_len > s.original_max_position_embeddings)
+
+
 def inv_freq(scaling: LongRopeScaling, x: RopeInputs) -> VariantResult:
-    """LongRoPE inverse frequencies for `seq_len`, shape (d/2,); facts: which factors, the switch."""
-    orig = scaling.original_max_position_embeddings
-    use_long = bool(x.seq_len and x.seq_len > orig)
+    """LongRoPE inverse frequencies for `seq_len`, shape (d/2,); facts: the factors, the switch."""
+    use_long = uses_long_factors(scaling, x.seq_len)
     factors = scaling.long_factor if use_long else scaling.short_factor
-    ext = torch.tensor(factors, dtype=torch.float32, device=x.device).to(x.dtype)
-    if x.dtype == torch.float64:
-        ext = torch.tensor(factors, dtype=torch.float64, device=x.device)
+    # transformers builds the factors as an fp32 tensor; exact keeps them as given (float64).
+    ext = torch.tensor(factors, dtype=x.dtype, device=x.device)
     inv = 1.0 / (ext * x.base ** exponents(x.dim, x))
     facts = {
         "longrope_factors": "long" if use_long else "short",
-        "longrope_switch_point": orig,
+        "longrope_switch_point": scaling.original_max_position_embeddings,
     }
     return inv, attention_scaling(scaling), facts

@@ -8,20 +8,29 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from posenc.encodings.rope.variants._common import (
+    Issue,
     RopeInputs,
     ScalingBase,
     VariantResult,
     default_inv_freq,
 )
+from posenc.encodings.rope.variants.default import DefaultScaling
 
 
 class NtkAlphaScaling(ScalingBase):
     rope_type: Literal["ntk_alpha"] = "ntk_alpha"
     alpha: Annotated[float, Field(gt=0.0)]
 
-    def check_dim(self, dim: int) -> None:
+    def check_dim(self, dim: int) -> list[Issue]:
         if dim <= 2:
-            raise ValueError(f"NTK-alpha needs rotary dim > 2 (d/(d-2) exponent), got {dim}")
+            return [
+                Issue(("rotary_dim",), f"NTK-alpha needs rotary dim > 2 (d/(d-2)), got {dim}", dim)
+            ]
+        return []
+
+    def canonical(self) -> ScalingBase:
+        # base * 1 ** e == base exactly: alpha 1 is the unscaled table, bit for bit.
+        return DefaultScaling() if self.alpha == 1.0 else self
 
 
 def inv_freq(scaling: NtkAlphaScaling, x: RopeInputs) -> VariantResult:

@@ -13,6 +13,7 @@ import torch
 from pydantic import Field
 
 from posenc.encodings.rope.variants._common import RopeInputs, ScalingBase, VariantResult, exponents
+from posenc.encodings.rope.variants.default import DefaultScaling
 
 
 class ProportionalScaling(ScalingBase):
@@ -20,9 +21,16 @@ class ProportionalScaling(ScalingBase):
     factor: Annotated[float, Field(ge=1.0)] = 1.0
     partial_rotary_factor: Annotated[float, Field(ge=0.0, le=1.0)] = 1.0
 
+    def canonical(self) -> ScalingBase:
+        # Every pair rotating over head_dim, divided by 1.0: the unscaled table, bit for bit.
+        if self.partial_rotary_factor == 1.0 and self.factor == 1.0:
+            return DefaultScaling()
+        return self
+
 
 def inv_freq(scaling: ProportionalScaling, x: RopeInputs) -> VariantResult:
-    """Proportional inverse frequencies, shape (head_dim/2,); attention scaling 1."""
+    """Proportional inverse frequencies, shape (head_dim/2,); attention scaling 1; facts: how many
+    pairs rotate."""
     head_dim = x.head_dim
     rope_angles = int(scaling.partial_rotary_factor * head_dim // 2)
     rotated = 1.0 / (x.base ** exponents(2 * rope_angles, x, denominator=head_dim))

@@ -1,12 +1,13 @@
 """YaRN (Peng et al. 2023, arXiv:2309.00071). transformers `_compute_yarn_parameters`.
 
-`inv = inter * (1 - ef) + extra * ef` with extra = 1/pos_freqs, inter = 1/(factor * pos_freqs),
-ef = 1 - ramp over the correction range [low, high] found from beta_fast/beta_slow rotations at
-the original length (floored/ceiled when `truncate`, the default; GPT-OSS sets it false).
-Attention scaling A = attention_factor, else get_mscale(f, mscale)/get_mscale(f, mscale_all_dim)
-when both are set, else get_mscale(f) (a lone mscale is ignored, as in transformers). DeepSeek-V2/V3
-also multiply the softmax scale by get_mscale(f, mscale_all_dim)**2 in attention: reported as
-`softmax_scale_multiplier`, since no cos/sin table carries it.
+`inv = inter * (1 - ef) + extra * ef`, shape (d/2,), with extra = 1/pos_freqs,
+inter = 1/(factor * pos_freqs), ef = 1 - ramp over the correction range [low, high] found from
+beta_fast/beta_slow rotations at the original length (floored/ceiled when `truncate`, the default;
+GPT-OSS sets it false). Attention scaling A = attention_factor, else
+get_mscale(f, mscale)/get_mscale(f, mscale_all_dim) when both are set, else get_mscale(f) (a lone
+mscale is ignored, as in transformers). DeepSeek-V2/V3 also multiply the softmax scale by
+get_mscale(f, mscale_all_dim)**2 in attention (transformers `yarn_apply_mscale`, #47435): reported
+as `softmax_scale_multiplier`, since no cos/sin table carries it.
 """
 
 from __future__ import annotations
@@ -17,7 +18,14 @@ from typing import Annotated, Literal, Self
 import torch
 from pydantic import Field, model_validator
 
-from posenc.encodings.rope.variants._common import RopeInputs, ScalingBase, VariantResult, exponents
+from posenc.encodings.rope.variants._common import (
+    Issue,
+    RopeInputs,
+    ScalingBase,
+    VariantResult,
+    exponents,
+    field_error,
+)
 
 
 class YarnScaling(ScalingBase):
@@ -34,10 +42,19 @@ class YarnScaling(ScalingBase):
     @model_validator(mode="after")
     def _betas(self) -> Self:
         if self.beta_fast < self.beta_slow:
-            raise ValueError(
-                f"beta_fast ({self.beta_fast}) must be >= beta_slow ({self.beta_slow})"
+            raise field_error(
+                [Issue(("beta_fast",), f"must be >= beta_slow ({self.beta_slow})", self.beta_fast)]
             )
         return self
+
+    def canonical(self) -> YarnScaling:
+        # transformers tests `if mscale and mscale_all_dim`: 0 and None read the same, and mscale
+        # only counts next to mscale_all_dim and without an explicit attention_factor.
+        all_dim = self.mscale_all_dim or None
+        mscale = (
+            self.mscale if (self.mscale and all_dim and self.attention_factor is None) else None
+        )
+        return self.model_copy(update={"mscale": mscale, "mscale_all_dim": all_dim})
 
 
 def get_mscale(scale: float, mscale: float = 1.0) -> float:
@@ -48,6 +65,7 @@ def get_mscale(scale: float, mscale: float = 1.0) -> float:
 
 
 def attention_scaling(s: YarnScaling) -> float:
+    """A, folded into cos and sin (transformers `attention_factor`)."""
     if s.attention_factor is not None:
         return s.attention_factor
     if s.mscale and s.mscale_all_dim:
@@ -55,8 +73,18 @@ def attention_scaling(s: YarnScaling) -> float:
     return get_mscale(s.factor)
 
 
+def softmax_scale_multiplier(s: YarnScaling) -> float | None:
+    """get_mscale(f, mscale_all_dim)**2, the factor DeepSeek-V2/V3 apply to 1/sqrt(qk_head_dim);
+    None when mscale_all_dim is unset (no model applies one then)."""
+    if not s.mscale_all_dim:
+        return None
+    m = get_mscale(s.factor, s.mscale_all_dim)
+    return m * m
+
+
 def correction_range(s: YarnScaling, dim: int, base: float) -> tuple[float, float]:
-    """[low, high] pair indices of the ramp, clamped to [0, d-1]."""
+    """[low, high] pair indices of the ramp, clamped to [0, d-1] (transformers
+    `find_correction_range`)."""
 
     def corr(rotations: float) -> float:
         return (dim * math.log(s.original_max_position_embeddings / (rotations * 2 * math.pi))) / (
@@ -78,17 +106,14 @@ def inv_freq(scaling: YarnScaling, x: RopeInputs) -> VariantResult:
     lo, hi = low, high
     if lo == hi:
         hi += 0.001  # transformers: prevent the singularity
+    # transformers builds the ramp in fp32 on the CPU, then moves it; exact builds it in float64.
     ramp_dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
-    ramp = torch.clamp(
-        (torch.arange(x.dim // 2, dtype=ramp_dtype) - lo) / (hi - lo), 0, 1
-    ).to(device=x.device, dtype=x.dtype)
+    linear = (torch.arange(x.dim // 2, dtype=ramp_dtype) - lo) / (hi - lo)
+    ramp = torch.clamp(linear, 0, 1).to(device=x.device, dtype=x.dtype)
     extrapolation_factor = 1 - ramp
-    inv = (
-        inv_interpolation * (1 - extrapolation_factor)
-        + inv_extrapolation * extrapolation_factor
-    )
-    a = attention_scaling(scaling)
+    inv = inv_interpolation * (1 - extrapolation_factor) + inv_extrapolation * extrapolation_factor
     facts: dict[str, object] = {"yarn_correction_range": [low, high]}
-    if scaling.mscale_all_dim:
-        facts["softmax_scale_multiplier"] = get_mscale(scaling.factor, scaling.mscale_all_dim) ** 2
-    return inv, a, facts
+    multiplier = softmax_scale_multiplier(scaling)
+    if multiplier is not None:
+        facts["softmax_scale_multiplier"] = multiplier
+    return inv, attention_scaling(scaling), facts
