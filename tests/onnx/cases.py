@@ -1,0 +1,96 @@
+"""Specs and helpers shared by the ONNX tests: one small spec per graph, run helpers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import onnx
+import torch
+
+from posenc.encodings import SpecBase, parse_spec
+from posenc.onnx import ort_run, ort_session
+
+DTYPES = ("float32", "float16", "bfloat16")
+
+# heads for T5 weights carried in the spec: (num_buckets=32, H=3), fixed values
+T5_WEIGHTS = (torch.arange(32 * 3, dtype=torch.float32).reshape(32, 3) / 17.0 - 2.5).tolist()
+
+BASE: dict[tuple[str, str], dict[str, Any]] = {
+    # YaRN: attention scaling != 1 is folded into cos/sin.
+    ("rope", "cos_sin"): {
+        "kind": "rope",
+        "head_dim": 16,
+        "max_positions": 40,
+        "rope_scaling": {
+            "rope_type": "yarn",
+            "factor": 4.0,
+            "original_max_position_embeddings": 10,
+        },
+    },
+    ("rope", "rotary"): {
+        "kind": "rope",
+        "head_dim": 16,
+        "max_positions": 40,
+        "rope_scaling": {
+            "rope_type": "yarn",
+            "factor": 4.0,
+            "original_max_position_embeddings": 10,
+        },
+    },
+    ("alibi", "bias"): {
+        "kind": "alibi",
+        "num_heads": 6,
+        "bias": "causal",
+        "query_length": 5,
+        "key_length": 9,
+        "query_offset": 4,
+    },
+    ("sinusoidal", "embedding"): {
+        "kind": "sinusoidal",
+        "convention": "fairseq",
+        "dim": 17,
+        "max_positions": 30,
+    },
+    ("sinusoidal_2d", "embedding"): {
+        "kind": "sinusoidal_2d",
+        "style": "detr",
+        "num_pos_feats": 8,
+        "height": 5,
+        "width": 6,
+        "valid_height": 4,
+        "valid_width": 5,
+        "normalize": True,
+    },
+    ("t5_bias", "bias"): {
+        "kind": "t5_bias",
+        "query_length": 6,
+        "key_length": 150,
+        "query_offset": 3,
+        "relative_attention_bias": T5_WEIGHTS,
+    },
+}
+
+
+def spec_for(kind: str, graph: str, dtype: str = "float32", **update: Any) -> SpecBase:
+    """The base spec of (kind, graph) in `dtype`, with fields replaced."""
+    return parse_spec({**BASE[(kind, graph)], "dtype": dtype, **update})
+
+
+def run(model: onnx.ModelProto, feeds: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """One onnxruntime CPU run (bfloat16 in and out supported)."""
+    return ort_run(ort_session(model), feeds)
+
+
+def assert_close(actual: torch.Tensor, expected: torch.Tensor, atol: float) -> None:
+    """Same shape and dtype; equal non-finite entries; |a - e| <= atol elsewhere."""
+    assert actual.shape == expected.shape, (actual.shape, expected.shape)
+    assert actual.dtype == expected.dtype, (actual.dtype, expected.dtype)
+    if not actual.dtype.is_floating_point:
+        assert torch.equal(actual, expected)
+        return
+    a, e = actual.double(), expected.double()
+    finite = torch.isfinite(e)
+    assert torch.equal(torch.isfinite(a), finite)
+    assert torch.equal(a[~finite], e[~finite])
+    err = float((a - e).abs()[finite].max()) if bool(finite.any()) else 0.0
+    assert err <= atol, f"max |error| {err} > {atol}"

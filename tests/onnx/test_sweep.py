@@ -1,0 +1,134 @@
+"""Every graph x mode x op x opset 17..23 x dtype (the non-default input styles of alibi/t5_bias at
+opsets 17 and 23): the model verifies (checker, shape inference, onnxruntime against the core)
+and, checked here independently of the exporter's own samples, equals the encodings core's table
+within the tolerance table (exactly where the graph only moves core values)."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+import torch
+from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+from posenc.encodings import SpecBase, compute
+from posenc.onnx import EXPORTERS, OPSETS, export, metadata, verify
+from tests.onnx.cases import DTYPES, assert_close, run, spec_for
+from tests.tolerances import ATOL
+
+
+def _combos() -> list[Any]:
+    out = []
+    for (kind, graph), exporter in sorted(EXPORTERS.items()):
+        variants = exporter.ops or exporter.input_styles or (None,)
+        for mode, variant, opset, dtype in itertools.product(
+            exporter.modes, variants, OPSETS, DTYPES
+        ):
+            if variant == "onnx" and opset < 23:
+                continue  # RotaryEmbedding exists from opset 23 (refusal tested elsewhere)
+            if variant in ("onnx", "contrib") and dtype == "bfloat16":
+                continue  # no onnxruntime CPU kernel (refusal tested elsewhere)
+            if variant in exporter.input_styles[1:] and opset not in (OPSETS[0], OPSETS[-1]):
+                continue  # input styles differ only in the first nodes: ends of the range
+            out.append(
+                pytest.param(
+                    kind,
+                    graph,
+                    mode,
+                    variant,
+                    opset,
+                    dtype,
+                    id=f"{kind}/{graph}-{mode}-{variant}-op{opset}-{dtype}",
+                )
+            )
+    return out
+
+
+def _variant_kwargs(kind: str, graph: str, variant: str | None) -> dict[str, Any]:
+    if variant is None:
+        return {}
+    return {"op": variant} if graph == "rotary" else {"inputs": variant}
+
+
+@pytest.mark.parametrize(("kind", "graph", "mode", "variant", "opset", "dtype"), _combos())
+def test_graph_equals_core(
+    kind: str, graph: str, mode: str, variant: str | None, opset: int, dtype: str
+) -> None:
+    spec = spec_for(kind, graph, dtype)
+    model = export(spec, graph, opset=opset, mode=mode, **_variant_kwargs(kind, graph, variant))
+    assert {o.version for o in model.opset_import if o.domain == ""} == {opset}
+    assert metadata(model)["graph"] == f"{kind}/{graph}"
+    report = verify(model, spec)
+    assert report.samples >= 1
+    feeds, expected, atol = _core_case(spec, graph, mode, variant, dtype)
+    outputs = run(model, feeds)
+    for name, want in expected.items():
+        assert_close(outputs[name], want, atol)
+
+
+def _core_case(
+    spec: SpecBase, graph: str, mode: str, variant: str | None, dtype: str
+) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], float]:
+    """Inputs covering the spec's whole table and the core's tensors for them."""
+    table = compute(spec).tensors
+    exact_gather = mode == "table"
+    if spec.kind == "rope" and graph == "cos_sin":
+        rows = torch.arange(spec.max_positions)[None]
+        expected = {k: v[None] for k, v in table.items() if k != "inv_freq"}
+        return {"position_ids": rows}, expected, 0.0 if exact_gather else ATOL[dtype]
+    if spec.kind == "rope":
+        gen = torch.Generator().manual_seed(1)
+        x = (torch.rand(2, 3, 7, spec.head_dim, generator=gen) * 2 - 1).to(table["cos"].dtype)
+        pos = torch.stack(
+            (torch.arange(7), torch.arange(spec.max_positions - 7, spec.max_positions))
+        )
+        cos, sin = table["cos"][pos].float(), table["sin"][pos].float()  # full width cat(c, c)
+        y, _ = apply_rotary_pos_emb(x.float(), x.float(), cos, sin)
+        return {"x": x, "position_ids": pos}, {"y": y.to(x.dtype)}, 2 * ATOL[dtype]
+    if spec.kind == "alibi":
+        q, k = spec.query_length, spec.key_length
+        queries = torch.arange(spec.query_offset, spec.query_offset + q)
+        feeds = (
+            {"query_positions": queries, "key_positions": torch.arange(k)}
+            if variant == "positions"
+            else {"past_length": torch.tensor(k - q), "query_length": torch.tensor(q)}
+        )
+        return feeds, {"bias": table["bias"][None]}, 0.0
+    if spec.kind == "t5_bias":
+        queries = torch.arange(spec.query_offset, spec.query_offset + spec.query_length)
+        keys = torch.arange(spec.key_length)
+        feeds = (
+            {"query_positions": queries, "key_positions": keys}
+            if variant == "positions"
+            else {
+                "past_length": torch.tensor(spec.query_offset),
+                "query_length": torch.tensor(spec.query_length),
+            }
+        )
+        if variant == "lengths":
+            # keys end at the last query: compare the columns the spec has
+            keys = keys[: spec.query_offset + spec.query_length]
+        expected = {"buckets": table["buckets"], "bias": table["bias"][None]}
+        if variant == "lengths":
+            expected = {
+                "buckets": expected["buckets"][:, : len(keys)],
+                "bias": expected["bias"][..., : len(keys)],
+            }
+        return feeds, expected, 0.0
+    if spec.kind == "sinusoidal":
+        first = spec.position_offset or 0
+        rows = torch.arange(first, first + (spec.max_positions or 0))[None]
+        return (
+            {"position_ids": rows},
+            {"embedding": table["embedding"][None]},
+            (0.0 if exact_gather else ATOL[dtype]),
+        )
+    sizes = {
+        "height": spec.height,
+        "width": spec.width,
+        "valid_height": spec.valid_height,
+        "valid_width": spec.valid_width,
+    }
+    feeds = {k: torch.tensor(v) for k, v in sizes.items()}
+    return feeds, {"embedding": table["embedding"]}, ATOL[dtype]
