@@ -7,7 +7,17 @@ Public API:
 - `canonical_json(spec)`, `content_key(spec)`: canonical form and its stable sha256 key.
 """
 
-from posenc.encodings import alibi, rope, sinusoidal, sinusoidal_2d, t5_bias
+from posenc.encodings import (
+    alibi,
+    learned,
+    normalized,
+    relative_index,
+    rope,
+    sinusoidal,
+    sinusoidal_2d,
+    t5_bias,
+    xpos,
+)
 from posenc.encodings.base import (
     ALGORITHM_VERSION,
     FAMILIES,
@@ -52,10 +62,14 @@ __all__ = [
     "compute",
     "content_key",
     "from_hf_config",
+    "learned",
+    "normalized",
     "parse_spec",
+    "relative_index",
     "resolve_hf_config",
     "rope",
     "sinusoidal",
     "sinusoidal_2d",
     "t5_bias",
+    "xpos",
 ]

@@ -75,7 +75,7 @@ class SpecBase(BaseModel):
         return self
 
     def outputs(self) -> dict[str, TensorInfo]:
-        """Name -> shape and dtype of every tensor `compute` returns, computed without allocating."""
+        """Name -> shape and dtype of every tensor `compute` returns, known without allocating."""
         raise NotImplementedError
 
     def output_bytes(self) -> int:
@@ -216,7 +216,7 @@ def content_key(spec: SpecBase) -> str:
 
 
 def compute(spec: SpecBase, device: str | torch.device = "cpu") -> Table:
-    """Compute the table for `spec` on `device`. Pure: the same spec and device give the same bits."""
+    """Compute the table for `spec` on `device`. Pure: same spec and device, same bits."""
     canon = spec.canonical()
     family = FAMILIES[canon.kind]
     dev = torch.device(device)

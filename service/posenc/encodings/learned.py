@@ -1,0 +1,570 @@
+"""Learned absolute position tables, resampled to a new grid or length as each ecosystem does.
+
+A learned table is checkpoint weights E (N, D): `num_prefix_tokens` leading rows (class,
+distillation or register tokens; RoBERTa-style padding rows for text) followed by one row per
+position of a grid (h, w) in row-major order, or of a sequence of length L. Resampling keeps the
+prefix rows and interpolates the rest (`method`):
+
+- `timm`: timm `layers/pos_embed.resample_abs_pos_embed`:
+  `interpolate(size=new_grid, mode=interpolation, antialias=antialias, align_corners=...)`.
+- `hf_vit`: transformers 5.23 `ViTEmbeddings.interpolate_pos_encoding` (and
+  `Dinov2Embeddings.interpolate_pos_encoding`): `interpolate(size=new_grid, mode="bicubic",
+  align_corners=False)`.
+- `dinov2_legacy`: facebookresearch/dinov2 `DinoVisionTransformer.interpolate_pos_encoding` (and
+  transformers' Dinov2 before it switched to `size=`): `interpolate(scale_factor=((h + o) / M,
+  (w + o) / M), mode="bicubic")`.
+- `linear_1d`: text models: `interpolate(E.T[None], size=new_length, mode="linear",
+  align_corners=...)`.
+
+Details per method:
+
+- `timm`: prefix tokens kept (default 1), source grid `grid` (default square), bicubic with
+  antialias on by default (`antialias` false for the older behaviour), `interpolation` bicubic or
+  bilinear, `align_corners` default false. timm returns the table unchanged when the size does not
+  change.
+- `hf_vit`: one class token, a square source grid (`torch_int(num_positions ** 0.5)`), bicubic
+  without antialias. The model derives the target grid as `height // patch_size, width //
+  patch_size` (pixels floored to patches): give that grid as `new_grid`. It returns the table
+  unchanged when the patch count is unchanged and height == width (the same grid). DINOv2 in
+  transformers 5.23 makes the same call in fp32 (`Dinov2Embeddings` casts to float32 first), so it
+  is this method too. The difference from `timm` is antialias only: the two differ by O(1) when
+  downsampling (field guide section 4).
+- `dinov2_legacy`: the original DINO/DINOv2 code (and transformers' Dinov2 until it moved to
+  `size=`): target grid (h, w), M = sqrt(N - 1), `scale_factor = ((h + o) / M, (w + o) / M)` with
+  the "historical kludge" o = `interpolate_offset` = 0.1 (dino#8). PyTorch then outputs
+  floor(M * scale) = (h, w) rows but samples at source coordinates `(x + 0.5) / scale - 0.5`
+  computed from the given scale, not from h / M: the table differs from `hf_vit`'s by the offset's
+  shift. Square source grid, one class token, bicubic, no antialias.
+- `linear_1d`: sequence tables (GPT-2, BERT, OPT, Whisper decoders) stretched to `new_length` by
+  linear interpolation along positions, `align_corners` false by default; prefix rows kept
+  (default 0; RoBERTa/OPT tables hold 2 offset rows).
+
+Every method computes in float32 (as timm and DINOv2 do; ViT interpolates in the weights' dtype,
+float32 for the checkpoints served here) and casts to `dtype` last. Output `embedding`
+(num_prefix_tokens + new_h * new_w, D) or (num_prefix_tokens + new_length, D): the reference's
+(1, N', D) without the batch axis.
+
+The table itself (`table_key`)
+------------------------------
+A spec carries the table either inline (`table`, nested lists, at most `MAX_INLINE_ENTRIES`) or by
+`table_key`, the content key of a table uploaded earlier, with its `table_shape` [N, D] so that
+`outputs()` needs no lookup. The canonical form always names the table by key: an inline table and
+the same table uploaded share one spec key, and canonical JSON stays small. The key is
+
+    sha256(b"posenc-table:float32:{N}x{D}\\n" + E.astype("<f4").tobytes())   (64 hex digits)
+
+over the row-major little-endian float32 values (`table_key`); any client can compute it. Tables
+are held as float32, the precision every method computes in.
+
+Tables referenced by key live in a `TableStore`, a small thread-safe, byte-bounded, content-
+addressed LRU that the runtime creates and owns (nothing here is global, nothing reads the
+environment): an upload calls `store.put(tensor)` (or `store.register(key, tensor)`, which checks
+the key), and before computing, `resolve_tables(spec, store)` binds the table to the spec (and puts
+an inline table into the store, so that a client may later send the canonical, key-only spec). A
+bound table travels with the spec object as private state, excluded from the canonical form; it is
+fully determined by the key. Computing a key-only spec that was never bound raises
+`UnknownTableError` (error_type `unknown_table`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, NoReturn, Self
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field, PrivateAttr, field_validator, model_validator
+
+from posenc.encodings.base import DTYPES, SpecBase, TensorInfo, register_family
+from posenc.encodings.errors import FieldProblem, SpecError
+
+MAX_INLINE_ENTRIES = 1 << 20
+"""Cap on N * D of an inline `table` (nested JSON lists); larger tables go through the store."""
+MAX_TABLE_ENTRIES = 1 << 26
+"""Cap on N * D of any table (256 MiB as float32)."""
+MAX_ROWS = 1 << 20
+MAX_DIM = 1 << 16
+MAX_SIDE = 4096
+MAX_NEW_POSITIONS = 1 << 20
+DEFAULT_STORE_BYTES = 1 << 28
+
+KEY_PATTERN = r"^[0-9a-f]{64}$"
+
+Method = Literal["timm", "hf_vit", "dinov2_legacy", "linear_1d"]
+Interpolation = Literal["bicubic", "bilinear"]
+FloatDtype = Literal["float32", "float16", "bfloat16"]
+
+METHOD_FIELDS: dict[str, frozenset[str]] = {
+    "timm": frozenset({"grid", "new_grid", "interpolation", "antialias", "align_corners"}),
+    "hf_vit": frozenset({"grid", "new_grid"}),
+    "dinov2_legacy": frozenset({"grid", "new_grid", "interpolate_offset"}),
+    "linear_1d": frozenset({"new_length", "align_corners"}),
+}
+OPTIONAL_FIELDS = (
+    "grid",
+    "new_grid",
+    "new_length",
+    "interpolation",
+    "antialias",
+    "align_corners",
+    "interpolate_offset",
+)
+DEFAULT_PREFIX: dict[str, int] = {"timm": 1, "hf_vit": 1, "dinov2_legacy": 1, "linear_1d": 0}
+
+Side = Annotated[int, Field(ge=1, le=MAX_SIDE)]
+Grid = Annotated[list[Side], Field(min_length=2, max_length=2)]
+
+
+@dataclass
+class UnknownTableError(SpecError):
+    """A `table_key` names no table in the store (never uploaded, or evicted): upload it again."""
+
+    error_type = "unknown_table"
+
+
+def _bad(field: str, message: str, value: Any) -> NoReturn:
+    raise SpecError("invalid learned spec", [FieldProblem(field, message, value)])
+
+
+def table_key(table: torch.Tensor) -> str:
+    """The content key of a (N, D) table: sha256 over a shape header and its row-major
+    little-endian float32 bytes (module docstring), 64 hex digits."""
+    t = table.detach().to(device="cpu", dtype=torch.float32).contiguous()
+    n, d = t.shape
+    digest = hashlib.sha256(f"posenc-table:float32:{n}x{d}\n".encode())
+    digest.update(t.numpy().astype("<f4", copy=False).tobytes())
+    return digest.hexdigest()
+
+
+def as_table(table: torch.Tensor, field: str = "table") -> torch.Tensor:
+    """A checked (N, D) float32 CPU contiguous copy of `table` ((N, D) or a checkpoint's
+    (1, N, D)); raises `SpecError` naming `field` for a bad shape, size or non-finite values."""
+    t = table.detach()
+    if t.dim() == 3 and t.shape[0] == 1:
+        t = t[0]
+    if t.dim() != 2 or t.shape[0] < 1 or t.shape[1] < 1:
+        _bad(field, "must be a 2-D (N, D) table (or (1, N, D))", list(table.shape))
+    n, d = t.shape
+    if n > MAX_ROWS or d > MAX_DIM or n * d > MAX_TABLE_ENTRIES:
+        _bad(
+            field,
+            f"at most {MAX_ROWS} rows, {MAX_DIM} columns and {MAX_TABLE_ENTRIES} entries",
+            [n, d],
+        )
+    if not (t.is_floating_point() or t.dtype in (torch.int32, torch.int64)):
+        _bad(field, "must hold real numbers", str(t.dtype))
+    out = t.to(device="cpu", dtype=torch.float32).contiguous().clone()
+    if not bool(torch.isfinite(out).all()):
+        _bad(field, "must hold finite float32 values (no NaN or infinity)", None)
+    return out
+
+
+class BoundTable:
+    """A table bound to a spec: its content key and the (N, D) float32 CPU tensor.
+
+    Compared and hashed by key (the key determines the tensor), so specs stay comparable.
+    """
+
+    __slots__ = ("key", "tensor")
+
+    def __init__(self, key: str, tensor: torch.Tensor) -> None:
+        self.key = key
+        self.tensor = tensor
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, BoundTable) and other.key == self.key
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __repr__(self) -> str:
+        return f"BoundTable({self.key[:12]}..., shape={list(self.tensor.shape)})"
+
+
+class TableStore:
+    """Content-addressed, byte-bounded LRU store of learned tables: key -> (N, D) float32 CPU.
+
+    Created and owned by the runtime (one per server), shared by request handlers and the
+    compute threads, hence the lock. `put` returns the key; storing a table that is already there
+    only refreshes it; a table larger than the whole budget is refused (`SpecError`, 'table').
+    """
+
+    def __init__(self, max_bytes: int = DEFAULT_STORE_BYTES) -> None:
+        if max_bytes < 0:
+            raise ValueError("max_bytes must be >= 0")
+        self.max_bytes = max_bytes
+        self._tables: OrderedDict[str, torch.Tensor] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def put(self, table: torch.Tensor) -> str:
+        """Store `table` ((N, D) or (1, N, D), any real dtype, converted to float32) and return
+        its content key; evicts least-recently-used tables to stay within `max_bytes`."""
+        t = as_table(table)
+        key = table_key(t)
+        self._insert(key, t)
+        return key
+
+    def register(self, key: str, table: torch.Tensor) -> str:
+        """Store `table` under `key`, checking that `key` is its content key (`SpecError` naming
+        'table_key' otherwise)."""
+        t = as_table(table)
+        actual = table_key(t)
+        if actual != key:
+            _bad("table_key", f"is not the content key of this table ({actual})", key)
+        self._insert(key, t)
+        return key
+
+    def lookup(self, key: str) -> torch.Tensor | None:
+        """The table stored under `key` (marked recently used), or None."""
+        with self._lock:
+            t = self._tables.get(key)
+            if t is not None:
+                self._tables.move_to_end(key)
+            return t
+
+    def _insert(self, key: str, t: torch.Tensor) -> None:
+        size = t.numel() * t.element_size()
+        if size > self.max_bytes:
+            _bad("table", f"{size} bytes exceed the table store's {self.max_bytes}", size)
+        with self._lock:
+            if key in self._tables:
+                self._tables.move_to_end(key)
+                return
+            self._tables[key] = t
+            self._bytes += size
+            while self._bytes > self.max_bytes:
+                _, old = self._tables.popitem(last=False)
+                self._bytes -= old.numel() * old.element_size()
+
+    def __contains__(self, key: object) -> bool:
+        with self._lock:
+            return key in self._tables
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._tables)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the stored tensors."""
+        with self._lock:
+            return self._bytes
+
+
+class LearnedSpec(SpecBase):
+    """A learned absolute table (N, D) resampled per `method`; see the module docstring.
+
+    Give exactly one of `table` (inline nested lists) or `table_key` with `table_shape`. Fields of
+    one method are rejected on another; `canonical()` fills the method's defaults and names the
+    table by its key.
+    """
+
+    kind: Literal["learned"] = "learned"
+    method: Method
+    table: list[list[float]] | None = None
+    table_key: Annotated[str | None, Field(pattern=KEY_PATTERN)] = None
+    table_shape: (
+        Annotated[list[Annotated[int, Field(ge=1)]], Field(min_length=2, max_length=2)] | None
+    ) = None
+    num_prefix_tokens: Annotated[int | None, Field(ge=0, le=MAX_ROWS)] = None
+    grid: Grid | None = None
+    new_grid: Grid | None = None
+    new_length: Annotated[int | None, Field(ge=1, le=MAX_NEW_POSITIONS)] = None
+    interpolation: Interpolation | None = None
+    antialias: bool | None = None
+    align_corners: bool | None = None
+    interpolate_offset: Annotated[float | None, Field(gt=0.0, lt=1.0)] = None
+    dtype: FloatDtype = "float32"
+
+    _bound: BoundTable | None = PrivateAttr(default=None)
+
+    @field_validator("table", mode="before")
+    @classmethod
+    def _table_size(cls, value: Any) -> Any:
+        # Checked before pydantic parses every float, and without echoing the table in errors.
+        if value is None or not isinstance(value, list):
+            return value
+        if not value or not isinstance(value[0], list) or not value[0]:
+            _bad("table", "must be a non-empty list of non-empty rows (N, D)", None)
+        d = len(value[0])
+        for r, row in enumerate(value):
+            if not isinstance(row, list) or len(row) != d:
+                got = len(row) if isinstance(row, list) else type(row).__name__
+                _bad("table", f"row {r} has {got} entries, row 0 has {d}: rows must be equal", got)
+        if len(value) * d > MAX_INLINE_ENTRIES:
+            _bad(
+                "table",
+                f"at most {MAX_INLINE_ENTRIES} entries inline (N * D); upload larger tables "
+                "and send table_key",
+                [len(value), d],
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        self._check_source()
+        allowed = METHOD_FIELDS[self.method]
+        for name in OPTIONAL_FIELDS:
+            value = getattr(self, name)
+            if value is not None and name not in allowed:
+                _bad(name, f"not used by method {self.method!r}; it takes {sorted(allowed)}", value)
+        n, _ = self.shape()
+        prefix = self.prefix()
+        if self.method in ("hf_vit", "dinov2_legacy") and prefix != 1:
+            _bad(
+                "num_prefix_tokens",
+                f"method {self.method!r} keeps exactly one class token",
+                self.num_prefix_tokens,
+            )
+        if prefix >= n:
+            _bad(
+                "num_prefix_tokens",
+                f"must be < the table's {n} rows (at least one position row)",
+                prefix,
+            )
+        if self.method == "linear_1d":
+            if self.new_length is None:
+                _bad("new_length", "required with method 'linear_1d'", None)
+            return self
+        self._check_grids(n - prefix)
+        return self
+
+    def _check_source(self) -> None:
+        if (self.table is None) == (self.table_key is None):
+            _bad("table", "give exactly one of table (inline) or table_key (uploaded)", None)
+        if self.table is not None:
+            shape = [len(self.table), len(self.table[0])]
+            if self.table_shape is not None and self.table_shape != shape:
+                _bad("table_shape", f"does not match the inline table's shape {shape}", None)
+            if self._bound is None:
+                tensor = as_table(torch.tensor(self.table, dtype=torch.float32))
+                self._bound = BoundTable(table_key(tensor), tensor)
+            return
+        if self.table_shape is None:
+            _bad("table_shape", "required with table_key: [N, D] of the uploaded table", None)
+        n, d = self.table_shape
+        if n > MAX_ROWS or d > MAX_DIM or n * d > MAX_TABLE_ENTRIES:
+            _bad(
+                "table_shape",
+                f"at most {MAX_ROWS} rows, {MAX_DIM} columns and {MAX_TABLE_ENTRIES} entries",
+                self.table_shape,
+            )
+
+    def _check_grids(self, positions: int) -> None:
+        if self.new_grid is None:
+            _bad("new_grid", f"required with method {self.method!r}: [h, w] in patches", None)
+        nh, nw = self.new_grid
+        if nh * nw > MAX_NEW_POSITIONS:
+            _bad("new_grid", f"at most {MAX_NEW_POSITIONS} positions", self.new_grid)
+        side = math.isqrt(positions)
+        if self.grid is None:
+            if side * side != positions:
+                _bad(
+                    "grid",
+                    f"the table's {positions} position rows are not a square grid: give grid "
+                    "[h, w] with h * w = N - num_prefix_tokens",
+                    None,
+                )
+        elif self.grid[0] * self.grid[1] != positions:
+            _bad(
+                "grid",
+                f"h * w must equal the table's {positions} position rows (N - num_prefix_tokens)",
+                self.grid,
+            )
+        elif self.method != "timm" and self.grid[0] != self.grid[1]:
+            _bad("grid", f"method {self.method!r} reshapes to a square grid", self.grid)
+        if self.method == "dinov2_legacy":
+            off = self.offset()
+            for axis, new in zip(("h", "w"), self.new_grid, strict=True):
+                if math.floor(side * ((new + off) / side)) != new:
+                    _bad(
+                        "interpolate_offset",
+                        f"floor(M * (new_{axis} + offset) / M) != new_{axis} = {new}",
+                        off,
+                    )
+
+    def shape(self) -> tuple[int, int]:
+        """(N, D) of the source table."""
+        if self.table is not None:
+            return len(self.table), len(self.table[0])
+        n, d = self.table_shape or (0, 0)
+        return n, d
+
+    def prefix(self) -> int:
+        """num_prefix_tokens with the method's default."""
+        if self.num_prefix_tokens is not None:
+            return self.num_prefix_tokens
+        return DEFAULT_PREFIX[self.method]
+
+    def offset(self) -> float:
+        """dinov2_legacy's interpolate_offset (default 0.1)."""
+        return 0.1 if self.interpolate_offset is None else float(self.interpolate_offset)
+
+    def source_grid(self) -> tuple[int, int]:
+        """(h, w) of the source position rows (square unless `grid` says otherwise)."""
+        if self.grid is not None:
+            return self.grid[0], self.grid[1]
+        n, _ = self.shape()
+        side = math.isqrt(n - self.prefix())
+        return side, side
+
+    def new_rows(self) -> int:
+        """Rows of the output: prefix plus the new grid's area or the new length."""
+        if self.method == "linear_1d":
+            return self.prefix() + int(self.new_length or 0)
+        nh, nw = self.new_grid or (0, 0)
+        return self.prefix() + nh * nw
+
+    @property
+    def bound(self) -> BoundTable | None:
+        """The table bound to this spec (inline, or by `resolve_tables`), or None."""
+        return self._bound
+
+    def canonical(self) -> Self:
+        n, d = self.shape()
+        values: dict[str, Any] = dict.fromkeys(OPTIONAL_FIELDS)
+        if self.method == "linear_1d":
+            values["new_length"] = self.new_length
+            values["align_corners"] = bool(self.align_corners)
+        else:
+            values["grid"] = list(self.source_grid())
+            values["new_grid"] = list(self.new_grid or ())
+            if self.method == "timm":
+                values["interpolation"] = self.interpolation or "bicubic"
+                values["antialias"] = True if self.antialias is None else self.antialias
+                values["align_corners"] = bool(self.align_corners)
+            elif self.method == "dinov2_legacy":
+                values["interpolate_offset"] = self.offset()
+        key = self._bound.key if self._bound is not None else self.table_key
+        return self.model_copy(
+            update={
+                **values,
+                "table": None,
+                "table_key": key,
+                "table_shape": [n, d],
+                "num_prefix_tokens": self.prefix(),
+            }
+        )
+
+    def outputs(self) -> dict[str, TensorInfo]:
+        _, d = self.shape()
+        return {"embedding": TensorInfo((self.new_rows(), d), self.dtype)}
+
+    def with_table(self, bound: BoundTable) -> Self:
+        """A copy of this spec with `bound` attached (its shape must match `table_shape`)."""
+        shape = list(bound.tensor.shape)
+        if self.table_key is not None and bound.key != self.table_key:
+            _bad("table_key", f"the bound table has key {bound.key}", self.table_key)
+        if shape != list(self.shape()):
+            _bad("table_shape", f"the stored table has shape {shape}", list(self.shape()))
+        copy = self.model_copy()
+        copy._bound = bound
+        return copy
+
+
+def resolve_tables(spec: SpecBase, store: TableStore) -> SpecBase:
+    """Bind the table a learned spec names, from `store`; other specs pass through unchanged.
+
+    An inline table is put into the store (a later key-only spec then finds it); a `table_key`
+    is looked up, raising `UnknownTableError` when the store does not hold it and `SpecError`
+    ('table_shape') when the stored shape differs from the spec's.
+    """
+    if not isinstance(spec, LearnedSpec):
+        return spec
+    if spec.bound is not None:
+        if spec.bound.key not in store:
+            store.register(spec.bound.key, spec.bound.tensor)
+        return spec
+    key = str(spec.table_key)
+    tensor = store.lookup(key)
+    if tensor is None:
+        raise UnknownTableError(
+            "unknown table_key",
+            [FieldProblem("table_key", "no such table in the store: upload it first", key)],
+        )
+    return spec.with_table(BoundTable(key, tensor))
+
+
+def _grid_resample(
+    rows: torch.Tensor,
+    old: tuple[int, int],
+    new: tuple[int, int],
+    **interpolate: Any,
+) -> torch.Tensor:
+    """(h*w, D) rows -> (h'*w', D) with the references' reshape/permute/interpolate sequence
+    (the same strides reach `F.interpolate`, so the same kernel path runs)."""
+    d = rows.shape[-1]
+    x = rows[None].reshape(1, old[0], old[1], d).permute(0, 3, 1, 2)
+    y = F.interpolate(x, **interpolate)
+    return y.permute(0, 2, 3, 1).reshape(-1, d)
+
+
+def resample(spec: LearnedSpec, table: torch.Tensor) -> torch.Tensor:
+    """The resampled (N', D) float32 table for a canonical spec and its (N, D) float32 source."""
+    prefix = spec.prefix()
+    head, rows = table[:prefix], table[prefix:]
+    if spec.method == "linear_1d":
+        length = int(spec.new_length or 0)
+        if length == rows.shape[0]:
+            return table.clone()
+        x = rows.t()[None]
+        y = F.interpolate(x, size=length, mode="linear", align_corners=bool(spec.align_corners))
+        return torch.cat((head, y[0].t()), dim=0)
+    old = spec.source_grid()
+    nh, nw = spec.new_grid or (0, 0)
+    new = (nh, nw)
+    if new == old:
+        # timm and transformers return the table itself when the grid does not change.
+        return table.clone()
+    if spec.method == "timm":
+        body = _grid_resample(
+            rows,
+            old,
+            new,
+            size=new,
+            mode=spec.interpolation or "bicubic",
+            align_corners=bool(spec.align_corners),
+            antialias=bool(spec.antialias),
+        )
+    elif spec.method == "hf_vit":
+        body = _grid_resample(rows, old, new, size=new, mode="bicubic", align_corners=False)
+    else:
+        m = old[0]
+        off = spec.offset()
+        scale = (float((new[0] + off) / m), float((new[1] + off) / m))
+        body = _grid_resample(rows, old, new, scale_factor=scale, mode="bicubic")
+    return torch.cat((head, body), dim=0)
+
+
+@register_family(
+    "learned",
+    LearnedSpec,
+    "Learned absolute tables resampled as timm, transformers ViT, DINOv2 or 1-D linear do",
+)
+def compute_learned(
+    spec: LearnedSpec, device: torch.device
+) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """`embedding` (N', D): the bound table resampled per `method`, cast to `dtype` last."""
+    bound = spec.bound
+    if bound is None:
+        raise UnknownTableError(
+            "table_key not resolved",
+            [
+                FieldProblem(
+                    "table_key",
+                    "no table bound to this spec: upload it, then resolve the spec against "
+                    "the table store (resolve_tables)",
+                    spec.table_key,
+                )
+            ],
+        )
+    out = resample(spec, bound.tensor.to(device))
+    facts: dict[str, Any] = {"table_key": bound.key, "source_rows": int(bound.tensor.shape[0])}
+    if spec.method != "linear_1d":
+        facts["source_grid"] = list(spec.source_grid())
+    return {"embedding": out.to(DTYPES[spec.dtype]).contiguous()}, facts

@@ -1,0 +1,295 @@
+"""Relative position indices into a learned bias table, and the bias they gather.
+
+Schemes (`scheme`), each an integer table `index` whose entries address rows of a learned
+(num_relative_distance, H) table, `relative_position_bias_table` in timm and transformers:
+
+- `swin` (Liu et al. 2021, "Swin Transformer"; timm
+  `layers/pos_embed_rel.gen_relative_position_index`, transformers
+  `SwinRelativePositionBias._create_relative_position_index`): tokens of a Wh x Ww window in
+  row-major order, token t at (t // Ww, t % Ww); for query a and key b,
+  `index[a, b] = (h_a - h_b + Wh - 1) * (2 Ww - 1) + (w_a - w_b + Ww - 1)`. Shape (N, N),
+  N = Wh Ww; num_relative_distance = (2 Wh - 1)(2 Ww - 1).
+- `beit` (Bao et al. 2021, "BEiT"; timm `models/beit.gen_relative_position_index`, transformers
+  `BeitRelativePositionBias.generate_relative_position_index`, timm's `class_token=True`): the
+  Swin index shifted by one row and column for the class token at position 0, with three extra
+  table rows: `index[0, 1:] = D` (class token attending to patches), `index[1:, 0] = D + 1`
+  (patches attending to the class token), `index[0, 0] = D + 2`, D = (2 Wh - 1)(2 Ww - 1).
+  Shape (N + 1, N + 1); num_relative_distance = D + 3.
+- `shaw` (Shaw et al. 2018, "Self-Attention with Relative Position Representations", section 3.2;
+  tensor2tensor `common_attention._generate_relative_positions_matrix`): query position
+  p_i = query_offset + i, key j, `index[i, j] = clip(j - p_i, -k, k) + k` with k =
+  `max_relative_position`. Shape (Q, K); num_relative_distance = 2k + 1. tensor2tensor aligns
+  Q < K queries with the last keys: `query_offset = K - Q`.
+- `speecht5` (transformers `SpeechT5RelativePositionalEncoding`, k =
+  `encoder_max_relative_position`): the other sign and an asymmetric clip,
+  `index[i, j] = clip(p_i - j, -k, k - 1) + k`. Shape (Q, K); num_relative_distance = 2k.
+
+With `relative_position_bias_table` E (num_relative_distance, H) the output also holds
+`bias[h, a, b] = E[index[a, b], h]` (H, rows, cols): exactly timm's and transformers'
+`table[index.view(-1)].view(rows, cols, -1).permute(2, 0, 1)` (a gather of the fp32 weights,
+cast to `dtype` last). Shaw's paper adds learned vectors, not scalars, per clipped distance; a
+(2k + 1, H) table gives its per-head scalar form. For `shaw`/`speecht5` give `key_length` and/or
+`query_length`: the missing one defaults to `key_length = query_offset + query_length` or
+`query_length = key_length - query_offset`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, NoReturn, Self
+
+import torch
+from pydantic import Field, field_validator, model_validator
+
+from posenc.encodings.base import DTYPES, SpecBase, TensorInfo, register_family
+from posenc.encodings.errors import FieldProblem, SpecError
+
+MAX_SIDE = 1024
+MAX_WINDOW_AREA = 4096
+"""Wh * Ww: the (N + 1)^2 int64 index stays below 135 MB."""
+MAX_POSITIONS = 1 << 24
+MAX_DISTANCE = 1 << 20
+MAX_HEADS = 4096
+MAX_WEIGHTS = 1 << 20
+"""Cap on num_relative_distance * H entries of the inline `relative_position_bias_table`."""
+
+Scheme = Literal["swin", "beit", "shaw", "speecht5"]
+FloatDtype = Literal["float32", "float16", "bfloat16"]
+
+WINDOW_SCHEMES = frozenset({"swin", "beit"})
+SEQUENCE_FIELDS = ("max_relative_position", "query_length", "key_length")
+
+
+def _bad(field: str, message: str, value: Any) -> NoReturn:
+    raise SpecError("invalid relative_index spec", [FieldProblem(field, message, value)])
+
+
+class RelativeIndexSpec(SpecBase):
+    """Relative position `index` (int64) and, with a bias table, `bias` (H, rows, cols); module
+    docstring. `window_size` is [Wh, Ww] (an int means a square window), as timm's `window_size`
+    and transformers' `config.window_size` (Swin) or `image_size // patch_size` (BEiT)."""
+
+    kind: Literal["relative_index"] = "relative_index"
+    scheme: Scheme
+    window_size: (
+        Annotated[list[Annotated[int, Field(ge=1, le=MAX_SIDE)]], Field(min_length=2, max_length=2)]
+        | None
+    ) = None
+    max_relative_position: Annotated[int | None, Field(ge=0, le=MAX_DISTANCE)] = None
+    query_length: Annotated[int | None, Field(ge=1, le=MAX_POSITIONS)] = None
+    key_length: Annotated[int | None, Field(ge=1, le=MAX_POSITIONS)] = None
+    query_offset: Annotated[int, Field(ge=0, lt=MAX_POSITIONS)] = 0
+    relative_position_bias_table: list[list[float]] | None = None
+    dtype: FloatDtype = "float32"
+
+    @field_validator("window_size", mode="before")
+    @classmethod
+    def _square(cls, value: Any) -> Any:
+        # An int means a square window, as timm's `to_2tuple(window_size)`.
+        if isinstance(value, int) and not isinstance(value, bool):
+            return [value, value]
+        return value
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        if self.scheme in WINDOW_SCHEMES:
+            self._check_window()
+        else:
+            self._check_sequence()
+        self._check_table()
+        return self
+
+    def _check_window(self) -> None:
+        for name in SEQUENCE_FIELDS:
+            if getattr(self, name) is not None:
+                _bad(
+                    name,
+                    f"only for scheme 'shaw' or 'speecht5', not {self.scheme!r}",
+                    getattr(self, name),
+                )
+        if self.query_offset:
+            _bad(
+                "query_offset",
+                f"only for 'shaw' or 'speecht5', not {self.scheme!r}",
+                self.query_offset,
+            )
+        if self.window_size is None:
+            _bad("window_size", f"required with scheme={self.scheme!r}: [Wh, Ww]", None)
+        wh, ww = self.window()
+        if wh * ww > MAX_WINDOW_AREA:
+            _bad("window_size", f"window area Wh*Ww must be <= {MAX_WINDOW_AREA}", [wh, ww])
+
+    def _check_sequence(self) -> None:
+        if self.window_size is not None:
+            _bad("window_size", "only for scheme 'swin' or 'beit'", self.window_size)
+        k = self.max_relative_position
+        least = 1 if self.scheme == "speecht5" else 0
+        if k is None or k < least:
+            _bad(
+                "max_relative_position",
+                f"required with scheme={self.scheme!r}, an integer in [{least}, {MAX_DISTANCE}]",
+                k,
+            )
+        if self.query_length is None and self.key_length is None:
+            _bad("key_length", "required (or give query_length)", None)
+        q, _ = self.shape()
+        if q < 1:
+            _bad(
+                "query_length",
+                f"key_length={self.key_length} - query_offset={self.query_offset} leaves no rows",
+                q,
+            )
+        if self.query_offset + q > MAX_POSITIONS:
+            _bad(
+                "query_offset",
+                f"query_offset + query_length must be <= {MAX_POSITIONS}",
+                self.query_offset,
+            )
+
+    def _check_table(self) -> None:
+        table = self.relative_position_bias_table
+        if table is None:
+            if self.dtype != "float32":
+                _bad(
+                    "dtype",
+                    "dtype is the bias dtype (the index is int64): give "
+                    "relative_position_bias_table",
+                    self.dtype,
+                )
+            return
+        rows = self.num_relative_distance()
+        if len(table) != rows:
+            _bad(
+                "relative_position_bias_table",
+                f"must have num_relative_distance={rows} rows for this scheme and size "
+                "(shape (num_relative_distance, num_heads))",
+                f"{len(table)} rows",
+            )
+        heads = len(table[0])
+        if not 1 <= heads <= MAX_HEADS:
+            _bad("relative_position_bias_table", f"rows must hold 1..{MAX_HEADS} heads", heads)
+        for r, row in enumerate(table):
+            if len(row) != heads:
+                _bad(
+                    "relative_position_bias_table",
+                    f"row {r} has {len(row)} entries, row 0 has {heads}: rows must be equal",
+                    len(row),
+                )
+        if rows * heads > MAX_WEIGHTS:
+            _bad(
+                "relative_position_bias_table",
+                f"at most {MAX_WEIGHTS} entries (num_relative_distance * num_heads)",
+                rows * heads,
+            )
+
+    def window(self) -> tuple[int, int]:
+        """(Wh, Ww) for the window schemes."""
+        wh, ww = self.window_size or (0, 0)
+        return wh, ww
+
+    def num_relative_distance(self) -> int:
+        """Rows the bias table must have: the number of distinct index values."""
+        if self.scheme in WINDOW_SCHEMES:
+            wh, ww = self.window()
+            d = (2 * wh - 1) * (2 * ww - 1)
+            return d + 3 if self.scheme == "beit" else d
+        k = int(self.max_relative_position or 0)
+        return 2 * k + 1 if self.scheme == "shaw" else 2 * k
+
+    def shape(self) -> tuple[int, int]:
+        """(rows, cols) of `index`: (N, N), (N + 1, N + 1) or (Q, K)."""
+        if self.scheme in WINDOW_SCHEMES:
+            wh, ww = self.window()
+            n = wh * ww + (self.scheme == "beit")
+            return n, n
+        if self.query_length is not None and self.key_length is not None:
+            return self.query_length, self.key_length
+        if self.query_length is not None:
+            return self.query_length, self.query_offset + self.query_length
+        k = int(self.key_length or 0)
+        return k - self.query_offset, k
+
+    @property
+    def num_heads(self) -> int | None:
+        """H, the width of the bias table, or None without one."""
+        t = self.relative_position_bias_table
+        return None if t is None else len(t[0])
+
+    def canonical(self) -> Self:
+        if self.scheme in WINDOW_SCHEMES:
+            return self
+        q, k = self.shape()
+        return self.model_copy(update={"query_length": q, "key_length": k})
+
+    def outputs(self) -> dict[str, TensorInfo]:
+        shape = self.shape()
+        out = {"index": TensorInfo(shape, "int64")}
+        if self.num_heads is not None:
+            out["bias"] = TensorInfo((self.num_heads, *shape), self.dtype)
+        return out
+
+
+def window_index(wh: int, ww: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """Swin's relative position index (N, N) int64 for a Wh x Ww window, N = Wh * Ww (timm
+    `gen_relative_position_index(q_size)`)."""
+    hh, wv = torch.meshgrid(
+        torch.arange(wh, dtype=torch.int64, device=device),
+        torch.arange(ww, dtype=torch.int64, device=device),
+        indexing="ij",
+    )
+    h, w = hh.reshape(-1), wv.reshape(-1)
+    dh = h[:, None] - h[None, :] + (wh - 1)
+    dw = w[:, None] - w[None, :] + (ww - 1)
+    return dh * (2 * ww - 1) + dw
+
+
+def class_token_index(index: torch.Tensor, num_window_distances: int) -> torch.Tensor:
+    """BEiT's (N + 1, N + 1) index from Swin's (N, N): class token at row/column 0 with indices
+    D (cls -> patch), D + 1 (patch -> cls), D + 2 (cls -> cls), D = `num_window_distances`."""
+    n = index.shape[0]
+    out = torch.empty((n + 1, n + 1), dtype=index.dtype, device=index.device)
+    out[1:, 1:] = index
+    out[0, 1:] = num_window_distances
+    out[1:, 0] = num_window_distances + 1
+    out[0, 0] = num_window_distances + 2
+    return out
+
+
+def sequence_index(spec: RelativeIndexSpec, device: torch.device | str = "cpu") -> torch.Tensor:
+    """Shaw's or SpeechT5's clipped index (Q, K) int64 for a canonical spec."""
+    q, kl = spec.shape()
+    k = int(spec.max_relative_position or 0)
+    i = torch.arange(q, dtype=torch.int64, device=device)[:, None] + spec.query_offset
+    j = torch.arange(kl, dtype=torch.int64, device=device)[None, :]
+    if spec.scheme == "shaw":
+        return (j - i).clamp(-k, k) + k
+    return (i - j).clamp(-k, k - 1) + k
+
+
+def relative_index(spec: RelativeIndexSpec, device: torch.device | str = "cpu") -> torch.Tensor:
+    """The `index` table of a canonical spec (module docstring)."""
+    if spec.scheme in WINDOW_SCHEMES:
+        wh, ww = spec.window()
+        index = window_index(wh, ww, device)
+        if spec.scheme == "beit":
+            index = class_token_index(index, (2 * wh - 1) * (2 * ww - 1))
+        return index
+    return sequence_index(spec, device)
+
+
+@register_family(
+    "relative_index",
+    RelativeIndexSpec,
+    "Swin/BEiT windowed and Shaw/SpeechT5 clipped relative indices and their learned bias",
+)
+def compute_relative_index(
+    spec: RelativeIndexSpec, device: torch.device
+) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """`index` (rows, cols) int64 and, with a table E (num_relative_distance, H),
+    `bias = E[index].permute(2, 0, 1)` (H, rows, cols) in `dtype`."""
+    index = relative_index(spec, device)
+    tensors = {"index": index}
+    if spec.relative_position_bias_table is not None:
+        table = torch.tensor(spec.relative_position_bias_table, dtype=torch.float32, device=device)
+        tensors["bias"] = table[index].permute(2, 0, 1).contiguous().to(DTYPES[spec.dtype])
+    facts: dict[str, Any] = {"num_relative_distance": spec.num_relative_distance()}
+    return tensors, facts

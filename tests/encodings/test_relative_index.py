@@ -1,0 +1,300 @@
+"""Relative position indices against timm (`gen_relative_position_index` in layers and in
+models/beit.py), transformers (Swin, BEiT, SpeechT5 modules) and tensor2tensor's published Shaw
+code, the bias gather against the modules, validation and properties."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.util
+import sys
+import types
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from transformers import BeitConfig
+from transformers.models.beit.modeling_beit import BeitRelativePositionBias
+from transformers.models.speecht5.modeling_speecht5 import SpeechT5RelativePositionalEncoding
+from transformers.models.swin.modeling_swin import SwinRelativePositionBias
+
+from posenc.encodings import SpecError, canonical_json, compute, content_key, parse_spec
+from posenc.encodings.base import FAMILIES
+from posenc.encodings.relative_index import RelativeIndexSpec
+
+WINDOWS = [(7, 7), (12, 12), (3, 5), (1, 4), (2, 1), (1, 1)]
+
+
+def spec(**kw: Any) -> RelativeIndexSpec:
+    out = parse_spec({"kind": "relative_index", **kw})
+    assert isinstance(out, RelativeIndexSpec)
+    return out
+
+
+def tensors(**kw: Any) -> dict[str, torch.Tensor]:
+    return compute(spec(**kw)).tensors
+
+
+# --- timm, imported without its package init (which needs torchvision) --------------------------
+
+
+@pytest.fixture(scope="module")
+def timm_rel() -> Iterator[types.ModuleType]:
+    found = importlib.util.find_spec("timm")
+    if found is None or not found.submodule_search_locations:
+        pytest.skip("timm is not installed")
+    root = next(iter(found.submodule_search_locations))
+    before = set(sys.modules)
+    for name, path in (("timm", root), ("timm.layers", f"{root}/layers")):
+        if name not in sys.modules:
+            package = types.ModuleType(name)
+            package.__path__ = [path]
+            sys.modules[name] = package
+    try:
+        yield importlib.import_module("timm.layers.pos_embed_rel")
+    finally:
+        for name in set(sys.modules) - before:
+            del sys.modules[name]
+
+
+@pytest.fixture(scope="module")
+def timm_beit_index(timm_rel: types.ModuleType) -> Callable[..., torch.Tensor]:
+    """timm `models/beit.py` `gen_relative_position_index`, compiled from the installed file: the
+    module itself imports timm.data (PIL) and cannot be imported here, so the function's own source
+    is run with the names it uses."""
+    root = Path(str(timm_rel.__file__)).parent.parent
+    tree = ast.parse((root / "models" / "beit.py").read_text())
+    node = next(
+        n
+        for n in tree.body
+        if isinstance(n, ast.FunctionDef) and n.name == "gen_relative_position_index"
+    )
+    namespace: dict[str, Any] = {"torch": torch, "Tuple": tuple, "ndgrid": timm_rel.ndgrid}
+    exec(compile(ast.Module(body=[node], type_ignores=[]), "beit.py", "exec"), namespace)
+    fn: Callable[..., torch.Tensor] = namespace["gen_relative_position_index"]
+    return fn
+
+
+@pytest.mark.parametrize("window", WINDOWS)
+def test_swin_equals_timm_and_transformers(
+    timm_rel: types.ModuleType, window: tuple[int, int]
+) -> None:
+    ours = tensors(scheme="swin", window_size=list(window))["index"]
+    assert torch.equal(ours, timm_rel.gen_relative_position_index(window))
+    hf = SwinRelativePositionBias(num_heads=2, window_size=window).relative_position_index
+    assert torch.equal(ours.view(-1), hf)
+    assert ours.dtype == torch.int64
+
+
+@pytest.mark.parametrize("window", WINDOWS)
+def test_beit_equals_timm_both_functions_and_transformers(
+    timm_rel: types.ModuleType,
+    timm_beit_index: Callable[..., torch.Tensor],
+    window: tuple[int, int],
+) -> None:
+    ours = tensors(scheme="beit", window_size=list(window))["index"]
+    assert torch.equal(ours, timm_rel.gen_relative_position_index(window, class_token=True))
+    assert torch.equal(ours, timm_beit_index(window))
+    hf = BeitRelativePositionBias.generate_relative_position_index(window)
+    assert torch.equal(ours, hf)
+    nrd = spec(scheme="beit", window_size=list(window)).num_relative_distance()
+    assert nrd == (2 * window[0] - 1) * (2 * window[1] - 1) + 3
+    assert int(ours.max()) == nrd - 1
+
+
+@pytest.mark.parametrize("window", [(7, 7), (3, 5)])
+def test_swin_bias_equals_the_module(window: tuple[int, int]) -> None:
+    torch.manual_seed(0)
+    module = SwinRelativePositionBias(num_heads=3, window_size=window)
+    with torch.no_grad():
+        module.relative_position_bias_table.normal_()
+    table = module.relative_position_bias_table.detach()
+    out = tensors(
+        scheme="swin", window_size=list(window), relative_position_bias_table=table.tolist()
+    )
+    assert torch.equal(out["bias"], module()[0].detach())
+
+
+@pytest.mark.parametrize("side", [2, 5, 7])
+def test_beit_bias_equals_the_module(side: int) -> None:
+    torch.manual_seed(1)
+    config = BeitConfig(image_size=side * 4, patch_size=4, num_attention_heads=2)
+    module = BeitRelativePositionBias(config)
+    with torch.no_grad():
+        module.relative_position_bias_table.normal_()
+    table = module.relative_position_bias_table.detach()
+    out = tensors(scheme="beit", window_size=side, relative_position_bias_table=table.tolist())
+    # transformers resamples the table bilinearly to the same size first: an exact identity
+    assert torch.equal(out["bias"], module((side, side))[0].detach())
+
+
+def test_transformers_beit_forward_resamples_non_square_windows() -> None:
+    """`BeitRelativePositionBias.forward` reshapes the table as (2Ww-1, 2Wh-1) and resizes it to
+    (2Wh-1, 2Ww-1) before the gather: for a non-square window the bias is not `table[index]`
+    (timm's BEiT, and this service, gather directly). Recorded so a change upstream shows up."""
+    torch.manual_seed(2)
+    module = BeitRelativePositionBias(
+        BeitConfig(image_size=(12, 20), patch_size=4, num_attention_heads=2)
+    )
+    with torch.no_grad():
+        module.relative_position_bias_table.normal_()
+    table = module.relative_position_bias_table.detach()
+    out = tensors(scheme="beit", window_size=[3, 5], relative_position_bias_table=table.tolist())
+    gathered = table[out["index"]].permute(2, 0, 1)
+    assert torch.equal(out["bias"], gathered)
+    assert float((module((3, 5))[0].detach() - gathered).abs().max()) > 0.1
+
+
+def shaw_t2t(length_q: int, length_k: int, max_relative_position: int) -> torch.Tensor:
+    """tensor2tensor `common_attention._generate_relative_positions_matrix(..., cache=False)`,
+    transcribed from the published TensorFlow code to torch."""
+    if length_q == length_k:
+        range_vec_q = range_vec_k = torch.arange(length_q)
+    else:
+        range_vec_k = torch.arange(length_k)
+        range_vec_q = range_vec_k[-length_q:]
+    distance_mat = range_vec_k[None, :] - range_vec_q[:, None]
+    clipped = torch.clamp(distance_mat, -max_relative_position, max_relative_position)
+    return clipped + max_relative_position
+
+
+@pytest.mark.parametrize(("q", "k", "clip"), [(6, 6, 2), (9, 9, 16), (3, 10, 4), (1, 20, 3)])
+def test_shaw_equals_tensor2tensor(q: int, k: int, clip: int) -> None:
+    ours = tensors(
+        scheme="shaw", query_length=q, key_length=k, query_offset=k - q, max_relative_position=clip
+    )["index"]
+    assert torch.equal(ours, shaw_t2t(q, k, clip))
+
+
+@pytest.mark.parametrize(("length", "clip"), [(5, 2), (40, 16), (3, 1), (9, 100)])
+def test_speecht5_equals_the_module(length: int, clip: int) -> None:
+    module = SpeechT5RelativePositionalEncoding(dim=1, max_length=clip)  # type: ignore[no-untyped-call]
+    with torch.no_grad():
+        module.pe_k.weight.copy_(torch.arange(2 * clip, dtype=torch.float32)[:, None])
+    hf = module(torch.zeros(1, length, 1))[..., 0].to(torch.int64)
+    ours = tensors(scheme="speecht5", key_length=length, max_relative_position=clip)["index"]
+    assert torch.equal(ours, hf)
+    bias_table = module.pe_k.weight.detach().tolist()
+    bias = tensors(
+        scheme="speecht5",
+        key_length=length,
+        max_relative_position=clip,
+        relative_position_bias_table=bias_table,
+    )["bias"]
+    assert torch.equal(bias[0], module(torch.zeros(1, length, 1))[..., 0].detach())
+
+
+def test_lengths_default_like_t5_and_share_a_key() -> None:
+    a = spec(scheme="shaw", max_relative_position=3, query_length=4, query_offset=6)
+    b = spec(scheme="shaw", max_relative_position=3, key_length=10, query_offset=6)
+    c = spec(scheme="shaw", max_relative_position=3, query_length=4, key_length=10, query_offset=6)
+    assert content_key(a) == content_key(b) == content_key(c)
+    assert a.outputs()["index"].shape == (4, 10)
+    assert content_key(spec(scheme="swin", window_size=7)) == content_key(
+        spec(scheme="swin", window_size=[7, 7])
+    )
+    assert '"window_size":[7,7]' in canonical_json(spec(scheme="swin", window_size=7))
+
+
+def test_bias_dtype_and_outputs() -> None:
+    s = spec(
+        scheme="shaw",
+        max_relative_position=1,
+        key_length=5,
+        relative_position_bias_table=[[1.0, -1.0], [2.0, -2.0], [3.0, -3.0]],
+        dtype="bfloat16",
+    )
+    out = compute(s)
+    for name, info in s.canonical().outputs().items():
+        assert tuple(out.tensors[name].shape) == info.shape
+        assert str(out.tensors[name].dtype).removeprefix("torch.") == info.dtype
+    assert out.meta["num_relative_distance"] == 3
+    assert torch.equal(out.tensors["bias"][1], -out.tensors["bias"][0])
+
+
+@pytest.mark.parametrize(
+    ("kw", "field"),
+    [
+        ({"scheme": "swin"}, "window_size"),
+        ({"scheme": "swin", "window_size": [2, 2, 2]}, "window_size"),
+        ({"scheme": "swin", "window_size": 0}, "window_size"),
+        ({"scheme": "beit", "window_size": [100, 100]}, "window_size"),
+        ({"scheme": "swin", "window_size": 3, "key_length": 4}, "key_length"),
+        ({"scheme": "swin", "window_size": 3, "query_offset": 4}, "query_offset"),
+        ({"scheme": "shaw", "key_length": 4}, "max_relative_position"),
+        (
+            {"scheme": "speecht5", "key_length": 4, "max_relative_position": 0},
+            "max_relative_position",
+        ),
+        ({"scheme": "shaw", "max_relative_position": 2}, "key_length"),
+        ({"scheme": "shaw", "max_relative_position": 2, "window_size": 3}, "window_size"),
+        (
+            {"scheme": "shaw", "max_relative_position": 2, "key_length": 3, "query_offset": 3},
+            "query_length",
+        ),
+        ({"scheme": "swin", "window_size": 2, "dtype": "float16"}, "dtype"),
+        (
+            {"scheme": "swin", "window_size": 2, "relative_position_bias_table": [[0.0]] * 8},
+            "relative_position_bias_table",
+        ),
+        (
+            {
+                "scheme": "shaw",
+                "max_relative_position": 1,
+                "key_length": 2,
+                "relative_position_bias_table": [[0.0], [0.0, 1.0], [0.0]],
+            },
+            "relative_position_bias_table",
+        ),
+        ({"scheme": "window", "window_size": 2}, "scheme"),
+    ],
+)
+def test_bad_specs_name_the_field(kw: dict[str, Any], field: str) -> None:
+    with pytest.raises(SpecError) as err:
+        spec(**kw)
+    assert any(p.field.split(".")[0] == field for p in err.value.problems)
+
+
+def test_registered() -> None:
+    assert FAMILIES["relative_index"].spec_type is RelativeIndexSpec
+    assert FAMILIES["relative_index"].compute.__doc__
+
+
+@settings(max_examples=50, deadline=None)
+@given(wh=st.integers(1, 9), ww=st.integers(1, 9), beit=st.booleans())
+def test_window_index_properties(wh: int, ww: int, beit: bool) -> None:
+    s = spec(scheme="beit" if beit else "swin", window_size=[wh, ww])
+    index = compute(s).tensors["index"]
+    nrd = s.num_relative_distance()
+    assert int(index.min()) == 0
+    assert int(index.max()) == nrd - 1
+    body = index[1:, 1:] if beit else index
+    d = (2 * wh - 1) * (2 * ww - 1)
+    # reversing a pair mirrors the offset through the centre of the table
+    assert torch.equal(body + body.t(), torch.full_like(body, d - 1))
+    assert torch.all(body.diagonal() == (d - 1) // 2)
+    assert len(torch.unique(body)) == d
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    q=st.integers(1, 12),
+    extra=st.integers(0, 12),
+    offset=st.integers(0, 20),
+    clip=st.integers(0, 10),
+)
+def test_shaw_depends_on_the_clipped_distance_only(
+    q: int, extra: int, offset: int, clip: int
+) -> None:
+    k = q + extra
+    index = tensors(
+        scheme="shaw", query_length=q, key_length=k, query_offset=offset, max_relative_position=clip
+    )["index"]
+    for i in range(q):
+        for j in range(k):
+            rel = j - (i + offset)
+            assert int(index[i, j]) == max(-clip, min(clip, rel)) + clip
