@@ -1,0 +1,135 @@
+"""The app factory: `create_app(settings) -> FastAPI`.
+
+Everything stateful is built per app: the metrics registry, the key index and the presets in
+`create_app`; the device and the cache in the lifespan (never at import), which then warms the
+configured presets in the background and flips readiness when done. Routers are composed here,
+in one place: `/v1`, health and metrics; `ApiKeyMiddleware` guards `/v1` and `/v2/models`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from fastapi import FastAPI
+
+from posenc import __version__
+from posenc.api import catalog, health, oip, routes_onnx, tables
+from posenc.api.auth import ApiKeyMiddleware
+from posenc.api.errors import install_error_handlers
+from posenc.api.metrics import Metrics, MetricsMiddleware
+from posenc.api.middleware import BodyLimitMiddleware
+from posenc.api.settings import Settings
+from posenc.api.state import AppState, KeyIndex, Lifecycle
+from posenc.presets import load_presets
+from posenc.runtime import TableCache, describe, resolve_device
+
+log = logging.getLogger("posenc.api")
+
+
+def _warm_list(settings: Settings, names: list[str]) -> list[str]:
+    wanted = settings.warm_presets
+    if wanted == ["all"]:
+        return names
+    unknown = sorted(set(wanted) - set(names))
+    if unknown:
+        raise ValueError(f"warm_presets names unknown presets {unknown}; known: {names}")
+    return list(wanted)
+
+
+async def warm(state: AppState, names: list[str]) -> None:
+    """Compute every part of the named presets, then mark the server ready."""
+    cache = state.require_cache()
+    for name in names:
+        for part in state.presets[name].parts:
+            size = part.spec.output_bytes()
+            if size > state.settings.max_response_bytes:
+                msg = f"preset {name}/{part.name}: {size} bytes exceed max_response_bytes"
+                log.warning("skipping warm-up of %s", msg)
+                state.lifecycle.warm_errors.append(msg)
+                continue
+            try:
+                entry, _ = await cache.get(part.spec, part.key)
+            except Exception as err:
+                log.exception("warm-up of preset %s/%s failed", name, part.name)
+                state.lifecycle.warm_errors.append(f"preset {name}/{part.name}: {err}")
+                continue
+            log.info(
+                "warmed %s/%s (%d bytes on %s in %.3fs)",
+                name,
+                part.name,
+                entry.table_bytes,
+                entry.device,
+                entry.compute_seconds,
+            )
+    state.lifecycle.ready = True
+    log.info("ready")
+
+
+@contextlib.asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """Resolve the device, build the cache, warm presets in the background; tear down on exit."""
+    state: AppState = app.state.posenc
+    settings = state.settings
+    device = resolve_device(settings.device)
+    cache = TableCache(
+        max_bytes=settings.cache_bytes,
+        device=device,
+        max_concurrent=settings.max_concurrent_computations,
+        retry_after=settings.retry_after_seconds,
+        on_compute=state.metrics.observe_compute,
+    )
+    collector = state.metrics.watch(cache)
+    state.device, state.cache = device, cache
+    log.info(
+        "posenc %s on %s, cache budget %d bytes", __version__, describe(device), cache.max_bytes
+    )
+    warming = asyncio.create_task(warm(state, _warm_list(settings, list(state.presets))))
+    try:
+        yield
+    finally:
+        warming.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await warming
+        state.lifecycle.ready = False
+        state.cache = None
+        state.metrics.registry.unregister(collector)
+        cache.close()
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """A posenc FastAPI app for `settings` (read from the environment when omitted)."""
+    settings = settings or Settings()
+    presets = load_presets()
+    _warm_list(settings, list(presets))  # fail fast on unknown names
+    metrics = Metrics()
+    index = KeyIndex(settings.known_keys)
+    for preset in presets.values():
+        for part in preset.parts:
+            index.pin(part.key, part.spec)
+    state = AppState(settings, metrics, presets, Lifecycle(), index)
+
+    app = FastAPI(
+        title="posenc",
+        version=__version__,
+        summary="Exact position tables (RoPE, ALiBi, sinusoidal, T5 buckets), cached and served.",
+        lifespan=lifespan,
+    )
+    app.state.posenc = state
+    install_error_handlers(app)
+    # routes are matched router by router, in this order: the hot ones first
+    app.include_router(tables.router)
+    app.include_router(health.router)
+    oip_server, oip_models = oip.build_router(oip.app_context)
+    app.include_router(oip_models)
+    app.include_router(oip_server)
+    app.include_router(catalog.router)
+    app.include_router(routes_onnx.router)
+    # the last added is the outermost: metrics see every request, refused ones included
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    keys = [k.get_secret_value() for k in settings.api_keys]
+    app.add_middleware(ApiKeyMiddleware, keys=keys)
+    app.add_middleware(MetricsMiddleware, metrics=metrics)
+    return app

@@ -1,0 +1,68 @@
+"""Bearer-token access control for the model routes (`/v1/*` and `/v2/models/*`).
+
+Active only when `POSENC_API_KEYS` is set. A pure ASGI middleware (no per-route dependency to
+forget, nothing run in a thread) checks `Authorization: Bearer <key>` with `hmac.compare_digest`
+against every configured key without an early exit, so timing does not reveal which key nearly
+matched. Health (`/v2/health/*`), server metadata (`/v2`), `/metrics` and the OpenAPI pages stay
+open. Refusals are the error contract's 401 `unauthorized` with `WWW-Authenticate: Bearer`.
+"""
+
+from __future__ import annotations
+
+import hmac
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from posenc.api.errors import error_response
+
+PROTECTED_PREFIXES = ("/v1/", "/v2/models")
+
+
+class ApiKeyMiddleware:
+    """401 on protected paths unless the request carries one of `keys` as a bearer token."""
+
+    def __init__(self, app: ASGIApp, keys: list[str]) -> None:
+        self.app = app
+        self.keys = [k.encode() for k in keys]
+
+    def _authorised(self, scope: Scope) -> bool | None:
+        """True/False for a valid/invalid token, None when there is no bearer token at all."""
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                scheme, _, token = value.partition(b" ")
+                token = token.strip()
+                if scheme.lower() != b"bearer" or not token:
+                    return None
+                match = False
+                for key in self.keys:
+                    match |= hmac.compare_digest(token, key)
+                return match
+        return None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            scope["type"] != "http"
+            or not self.keys
+            or not scope["path"].startswith(PROTECTED_PREFIXES)
+        ):
+            await self.app(scope, receive, send)
+            return
+        verdict = self._authorised(scope)
+        if verdict:
+            await self.app(scope, receive, send)
+            return
+        if verdict is None:
+            message, challenge = "this route needs an Authorization: Bearer <key> header", ""
+        else:
+            message, challenge = (
+                "the bearer token is not a valid API key",
+                ', error="invalid_token"',
+            )
+        response = error_response(
+            401,
+            "unauthorized",
+            message,
+            None,
+            {"WWW-Authenticate": f'Bearer realm="posenc"{challenge}'},
+        )
+        await response(scope, receive, send)

@@ -1,0 +1,50 @@
+"""Operational routes, always open: `/v2/health/live`, `/v2/health/ready` and `/metrics`.
+
+Liveness answers as soon as the process serves HTTP. Readiness answers 503 until the configured
+presets are warm and again from SIGTERM on (draining), so a load balancer stops routing here while
+in-flight requests finish.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.responses import Response
+
+from posenc.api.errors import error_response
+from posenc.api.jsonio import json_response
+from posenc.api.state import State
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/v2/health/live", summary="Liveness (Open Inference Protocol)")
+async def live() -> Response:
+    """200 while the process serves HTTP."""
+    return json_response({"live": True})
+
+
+@router.get(
+    "/v2/health/ready",
+    summary="Readiness (Open Inference Protocol)",
+    responses={503: {"description": "warming up or draining"}},
+)
+async def ready(state: State) -> Response:
+    """200 once warm-up is done; 503 before that and while draining after SIGTERM."""
+    life = state.lifecycle
+    if life.ready and not life.draining and state.cache is not None:
+        return json_response({"ready": True})
+    reason = "draining" if life.draining else "warming up"
+    return error_response(
+        503,
+        "not_ready",
+        f"not ready: {reason}",
+        {"draining": life.draining, "warm": life.ready},
+        {"Retry-After": "1"},
+    )
+
+
+@router.get("/metrics", summary="Prometheus metrics", response_class=Response)
+async def metrics(state: State) -> Response:
+    """The app's registry in the Prometheus text format."""
+    return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,44 @@
+"""JSON in and out: request bodies parsed strictly with orjson, responses serialised by it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from fastapi import Request
+from starlette.responses import Response
+
+from posenc.api.errors import ApiError
+
+
+def json_response(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    """`data` serialised with orjson."""
+    return Response(orjson.dumps(data), status, headers, media_type="application/json")
+
+
+async def read_json_object(request: Request) -> dict[str, Any]:
+    """The request body parsed as a JSON object (orjson: NaN/Infinity literals are invalid).
+
+    Content-Type is not checked (clients such as tritonclient send none). Raises `ApiError` 400
+    `invalid_json` for an empty or malformed body or one that is not an object.
+    """
+    raw = await request.body()
+    if not raw.strip():
+        raise ApiError(400, "invalid_json", "the request body is empty; send a JSON object")
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as err:
+        raise ApiError(
+            400,
+            "invalid_json",
+            f"the request body is not valid JSON: {err}",
+            [{"field": "(body)", "message": str(err), "value": None}],
+        ) from None
+    if not isinstance(data, dict):
+        raise ApiError(
+            400,
+            "invalid_json",
+            f"the request body must be a JSON object, got {type(data).__name__}",
+            [{"field": "(body)", "message": "expected an object", "value": type(data).__name__}],
+        )
+    return data

@@ -1,0 +1,153 @@
+"""Prometheus metrics on a per-app `CollectorRegistry` (two apps in one process never collide).
+
+Request metrics are recorded by `MetricsMiddleware`, a pure ASGI middleware (no
+BaseHTTPMiddleware: it would buffer streamed bodies), labelled with the route *template*
+(`/v1/tables/{key}`), never the raw path. Cache counters are read from `TableCache.stats` at
+scrape time by `CacheCollector`; compute time is observed by the cache's `on_compute` hook.
+
+| metric                                        | type      | labels                |
+|-----------------------------------------------|-----------|-----------------------|
+| posenc_http_requests_total                    | counter   | method, route, status |
+| posenc_http_request_duration_seconds          | histogram | method, route         |
+| posenc_http_requests_in_flight                | gauge     |                       |
+| posenc_compute_seconds                        | histogram | kind, device          |
+| posenc_cache_{hits,misses,coalesced}_total    | counter   |                       |
+| posenc_cache_evictions_total                  | counter   |                       |
+| posenc_compute_{rejected,fallbacks}_total     | counter   |                       |
+| posenc_cache_{bytes,max_bytes,entries}        | gauge     |                       |
+| posenc_computations_in_flight                 | gauge     |                       |
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from posenc.runtime import TableCache
+
+LATENCY_BUCKETS = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+)  # fmt: skip
+COMPUTE_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+class Metrics:
+    """The app's registry and the metric objects the middleware and the cache hook update."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter(
+            "posenc_http_requests",
+            "HTTP requests by method, route template and status",
+            ("method", "route", "status"),
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "posenc_http_request_duration_seconds",
+            "HTTP request latency by route template (until the last body byte is handed over)",
+            ("method", "route"),
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.in_flight = Gauge(
+            "posenc_http_requests_in_flight", "HTTP requests being served", registry=self.registry
+        )
+        self.compute = Histogram(
+            "posenc_compute_seconds",
+            "Table computations by kind and device (count = computations)",
+            ("kind", "device"),
+            buckets=COMPUTE_BUCKETS,
+            registry=self.registry,
+        )
+
+        self._children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
+
+    def request_children(self, method: str, route: str, status: int) -> tuple[Counter, Histogram]:
+        """The labelled request counter and latency histogram, looked up once per label set."""
+        key = (method, route, status)
+        found = self._children.get(key)
+        if found is None:
+            found = (
+                self.requests.labels(method, route, str(status)),
+                self.latency.labels(method, route),
+            )
+            self._children[key] = found
+        return found
+
+    def observe_compute(self, kind: str, device: str, seconds: float) -> None:
+        """The cache's `on_compute` hook."""
+        self.compute.labels(kind, device).observe(seconds)
+
+    def watch(self, cache: TableCache) -> CacheCollector:
+        """Register a collector exposing `cache`'s counters; returns it (to unregister)."""
+        collector = CacheCollector(cache)
+        self.registry.register(collector)
+        return collector
+
+
+class CacheCollector(Collector):
+    """Reads `TableCache.stats` and sizes at scrape time."""
+
+    def __init__(self, cache: TableCache) -> None:
+        self.cache = cache
+
+    def collect(self) -> Iterator[Metric]:
+        """Yield the cache's counters and gauges."""
+        s = self.cache.stats
+        counters = (
+            ("posenc_cache_hits", "Lookups served from a resident table", s.hits),
+            ("posenc_cache_misses", "Lookups that started a computation", s.misses),
+            ("posenc_cache_coalesced", "Lookups that joined a computation in flight", s.coalesced),
+            ("posenc_cache_evictions", "Entries dropped to keep the byte budget", s.evictions),
+            ("posenc_compute_rejected", "Computations refused: too many in flight", s.rejected),
+            ("posenc_compute_fallbacks", "Computations redone on the CPU (CUDA OOM)", s.fallbacks),
+        )
+        for name, doc, value in counters:
+            yield CounterMetricFamily(name, doc, value=value)
+        c = self.cache
+        gauges = (
+            ("posenc_cache_bytes", "Bytes of resident tables and prepared bodies", c.bytes_held),
+            ("posenc_cache_max_bytes", "The cache byte budget", c.max_bytes),
+            ("posenc_cache_entries", "Resident tables", len(c)),
+            ("posenc_computations_in_flight", "Computations running now", c.in_flight),
+        )
+        for name, doc, value in gauges:
+            yield GaugeMetricFamily(name, doc, value=value)
+
+
+class MetricsMiddleware:
+    """Counts requests, times them and tracks in-flight requests per route template."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = 500
+        start = time.perf_counter()
+        self.metrics.in_flight.inc()
+
+        async def send_wrapper(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_wrapper)
+        finally:
+            route = scope.get("route")
+            template = route.path if isinstance(route, Route) else "<unmatched>"
+            counter, latency = self.metrics.request_children(scope["method"], template, status)
+            self.metrics.in_flight.dec()
+            counter.inc()
+            latency.observe(time.perf_counter() - start)

@@ -1,0 +1,35 @@
+"""The /v2 models, one per family, named after its `kind` (version "1").
+
+| model         | inputs                                    | outputs                           |
+|---------------|-------------------------------------------|-----------------------------------|
+| rope          | position_ids [..] (3, .. with mrope)      | cos, sin [.., w] (or cos_sin,     |
+|               |                                           | pairs), inv_freq [d/2]            |
+| alibi         | query_positions [Q], key_positions [K]    | bias [H, Q, K], slopes [H]        |
+| sinusoidal    | position_ids [..]                         | embedding [.., dim]               |
+| sinusoidal_2d | grid [2], valid [2] or [B, 2]             | embedding (per style)             |
+| t5_bias       | query_positions [Q], key_positions [K],   | buckets [Q, K], bias [H, Q, K]    |
+|               | relative_attention_bias [nb, H]           |                                   |
+| other kinds   | none (the spec is the request)            | the table's tensors, as in /v1    |
+"""
+
+from __future__ import annotations
+
+from posenc.api.oip.models import alibi, rope, sinusoidal, sinusoidal_2d, t5_bias
+from posenc.api.oip.models.base import VERSION, InferResult, OipModel, TensorDecl
+from posenc.api.oip.models.table import table_model
+from posenc.encodings import FAMILIES
+
+POSITION_MODELS: dict[str, OipModel] = {
+    m.name: m
+    for m in (rope.MODEL, alibi.MODEL, sinusoidal.MODEL, sinusoidal_2d.MODEL, t5_bias.MODEL)
+}
+"""The models whose inputs are positions (the rows a runtime needs)."""
+
+MODELS: dict[str, OipModel] = {
+    **POSITION_MODELS,
+    **{kind: table_model(kind) for kind in sorted(FAMILIES) if kind not in POSITION_MODELS},
+}
+"""Model name -> model for every registered family (a test keeps it complete); families without a
+position model are served whole (`table_model`)."""
+
+__all__ = ["MODELS", "POSITION_MODELS", "VERSION", "InferResult", "OipModel", "TensorDecl"]

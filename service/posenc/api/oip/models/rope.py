@@ -1,0 +1,234 @@
+"""The `rope` model: cos/sin rows for arbitrary position ids, multimodal sections included.
+
+Input `position_ids` (INT64 or INT32, any shape) -> `cos`, `sin` of shape position_ids.shape +
+[width] (or the packed `cos_sin` [.., d] / `pairs` [.., d/2, 2] per the spec's packing) and, when
+asked for, `inv_freq` [d/2]. The spec is a `/v1` RoPE spec; flat keys that are not top-level
+RoPE fields go into `rope_scaling` (`rope_type`, `factor`, `original_max_position_embeddings`...).
+
+Multimodal RoPE: with `mrope_section` (three pair counts summing to d/2) and position ids whose
+leading axis is 3 (temporal, height, width), each frequency pair reads the angle of its axis:
+chunked sections as Qwen2-VL, or `mrope_interleaved` as Qwen3-VL (`posenc.runtime.rows`); the
+outputs drop that leading axis. Position ids without the leading 3 are the text-only case
+(transformers expands them to all three axes, which changes nothing).
+
+Rows are gathered from the cached table of `max_positions` rows when every position falls inside
+it; otherwise exactly the distinct positions are computed with the core's own functions
+(`rope_inv_freq`, `half_cos_sin`, `layout`), which give the same bits as the table's rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from posenc.api.oip.codec import InferRequest, bad_request
+from posenc.api.oip.context import OipContext
+from posenc.api.oip.models.base import (
+    INDEX_TYPES,
+    InferResult,
+    OipModel,
+    ParameterMemo,
+    SpecInfo,
+    TensorDecl,
+    admit,
+    check_unknown_inputs,
+    describe,
+    get_input,
+    positions_in_range,
+    spec_parameters,
+    wanted_outputs,
+)
+from posenc.api.oip.params import spec_parameters as split_parameters
+from posenc.encodings import TensorInfo, parse_spec
+from posenc.encodings.rope import RopeSpec, half_cos_sin, layout, rope_inv_freq
+from posenc.encodings.rope.spec import MAX_POSITIONS
+from posenc.runtime.rows import (
+    gather_rows,
+    gather_sections,
+    mrope_pair_axes,
+    row_index,
+    unique_rows,
+)
+
+POSITION_IDS = TensorDecl(
+    "position_ids",
+    "INT64",
+    (-1,),
+    "position ids, any shape; a leading axis of 3 (T, H, W) with mrope_section",
+    accepts=INDEX_TYPES,
+)
+FLOATS = ("FP32", "FP16", "BF16")
+OUTPUTS = (
+    TensorDecl("cos", "FP32", (-1, -1), "cos rows: position_ids.shape + [width]", FLOATS),
+    TensorDecl("sin", "FP32", (-1, -1), "sin rows: position_ids.shape + [width]", FLOATS),
+    TensorDecl("cos_sin", "FP32", (-1, -1), "packing cos_sin: [.., d] = cat(cos, sin)", FLOATS),
+    TensorDecl("pairs", "FP32", (-1, -1, 2), "packing pairs: [.., d/2, 2] (cos, sin)", FLOATS),
+    TensorDecl("inv_freq", "FP32", (-1,), "inverse frequencies [d/2] (FP64 when exact)"),
+)
+MROPE_KEYS = ("mrope_section", "mrope_interleaved")
+TOP_LEVEL = frozenset(RopeSpec.model_fields)
+
+
+@dataclass(frozen=True)
+class RopeRequest:
+    """What the request parameters say: the spec (and its key...), the MRoPE sections."""
+
+    info: SpecInfo
+    section: list[int] | None
+    interleaved: bool
+
+    @property
+    def spec(self) -> RopeSpec:
+        assert isinstance(self.info.spec, RopeSpec)
+        return self.info.spec
+
+
+MEMO: ParameterMemo[RopeRequest] = ParameterMemo()
+
+
+def build_spec(parameters: dict[str, Any]) -> RopeRequest:
+    """The RoPE spec and the MRoPE sections from the request parameters."""
+    base, flat = split_parameters("rope", parameters)
+    raw_scaling = base.pop("rope_scaling", None)
+    if raw_scaling is not None and not isinstance(raw_scaling, dict):
+        raise bad_request("rope_scaling must be a JSON object")
+    scaling: dict[str, Any] = dict(raw_scaling or {})
+    extras: dict[str, Any] = {}
+    for source in (base, scaling):
+        for key in MROPE_KEYS:
+            if key in source:
+                extras[key] = source.pop(key)
+    for key, value in flat.items():
+        if key in MROPE_KEYS:
+            extras[key] = value
+        elif key in TOP_LEVEL:
+            base[key] = value
+        else:
+            scaling[key] = value
+    if scaling.get("type") == "mrope" or scaling.get("rope_type") == "mrope":
+        # Qwen2-VL configs spell the plain RoPE with sections `{"type": "mrope", ...}`.
+        scaling.pop("type", None)
+        scaling["rope_type"] = "default"
+    if scaling:
+        base["rope_scaling"] = scaling
+    spec = parse_spec({**base, "kind": "rope"})
+    assert isinstance(spec, RopeSpec)
+    canon = spec.canonical()
+    section = _section(extras.get("mrope_section"), canon.resolved_rotary_dim())
+    interleaved = extras.get("mrope_interleaved", False)
+    if isinstance(interleaved, str) and interleaved.lower() in ("true", "false"):
+        interleaved = interleaved.lower() == "true"
+    if not isinstance(interleaved, bool):
+        raise bad_request(f"mrope_interleaved must be a boolean, got {interleaved!r}")
+    if interleaved and section is None:
+        raise bad_request("mrope_interleaved needs mrope_section")
+    return RopeRequest(describe(canon), section, interleaved)
+
+
+def _section(value: Any, rotary_dim: int) -> list[int] | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = [part.strip() for part in value.split(",")]
+    try:
+        section = [int(v) for v in value]
+    except (TypeError, ValueError):
+        raise bad_request(f"mrope_section must be three integers, got {value!r}") from None
+    if len(section) != 3 or any(s < 0 for s in section):
+        raise bad_request(f"mrope_section must be three non-negative integers, got {section}")
+    if sum(section) != rotary_dim // 2:
+        raise bad_request(
+            f"mrope_section {section} must sum to rotary_dim/2 = {rotary_dim // 2} "
+            "(frequency pairs)"
+        )
+    return section
+
+
+def _rows(spec: RopeSpec, positions: torch.Tensor, device: torch.device) -> dict[str, torch.Tensor]:
+    """Laid-out rows (U, ...) for distinct `positions` (U,) plus `inv_freq`: the table's code."""
+    inv, scaling, _ = rope_inv_freq(spec, device)
+    cos, sin = half_cos_sin(spec, inv, scaling, positions.to(device))
+    rows = layout(spec, cos, sin)
+    rows["inv_freq"] = inv
+    return rows
+
+
+def _column_axes(spec: RopeSpec, section: list[int], interleaved: bool) -> dict[str, torch.Tensor]:
+    """Position axis of every output column, laid out by the spec's own `layout` (the axis of a
+    pair travels with it through widening, interleaving and packing; 0..2 are exact in any
+    float dtype)."""
+    axes = mrope_pair_axes(section, interleaved).to(torch.float32)[None, :]
+    return {name: t[0].to(torch.int64) for name, t in layout(spec, axes, axes).items()}
+
+
+async def infer(ctx: OipContext, request: InferRequest) -> InferResult:
+    check_unknown_inputs(request, MODEL)
+    parsed = MEMO.get(request.parameters, lambda: build_spec(request.parameters))
+    spec, section, interleaved = parsed.spec, parsed.section, parsed.interleaved
+    positions = get_input(request, POSITION_IDS)
+    assert positions is not None
+    positions = positions.to(torch.int64)
+    positions_in_range(positions, "position_ids", MAX_POSITIONS)
+    mrope = section is not None and positions.dim() >= 1 and positions.shape[0] == 3
+    lead = tuple(positions.shape[1:] if mrope else positions.shape)
+
+    infos = spec.outputs()
+    why = f"the spec's packing is {spec.packing!r}, width {spec.width!r}"
+    available = {d.name: None if d.name in infos else why for d in OUTPUTS}
+    default = [n for n in infos if n != "inv_freq"]
+    names = wanted_outputs(request, MODEL, available, default)
+    planned = {
+        n: infos[n] if n == "inv_freq" else TensorInfo(lead + infos[n].shape[1:], infos[n].dtype)
+        for n in names
+    }
+    nbytes = admit(ctx, request, planned)
+
+    index = row_index(positions, 0, spec.max_positions)
+    if index is not None and ctx.fits_cache(parsed.info.nbytes):
+        table, source = await ctx.table(spec, parsed.info.key)
+        src = table.tensors
+    else:
+        uniq, index = unique_rows(positions)
+        src = await ctx.offload(lambda: _rows(spec, uniq, ctx.device), nbytes)
+        source = "computed"
+    device = str(next(iter(src.values())).device)
+
+    def gather() -> dict[str, torch.Tensor]:
+        out: dict[str, torch.Tensor] = {}
+        columns = _column_axes(spec, section, interleaved) if mrope and section else {}
+        for n in names:
+            if n == "inv_freq":
+                out[n] = src[n]
+            elif mrope:
+                out[n] = gather_sections(src[n], index, columns[n])
+            else:
+                out[n] = gather_rows(src[n], index)
+        return out
+
+    tensors = await ctx.offload(gather, nbytes)
+    params = spec_parameters(parsed.info, source, device)
+    if section is not None:
+        params["posenc_mrope"] = ("interleaved " if interleaved else "chunked ") + str(section)
+    return InferResult(tensors, params)
+
+
+MODEL = OipModel(
+    name="rope",
+    description="RoPE cos/sin rows for position ids (every transformers scaling variant, MRoPE)",
+    inputs=(POSITION_IDS,),
+    outputs=OUTPUTS,
+    infer=infer,
+    parameters={
+        "mrope_section": "three pair counts (T, H, W) summing to rotary_dim/2: Qwen2-VL MRoPE",
+        "mrope_interleaved": "true: Qwen3-VL interleaved sections [THWTHW..TT]",
+        "rope_scaling keys": "flat rope_type, factor, ... go into rope_scaling",
+    },
+    notes=(
+        "cos/sin (or cos_sin / pairs, per packing) are sent by default; inv_freq when asked",
+        "rows come from the cached table of max_positions rows when every position is inside "
+        "it, else exactly the distinct positions are computed (not cached)",
+        "position ids are in [0, 2^24)",
+    ),
+)

@@ -1,0 +1,212 @@
+"""Routes of the Open Inference Protocol (KServe v2); health routes live with the service's.
+
+    GET  /v2                                         server metadata
+    GET  /v2/models/{model}[/versions/{version}]     model metadata
+    GET  /v2/models/{model}[/versions/{version}]/ready
+    GET  /v2/models/{model}[/versions/{version}]/config
+    POST /v2/models/{model}[/versions/{version}]/infer
+
+Every error is `{"error": message}` (what tritonclient decodes) with 400 (bad input), 404 (unknown
+model or version) or 503 (model readiness while warming up or draining, a server starting or
+stopping, too many computations in flight: with Retry-After); the mapping is
+`error_response` below, the only one for /v2. The infer route reads the raw body: tritonclient's
+sync client sends no Content-Type.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+import posenc
+from posenc.api.errors import ApiError
+from posenc.api.oip.codec import (
+    HEADER_LENGTH,
+    OipError,
+    OutputTensor,
+    decompress,
+    encode_infer_response,
+    error_body,
+    parse_infer_request,
+)
+from posenc.api.oip.context import OipContext
+from posenc.api.oip.models import MODELS, VERSION, OipModel
+from posenc.encodings import PosencError
+from posenc.runtime import Busy
+
+log = logging.getLogger("posenc.api.oip")
+
+EXTENSIONS = ["binary_tensor_data", "model_configuration", "parameters"]
+
+ContextGetter = Callable[[Request], OipContext]
+
+
+def error_response(exc: Exception) -> Response:
+    """Map an exception to `{"error": message}` with its status (the one /v2 mapping)."""
+    headers: dict[str, str] = {}
+    if isinstance(exc, (OipError, ApiError)):
+        status, message, headers = exc.status, exc.message, exc.headers
+    elif isinstance(exc, PosencError):
+        status, message = 400, str(exc)
+    elif isinstance(exc, Busy):
+        status, message = 503, str(exc)
+        headers = {"Retry-After": str(max(1, math.ceil(exc.retry_after)))}
+    else:
+        log.exception("unhandled error in /v2", exc_info=exc)
+        status, message = 500, "internal server error"
+    return Response(error_body(message), status, headers, media_type="application/json")
+
+
+class PartsResponse(Response):
+    """A 200 response whose body is sent as its parts, in order, without joining them (binary
+    outputs may be views of cached tables)."""
+
+    def __init__(
+        self, parts: list[bytes | memoryview], headers: dict[str, str], media_type: str
+    ) -> None:
+        super().__init__(None, 200, headers, media_type)
+        self.parts = parts
+        self.headers["content-length"] = str(sum(len(p) for p in parts))
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send(
+            {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
+        )
+        last = len(self.parts) - 1
+        for i, part in enumerate(self.parts):
+            await send({"type": "http.response.body", "body": part, "more_body": i < last})
+
+
+def _json(body: Any) -> Response:
+    return Response(orjson.dumps(body), media_type="application/json")
+
+
+async def _guarded(fn: Callable[[], Awaitable[Response]]) -> Response:
+    try:
+        return await fn()
+    except Exception as exc:
+        return error_response(exc)
+
+
+def _model(name: str, version: str | None) -> OipModel:
+    model = MODELS.get(name)
+    if model is None:
+        raise OipError(404, f"unknown model {name!r}; models: {sorted(MODELS)}")
+    if version is not None and version != VERSION:
+        raise OipError(404, f"model {name!r} has no version {version!r}; versions: [{VERSION!r}]")
+    return model
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise OipError(400, f"request body of {declared} bytes exceeds the limit of {limit}")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise OipError(400, f"request body exceeds the limit of {limit} bytes")
+        chunks.append(chunk)
+    body = b"".join(chunks)
+    return decompress(body, request.headers.get("content-encoding"), limit)
+
+
+Handler = Callable[[Request, str, "str | None"], Awaitable[Response]]
+
+
+def _bind(handler: Handler) -> tuple[Callable[..., Awaitable[Response]], ...]:
+    """The handler as two endpoints: without and with the `{version}` path parameter."""
+
+    async def plain(request: Request, model: str) -> Response:
+        return await handler(request, model, None)
+
+    async def versioned(request: Request, model: str, version: str) -> Response:
+        return await handler(request, model, version)
+
+    return plain, versioned
+
+
+def build_router(context: ContextGetter) -> tuple[APIRouter, APIRouter]:
+    """(server router: `GET /v2`, model router: `/v2/models/...`). API keys, when set, guard
+    the model routes through the app's `ApiKeyMiddleware` (`/v2/models` prefix); `/v2` is open.
+
+    `context(request)` returns the app's `OipContext`.
+    """
+    server = APIRouter(tags=["v2"])
+    models = APIRouter(prefix="/v2/models", tags=["v2"])
+
+    @server.get("/v2", summary="Server metadata (KServe v2)")
+    async def server_metadata() -> Response:
+        return _json({"name": "posenc", "version": posenc.__version__, "extensions": EXTENSIONS})
+
+    async def metadata(request: Request, model: str, version: str | None = None) -> Response:
+        async def run() -> Response:
+            return _json(_model(model, version).metadata())
+
+        return await _guarded(run)
+
+    async def ready(request: Request, model: str, version: str | None = None) -> Response:
+        async def run() -> Response:
+            _model(model, version)
+            if not context(request).ready():
+                raise OipError(503, "the server is not ready (warming up or draining)")
+            return Response(status_code=200)
+
+        return await _guarded(run)
+
+    async def config(request: Request, model: str, version: str | None = None) -> Response:
+        async def run() -> Response:
+            return _json(_model(model, version).config(context(request)))
+
+        return await _guarded(run)
+
+    async def infer(request: Request, model: str, version: str | None = None) -> Response:
+        async def run() -> Response:
+            found = _model(model, version)
+            # like /v1, inference is served while presets warm and while draining (readiness
+            # tells load balancers); only a server without its cache answers 503
+            ctx = context(request)
+            body = await _read_body(request, ctx.max_body_bytes)
+            parsed = parse_infer_request(body, request.headers.get(HEADER_LENGTH))
+            result = await found.infer(ctx, parsed)
+            outputs = [
+                OutputTensor(name, t, parsed.binary(name)) for name, t in result.tensors.items()
+            ]
+            # binary outputs on the CPU are sent as views (no work); JSON and GPU copies are
+            work = sum(
+                t.numel() * t.element_size()
+                for o, t in zip(outputs, result.tensors.values(), strict=True)
+                if not o.binary or t.device.type != "cpu"
+            )
+            encoded = await ctx.offload(
+                lambda: encode_infer_response(
+                    found.name, VERSION, parsed.id, outputs, result.parameters
+                ),
+                work,
+            )
+            if ctx.observe is not None:
+                ctx.observe(found.name, str(result.parameters.get("posenc_source", "")))
+            return PartsResponse(encoded.parts, encoded.headers, encoded.media_type)
+
+        return await _guarded(run)
+
+    for path, handler, method, summary in (
+        ("", metadata, "GET", "Model metadata"),
+        ("/ready", ready, "GET", "Model readiness"),
+        ("/config", config, "GET", "Model configuration, spec schema and limits"),
+        ("/infer", infer, "POST", "Inference: rows for the given positions"),
+    ):
+        plain, versioned = _bind(handler)
+        models.add_api_route("/{model}" + path, plain, methods=[method], summary=summary)
+        models.add_api_route(
+            "/{model}/versions/{version}" + path, versioned, methods=[method], summary=summary
+        )
+    return server, models

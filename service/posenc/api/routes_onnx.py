@@ -1,0 +1,262 @@
+"""`/v1/onnx`: verified ONNX subgraphs of the tables, cached and content-addressed like them.
+
+- `GET /v1/onnx`: the graphs posenc exports and what each supports.
+- `POST /v1/onnx` with `{"spec": {...}}` or `{"hf_config": {...}, "kind"?, "layer_type"?,
+  ...overrides}` plus the export options `graph`, `opset`, `mode`, `op`, `num_heads`, `inputs`,
+  `role` -> the model bytes; its stable URL is in `Content-Location`.
+- `GET /v1/onnx/{key}`: the model by export key, immutable (ETag, 304 on If-None-Match).
+
+A model is built and verified (checker, shape inference, one onnxruntime run against the torch
+table) in a worker thread before it is first served, at most once per export key at a time. The
+bytes are kept in the table cache as a prepared variant of the spec's table entry, so they share
+its byte budget, eviction and `Busy` limits. Graph-only kinds (`posenc.onnx.ONNX_SPECS`: CoPE)
+have no table: their models are kept in a small byte-bounded LRU of their own. A verification
+failure answers 500 `export` and is logged: a wrong graph is never sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from posenc.api.errors import ApiError
+from posenc.api.jsonio import json_response, read_json_object
+from posenc.api.specs import canonical_spec, guarded, spec_from_body
+from posenc.api.state import AppState, app_state
+from posenc.api.tables import IMMUTABLE, etag_matches
+from posenc.encodings import FieldProblem, SpecBase, SpecError, content_key
+from posenc.onnx import (
+    DEFAULT_OPSET,
+    EXPORTERS,
+    ONNX_SPECS,
+    OPSETS,
+    ExportError,
+    Resolved,
+    build,
+    graphs_for,
+    options_from,
+    parse_export_spec,
+    resolve,
+    verify,
+)
+
+log = logging.getLogger("posenc.api")
+
+router = APIRouter(prefix="/v1", tags=["onnx"])
+
+MEDIA_TYPE = "application/octet-stream"
+OPTION_FIELDS = ("graph", "opset", "mode", "op", "num_heads", "inputs", "role")
+INDEX_CAPACITY = 4096
+TABLELESS_BYTES = 64 << 20
+"""Budget of the models of graph-only kinds (no table entry to hold them)."""
+
+
+@dataclass
+class OnnxIndex:
+    """Export key -> resolved request (bounded LRU, so GET can rebuild an evicted model) and
+    the builds in flight (one per key)."""
+
+    recent: OrderedDict[str, Resolved] = field(default_factory=OrderedDict)
+    flights: dict[str, asyncio.Task[bytes]] = field(default_factory=dict)
+    tableless: OrderedDict[str, bytes] = field(default_factory=OrderedDict)
+
+    def remember(self, request: Resolved) -> None:
+        self.recent[request.key] = request
+        self.recent.move_to_end(request.key)
+        while len(self.recent) > INDEX_CAPACITY:
+            self.recent.popitem(last=False)
+
+    def keep(self, key: str, data: bytes) -> None:
+        """Keep a graph-only model, evicting the least recently used past `TABLELESS_BYTES`."""
+        self.tableless[key] = data
+        self.tableless.move_to_end(key)
+        while sum(map(len, self.tableless.values())) > TABLELESS_BYTES and self.tableless:
+            self.tableless.popitem(last=False)
+
+
+def onnx_index(request: Request) -> OnnxIndex:
+    """This app's `OnnxIndex` (created on first use: it holds no resources)."""
+    index: OnnxIndex | None = getattr(request.app.state, "posenc_onnx", None)
+    if index is None:
+        index = OnnxIndex()
+        request.app.state.posenc_onnx = index
+    return index
+
+
+def _request_from_body(body: dict[str, Any]) -> Resolved:
+    """Body -> resolved export request; raises `SpecError` (422) / `ApiError` (400)."""
+    rest = {k: v for k, v in body.items() if k not in OPTION_FIELDS}
+    spec: SpecBase
+    if "spec" in rest:
+        if set(rest) != {"spec"}:
+            extra = sorted(set(rest) - {"spec"})
+            raise SpecError(
+                "unknown fields next to spec",
+                [FieldProblem(name, "unknown field", rest[name]) for name in extra],
+            )
+        if not isinstance(rest["spec"], dict):
+            raise SpecError(
+                "spec must be a JSON object",
+                [FieldProblem("spec", "expected an object", type(rest["spec"]).__name__)],
+            )
+        data = rest["spec"]
+        if data.get("kind") in ONNX_SPECS:
+            spec = guarded("spec", lambda: parse_export_spec(data).canonical())
+        else:
+            spec, _ = canonical_spec(data)
+    elif "hf_config" in rest:
+        spec, _ = spec_from_body(rest)
+    else:
+        raise SpecError(
+            "give spec or hf_config",
+            [FieldProblem("spec", "required (or hf_config)", None)],
+        )
+    graph = body.get("graph")
+    if graph is None:
+        known = graphs_for(spec.kind)
+        if not known:
+            raise SpecError(
+                f"no ONNX graph for kind {spec.kind!r}",
+                [FieldProblem("kind", "no exporter", spec.kind)],
+            )
+        graph = known[0]
+    options = options_from(graph, **{k: body.get(k) for k in OPTION_FIELDS[1:]})
+    return resolve(spec, options)
+
+
+def _build_verified(request: Resolved) -> bytes:
+    """Worker thread: the model, verified, serialised."""
+    model = build(request)
+    verify(model, request.spec)
+    data: bytes = model.SerializeToString()
+    return data
+
+
+async def _model_bytes(state: AppState, index: OnnxIndex, request: Resolved) -> tuple[bytes, str]:
+    """(verified model bytes, cache outcome): from the table entry's prepared variants (or the
+    graph-only LRU), else built once in a thread and kept there."""
+    if request.spec.kind in ONNX_SPECS:
+        kept = index.tableless.get(request.key)
+        if kept is not None:
+            index.tableless.move_to_end(request.key)
+            return kept, "hit"
+        data, outcome = await _built(index, request)
+        index.keep(request.key, data)
+        return data, outcome
+    cache = state.require_cache()
+    entry, _ = await cache.get(request.spec, content_key(request.spec))
+    variant = ("onnx", request.key)
+    ready = entry.prepared.get(variant)
+    if isinstance(ready, bytes):
+        return ready, "hit"
+    data, outcome = await _built(index, request)
+    await cache.prepare(entry, variant, lambda _table: data)
+    return data, outcome
+
+
+async def _built(index: OnnxIndex, request: Resolved) -> tuple[bytes, str]:
+    """The verified model, built in a thread once per export key however many ask at once."""
+    flight = index.flights.get(request.key)
+    outcome = "coalesced"
+    if flight is None:
+        outcome = "miss"
+        flight = asyncio.get_running_loop().create_task(asyncio.to_thread(_build_verified, request))
+        index.flights[request.key] = flight
+        flight.add_done_callback(lambda _: index.flights.pop(request.key, None))
+    try:
+        data = await asyncio.shield(flight)
+    except ExportError as err:
+        log.error("ONNX export %s failed verification: %s %s", request.key, err, err.detail)
+        raise ApiError(500, err.error_type, str(err), err.detail) from None
+    return data, outcome
+
+
+async def _serve(
+    request: Request, state: AppState, resolved: Resolved, *, cache_control: str | None
+) -> Response:
+    key = resolved.key
+    exporter = resolved.exporter
+    headers = {
+        "ETag": f'"{key}"',
+        "Content-Location": f"/v1/onnx/{key}",
+        "X-Posenc-Key": key,
+        "X-Posenc-Spec-Key": content_key(resolved.spec),
+        "X-Posenc-Graph": exporter.name,
+        "X-Posenc-Opset": str(resolved.options.opset),
+        "Content-Disposition": f'attachment; filename="{exporter.kind}-{exporter.graph}-'
+        f'{key[:16]}.onnx"',
+    }
+    if cache_control:
+        headers["Cache-Control"] = cache_control
+    if request.method == "GET" and etag_matches(request.headers.get("if-none-match"), key):
+        return Response(status_code=304, headers=headers)
+    size = resolved.spec.output_bytes()
+    limit = state.settings.max_response_bytes
+    if size > limit:
+        raise ApiError(
+            413,
+            "too_large",
+            f"the spec's table is {size} bytes, over the limit of {limit} bytes; ask for fewer "
+            "positions (mode compute reads max_positions as its verification range only)",
+            {"size_bytes": size, "max_bytes": limit},
+        )
+    data, outcome = await _model_bytes(state, onnx_index(request), resolved)
+    headers["X-Posenc-Cache"] = outcome
+    return Response(data, media_type=MEDIA_TYPE, headers=headers)
+
+
+@router.get("/onnx", summary="The ONNX graphs posenc exports and what each supports")
+async def list_graphs() -> Response:
+    """One entry per (kind, graph): modes, ops, input styles; opsets 17..23."""
+    graphs = [exporter.describe() for exporter in EXPORTERS.values()]
+    return json_response({"graphs": graphs, "opsets": list(OPSETS), "default_opset": DEFAULT_OPSET})
+
+
+@router.post(
+    "/onnx",
+    summary="A verified ONNX subgraph for a spec or a config.json",
+    responses={
+        200: {"description": "The model (ONNX protobuf)", "content": {MEDIA_TYPE: {}}},
+        400: {"description": "Malformed JSON or an ambiguous config"},
+        413: {"description": "The spec's table is over the response limit"},
+        422: {"description": "Invalid spec or export options (detail names the field)"},
+        500: {"description": "error_type export: the graph failed verification (logged)"},
+        503: {"description": "Too many computations in flight (Retry-After)"},
+    },
+)
+async def post_onnx(request: Request) -> Response:
+    """The model for the spec and options in the body; its stable URL is in Content-Location."""
+    state = app_state(request)
+    resolved = _request_from_body(await read_json_object(request))
+    onnx_index(request).remember(resolved)
+    return await _serve(request, state, resolved, cache_control=None)
+
+
+@router.get(
+    "/onnx/{key}",
+    summary="An ONNX model by export key (any key this server built)",
+    responses={
+        200: {"description": "The model (ONNX protobuf)", "content": {MEDIA_TYPE: {}}},
+        304: {"description": "Not modified (If-None-Match)"},
+        404: {"description": "Unknown key: POST the request to /v1/onnx first"},
+    },
+)
+async def get_onnx(request: Request) -> Response:
+    """The model for `key`: immutable, so cacheable forever; 304 on a matching If-None-Match."""
+    state = app_state(request)
+    key: str = request.path_params["key"]
+    resolved = onnx_index(request).recent.get(key)
+    if resolved is None:
+        raise ApiError(
+            404,
+            "unknown_key",
+            f"no ONNX model with key {key!r} is known here: POST its request to /v1/onnx first",
+            {"key": key},
+        )
+    return await _serve(request, state, resolved, cache_control=IMMUTABLE)

@@ -1,0 +1,73 @@
+"""Service settings: the only place posenc reads the environment (prefix `POSENC_`).
+
+Lists (`POSENC_WARM_PRESETS`, `POSENC_API_KEYS`) accept a JSON array or a comma-separated string.
+Sizes are bytes. `posenc serve` flags override the environment; tests pass values directly.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+MiB = 1 << 20
+GiB = 1 << 30
+
+_DEVICE_RE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
+
+
+def _split(value: Any) -> Any:
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            import json
+
+            return json.loads(text)
+        return [part.strip() for part in text.split(",") if part.strip()]
+    return value
+
+
+class Settings(BaseSettings):
+    """Configuration of one posenc server process (environment variables `POSENC_<NAME>`)."""
+
+    model_config = SettingsConfigDict(env_prefix="POSENC_", extra="ignore", frozen=True)
+
+    host: str = "127.0.0.1"
+    port: Annotated[int, Field(ge=0, le=65535)] = 8000
+    device: str = Field("auto", description="auto, cpu, cuda or cuda:N")
+    cache_bytes: Annotated[int, Field(ge=0)] = 2 * GiB
+    max_response_bytes: Annotated[int, Field(ge=1)] = 512 * MiB
+    json_max_elements: Annotated[int, Field(ge=0)] = 1 << 18
+    max_body_bytes: Annotated[int, Field(ge=1)] = 1 * MiB
+    max_concurrent_computations: Annotated[int, Field(ge=1)] = 4
+    retry_after_seconds: Annotated[int, Field(ge=1)] = 1
+    warm_presets: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="preset names to compute at start-up, or 'all'"
+    )
+    api_keys: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list)
+    log_format: Literal["text", "json"] = "text"
+    log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
+    drain_seconds: Annotated[float, Field(ge=0.0)] = 5.0
+    grace_seconds: Annotated[float, Field(ge=0.0)] = 30.0
+    known_keys: Annotated[int, Field(ge=1)] = 1 << 16
+
+    @field_validator("warm_presets", "api_keys", mode="before")
+    @classmethod
+    def _lists(cls, value: Any) -> Any:
+        return _split(value)
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, value: str) -> str:
+        name = value.strip().lower()
+        if not _DEVICE_RE.match(name):
+            raise ValueError(f"must be auto, cpu, cuda or cuda:N, got {value!r}")
+        return name
+
+    @model_validator(mode="after")
+    def _keys(self) -> Settings:
+        if any(not k.get_secret_value() for k in self.api_keys):
+            raise ValueError("api_keys must not contain empty keys")
+        return self

@@ -1,0 +1,97 @@
+"""Per-app state built by `create_app` and its lifespan, and the dependencies routes use.
+
+`AppState` lives on `app.state.posenc`. The cache and device exist only between lifespan start and
+shutdown; routes reach them through `AppState.require_cache`, which answers 503 outside that window.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Annotated
+
+import torch
+from fastapi import Depends, Request
+
+from posenc.api.errors import ApiError
+from posenc.api.metrics import Metrics
+from posenc.api.settings import Settings
+from posenc.encodings import SpecBase
+from posenc.presets import Preset
+from posenc.runtime import TableCache
+
+
+@dataclass
+class Lifecycle:
+    """Readiness: `ready` after warm-up, `draining` from SIGTERM until exit."""
+
+    ready: bool = False
+    draining: bool = False
+    warm_errors: list[str] = field(default_factory=list)
+
+
+class KeyIndex:
+    """Content key -> canonical spec for every key resolved since start (bounded LRU) plus the
+    presets' keys (pinned), so `GET /v1/tables/{key}` can recompute an evicted table."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._pinned: dict[str, SpecBase] = {}
+        self._recent: OrderedDict[str, SpecBase] = OrderedDict()
+
+    def pin(self, key: str, spec: SpecBase) -> None:
+        """Remember `key` for the life of the process."""
+        self._pinned[key] = spec
+
+    def remember(self, key: str, spec: SpecBase) -> None:
+        """Remember `key`, forgetting the least recently used unpinned key beyond capacity."""
+        if key in self._pinned:
+            return
+        self._recent[key] = spec
+        self._recent.move_to_end(key)
+        while len(self._recent) > self.capacity:
+            self._recent.popitem(last=False)
+
+    def get(self, key: str) -> SpecBase | None:
+        """The canonical spec of `key`, or None when this server has not seen it."""
+        spec = self._pinned.get(key)
+        if spec is None:
+            spec = self._recent.get(key)
+            if spec is not None:
+                self._recent.move_to_end(key)
+        return spec
+
+
+@dataclass
+class AppState:
+    """Everything a route needs: settings, metrics, presets, readiness, key index and cache."""
+
+    settings: Settings
+    metrics: Metrics
+    presets: Mapping[str, Preset]
+    lifecycle: Lifecycle
+    index: KeyIndex
+    cache: TableCache | None = None
+    device: torch.device | None = None
+
+    def require_cache(self) -> TableCache:
+        """The cache, or 503 `starting` outside the lifespan."""
+        if self.cache is None:
+            raise ApiError(503, "starting", "the server is starting or stopping", None,
+                           {"Retry-After": "1"})  # fmt: skip
+        return self.cache
+
+
+def app_state(request: Request) -> AppState:
+    """This app's `AppState`."""
+    state: AppState = request.app.state.posenc
+    return state
+
+
+async def get_state(request: Request) -> AppState:
+    """Dependency: this app's `AppState` (async: FastAPI runs sync dependencies in threads)."""
+    return app_state(request)
+
+
+State = Annotated[AppState, Depends(get_state)]

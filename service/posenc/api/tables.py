@@ -1,0 +1,356 @@
+"""`/v1/tables`: compute (or find) a table and send it in the negotiated format.
+
+Order of work per request, cheapest first: parse and canonicalise the spec, compute its size from
+`spec.outputs()` (413 over the limit: nothing allocated), validate format, tensor and rows, answer
+304 to a matching `If-None-Match` (GET), then look the table up in the cache (computing it at most
+once), and send bytes prepared once per (table, format, tensors) or a zero-copy view.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from posenc.api.errors import ApiError
+from posenc.api.formats import (
+    Format,
+    Selection,
+    build_json,
+    build_npy,
+    build_npz,
+    build_safetensors,
+    content_range,
+    cpu_tensors,
+    negotiate,
+    parse_rows,
+    raw_view,
+    select,
+    selected_infos,
+)
+from posenc.api.jsonio import read_json_object
+from posenc.api.specs import spec_from_body
+from posenc.api.state import AppState, app_state
+from posenc.encodings import SpecBase, Table, TensorInfo, canonical_json
+from posenc.runtime import OFFLOAD_BYTES, Buffer, CacheEntry
+
+router = APIRouter(prefix="/v1", tags=["tables"])
+
+IMMUTABLE = "public, max-age=31536000, immutable"
+
+TABLE_PARAMETERS: list[dict[str, Any]] = [
+    {
+        "name": "format",
+        "in": "query",
+        "required": False,
+        "schema": {"type": "string", "enum": ["safetensors", "npz", "npy", "raw", "json"]},
+        "description": "overrides Accept; safetensors by default",
+    },
+    {
+        "name": "tensor",
+        "in": "query",
+        "required": False,
+        "schema": {"type": "string"},
+        "description": "send only this tensor (required for npy and raw)",
+    },
+    {
+        "name": "rows",
+        "in": "query",
+        "required": False,
+        "schema": {"type": "string", "pattern": "^[0-9]*:[0-9]*$"},
+        "description": "START:END: positions [START, END) only",
+        "example": "0:2048",
+    },
+]
+"""The table query parameters. Hot routes read them from the request directly (FastAPI's
+per-parameter validation costs more than the rest of a cache hit); this documents them."""
+
+
+def table_params(request: Request) -> tuple[str | None, str | None, str | None]:
+    """(format, tensor, rows) from the query string."""
+    q = request.query_params
+    return q.get("format"), q.get("tensor"), q.get("rows")
+
+
+TABLE_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "The table. Headers: ETag, Content-Location, X-Posenc-Key, "
+        "X-Posenc-Device (raw also X-Posenc-Dtype, X-Posenc-Shape).",
+        "content": {
+            "application/vnd.safetensors": {},
+            "application/x-npz": {},
+            "application/x-npy": {},
+            "application/octet-stream": {},
+            "application/json": {},
+        },
+    },
+    400: {"description": "Bad request (malformed JSON, unknown format/tensor, bad rows)"},
+    413: {"description": "Table or body over the limit (detail names size and maximum)"},
+    422: {"description": "Invalid spec: detail lists [{field, message, value}]"},
+    503: {"description": "Too many computations in flight (Retry-After)"},
+}
+
+SPEC_BODY = {
+    "required": True,
+    "content": {
+        "application/json": {
+            "schema": {
+                "type": "object",
+                "description": "A spec (`kind` selects the family; see GET /v1/kinds) or "
+                '{"hf_config": {...config.json...}, "kind"?, "layer_type"?, ...overrides}.',
+            },
+            "examples": {
+                "rope": {
+                    "summary": "Llama 3.1 RoPE, 8192 positions",
+                    "value": {
+                        "kind": "rope",
+                        "head_dim": 128,
+                        "rope_theta": 500000.0,
+                        "max_positions": 8192,
+                        "rope_scaling": {"rope_type": "llama3", "factor": 8.0},
+                    },
+                },
+                "alibi": {"summary": "ALiBi slopes", "value": {"kind": "alibi", "num_heads": 12}},
+                "hf_config": {
+                    "summary": "from a config.json",
+                    "value": {
+                        "hf_config": {
+                            "model_type": "llama",
+                            "hidden_size": 4096,
+                            "num_attention_heads": 32,
+                            "max_position_embeddings": 4096,
+                            "rope_theta": 10000.0,
+                        }
+                    },
+                },
+            },
+        }
+    },
+}
+
+
+def etag_matches(header: str | None, key: str) -> bool:
+    """True when an `If-None-Match` header lists this key's ETag (weak or strong) or `*`."""
+    if not header:
+        return False
+    for tag in header.split(","):
+        tag = tag.strip()
+        if tag == "*" or tag.removeprefix("W/") == f'"{key}"':
+            return True
+    return False
+
+
+def _check_size(state: AppState, outputs: dict[str, TensorInfo]) -> None:
+    size = sum(info.nbytes for info in outputs.values())
+    limit = state.settings.max_response_bytes
+    if size > limit:
+        raise ApiError(
+            413,
+            "too_large",
+            f"the table is {size} bytes, over the limit of {limit} bytes; ask for fewer "
+            "positions or a smaller dtype",
+            {"size_bytes": size, "max_bytes": limit},
+        )
+
+
+def _metadata(table: Table, entry: CacheEntry, sel: Selection) -> dict[str, Any]:
+    meta = dict(table.meta)
+    if entry.fallback:
+        meta["fallback"] = entry.fallback
+    if sel.rows is not None:
+        meta["rows"] = list(sel.rows)
+    return meta
+
+
+def _builder(
+    kind: str, key: str, spec: SpecBase, fmt: Format, sel: Selection, entry: CacheEntry
+) -> Callable[[Table], Buffer]:
+    """A function from the table to the response body for this format and selection."""
+
+    def build(table: Table) -> Buffer:
+        tensors = cpu_tensors(kind, table.tensors, sel)
+        meta = _metadata(table, entry, sel)
+        if fmt.name == "safetensors":
+            header = {
+                "format": "pt",
+                "key": key,
+                "kind": kind,
+                "spec": canonical_json(spec),
+                "algorithm_version": str(meta.get("algorithm_version", "")),
+                "device": entry.device,
+                "meta": orjson.dumps(meta).decode(),
+            }
+            return build_safetensors(tensors, header)
+        if fmt.name == "npz":
+            return build_npz(tensors)
+        if fmt.name == "npy":
+            return build_npy(next(iter(tensors.values())))
+        if fmt.name == "raw":
+            return bytes(raw_view(next(iter(tensors.values()))))
+        head = {"key": key, "kind": kind, "spec": meta.get("spec"), "meta": meta}
+        return build_json(tensors, head)
+
+    return build
+
+
+async def _body(
+    state: AppState,
+    key: str,
+    spec: SpecBase,
+    fmt: Format,
+    sel: Selection,
+    entry: CacheEntry,
+    nbytes: int,
+) -> Buffer:
+    """The response body: a zero-copy view for raw on the CPU, else bytes prepared once per
+    whole-table variant (row slices are built per request, off the loop when large)."""
+    if fmt.name == "raw":
+        name = sel.names[0]
+        tensor = entry.table.tensors[name]
+        if tensor.device.type == "cpu":
+            return raw_view(cpu_tensors(spec.kind, {name: tensor}, sel)[name])
+    build = _builder(spec.kind, key, spec, fmt, sel, entry)
+    if sel.rows is None:
+        return await state.require_cache().prepare(entry, (fmt.name, sel.names), build)
+    if nbytes > OFFLOAD_BYTES:
+        return await asyncio.to_thread(build, entry.table)
+    return build(entry.table)
+
+
+async def serve_table(
+    request: Request,
+    state: AppState,
+    spec: SpecBase,
+    key: str,
+    format: str | None,
+    tensor: str | None,
+    rows: str | None,
+    *,
+    cache_control: str | None,
+) -> Response:
+    """Negotiate, check limits, look up (or compute) and send the table for a canonical spec."""
+    fmt = negotiate(format, request.headers.get("accept"))
+    outputs = spec.outputs()  # shapes only: nothing is allocated before the size check
+    _check_size(state, outputs)
+    sel = select(spec.kind, outputs, fmt, tensor, parse_rows(rows))
+    infos = selected_infos(spec.kind, outputs, sel)
+    if fmt.name == "json":
+        elements = sum(i.numel for i in infos.values())
+        limit = state.settings.json_max_elements
+        if elements > limit:
+            raise ApiError(
+                413,
+                "too_large_for_json",
+                f"{elements} elements exceed the JSON limit of {limit}: use a binary format "
+                "(safetensors, npy, raw) or fewer rows",
+                {"elements": elements, "max_elements": limit},
+            )
+    headers = {
+        "ETag": f'"{key}"',
+        "Content-Location": f"/v1/tables/{key}",
+        "X-Posenc-Key": key,
+        "X-Posenc-Kind": spec.kind,
+        "Vary": "Accept",
+    }
+    if cache_control:
+        headers["Cache-Control"] = cache_control
+    if request.method == "GET" and etag_matches(request.headers.get("if-none-match"), key):
+        return Response(status_code=304, headers=headers)
+    entry, outcome = await state.require_cache().get(spec, key)
+    nbytes = sum(i.nbytes for i in infos.values())
+    body = await _body(state, key, spec, fmt, sel, entry, nbytes)
+    headers["X-Posenc-Device"] = entry.device
+    headers["X-Posenc-Cache"] = outcome
+    if entry.fallback:
+        headers["X-Posenc-Fallback"] = entry.fallback
+    headers["Content-Disposition"] = f'inline; filename="{key}.{fmt.suffix}"'
+    status = 200
+    if fmt.single:
+        name = sel.names[0]
+        headers["X-Posenc-Tensor"] = name
+    if fmt.name == "raw":
+        info = infos[sel.names[0]]
+        headers["X-Posenc-Dtype"] = info.dtype
+        headers["X-Posenc-Shape"] = ",".join(str(d) for d in info.shape)
+        headers["Accept-Ranges"] = "bytes"
+        body, status = _apply_range(request, key, body, headers)
+    return Response(body, status_code=status, media_type=fmt.media_type, headers=headers)
+
+
+def _apply_range(
+    request: Request, key: str, body: Buffer, headers: dict[str, str]
+) -> tuple[Buffer, int]:
+    """A single `bytes=` Range on a raw body: 206 with a zero-copy slice, 416 when unsatisfiable;
+    ignored when absent, malformed, multi-range, or `If-Range` names another representation."""
+    if_range = request.headers.get("if-range")
+    if if_range is not None and if_range.strip() != f'"{key}"':
+        return body, 200
+    size = len(body) if isinstance(body, bytes) else body.nbytes
+    span = content_range(request.headers.get("range"), size)
+    if span is None:
+        return body, 200
+    if span is False:
+        raise ApiError(
+            416,
+            "range_not_satisfiable",
+            f"the range is outside the {size}-byte body",
+            {"size_bytes": size},
+            {"Content-Range": f"bytes */{size}"},
+        )
+    assert span is not True
+    first, last = span
+    headers["Content-Range"] = f"bytes {first}-{last}/{size}"
+    return memoryview(body)[first : last + 1], 206
+
+
+@router.post(
+    "/tables",
+    summary="Compute (or fetch from the cache) the table for a spec or a config.json",
+    responses=TABLE_RESPONSES,
+    openapi_extra={"requestBody": SPEC_BODY, "parameters": TABLE_PARAMETERS},
+)
+async def post_table(request: Request) -> Response:
+    """The table for the spec in the body; its stable URL is in `Content-Location`."""
+    state = app_state(request)
+    body = await read_json_object(request)
+    spec, key = spec_from_body(body)
+    state.index.remember(key, spec)
+    return await serve_table(request, state, spec, key, *table_params(request), cache_control=None)
+
+
+@router.get(
+    "/tables/{key}",
+    summary="A table by content key (any key this server resolved, or a preset's)",
+    responses={**TABLE_RESPONSES, 304: {"description": "Not modified (If-None-Match)"}},
+    openapi_extra={
+        "parameters": [
+            {
+                "name": "key",
+                "in": "path",
+                "required": True,
+                "schema": {"type": "string"},
+                "description": "64 hex digits, from X-Posenc-Key or an ETag",
+            },
+            *TABLE_PARAMETERS,
+        ]
+    },
+)
+async def get_table(request: Request) -> Response:
+    """The table for `key`: immutable, so cacheable forever; 304 on a matching If-None-Match."""
+    state = app_state(request)
+    key: str = request.path_params["key"]
+    spec = state.index.get(key)
+    if spec is None:
+        raise ApiError(
+            404,
+            "unknown_key",
+            f"no table with key {key!r} is known here: POST its spec to /v1/tables first",
+            {"key": key},
+        )
+    return await serve_table(
+        request, state, spec, key, *table_params(request), cache_control=IMMUTABLE
+    )

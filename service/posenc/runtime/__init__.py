@@ -1,0 +1,29 @@
+"""posenc.runtime: device resolution and the byte-bounded, single-flight table cache.
+
+Imports only `posenc.encodings` and torch; `device.py` is the only module touching CUDA.
+"""
+
+from posenc.runtime.cache import (
+    OFFLOAD_BYTES,
+    Buffer,
+    Busy,
+    CacheEntry,
+    CacheKey,
+    CacheStats,
+    TableCache,
+)
+from posenc.runtime.device import DeviceError, describe, is_out_of_memory, resolve_device
+
+__all__ = [
+    "OFFLOAD_BYTES",
+    "Buffer",
+    "Busy",
+    "CacheEntry",
+    "CacheKey",
+    "CacheStats",
+    "DeviceError",
+    "TableCache",
+    "describe",
+    "is_out_of_memory",
+    "resolve_device",
+]

@@ -1,0 +1,124 @@
+"""Row selection from computed tables: gathers on the table's device, no arithmetic on values.
+
+The Open Inference Protocol models (`posenc.api.oip`) answer requests for arbitrary positions.
+They take rows out of a cached table when the positions fall inside it, or out of rows computed
+for exactly the distinct positions asked (`unique_rows`), with the helpers here. Every function
+only selects elements (index arithmetic on positions, never on table values), so a gathered row is
+bit-identical to the row of the full table.
+
+Multimodal RoPE (Qwen2-VL, Qwen3-VL): position ids carry a leading axis of 3 (temporal, height,
+width) and each rotary frequency pair reads the angle of one of those axes. `mrope_pair_axes` gives
+that axis per pair; `gather_sections` picks each column from the row of its axis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+
+def unique_rows(positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(distinct sorted positions (U,), inverse index of `positions`' shape into them)."""
+    uniq, inverse = torch.unique(positions, sorted=True, return_inverse=True)
+    return uniq, inverse
+
+
+def row_index(positions: torch.Tensor, start: int, rows: int) -> torch.Tensor | None:
+    """Rows of a table holding positions `start .. start+rows-1` for `positions` (any shape, any
+    numeric dtype), as int64 on the same device; None unless every position is an integer inside.
+    """
+    if positions.numel() == 0:
+        return positions.to(torch.int64)
+    if positions.is_floating_point() and not bool(torch.all(positions == positions.floor())):
+        return None
+    lo, hi = int(positions.min()), int(positions.max())
+    if lo < start or hi >= start + rows:
+        return None
+    return positions.to(torch.int64) - start
+
+
+def gather_rows(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """`table[index]`: rows (R, *rest) picked by int64 `index` of any shape -> index.shape + rest.
+
+    `index` is moved to the table's device; the gather runs there. A run of consecutive rows
+    (a prefill, a whole table) is returned as a view of the table, without copying.
+    """
+    flat = index.reshape(-1)
+    run = consecutive(flat)
+    if run is not None:
+        out = table.narrow(0, run, flat.numel())
+    else:
+        out = table.index_select(0, flat.to(table.device))
+    return out.reshape(*index.shape, *table.shape[1:])
+
+
+def consecutive(flat: torch.Tensor) -> int | None:
+    """The first row when 1-D `flat` is `start, start+1, ...` (at least two rows), else None."""
+    n = flat.numel()
+    if n < 2:
+        return None
+    start = int(flat[0])
+    if int(flat[-1]) != start + n - 1 or not bool(torch.all(flat[1:] - flat[:-1] == 1)):
+        return None
+    return start
+
+
+def gather_sections(
+    table: torch.Tensor, index: torch.Tensor, column_axis: torch.Tensor
+) -> torch.Tensor:
+    """Per-column rows from a (R, *rest) table for multi-axis positions.
+
+    `index` (A, *S) int64 holds one row per position axis; `column_axis` (*rest) says which axis
+    each column reads. Returns (*S, *rest) with `out[s, c] = table[index[column_axis[c], s], c]`.
+    """
+    rest = table.shape[1:]
+    width = int(torch.tensor(rest).prod()) if rest else 1
+    flat_table = table.reshape(table.shape[0], width)
+    axes = column_axis.reshape(width).to(device=table.device, dtype=torch.int64)
+    idx = index.reshape(index.shape[0], -1).to(table.device)  # (A, N)
+    picked = idx.index_select(0, axes).t().contiguous()  # (N, width): row per column
+    out = torch.gather(flat_table, 0, picked)
+    return out.reshape(*index.shape[1:], *rest)
+
+
+def gather_block(
+    table: torch.Tensor,
+    rows: torch.Tensor,
+    cols: torch.Tensor,
+    row_axis: int,
+    row_offset: int = 0,
+) -> torch.Tensor:
+    """Sub-block of a table along two adjacent axes: `row_axis` picks `rows - row_offset`, the next
+    axis picks `cols` (1-D int64 each). ALiBi (H, Q, K) and T5 (Q, K) / (H, Q, K) tables."""
+    dev = table.device
+    r = rows.reshape(-1).to(dev, torch.int64) - row_offset
+    c = cols.reshape(-1).to(dev, torch.int64)
+    return table.index_select(row_axis, r).index_select(row_axis + 1, c)
+
+
+def mrope_pair_axes(section: Sequence[int], interleaved: bool) -> torch.Tensor:
+    """Position axis (0 temporal, 1 height, 2 width) of each rotary frequency pair, (sum(section),).
+
+    Chunked (Qwen2-VL, transformers `Qwen2VLRotaryEmbedding.recomposition_frequencies`): pairs are
+    split into consecutive runs of `section[0]`, `section[1]`, `section[2]`; run k reads axis k.
+    Interleaved (Qwen3-VL, `Qwen3VLTextRotaryEmbedding.recomposition_frequencies`): pair i reads
+    axis 1 when `i % 3 == 1 and i < 3*section[1]`, axis 2 when `i % 3 == 2 and i < 3*section[2]`,
+    axis 0 otherwise (the layout [THWTHW...TT]).
+    """
+    half = sum(section)
+    if not interleaved:
+        return torch.repeat_interleave(
+            torch.arange(len(section), dtype=torch.int64), torch.tensor(list(section))
+        )
+    axes = torch.zeros(half, dtype=torch.int64)
+    for axis in (1, 2):
+        axes[axis : section[axis] * 3 : 3] = axis
+    return axes
+
+
+def lookup_bias(weights: torch.Tensor, buckets: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """`bias[h, ...] = weights[buckets[...], h]` (H, *buckets.shape): T5's learned relative bias,
+    `weights` (num_buckets, H) read as float32, gathered, cast last (as `compute_t5_bias`)."""
+    table = weights.to(device=buckets.device, dtype=torch.float32)
+    return table.t()[:, buckets].to(dtype)

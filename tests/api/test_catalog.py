@@ -1,0 +1,174 @@
+"""Discovery: /v1/kinds, /v1/presets (>= 15 released models, values as published), /v1/resolve."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+import torch
+
+from posenc.encodings import FAMILIES, compute, content_key, parse_spec
+from posenc.presets import load_presets
+from tests.api.wire import decode
+from tests.conftest import ServerHandle
+
+CONFIGS = Path(__file__).parents[1] / "data" / "configs"
+
+# preset -> the real config.json (tests/data/configs) it must agree with
+PRESET_CONFIGS = {
+    "llama-3.1-8b": "meta-llama__Llama-3.1-8B",
+    "llama-3.2-1b": "meta-llama__Llama-3.2-1B",
+    "llama-2-7b": "meta-llama__Llama-2-7b-hf",
+    "mistral-7b-v0.3": "mistralai__Mistral-7B-v0.3",
+    "qwen2.5-7b": "Qwen__Qwen2.5-7B-Instruct",
+    "qwen3-8b": "Qwen__Qwen3-8B",
+    "phi-3.5-mini": "microsoft__Phi-3.5-mini-instruct",
+    "deepseek-v3": "deepseek-ai__DeepSeek-V3",
+    "gpt-oss-20b": "openai__gpt-oss-20b",
+    "gpt-j-6b": "EleutherAI__gpt-j-6b",
+    "gpt-neox-20b": "EleutherAI__gpt-neox-20b",
+    "bloom-560m": "bigscience__bloom-560m",
+    "mpt-7b": "mosaicml__mpt-7b",
+}
+
+REQUIRED_MODELS = [
+    "llama-3",
+    "mistral",
+    "qwen2.5",
+    "qwen3",
+    "phi-3.5",
+    "gemma-3",
+    "gpt-neox",
+    "gpt-j",
+    "deepseek-v3",
+    "bloom",
+    "mpt",
+    "falcon",
+    "t5",
+    "whisper",
+]
+
+
+def test_presets_list(client: httpx.Client) -> None:
+    presets = client.get("/v1/presets").json()["presets"]
+    names = [p["name"] for p in presets]
+    assert len(names) >= 15
+    for model in REQUIRED_MODELS:
+        assert any(n.startswith(model) for n in names), model
+    kinds = {part["kind"] for p in presets for part in p["parts"]}
+    assert kinds == {"rope", "alibi", "t5_bias", "sinusoidal"}
+
+
+@pytest.mark.parametrize("name", sorted(load_presets()))
+def test_each_preset(client: httpx.Client, name: str) -> None:
+    body = client.get(f"/v1/presets/{name}").json()
+    assert body["name"] == name
+    assert body["model"]
+    assert body["source"].startswith("https://")
+    assert body["parts"]
+    for part in body["parts"]:
+        spec = parse_spec(part["spec"])
+        assert part["key"] == content_key(spec)
+        assert part["url"] == f"/v1/tables/{part['key']}"
+        assert part["bytes"] == spec.output_bytes()
+        assert part["outputs"] == {
+            k: {"shape": list(v.shape), "dtype": v.dtype} for k, v in spec.outputs().items()
+        }
+        single = client.get(part["preset_url"]).json()
+        assert single["key"] == part["key"]
+        assert single["preset"] == name
+
+
+@pytest.mark.parametrize(("preset", "config"), sorted(PRESET_CONFIGS.items()))
+def test_presets_match_published_configs(client: httpx.Client, preset: str, config: str) -> None:
+    published = json.loads((CONFIGS / f"{config}.json").read_text())
+    resolved = client.post("/v1/resolve", json=published).json()["specs"]
+    preset_keys = {p["key"] for p in client.get(f"/v1/presets/{preset}").json()["parts"]}
+    assert {s["key"] for s in resolved} <= preset_keys
+
+
+def test_multi_part_presets_are_addressable(server: ServerHandle, client: httpx.Client) -> None:
+    gemma = client.get("/v1/presets/gemma-3-27b/full_attention").json()
+    assert gemma["spec"]["rope_theta"] == 1_000_000.0
+    assert gemma["spec"]["rope_scaling"] == {"rope_type": "linear", "factor": 8.0}
+    local = client.get("/v1/presets/gemma-3-27b/sliding_attention").json()
+    assert local["spec"]["rope_theta"] == 10_000.0
+    assert local["key"] != gemma["key"]
+    enc = client.get("/v1/presets/t5-base/encoder/table", params={"rows": "0:4"})
+    dec = client.get("/v1/presets/t5-base/decoder/table", params={"rows": "0:4"})
+    assert enc.status_code == dec.status_code == 200
+    assert enc.headers["content-location"] != dec.headers["content-location"]
+    assert enc.headers["cache-control"] == "public, max-age=3600"
+    spec = parse_spec(client.get("/v1/presets/t5-base/encoder").json()["spec"])
+    want = compute(spec, server.device).tensors["buckets"][:4].cpu()
+    assert torch.equal(decode(enc)["buckets"], want)
+    key = enc.headers["x-posenc-key"]
+    r = client.get("/v1/presets/t5-base/encoder/table", headers={"If-None-Match": f'"{key}"'})
+    assert r.status_code == 304
+
+
+def test_kinds(client: httpx.Client) -> None:
+    kinds = {k["kind"]: k for k in client.get("/v1/kinds").json()["kinds"]}
+    assert set(kinds) == set(FAMILIES)
+    rope = kinds["rope"]
+    assert rope["schema"]["properties"]["head_dim"]["type"] == "integer"
+    assert "max_positions" in rope["required"]
+    values = rope["valid_values"]
+    assert {"llama3", "yarn", "longrope", "dynamic", "linear", "default"} <= set(
+        values["rope_scaling.rope_type"]["enum"]
+    )
+    assert set(values["dtype"]["enum"]) == {"float32", "float16", "bfloat16"}
+    assert values["head_dim"]["minimum"] == 2
+    assert values["rope_scaling[rope_type=yarn].factor"]["minimum"] == 1.0
+    assert "bias" in kinds["alibi"]["valid_values"]
+    for kind in kinds.values():
+        assert kind["summary"]
+        assert kind["description"]
+
+
+def test_resolve_names_keys_urls_and_notes(client: httpx.Client) -> None:
+    config = json.loads((CONFIGS / "google__gemma-3-4b-it.json").read_text())
+    specs = client.post("/v1/resolve", json=config).json()["specs"]
+    names = {s["name"] for s in specs}
+    assert names == {"rope:sliding_attention", "rope:full_attention"}
+    for s in specs:
+        assert s["url"] == f"/v1/tables/{s['key']}"
+        assert isinstance(s["notes"], dict)
+        assert s["bytes"] == 2 * 131072 * 256 * 4 + 128 * 4
+    short = client.post("/v1/resolve", json={"hf_config": config, "max_positions": 64}).json()
+    for s in short["specs"]:
+        r = client.get(s["url"], params={"format": "raw", "tensor": "inv_freq"})
+        assert r.status_code == 200  # resolved keys are served by GET
+    one = client.post(
+        "/v1/resolve",
+        json={"hf_config": config, "layer_type": "full_attention", "max_positions": 8},
+    ).json()["specs"]
+    assert len(one) == 1
+    assert one[0]["spec"]["max_positions"] == 8
+
+
+def test_resolve_reports_runtime_notes(client: httpx.Client) -> None:
+    deepseek = json.loads((CONFIGS / "deepseek-ai__DeepSeek-V3.json").read_text())
+    notes = client.post("/v1/resolve", json=deepseek).json()["specs"][0]["notes"]
+    assert notes  # e.g. YaRN's softmax scale multiplier, which no cos/sin table carries
+    phi = json.loads((CONFIGS / "microsoft__Phi-3.5-mini-instruct.json").read_text())
+    phi_notes = client.post("/v1/resolve", json=phi).json()["specs"][0]["notes"]
+    assert phi_notes
+
+
+def test_openapi(client: httpx.Client) -> None:
+    paths = client.get("/openapi.json").json()["paths"]
+    for path in (
+        "/v1/tables",
+        "/v1/tables/{key}",
+        "/v1/resolve",
+        "/v1/presets",
+        "/v1/presets/{name}",
+        "/v1/kinds",
+        "/v2/health/ready",
+        "/metrics",
+    ):
+        assert path in paths
+    assert client.get("/docs").status_code == 200

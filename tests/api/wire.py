@@ -1,0 +1,56 @@
+"""Decoders for every wire format the API sends, independent of the server's own code."""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+from typing import Any
+
+import httpx
+import numpy as np
+import torch
+from safetensors.torch import load as safetensors_load
+
+TORCH_DTYPES = {
+    "float32": torch.float32,
+    "float64": torch.float64,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "int64": torch.int64,
+    "int32": torch.int32,
+}
+
+
+def safetensors_metadata(data: bytes) -> dict[str, str]:
+    """The `__metadata__` of a safetensors file (8-byte little-endian header length, JSON)."""
+    (length,) = struct.unpack("<Q", data[:8])
+    header: dict[str, Any] = json.loads(data[8 : 8 + length])
+    meta: dict[str, str] = header.get("__metadata__", {})
+    return meta
+
+
+def decode(response: httpx.Response) -> dict[str, torch.Tensor]:
+    """Tensors from a table response in any format, by name."""
+    kind = response.headers["content-type"].split(";")[0]
+    data = response.content
+    if kind == "application/vnd.safetensors":
+        return dict(safetensors_load(data))
+    if kind == "application/x-npz":
+        with np.load(io.BytesIO(data), allow_pickle=False) as archive:
+            return {name: torch.from_numpy(archive[name].copy()) for name in archive.files}
+    if kind == "application/x-npy":
+        array = np.load(io.BytesIO(data), allow_pickle=False)
+        return {response.headers["x-posenc-tensor"]: torch.from_numpy(array.copy())}
+    if kind == "application/octet-stream":
+        dtype = TORCH_DTYPES[response.headers["x-posenc-dtype"]]
+        shape = [int(d) for d in response.headers["x-posenc-shape"].split(",")]
+        tensor = torch.frombuffer(bytearray(data), dtype=dtype).reshape(shape)
+        return {response.headers["x-posenc-tensor"]: tensor}
+    if kind == "application/json":
+        body = response.json()
+        return {
+            name: torch.tensor(t["data"], dtype=TORCH_DTYPES[t["dtype"]]).reshape(t["shape"])
+            for name, t in body["tensors"].items()
+        }
+    raise AssertionError(f"unexpected content type {kind}")
