@@ -1,0 +1,109 @@
+# syntax=docker/dockerfile:1
+#
+# posenc container images, two targets (deploy/README.md has the details):
+#
+#   docker build --target cpu  -t posenc:cpu  .    # torch CPU build + onnxruntime (the default)
+#   docker build --target cuda -t posenc:cuda .    # torch CUDA 13 + onnxruntime-gpu (CUDA 13)
+#
+# Layout: `python-base` (interpreter + empty venv) -> `build-cpu` / `build-cuda` (dependencies in
+# their own layers, then the source) -> `runtime` (non-root user, health check, entry point) ->
+# `cuda` / `cpu` (the runtime plus one built venv). Dependencies are installed from pyproject.toml
+# before the source is copied, so a code change reuses the torch layer.
+#
+# The CUDA image needs no CUDA base: torch's PyPI wheels for Linux carry the CUDA 13 runtime,
+# cuBLAS and cuDNN 9 as pip packages, and onnxruntime-gpu is built against the same CUDA major and
+# cuDNN major. The host provides only the NVIDIA driver (>= 580 for CUDA 13) through the NVIDIA
+# container toolkit (`docker run --gpus all`, or the device plugin on Kubernetes).
+
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+
+FROM ${PYTHON_IMAGE} AS python-base
+LABEL org.opencontainers.image.title="posenc" \
+      org.opencontainers.image.description="Exact position tables (RoPE, ALiBi, sinusoidal, T5) over REST, the Open Inference Protocol and ONNX" \
+      org.opencontainers.image.licenses="Apache-2.0"
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    VIRTUAL_ENV=/opt/venv \
+    PATH=/opt/venv/bin:$PATH
+RUN python -m venv /opt/venv
+
+
+FROM python-base AS build-cpu
+ARG TORCH_VERSION=2.13.0
+ARG ONNXRUNTIME_VERSION=1.31.1
+# The CPU-only torch build (about 200 MB instead of several GB of CUDA libraries).
+ARG TORCH_CPU_INDEX=https://download.pytorch.org/whl/cpu
+RUN --mount=type=cache,target=/root/.cache/pip \
+    pip install --index-url "${TORCH_CPU_INDEX}" "torch==${TORCH_VERSION}" \
+ && pip install "onnxruntime==${ONNXRUNTIME_VERSION}"
+COPY pyproject.toml deploy/docker/requirements.py /tmp/build/
+RUN --mount=type=cache,target=/root/.cache/pip \
+    python /tmp/build/requirements.py /tmp/build/pyproject.toml cpu > /tmp/build/requirements.txt \
+ && pip install --requirement /tmp/build/requirements.txt
+COPY pyproject.toml README* /src/
+COPY service /src/service
+RUN --mount=type=cache,target=/root/.cache/pip \
+    pip install --no-deps /src \
+ && python -c "import posenc, torch, onnxruntime; print('posenc', posenc.__version__, 'torch', torch.__version__)"
+
+
+FROM python-base AS build-cuda
+ARG TORCH_VERSION=2.13.0
+ARG ONNXRUNTIME_GPU_VERSION=1.31.1
+# torch's default Linux wheels on PyPI are the CUDA 13 build; onnxruntime-gpu's `cuda` and `cudnn`
+# extras resolve to the same CUDA 13 / cuDNN 9 pip packages torch pins, so one copy is installed.
+RUN --mount=type=cache,target=/root/.cache/pip \
+    pip install "torch==${TORCH_VERSION}" "onnxruntime-gpu[cuda,cudnn]==${ONNXRUNTIME_GPU_VERSION}"
+COPY pyproject.toml deploy/docker/requirements.py /tmp/build/
+RUN --mount=type=cache,target=/root/.cache/pip \
+    python /tmp/build/requirements.py /tmp/build/pyproject.toml gpu > /tmp/build/requirements.txt \
+ && pip install --requirement /tmp/build/requirements.txt
+COPY pyproject.toml README* /src/
+COPY service /src/service
+RUN --mount=type=cache,target=/root/.cache/pip \
+    pip install --no-deps /src \
+ && python -c "import posenc, torch, onnxruntime; print('posenc', posenc.__version__, 'torch', torch.__version__, 'cuda', torch.version.cuda)"
+
+
+FROM python-base AS runtime
+# A fixed numeric uid/gid so Kubernetes' runAsNonRoot can verify it without reading /etc/passwd.
+RUN groupadd --system --gid 10001 posenc \
+ && useradd --system --no-log-init --uid 10001 --gid 10001 --home-dir /home/posenc --create-home \
+        --shell /usr/sbin/nologin posenc
+COPY deploy/docker/healthcheck.py /opt/posenc/healthcheck.py
+# Inside a container the server must listen beyond the loopback; every other setting keeps the
+# service's default and can be overridden by an env file, a ConfigMap or a flag. The root
+# filesystem may be read-only (Kubernetes, compose): caches go to /tmp, a writable volume there.
+ENV POSENC_HOST=0.0.0.0 \
+    POSENC_PORT=8000 \
+    HOME=/home/posenc \
+    TMPDIR=/tmp \
+    XDG_CACHE_HOME=/tmp/.cache
+WORKDIR /home/posenc
+USER 10001:10001
+EXPOSE 8000
+# The start period covers importing torch and warming presets; /v2/health/ready is 200 only after
+# warm-up and 503 while draining after SIGTERM.
+HEALTHCHECK --interval=10s --timeout=5s --start-period=120s --retries=3 \
+    CMD ["python", "/opt/posenc/healthcheck.py"]
+# Exec form: posenc is PID 1 and receives SIGTERM itself (no shell in between), then drains:
+# readiness turns 503, in-flight requests finish, the process exits within POSENC_GRACE_SECONDS.
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["/opt/venv/bin/posenc"]
+CMD ["serve"]
+
+
+FROM runtime AS cuda
+# The driver's JIT cache (PTX compiled for GPUs newer than the wheels) goes to the writable /tmp.
+ENV POSENC_DEVICE=cuda \
+    CUDA_CACHE_PATH=/tmp/.nv/ComputeCache \
+    NVIDIA_VISIBLE_DEVICES=all \
+    NVIDIA_DRIVER_CAPABILITIES=compute,utility
+COPY --from=build-cuda /opt/venv /opt/venv
+
+
+# Last, so that a plain `docker build .` produces the CPU image.
+FROM runtime AS cpu
+ENV POSENC_DEVICE=cpu
+COPY --from=build-cpu /opt/venv /opt/venv

