@@ -8,14 +8,15 @@ STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: venv serve test check bench clean
+.PHONY: venv nginx serve test check bench clean
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml Makefile
+$(STAMP): pyproject.toml clients/python/pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -e '.[cpu,test]'
+	$(BIN)/pip install --quiet -e clients/python
 	# timm is a test reference only; --no-deps because its torchvision requirement has no CPU
 	# build here (the tests import timm.layers.pos_embed_sincos, which needs no torchvision).
 	$(BIN)/pip install --quiet --no-deps timm==1.0.31
@@ -24,17 +25,28 @@ $(STAMP): pyproject.toml Makefile
 serve: $(STAMP)
 	$(BIN)/posenc serve --host $(HOST) --port $(PORT)
 
-test: $(STAMP)
+# tests/deploy runs the shipped cache configuration in a real nginx: Debian's nginx-light (plain
+# nginx where a release has no -light package). /usr/sbin may be off a non-root user's PATH.
+nginx:
+	@command -v nginx >/dev/null 2>&1 || test -x /usr/sbin/nginx || \
+	  { apt-get update && { DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends nginx-light || \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends nginx; }; }
+
+test: $(STAMP) nginx
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
 check: $(STAMP)
-	$(BIN)/ruff format --check service tests bench
-	$(BIN)/ruff check service tests bench
+	$(BIN)/ruff format --check service tests bench deploy clients/python
+	$(BIN)/ruff check service tests bench deploy clients/python
+	$(BIN)/hadolint --config .hadolint.yaml Dockerfile
 	$(BIN)/mypy
+	$(BIN)/mypy --strict clients/python/src
 	$(BIN)/lint-imports
 
+# Each bench prints its results as markdown (docs/benchmarks.md records them); BENCHES=serve runs one.
+BENCHES ?= serve v2_infer
 bench: $(STAMP)
-	$(BIN)/python -m bench.compute
+	set -e; for b in $(BENCHES); do echo "== bench.$$b"; $(BIN)/python -m bench.$$b; done
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,78 @@
+"""posenc-client: fetch exact position tables from a posenc server and plug them into runtimes.
+
+    from posenc_client import Client
+
+    with Client("http://127.0.0.1:8000") as client:
+        tables = client.rope(128, 8192, rope_theta=500000.0, rope_type="llama3", factor=8.0)
+        cos, sin = tables["cos"], tables["sin"]          # numpy arrays
+
+Depends on httpx and numpy (ml_dtypes for bfloat16) only. `posenc_client.onnx` (needs `onnx`)
+plugs tables and subgraphs into ONNX models; `Tables.to_torch()` needs torch. Neither is imported
+unless used. The exception tree is drawn in `posenc_client._exceptions`.
+"""
+
+from posenc_client._cache import DiskCache, default_cache_dir
+from posenc_client._client import AsyncClient, Client, Retries
+from posenc_client._exceptions import (
+    AmbiguousConfigError,
+    APIError,
+    AuthenticationError,
+    BadRequestError,
+    CacheMissError,
+    ConnectError,
+    DecodeError,
+    ExportError,
+    FieldProblem,
+    IncompatibleModelError,
+    InternalServerError,
+    InvalidSpecError,
+    NotFoundError,
+    PosencError,
+    RequestTimeoutError,
+    ServiceUnavailableError,
+    TooLargeError,
+    TransportError,
+    UnknownKindError,
+    UnsupportedConfigError,
+    UnsupportedExportError,
+)
+from posenc_client._formats import dump_safetensors, parse_safetensors
+from posenc_client._models import OnnxModel, Preset, PresetPart, ResolvedSpec, Tables
+from posenc_client._version import __version__
+
+__all__ = [
+    "APIError",
+    "AmbiguousConfigError",
+    "AsyncClient",
+    "AuthenticationError",
+    "BadRequestError",
+    "CacheMissError",
+    "Client",
+    "ConnectError",
+    "DecodeError",
+    "DiskCache",
+    "ExportError",
+    "FieldProblem",
+    "IncompatibleModelError",
+    "InternalServerError",
+    "InvalidSpecError",
+    "NotFoundError",
+    "OnnxModel",
+    "PosencError",
+    "Preset",
+    "PresetPart",
+    "RequestTimeoutError",
+    "ResolvedSpec",
+    "Retries",
+    "ServiceUnavailableError",
+    "Tables",
+    "TooLargeError",
+    "TransportError",
+    "UnknownKindError",
+    "UnsupportedConfigError",
+    "UnsupportedExportError",
+    "__version__",
+    "default_cache_dir",
+    "dump_safetensors",
+    "parse_safetensors",
+]

@@ -1,0 +1,376 @@
+"""What the client returns (`Tables`, `ResolvedSpec`, `Preset`, `OnnxModel`) and the spec builders
+that turn transformers-style keyword arguments into the server's spec JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from posenc_client._exceptions import DecodeError
+from posenc_client._formats import Array, Buffer, dtype_name, parse_safetensors, save_arrays
+
+if TYPE_CHECKING:
+    import onnx
+    import torch
+
+JSON = dict[str, Any]
+
+ROPE_SCALING_KEYS = frozenset(
+    {
+        "rope_type",
+        "factor",
+        "low_freq_factor",
+        "high_freq_factor",
+        "original_max_position_embeddings",
+        "beta_fast",
+        "beta_slow",
+        "mscale",
+        "mscale_all_dim",
+        "attention_factor",
+        "truncate",
+        "short_factor",
+        "long_factor",
+        "alpha",
+    }
+)
+"""Keys of transformers' `rope_scaling` / `rope_parameters` that the `rope_scaling` spec field
+holds; `rope()` moves them there when given flat, as a config.json writes them."""
+
+
+def _drop_none(fields: Mapping[str, Any]) -> JSON:
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def rope_spec(**fields: Any) -> JSON:
+    """A `rope` spec from transformers-style keywords (None values are dropped).
+
+    Scaling keys (`rope_type` or its alias `type`, `factor`, `low_freq_factor`, ...) go into
+    `rope_scaling`; `rope_parameters` (transformers 5) is split into `rope_theta`,
+    `partial_rotary_factor` and `rope_scaling`; a flat `max_position_embeddings` becomes the
+    default `max_positions` and, for `dynamic` and `longrope`, also `rope_scaling`'s own field.
+    Everything else is a spec field (`head_dim`, `profile`, `dtype`, `width`, ...).
+    """
+    data = _drop_none(fields)
+    scaling = dict(data.pop("rope_scaling", None) or {})
+    params = dict(data.pop("rope_parameters", None) or {})
+    for name in ("rope_theta", "partial_rotary_factor"):
+        if name in params:
+            data.setdefault(name, params.pop(name))
+    scaling.update(params)
+    for name in sorted(ROPE_SCALING_KEYS | {"type"}):
+        if name in data:
+            scaling[name] = data.pop(name)
+    if "type" in scaling:
+        scaling.setdefault("rope_type", scaling.pop("type"))
+        scaling.pop("type", None)
+    mpe = data.pop("max_position_embeddings", None)
+    if mpe is not None:
+        data.setdefault("max_positions", mpe)
+        if scaling.get("rope_type") in ("dynamic", "longrope"):
+            scaling.setdefault("max_position_embeddings", mpe)
+    spec: JSON = {"kind": "rope", **data}
+    if scaling:
+        spec["rope_scaling"] = scaling
+    return spec
+
+
+def family_spec(kind: str, **fields: Any) -> JSON:
+    """`{"kind": kind, **fields}` without the None values."""
+    return {"kind": kind, **_drop_none(fields)}
+
+
+def load_config(config: str | os.PathLike[str] | Mapping[str, Any]) -> JSON:
+    """A transformers config: a dict, a config.json path, or a folder holding config.json."""
+    if isinstance(config, Mapping):
+        return dict(config)
+    path = os.fspath(config)
+    if os.path.isdir(path):
+        path = os.path.join(path, "config.json")
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: a config.json holds a JSON object, got {type(data).__name__}")
+    return data
+
+
+@dataclass(frozen=True, eq=False)
+class Tables(Mapping[str, Array]):
+    """The tensors of one served table, by name, with what identifies them.
+
+    A mapping from tensor name (`cos`, `sin`, `inv_freq`, `slopes`, `bias`, `embedding`,
+    `buckets`, ...) to numpy arrays, zero-copy views of the received buffer (writing to them never
+    touches the disk cache): bfloat16 tables are `ml_dtypes.bfloat16` arrays, every other dtype is
+    native numpy. Attributes:
+
+    - `key`: the content key (sha256 of the canonical spec and the algorithm version);
+    - `kind`: the family; `spec`: the canonical spec (every default filled in);
+    - `meta`: the server's facts (shapes, dtypes, attention_scaling, rotary_dim, device, ...);
+    - `notes`: what a runtime must know beside the table (from `resolve`; empty otherwise);
+    - `name`: the table's name in a model (`rope`, `rope:sliding_attention`, ...) or None.
+    """
+
+    key: str
+    kind: str
+    spec: JSON
+    meta: JSON
+    arrays: dict[str, Array]
+    notes: JSON = field(default_factory=dict)
+    name: str | None = None
+    raw: Buffer | None = field(default=None, repr=False)
+
+    @classmethod
+    def from_safetensors(cls, data: Buffer, *, name: str | None = None) -> Tables:
+        """Tables from the server's safetensors bytes (arrays are views of `data`)."""
+        arrays, metadata = parse_safetensors(data)
+        try:
+            key = metadata["key"]
+            kind = metadata["kind"]
+            spec = json.loads(metadata["spec"])
+            meta = json.loads(metadata.get("meta", "{}"))
+        except (KeyError, json.JSONDecodeError) as err:
+            raise DecodeError(f"the table carries no posenc metadata: {err}") from None
+        return cls(key, kind, spec, meta, arrays, name=name, raw=data)
+
+    def __getitem__(self, name: str) -> Array:
+        try:
+            return self.arrays[name]
+        except KeyError:
+            raise KeyError(
+                f"no tensor {name!r} in this {self.kind} table; it has {list(self.arrays)}"
+            ) from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.arrays)
+
+    def __len__(self) -> int:
+        return len(self.arrays)
+
+    def __repr__(self) -> str:
+        shapes = ", ".join(
+            f"{n}: {dtype_name(a.dtype)}{list(a.shape)}" for n, a in self.arrays.items()
+        )
+        label = f" {self.name!r}" if self.name else ""
+        return f"<Tables{label} {self.kind} {self.key[:12]} {{{shapes}}}>"
+
+    @property
+    def dtypes(self) -> dict[str, str]:
+        """Tensor name -> dtype name (`float32`, `bfloat16`, ...)."""
+        return {n: dtype_name(a.dtype) for n, a in self.arrays.items()}
+
+    def with_notes(self, notes: Mapping[str, Any], name: str | None) -> Tables:
+        """A copy carrying `notes` and `name` (the arrays are shared)."""
+        return Tables(
+            self.key, self.kind, self.spec, self.meta, self.arrays, dict(notes), name, self.raw
+        )
+
+    def to_torch(self, device: str | None = None) -> dict[str, torch.Tensor]:
+        """The tensors as torch tensors (bfloat16 included), copied, on `device` (CPU default).
+
+        Needs torch (`pip install posenc-client[torch]`); torch is imported only here.
+        """
+        try:
+            import torch
+        except ImportError as err:
+            raise ImportError(
+                "Tables.to_torch needs torch: pip install 'posenc-client[torch]'"
+            ) from err
+        out: dict[str, torch.Tensor] = {}
+        for name, array in self.arrays.items():
+            if array.dtype.name == "bfloat16":
+                bits = torch.from_numpy(np.array(array.view(np.uint16)))
+                tensor = bits.view(torch.bfloat16)
+            else:
+                tensor = torch.from_numpy(np.array(array))
+            out[name] = tensor.to(device) if device is not None else tensor
+        return out
+
+    def save(self, path: str | os.PathLike[str], *, tensor: str | None = None) -> None:
+        """Write the table by suffix: `.safetensors` (the server's file as received, metadata
+        included, unless `tensor=` picks one), `.npz` or `.npy` (`tensor=NAME`, or the only one).
+        numpy formats cannot hold bfloat16 (ValueError)."""
+        from posenc_client._formats import write_atomic
+
+        suffix = os.path.splitext(os.fspath(path))[1].lower()
+        if suffix == ".safetensors" and tensor is None and self.raw is not None:
+            write_atomic(path, self.raw)
+            return
+        metadata = {
+            "key": self.key,
+            "kind": self.kind,
+            "spec": json.dumps(self.spec, sort_keys=True, separators=(",", ":")),
+            "meta": json.dumps(self.meta, separators=(",", ":")),
+        }
+        save_arrays(path, self.arrays, metadata=metadata, tensor=tensor)
+
+
+@dataclass(frozen=True)
+class ResolvedSpec:
+    """One table a model needs (`Client.resolve`): its name in the model, canonical spec, key,
+    output shapes and dtypes, size in bytes and the notes a runtime must know."""
+
+    name: str
+    kind: str
+    key: str
+    url: str
+    spec: JSON
+    outputs: dict[str, JSON]
+    bytes: int
+    notes: JSON
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ResolvedSpec:
+        try:
+            return cls(
+                name=str(data.get("name") or data["kind"]),
+                kind=str(data["kind"]),
+                key=str(data["key"]),
+                url=str(data.get("url", f"/v1/tables/{data['key']}")),
+                spec=dict(data["spec"]),
+                outputs=dict(data.get("outputs", {})),
+                bytes=int(data.get("bytes", 0)),
+                notes=dict(data.get("notes") or {}),
+            )
+        except (KeyError, TypeError, ValueError) as err:
+            raise DecodeError(f"unexpected spec description from the server: {err!r}") from None
+
+
+@dataclass(frozen=True)
+class PresetPart:
+    """One table of a preset (`rope`, `full_attention`, `encoder`, ...)."""
+
+    name: str
+    kind: str
+    key: str
+    spec: JSON | None = None
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A curated released model: its name, title, model id, source and parts (tables)."""
+
+    name: str
+    title: str
+    model: str
+    parts: tuple[PresetPart, ...]
+    source: str | None = None
+    notes: tuple[str, ...] = ()
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Preset:
+        try:
+            parts = tuple(
+                PresetPart(str(p["name"]), str(p["kind"]), str(p["key"]), p.get("spec"))
+                for p in data.get("parts", [])
+            )
+            return cls(
+                name=str(data["name"]),
+                title=str(data.get("title", data["name"])),
+                model=str(data.get("model", "")),
+                parts=parts,
+                source=data.get("source"),
+                notes=tuple(str(n) for n in data.get("notes", ())),
+            )
+        except (KeyError, TypeError) as err:
+            raise DecodeError(f"unexpected preset description from the server: {err!r}") from None
+
+
+@dataclass(frozen=True, eq=False)
+class OnnxModel:
+    """A served ONNX subgraph: the model bytes, its export key and the `posenc.*` metadata
+    (graph, spec, key, options, notes) read from its `metadata_props`."""
+
+    key: str
+    data: bytes
+    metadata: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def graph(self) -> str | None:
+        """The graph name (`rope/rotary`, `alibi/bias`, ...), from the metadata."""
+        return self.metadata.get("graph")
+
+    @property
+    def spec(self) -> JSON:
+        """The canonical spec the graph was exported for."""
+        text = self.metadata.get("spec")
+        return dict(json.loads(text)) if text else {}
+
+    @property
+    def notes(self) -> JSON:
+        text = self.metadata.get("notes")
+        return dict(json.loads(text)) if text else {}
+
+    def load(self) -> onnx.ModelProto:
+        """The model as an `onnx.ModelProto` (needs `pip install 'posenc-client[onnx]'`)."""
+        import onnx
+
+        model = onnx.ModelProto()
+        model.ParseFromString(self.data)
+        return model
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the model bytes to `path`."""
+        from posenc_client._formats import write_atomic
+
+        write_atomic(path, self.data)
+
+    def __repr__(self) -> str:
+        return f"<OnnxModel {self.graph} {self.key[:12]} {len(self.data)} bytes>"
+
+
+def onnx_metadata(data: bytes) -> dict[str, str]:
+    """The `posenc.*` metadata_props of serialized ONNX bytes, read without the onnx package.
+
+    ModelProto field 14 is `metadata_props` (StringStringEntryProto: key 1, value 2); this walks
+    the protobuf wire format just far enough to read them.
+    """
+    out: dict[str, str] = {}
+    try:
+        for number, value in _fields(memoryview(data)):
+            if number == 14 and isinstance(value, memoryview):
+                entry = {n: bytes(v).decode() for n, v in _fields(value) if not isinstance(v, int)}
+                key = entry.get(1, "")
+                if key.startswith("posenc."):
+                    out[key.removeprefix("posenc.")] = entry.get(2, "")
+    except (IndexError, ValueError, UnicodeDecodeError) as err:
+        raise DecodeError(f"not a valid ONNX model: {err}") from None
+    return out
+
+
+def _varint(buf: memoryview, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint too long")
+
+
+def _fields(buf: memoryview) -> Iterator[tuple[int, int | memoryview]]:
+    pos = 0
+    while pos < len(buf):
+        tag, pos = _varint(buf, pos)
+        number, wire = tag >> 3, tag & 7
+        if wire == 0:
+            value, pos = _varint(buf, pos)
+            yield number, value
+        elif wire == 2:
+            size, pos = _varint(buf, pos)
+            if pos + size > len(buf):
+                raise ValueError("truncated field")
+            yield number, buf[pos : pos + size]
+            pos += size
+        elif wire == 1:
+            pos += 8
+        elif wire == 5:
+            pos += 4
+        else:
+            raise ValueError(f"unsupported wire type {wire}")

@@ -1,0 +1,505 @@
+"""`posenc-client`: fetch tables and subgraphs from a posenc server and plug them into models.
+
+Commands (each has --help):
+
+    fetch   [KIND] [FIELD=VALUE ...] | --hf-config config.json | --key KEY | --preset NAME
+            -> .safetensors / .npz / .npy (-o), or a JSON summary on stdout
+    resolve config.json [FIELD=VALUE ...]          the tables a model needs, as JSON
+    presets [NAME]                                 curated released models
+    kinds                                          families and their required fields
+    onnx    [KIND] [FIELD=VALUE ...] | --hf-config config.json  --graph G [--opset N] -o out.onnx
+    plug    model.onnx --hf-config config.json -o patched.onnx
+
+FIELD=VALUE pairs are spec fields, the values read as JSON when they parse (`factor=8`,
+`interleaved=false`, `short_factor=[1,2]`) and as strings otherwise (`rope_type=llama3`);
+`a.b=1` sets a nested field. For `rope`, flat scaling keys go into `rope_scaling`, as with
+`Client.rope`. With --hf-config they are overrides (`profile=onnx max_positions=4096`).
+
+Exit codes (stable, for scripts):
+    0  success
+    1  unexpected error (a bug: please report it)
+    2  usage: bad arguments, unreadable input files, unsupported output suffix
+    3  the server refused the request (4xx/5xx; its error_type and message are printed) or
+       answered something that cannot be decoded
+    4  no answer: connection refused, DNS, TLS or timeout, after the retries
+    5  offline (--offline) and the cache lacks what was asked
+    6  the model cannot take the tables (plug: shape, dtype, pairing, consumer constraints)
+
+Environment: POSENC_URL, POSENC_API_KEY, POSENC_CACHE_DIR (else $XDG_CACHE_HOME/posenc).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, TextIO
+
+from posenc_client._client import Client
+from posenc_client._exceptions import (
+    APIError,
+    CacheMissError,
+    DecodeError,
+    IncompatibleModelError,
+    TransportError,
+)
+from posenc_client._models import JSON, Tables, family_spec, load_config, rope_spec
+from posenc_client._version import __version__
+
+EXIT_OK = 0
+EXIT_BUG = 1
+EXIT_USAGE = 2
+EXIT_SERVER = 3
+EXIT_CONNECTION = 4
+EXIT_OFFLINE = 5
+EXIT_INCOMPATIBLE = 6
+
+PROGRESS_MIN_BYTES = 1 << 20
+
+
+class UsageError(Exception):
+    """Bad arguments or input files: exit code 2."""
+
+
+class _Progress:
+    """A one-line progress bar on a terminal for bodies of at least 1 MiB (no dependencies)."""
+
+    def __init__(self, stream: TextIO, width: int = 30) -> None:
+        self.stream = stream
+        self.width = width
+        self.active = False
+
+    def __call__(self, received: int, total: int | None) -> None:
+        if total is None or total < PROGRESS_MIN_BYTES:
+            return
+        done = min(received / total, 1.0)
+        bar = "#" * int(done * self.width)
+        mib = 1 << 20
+        self.stream.write(
+            f"\rdownloading {done:4.0%} [{bar:<{self.width}}] "
+            f"{received / mib:.1f}/{total / mib:.1f} MiB"
+        )
+        self.active = received < total
+        if not self.active:
+            self.stream.write("\n")
+        self.stream.flush()
+
+
+def parse_fields(pairs: Sequence[str]) -> JSON:
+    """`FIELD=VALUE` pairs -> a dict (JSON values where they parse, dotted names nest)."""
+    out: JSON = {}
+    for pair in pairs:
+        name, sep, text = pair.partition("=")
+        if not sep or not name.strip():
+            raise UsageError(f"expected FIELD=VALUE, got {pair!r}")
+        try:
+            value: Any = json.loads(text)
+        except json.JSONDecodeError:
+            value = text
+        target = out
+        *parents, leaf = name.strip().split(".")
+        for part in parents:
+            child = target.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise UsageError(f"{name!r}: {part!r} is already set to a value")
+            target = child
+        target[leaf] = value
+    return out
+
+
+def _kind_and_fields(args: argparse.Namespace) -> tuple[str | None, JSON]:
+    """The optional KIND positional and the FIELD=VALUE pairs (argparse gives the first pair to
+    KIND when no kind is named)."""
+    kind: str | None = args.kind
+    pairs = list(args.fields)
+    if kind is not None and "=" in kind:
+        pairs.insert(0, kind)
+        kind = None
+    return kind, parse_fields(pairs)
+
+
+def _spec(kind: str, fields: JSON) -> JSON:
+    return rope_spec(**fields) if kind == "rope" else family_spec(kind, **fields)
+
+
+def _config(path: str) -> JSON:
+    try:
+        return load_config(path)
+    except (OSError, ValueError) as err:
+        raise UsageError(f"cannot read the config {path!r}: {err}") from err
+
+
+def _summary(tables: Tables) -> JSON:
+    return {
+        "name": tables.name,
+        "kind": tables.kind,
+        "key": tables.key,
+        "tensors": {
+            n: {"shape": list(a.shape), "dtype": tables.dtypes[n]} for n, a in tables.items()
+        },
+        "spec": tables.spec,
+        "notes": tables.notes,
+    }
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, sort_keys=False))
+
+
+def _one(found: dict[str, Tables], what: str) -> Tables:
+    if len(found) != 1:
+        raise UsageError(
+            f"{what} needs {len(found)} tables ({', '.join(found)}): pick one with --layer-type"
+        )
+    return next(iter(found.values()))
+
+
+def cmd_fetch(client: Client, args: argparse.Namespace) -> int:
+    kind, fields = _kind_and_fields(args)
+    if args.key:
+        tables = client.table_by_key(args.key)
+    elif args.preset:
+        name, _, part = args.preset.partition("/")
+        found = client.preset_tables(name)
+        if part:
+            if part not in found:
+                raise UsageError(f"preset {name!r} has no part {part!r}; it has {list(found)}")
+            tables = found[part]
+        else:
+            tables = _one(found, f"preset {name!r}")
+    elif args.hf_config:
+        overrides = {**fields, "layer_type": args.layer_type}
+        tables = _one(client.tables_for_model(_config(args.hf_config), **overrides), "the config")
+    elif kind:
+        tables = client.table(_spec(kind, fields))
+    else:
+        raise UsageError("give a KIND with FIELD=VALUE pairs, --hf-config, --key or --preset")
+    if args.output:
+        try:
+            tables.save(args.output, tensor=args.tensor)
+        except ValueError as err:
+            raise UsageError(str(err)) from err
+        print(f"wrote {args.output} ({tables.kind} {tables.key[:12]})", file=sys.stderr)
+    else:
+        _print_json(_summary(tables))
+    return EXIT_OK
+
+
+def cmd_resolve(client: Client, args: argparse.Namespace) -> int:
+    specs = client.resolve(_config(args.config), **parse_fields(args.fields))
+    _print_json([s.__dict__ for s in specs])
+    return EXIT_OK
+
+
+def cmd_presets(client: Client, args: argparse.Namespace) -> int:
+    if args.name:
+        preset = client.preset(args.name)
+        _print_json(
+            {
+                "name": preset.name,
+                "title": preset.title,
+                "model": preset.model,
+                "source": preset.source,
+                "notes": list(preset.notes),
+                "parts": [p.__dict__ for p in preset.parts],
+            }
+        )
+        return EXIT_OK
+    presets = client.presets()
+    if args.json:
+        _print_json([{"name": p.name, "title": p.title, "model": p.model} for p in presets])
+        return EXIT_OK
+    width = max((len(p.name) for p in presets), default=0)
+    for p in presets:
+        parts = ", ".join(part.name for part in p.parts)
+        print(f"{p.name:<{width}}  {p.title}  [{parts}]")
+    return EXIT_OK
+
+
+def cmd_kinds(client: Client, args: argparse.Namespace) -> int:
+    for kind in client.kinds():
+        required = ", ".join(kind.get("required", []))
+        print(f"{kind['kind']:<14} {kind.get('summary', '')}  (required: {required or '-'})")
+    return EXIT_OK
+
+
+def cmd_onnx(client: Client, args: argparse.Namespace) -> int:
+    kind, fields = _kind_and_fields(args)
+    if args.hf_config:
+        overrides = {**fields, "layer_type": args.layer_type, "kind": kind}
+        specs = client.resolve(_config(args.hf_config), **overrides)
+        if len(specs) != 1:
+            names = ", ".join(s.name for s in specs)
+            raise UsageError(
+                f"the config needs {len(specs)} tables ({names}): pick one with "
+                "KIND or --layer-type"
+            )
+        spec = specs[0].spec
+    elif kind:
+        spec = _spec(kind, fields)
+    else:
+        raise UsageError("give a KIND with FIELD=VALUE pairs, or --hf-config")
+    model = client.onnx(
+        spec,
+        graph=args.graph,
+        opset=args.opset,
+        mode=args.mode,
+        op=args.op,
+        num_heads=args.num_heads,
+        inputs=args.inputs,
+    )
+    if args.output:
+        model.save(args.output)
+        print(f"wrote {args.output} ({model.graph} {model.key[:12]})", file=sys.stderr)
+    else:
+        _print_json({"key": model.key, "bytes": len(model.data), "metadata": model.metadata})
+    return EXIT_OK
+
+
+def _model_dtype(dtypes: set[str | None], override: str | None) -> str | None:
+    if override:
+        return override
+    known = {d for d in dtypes if d}
+    if len(known) > 1:
+        raise IncompatibleModelError(f"the model's attention nodes mix dtypes {sorted(known)}")
+    return known.pop() if known else None
+
+
+def cmd_plug(client: Client, args: argparse.Namespace) -> int:
+    try:
+        from posenc_client import onnx as plug
+    except ImportError as err:
+        raise UsageError(f"plug needs onnx: pip install 'posenc-client[onnx]' ({err})") from err
+    import onnx
+
+    try:
+        model = onnx.load(args.model)
+    except Exception as err:
+        raise UsageError(f"cannot read the model {args.model!r}: {err}") from err
+    config = _config(args.hf_config)
+    fields = parse_fields(args.fields)
+    rope = plug.find_rope_consumers(model)
+    alibi = plug.find_alibi_consumers(model)
+    if rope:
+        nodes = [c for c in rope if args.node is None or c.node in args.node]
+        rows = [c.rows for c in nodes if c.rows is not None]
+        gqa = any(c.op.endswith("GroupQueryAttention") for c in nodes)
+        overrides = {
+            "kind": "rope",
+            "layer_type": args.layer_type,
+            "profile": "ort_gqa" if gqa else "onnx",
+            "dtype": _model_dtype({c.dtype for c in nodes}, args.dtype),
+            "max_positions": args.max_positions or (max(rows) if rows else None),
+            **fields,
+        }
+        tables = _one(client.tables_for_model(config, **overrides), "the config")
+        patched = plug.attach_rope_caches(
+            model,
+            tables,
+            nodes=args.node,
+            cast=args.cast,
+            check_pairing=not args.no_check_pairing,
+        )
+        what = (
+            f"RoPE caches {tables.key[:12]} ({list(tables['cos'].shape)}) into {len(nodes)} nodes"
+        )
+    elif alibi:
+        specs = client.resolve(config, kind="alibi")
+        if len(specs) != 1:
+            raise IncompatibleModelError(
+                "the model has attention nodes but the config has no ALiBi"
+            )
+        base = specs[0]
+        form = args.alibi_form or str(base.notes.get("bias_form", "causal"))
+        dtype = _model_dtype({c.dtype for c in alibi}, args.dtype) or "float32"
+        spec = {**base.spec, "bias": form, "query_length": 1, "key_length": 1, "dtype": dtype}
+        spec.update(fields)
+        opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 17)
+        graph = client.onnx(spec, graph="bias", opset=min(max(opset, 17), 23), inputs=args.inputs)
+        patched = plug.attach_alibi_bias(model, graph, nodes=args.node)
+        what = f"the ALiBi bias subgraph ({form}, {dtype}) into {len(alibi)} attention nodes"
+    else:
+        raise IncompatibleModelError(
+            "the model has no RoPE consumer and no attention node taking a bias"
+        )
+    try:
+        onnx.save(patched, args.output)
+    except OSError as err:
+        raise UsageError(f"cannot write {args.output!r}: {err}") from err
+    print(f"plugged {what}; wrote {args.output}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _fields_arg(p: argparse.ArgumentParser, help_text: str) -> None:
+    p.add_argument("fields", nargs="*", metavar="FIELD=VALUE", help=help_text)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="posenc-client",
+        description="Fetch exact position tables and ONNX subgraphs from a posenc server, and "
+        "plug them into ONNX models.",
+        epilog="Exit codes: 0 ok, 1 bug, 2 usage, 3 server refused/bad answer, 4 no connection, "
+        "5 offline cache miss, 6 model incompatible.",
+    )
+    parser.add_argument("--version", action="version", version=f"posenc-client {__version__}")
+    parser.add_argument(
+        "--url", default=None, help="server URL (default $POSENC_URL or http://127.0.0.1:8000)"
+    )
+    parser.add_argument("--api-key", default=None, help="bearer key (default $POSENC_API_KEY)")
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds (default 60)")
+    parser.add_argument(
+        "--retries", type=int, default=3, help="retries on connection errors and 503 (default 3)"
+    )
+    parser.add_argument(
+        "--cache-dir",
+        default=None,
+        help="disk cache folder (default $POSENC_CACHE_DIR, else $XDG_CACHE_HOME/posenc)",
+    )
+    parser.add_argument("--no-cache", action="store_true", help="do not use the disk cache")
+    parser.add_argument("--offline", action="store_true", help="cached tables only, no network")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    fields_help = "spec fields (JSON values; a.b=1 nests); overrides with --hf-config"
+    p = sub.add_parser(
+        "fetch",
+        help="fetch a table",
+        description="Fetch a table by spec, "
+        "config.json, key or preset; write it by the output's suffix.",
+    )
+    p.add_argument("kind", nargs="?", help="family: rope, alibi, sinusoidal, t5_bias, ...")
+    _fields_arg(p, fields_help)
+    p.add_argument("--hf-config", metavar="PATH", help="a transformers config.json (or folder)")
+    p.add_argument("--layer-type", help="the table of this layer type (sliding_attention, ...)")
+    p.add_argument("--key", help="a content key (64 hex digits)")
+    p.add_argument("--preset", metavar="NAME[/PART]", help="a preset (see `presets`)")
+    p.add_argument(
+        "-o",
+        "--output",
+        help="file.safetensors, file.npz or file.npy (default: print a JSON summary)",
+    )
+    p.add_argument("--tensor", help="write only this tensor (required for .npy with several)")
+    p.set_defaults(run=cmd_fetch)
+
+    p = sub.add_parser(
+        "resolve",
+        help="the tables a model needs",
+        description="Map a config.json to its specs, keys and runtime notes.",
+    )
+    p.add_argument("config", help="a transformers config.json (or folder)")
+    _fields_arg(p, "overrides (profile=onnx, max_positions=4096, kind=rope, layer_type=...)")
+    p.set_defaults(run=cmd_resolve)
+
+    p = sub.add_parser(
+        "presets", help="curated released models", description="List the presets, or show one."
+    )
+    p.add_argument("name", nargs="?", help="show this preset's parts and specs")
+    p.add_argument("--json", action="store_true", help="print the list as JSON")
+    p.set_defaults(run=cmd_presets)
+
+    p = sub.add_parser(
+        "kinds",
+        help="the families and their required fields",
+        description="List the encoding families the server knows.",
+    )
+    p.set_defaults(run=cmd_kinds)
+
+    p = sub.add_parser(
+        "onnx",
+        help="fetch a verified ONNX subgraph",
+        description="Export a table as an ONNX subgraph (verified by the server).",
+    )
+    p.add_argument("kind", nargs="?", help="family (or with --hf-config: keep only this family)")
+    _fields_arg(p, fields_help)
+    p.add_argument("--hf-config", metavar="PATH", help="a transformers config.json (or folder)")
+    p.add_argument("--layer-type", help="the table of this layer type")
+    p.add_argument("--graph", required=True, help="cos_sin, rotary, bias, embedding")
+    p.add_argument("--opset", type=int, help="17..23 (default: the server's, 17)")
+    p.add_argument("--mode", help="table or compute")
+    p.add_argument("--op", help="rotary: decomposed, onnx or contrib")
+    p.add_argument("--num-heads", type=int, help="rotary with 3-D input [B, S, heads*head_dim]")
+    p.add_argument("--inputs", help="alibi/t5 bias: positions or lengths")
+    p.add_argument("-o", "--output", help="file.onnx (default: print the metadata)")
+    p.set_defaults(run=cmd_onnx)
+
+    p = sub.add_parser(
+        "plug",
+        help="plug a model's tables into model.onnx",
+        description="Fill the cos/sin caches of RotaryEmbedding / GroupQueryAttention nodes, or "
+        "insert the ALiBi bias subgraph before Attention nodes, with tables served for the "
+        "model's config.json; the dtype and cache rows are read from the model.",
+    )
+    p.add_argument("model", help="the ONNX model to patch")
+    _fields_arg(p, "spec overrides (seq_len=4096, precision=exact, ...)")
+    p.add_argument("--hf-config", metavar="PATH", required=True, help="the model's config.json")
+    p.add_argument("-o", "--output", required=True, help="where to write the patched model")
+    p.add_argument("--layer-type", help="the table of this layer type")
+    p.add_argument(
+        "--max-positions",
+        type=int,
+        help="cache rows (default: the model's declared "
+        "rows, else the config's max_position_embeddings)",
+    )
+    p.add_argument("--dtype", help="table dtype (default: the model's activation dtype)")
+    p.add_argument("--node", action="append", help="only this node (repeatable)")
+    p.add_argument("--cast", action="store_true", help="cast caches to the activation dtype")
+    p.add_argument("--no-check-pairing", action="store_true", help="allow a pairing mismatch")
+    p.add_argument("--alibi-form", help="bias form (default: the config's, e.g. row_constant)")
+    p.add_argument(
+        "--inputs",
+        default="positions",
+        help="ALiBi subgraph inputs: positions "
+        "(query_positions, key_positions) or lengths (past_length, query_length)",
+    )
+    p.set_defaults(run=cmd_plug)
+    return parser
+
+
+def _fail(code: int, message: str) -> int:
+    print(f"posenc-client: {message}", file=sys.stderr)
+    return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit code (the console script exits with it)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    run: Callable[[Client, argparse.Namespace], int] = args.run
+    progress = None if args.quiet or not sys.stderr.isatty() else _Progress(sys.stderr)
+    cache: bool | str = False if args.no_cache else (args.cache_dir or True)
+    try:
+        with Client(
+            args.url,
+            api_key=args.api_key,
+            timeout=args.timeout,
+            retries=args.retries,
+            cache=cache,
+            offline=args.offline,
+            progress=progress,
+        ) as client:
+            return run(client, args)
+    except UsageError as err:
+        return _fail(EXIT_USAGE, str(err))
+    except APIError as err:
+        return _fail(EXIT_SERVER, f"server error {err.status} {err.error_type}: {err.message}")
+    except DecodeError as err:
+        return _fail(EXIT_SERVER, f"bad answer from the server: {err}")
+    except TransportError as err:
+        return _fail(EXIT_CONNECTION, f"no answer from the server: {err}")
+    except CacheMissError as err:
+        return _fail(EXIT_OFFLINE, str(err))
+    except IncompatibleModelError as err:
+        return _fail(EXIT_INCOMPATIBLE, str(err))
+    except KeyboardInterrupt:
+        return _fail(130, "interrupted")
+    except Exception as err:  # the documented exit code 1: a bug, with its traceback
+        import traceback
+
+        traceback.print_exc()
+        return _fail(EXIT_BUG, f"unexpected error: {type(err).__name__}: {err}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""The package's public surface stays honest: a sorted `__all__` of real public objects, every
+exception in the tree drawn in the docstring and exported, every `error_type` the server can
+send mapped to a class, and `import posenc_client` importing neither torch nor onnx."""
+
+from __future__ import annotations
+
+import inspect
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import posenc_client
+import posenc_client.onnx as plug
+from posenc_client import _exceptions
+
+SERVICE = Path(__file__).resolve().parents[2] / "service" / "posenc"
+
+
+def test_all_is_sorted_and_real() -> None:
+    for module in (posenc_client, plug):
+        names = module.__all__
+        assert names == sorted(names), module.__name__
+        assert len(set(names)) == len(names)
+        for name in names:
+            obj = getattr(module, name)
+            if inspect.isclass(obj) or inspect.isfunction(obj):
+                assert obj.__module__.startswith("posenc_client"), name
+
+
+def test_every_exception_is_exported_and_drawn() -> None:
+    classes = {
+        name
+        for name, obj in vars(_exceptions).items()
+        if inspect.isclass(obj) and issubclass(obj, posenc_client.PosencError)
+    }
+    assert classes <= set(posenc_client.__all__)
+    tree = _exceptions.__doc__ or ""
+    drawn = set(re.findall(r"[├└]── (\w+)", tree)) | {"PosencError"}
+    assert drawn == classes
+
+
+def _server_error_types() -> set[str]:
+    found: set[str] = set()
+    for path in SERVICE.rglob("*.py"):
+        text = path.read_text()
+        found |= set(re.findall(r'(?:ApiError|error_response)\(\s*\d+,\s*"([a-z_]+)"', text))
+        found |= set(re.findall(r'error_type = "([a-z_]+)"', text))
+    errors = (SERVICE / "api" / "errors.py").read_text()
+    table = errors[errors.index("_STATUS_TYPES") : errors.index("}", errors.index("_STATUS_TYPES"))]
+    found |= set(re.findall(r'\d{3}: "([a-z_]+)"', table))
+    return found - {"posenc_error"}  # the abstract root: never sent
+
+
+def test_every_server_error_type_is_mapped() -> None:
+    types = _server_error_types()
+    assert len(types) > 25
+    missing = types - set(_exceptions._BY_ERROR_TYPE)
+    assert not missing, f"server error_types without a client class: {sorted(missing)}"
+
+
+def test_import_is_light() -> None:
+    code = (
+        "import sys, posenc_client; "
+        "print(sorted(m for m in ('torch', 'onnx', 'onnxruntime', 'ml_dtypes', 'posenc') "
+        "if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
