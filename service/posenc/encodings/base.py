@@ -82,11 +82,12 @@ class SpecBase(BaseModel):
         return sum(t.nbytes for t in self.canonical().outputs().values())
 
     def cache_dtype(self) -> str:
-        """The dtype the cache keys this spec under (the main output dtype)."""
-        return str(getattr(self, "dtype", "float32"))
+        """The dtype the cache keys this spec under (the canonical main output dtype)."""
+        return str(getattr(self.canonical(), "dtype", "float32"))
 
     def cache_precision(self) -> str:
-        return str(getattr(self, "precision", "reference"))
+        """The precision the cache keys this spec under (`reference` unless a family says)."""
+        return str(getattr(self.canonical(), "precision", "reference"))
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,12 @@ class FieldProblem:
     message: str
     value: Any = None
 
+    def describe(self) -> str:
+        """`field: message (got value)`, leaving out a value the message already states."""
+        if self.value is None or "got" in self.message:
+            return f"{self.field}: {self.message}"
+        return f"{self.field}: {self.message} (got {self.value!r})"
+
 
 class PosencError(Exception):
     """Root of every error the encodings core raises."""
@@ -33,8 +39,7 @@ class SpecError(PosencError):
     def __str__(self) -> str:
         if not self.problems:
             return self.message
-        parts = [f"{p.field}: {p.message} (got {p.value!r})" for p in self.problems]
-        return f"{self.message}: " + "; ".join(parts)
+        return f"{self.message}: " + "; ".join(p.describe() for p in self.problems)
 
 
 @dataclass
