@@ -32,7 +32,9 @@ nginx:
 	  { apt-get update && { DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends nginx-light || \
 	    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends nginx; }; }
 
+# CI runs this target only, so it runs the static checks before the suite.
 test: $(STAMP) nginx
+	$(MAKE) --no-print-directory check
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
 check: $(STAMP)
