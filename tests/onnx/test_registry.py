@@ -20,7 +20,9 @@ from posenc.onnx import (
     ATOL,
     EXPORTERS,
     IR_VERSIONS,
+    ONNX_SPECS,
     OPSETS,
+    CopeSpec,
     ExportError,
     ExportOptions,
     GraphExporter,
@@ -28,6 +30,7 @@ from posenc.onnx import (
     export,
     export_key,
     metadata,
+    parse_export_spec,
     register_exporter,
     resolve,
     verify,
@@ -36,14 +39,19 @@ from posenc.onnx.graphs.t5_bias import bucket_lookup
 from tests.onnx.cases import BASE, run, spec_for
 from tests.tolerances import ATOL as TEST_ATOL
 
-NOT_EXPORTED = {"cope", "learned", "normalized", "relative_index", "xpos"}
-"""Families without a graph yet (added after issue 5's six graphs): a new family must either get
-an exporter or be listed here, so that none is forgotten silently."""
+NOT_EXPORTED: set[str] = set()
+"""Families without a graph: a new family must either get an exporter or be listed here (with the
+reason in docs/onnx.md), so that none is forgotten silently. Every family has one since issue 9."""
+GRAPH_ONLY = {"cope"}
+"""Kinds with graphs and no table (`ONNX_SPECS`): not families of `posenc.encodings`."""
 
 
 def test_registry_covers_every_family_and_graph() -> None:
     assert set(EXPORTERS) == set(BASE)
-    assert {kind for kind, _ in EXPORTERS} | (NOT_EXPORTED & set(FAMILIES)) == set(FAMILIES)
+    assert set(ONNX_SPECS) == GRAPH_ONLY
+    assert not GRAPH_ONLY & set(FAMILIES)
+    assert set(FAMILIES) >= NOT_EXPORTED
+    assert {kind for kind, _ in EXPORTERS} == (set(FAMILIES) - NOT_EXPORTED) | GRAPH_ONLY
     for exporter in EXPORTERS.values():
         assert exporter.summary
         assert exporter.modes
@@ -85,6 +93,13 @@ def test_ir_versions_are_the_lowest_each_opset_needs() -> None:
         (("rope", "cos_sin"), {"graph": "cos_sin", "inputs": "lengths"}, "inputs"),
         (("rope", "rotary"), {"graph": "rotary", "op": "onnx"}, "opset"),
         (("sinusoidal_2d", "embedding"), {"graph": "embedding", "mode": "table"}, "mode"),
+        (("xpos", "rotary"), {"graph": "rotary"}, "role"),
+        (("xpos", "rotary"), {"graph": "rotary", "role": "key", "op": "onnx"}, "opset"),
+        (("xpos", "cos_sin"), {"graph": "cos_sin", "role": "key"}, "role"),
+        (("rope", "rotary"), {"graph": "rotary", "role": "query"}, "role"),
+        (("relative_index", "bias"), {"graph": "bias", "inputs": "positions"}, "inputs"),
+        (("cope", "logits"), {"graph": "logits", "mode": "table"}, "mode"),
+        (("learned", "embedding"), {"graph": "embedding", "mode": "compute"}, "mode"),
     ],
 )
 def test_unsupported_requests_name_the_field(
@@ -241,3 +256,67 @@ def test_t5_bucket_lookup_is_complete_past_max_distance(
 def test_graph_exporter_is_abstract() -> None:
     with pytest.raises(TypeError):
         GraphExporter()  # type: ignore[abstract]
+
+
+def test_relative_index_window_schemes_have_no_compute_mode() -> None:
+    swin = parse_spec({"kind": "relative_index", "scheme": "swin", "window_size": 3})
+    with pytest.raises(UnsupportedExportError) as info:
+        export(swin, "bias", mode="compute")
+    assert [p.field for p in info.value.problems] == ["mode"]
+    model = export(swin, "bias")  # table mode: no position inputs, only the learned table
+    assert [i.name for i in model.graph.input] == ["relative_position_bias_table"]
+    assert json.loads(metadata(model)["options"]) == {"graph": "bias", "mode": "table", "opset": 17}
+
+
+def test_xpos_role_is_part_of_the_export_key() -> None:
+    spec = spec_for("xpos", "rotary")
+    query = resolve(spec, ExportOptions(graph="rotary", role="query"))
+    key = resolve(spec, ExportOptions(graph="rotary", role="key"))
+    assert query.key != key.key
+    assert json.loads(query.options.canonical_json())["role"] == "query"
+    plain = resolve(spec_for("rope", "rotary"), ExportOptions(graph="rotary"))
+    assert "role" not in json.loads(plain.options.canonical_json())  # older keys unchanged
+
+
+def test_parse_export_spec_knows_graph_only_kinds() -> None:
+    spec = parse_export_spec({"kind": "cope", "head_dim": 4, "npos_max": 3})
+    assert isinstance(spec, CopeSpec)
+    assert spec.outputs() == {}
+    assert parse_export_spec(BASE[("alibi", "bias")]) == parse_spec(BASE[("alibi", "bias")])
+    with pytest.raises(SpecError) as info:
+        parse_spec({"kind": "cope", "head_dim": 4, "npos_max": 3})  # not a table family
+    assert info.value.problems[0].field == "kind"
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"head_dim": 0, "npos_max": 3}, "head_dim"),
+        ({"head_dim": 4, "npos_max": 3, "variant": "nodiv"}, "variant"),
+        ({"head_dim": 4, "npos_max": 3, "mask": "tril"}, "mask"),
+        ({"head_dim": 2, "npos_max": 3, "pos_emb": [[1.0, 2.0, 3.0]]}, "pos_emb"),
+        ({"head_dim": 1, "npos_max": 3, "pos_emb": [[1.0, 2.0]]}, "pos_emb"),
+        ({"head_dim": 2, "npos_max": 2, "pos_emb": [[1.0, 2.0], [3.0]]}, "pos_emb"),
+        ({"head_dim": 4, "npos_max": 3, "extra": 1}, "extra"),
+    ],
+)
+def test_cope_spec_errors_name_the_field(fields: dict[str, Any], field: str) -> None:
+    with pytest.raises(SpecError) as info:
+        parse_export_spec({"kind": "cope", **fields})
+    assert info.value.problems[0].field == field
+
+
+def test_cope_canonical_form_drops_unread_pos_emb_columns() -> None:
+    wide = parse_export_spec(
+        {"kind": "cope", "head_dim": 2, "npos_max": 2, "pos_emb": [[1, 2, 3], [4, 5, 6]]}
+    )
+    narrow = parse_export_spec(
+        {"kind": "cope", "head_dim": 2, "npos_max": 2, "pos_emb": [[1, 2], [4, 5]]}
+    )
+    assert canonical_json(wide) == canonical_json(narrow)
+    assert content_key(wide) == content_key(narrow)
+    options = ExportOptions(graph="logits", mode="compute", opset=17)
+    assert export_key(wide.canonical(), options) == export_key(narrow.canonical(), options)
+    assert resolve(wide, ExportOptions(graph="logits")).key == (
+        resolve(narrow, ExportOptions(graph="logits")).key
+    )

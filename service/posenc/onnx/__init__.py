@@ -1,10 +1,12 @@
 """posenc.onnx: every position table as a small, verified ONNX subgraph.
 
 Public API:
-- `export(spec, graph, *, opset, mode, op, num_heads, inputs) -> onnx.ModelProto`
+- `export(spec, graph, *, opset, mode, op, num_heads, inputs, role) -> onnx.ModelProto`
 - `verify(model, spec) -> Verification`: checker, shape inference, one onnxruntime run against
   the torch tables of `posenc.encodings`; raises `ExportError` (error_type "export").
 - `EXPORTERS`: (kind, graph) -> `GraphExporter`, what each graph supports.
+- `CopeSpec`, `ONNX_SPECS`, `parse_export_spec(data)`: graph-only kinds (CoPE has no table, so it
+  is no family of `posenc.encodings`) and a `parse_spec` that knows them too.
 - `resolve(spec, options)`, `export_key(spec, options)`: canonical requests and their cache key.
 - `ort_session(model)`, `ort_run(session, feeds)`: onnxruntime CPU with torch tensors in and out
   (bfloat16 included, which onnxruntime's numpy interface cannot carry).
@@ -41,6 +43,7 @@ from posenc.onnx._registry import (
     graphs_for,
     register_exporter,
 )
+from posenc.onnx._specs import ONNX_SPECS, CopeSpec, parse_export_spec
 
 __all__ = [
     "ATOL",
@@ -48,7 +51,9 @@ __all__ = [
     "EXPORTERS",
     "EXPORT_FORMAT_VERSION",
     "IR_VERSIONS",
+    "ONNX_SPECS",
     "OPSETS",
+    "CopeSpec",
     "ExportError",
     "ExportOptions",
     "GraphExporter",
@@ -66,6 +71,7 @@ __all__ = [
     "options_from",
     "ort_run",
     "ort_session",
+    "parse_export_spec",
     "register_exporter",
     "resolve",
     "verify",

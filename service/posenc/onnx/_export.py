@@ -48,7 +48,7 @@ def resolve(spec: SpecBase, options: ExportOptions) -> Resolved:
     """Check `options` against the exporter for `spec.kind` and fill their defaults.
 
     Raises `UnsupportedExportError` naming the field (graph, mode, op, opset, num_heads, inputs,
-    or a spec field the graph cannot serve).
+    role, or a spec field the graph cannot serve).
     """
     canon = spec.canonical()
     exporter = EXPORTERS.get((canon.kind, options.graph))
@@ -72,14 +72,19 @@ def resolve(spec: SpecBase, options: ExportOptions) -> Resolved:
 
     mode = pick("mode", options.mode, exporter.modes)
     op = pick("op", options.op, exporter.ops)
-    inputs = pick("inputs", options.inputs, exporter.input_styles)
+    inputs = pick("inputs", options.inputs, exporter.styles(mode))
+    role = pick("role", options.role, exporter.roles)
+    if exporter.roles and options.role is None:
+        problems.append(
+            FieldProblem("role", f"{exporter.name} needs role, one of {list(exporter.roles)}", None)
+        )
     if options.num_heads is not None and not exporter.takes_num_heads:
         problems.append(
             FieldProblem("num_heads", f"{exporter.name} takes no num_heads", options.num_heads)
         )
     if problems:
         raise UnsupportedExportError(f"cannot export {exporter.name}", problems)
-    resolved = options.model_copy(update={"mode": mode, "op": op, "inputs": inputs})
+    resolved = options.model_copy(update={"mode": mode, "op": op, "inputs": inputs, "role": role})
     problems = exporter.problems(canon, resolved)
     if problems:
         raise UnsupportedExportError(f"cannot export {exporter.name}", problems)
@@ -101,13 +106,16 @@ def export(
     op: str | None = None,
     num_heads: int | None = None,
     inputs: str | None = None,
+    role: str | None = None,
 ) -> onnx.ModelProto:
     """Build the ONNX model of `graph` for `spec` (see `EXPORTERS` for what each supports).
 
     Unverified: pass the result to `verify` before serving it. Raises `SpecError` /
     `UnsupportedExportError` for requests that cannot be exported.
     """
-    options = options_from(graph, opset=opset, mode=mode, op=op, num_heads=num_heads, inputs=inputs)
+    options = options_from(
+        graph, opset=opset, mode=mode, op=op, num_heads=num_heads, inputs=inputs, role=role
+    )
     return build(resolve(spec, options))
 
 

@@ -30,6 +30,7 @@ IR_DTYPES: dict[str, ir.DataType] = {
     "bfloat16": ir.DataType.BFLOAT16,
     "float64": ir.DataType.DOUBLE,
     "int64": ir.DataType.INT64,
+    "bool": ir.DataType.BOOL,
 }
 
 CONTRIB_DOMAIN = "com.microsoft"
@@ -59,9 +60,14 @@ class Graph:
         value.doc_string = doc
         return value
 
-    def output(self, value: ir.Value, name: str, doc: str) -> None:
-        """Name `value` and declare it as a graph output."""
+    def output(
+        self, value: ir.Value, name: str, doc: str, shape: Sequence[Dim] | None = None
+    ) -> None:
+        """Name `value` and declare it as a graph output; `shape` names dims that inference
+        leaves unknown (it must agree with what the graph computes)."""
         value.doc_string = doc
+        if shape is not None:
+            value.shape = ir.Shape(list(shape))
         self.builder.add_output(value, name)
 
     def initializer(self, name: str, tensor: torch.Tensor) -> ir.Value:

@@ -32,20 +32,24 @@ with the most consumer models (`onnx.compose.merge_models` needs equal IR versio
 Mode = Literal["table", "compute"]
 Op = Literal["decomposed", "onnx", "contrib"]
 InputStyle = Literal["positions", "lengths"]
+Role = Literal["query", "key"]
 
 
 class ExportOptions(BaseModel):
     """What to export for a spec. Fields left None take the exporter's default (its first mode,
     op or input style); `posenc.onnx.resolve` fills them in.
 
-    - `graph`: the graph name within the spec's kind (`cos_sin`, `rotary`, `bias`, `embedding`).
+    - `graph`: the graph name within the spec's kind (`cos_sin`, `rotary`, `bias`, `embedding`,
+      `logits`, ...).
     - `opset`: default-domain opset, 17..23 (RotaryEmbedding op `onnx` needs 23).
     - `mode`: `table` gathers from an embedded table; `compute` builds values in the graph.
-    - `op`: rotary only: `decomposed` (plain ops), `onnx` (RotaryEmbedding-23) or `contrib`
-      (com.microsoft.RotaryEmbedding).
-    - `num_heads`: rotary only: x is 3-D [B, S, num_heads * head_dim] instead of [B, N, S, H].
-    - `inputs`: alibi and t5_bias: `positions` (query_positions [Q], key_positions [K]) or
-      `lengths` (past_length, query_length scalars).
+    - `op`: rotary graphs (rope, xpos) only: `decomposed` (plain ops), `onnx`
+      (RotaryEmbedding-23) or `contrib` (com.microsoft.RotaryEmbedding).
+    - `num_heads`: rotary graphs only: x is 3-D [B, S, num_heads * head_dim] instead of
+      [B, N, S, H].
+    - `inputs`: alibi, t5_bias and relative_index in mode compute: `positions`
+      (query_positions [Q], key_positions [K]) or `lengths` (past_length, query_length scalars).
+    - `role`: xpos/rotary only, required (no default): `query` (scale s) or `key` (scale 1/s).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -56,6 +60,7 @@ class ExportOptions(BaseModel):
     op: Op | None = None
     num_heads: Annotated[int | None, Field(ge=1, le=65536)] = None
     inputs: InputStyle | None = None
+    role: Role | None = None
 
     def canonical_json(self) -> str:
         """Sorted keys, no whitespace, None fields dropped."""

@@ -1,8 +1,9 @@
 """The exporter registry: one `GraphExporter` per (kind, graph name).
 
-An exporter declares the modes, ops and input styles it supports (the first of each is the
-default), builds its graph into a `Graph`, and supplies the `Sample`s that `verify` runs through
-onnxruntime: inputs and the outputs the encodings core computes for them.
+An exporter declares the modes, ops, input styles and roles it supports (the first mode, op and
+input style is the default; a role has none and must be given), builds its graph into a `Graph`,
+and supplies the `Sample`s that `verify` runs through onnxruntime: inputs and the outputs the
+encodings core (or, for CoPE, the torch reference `posenc.encodings.cope`) computes for them.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import torch
 
 from posenc.encodings import FieldProblem, SpecBase
 from posenc.onnx._graph import Graph
-from posenc.onnx._options import ExportOptions, InputStyle, Mode, Op
+from posenc.onnx._options import ExportOptions, InputStyle, Mode, Op, Role
 
 ATOL: dict[str, float] = {
     "float64": 1e-12,
@@ -49,6 +50,7 @@ class GraphExporter(ABC):
     modes: ClassVar[tuple[Mode, ...]]
     ops: ClassVar[tuple[Op, ...]] = ()
     input_styles: ClassVar[tuple[InputStyle, ...]] = ()
+    roles: ClassVar[tuple[Role, ...]] = ()
     takes_num_heads: ClassVar[bool] = False
 
     @property
@@ -60,6 +62,11 @@ class GraphExporter(ABC):
         the same graph share one canonical form (and export key)."""
         result: SpecBase = spec
         return result
+
+    def styles(self, mode: str) -> tuple[InputStyle, ...]:
+        """The input styles `mode` takes (default: all of `input_styles`; a mode whose graph has
+        no position inputs returns none, so `inputs` is neither defaulted nor accepted)."""
+        return self.input_styles
 
     def problems(self, spec: Any, options: ExportOptions) -> list[FieldProblem]:
         """Why `spec` with the resolved `options` cannot be exported (empty when it can)."""
@@ -82,6 +89,7 @@ class GraphExporter(ABC):
             "modes": list(self.modes),
             "ops": list(self.ops),
             "inputs": list(self.input_styles),
+            "roles": list(self.roles),
             "num_heads": self.takes_num_heads,
         }
 

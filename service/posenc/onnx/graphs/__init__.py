@@ -1,5 +1,27 @@
 """The graph modules, one per encoding family; importing them registers their exporters."""
 
-from posenc.onnx.graphs import alibi, rope, sinusoidal, sinusoidal_2d, t5_bias
+from posenc.onnx.graphs import (
+    alibi,
+    cope,
+    learned,
+    normalized,
+    relative_index,
+    rope,
+    sinusoidal,
+    sinusoidal_2d,
+    t5_bias,
+    xpos,
+)
 
-__all__ = ["alibi", "rope", "sinusoidal", "sinusoidal_2d", "t5_bias"]
+__all__ = [
+    "alibi",
+    "cope",
+    "learned",
+    "normalized",
+    "relative_index",
+    "rope",
+    "sinusoidal",
+    "sinusoidal_2d",
+    "t5_bias",
+    "xpos",
+]

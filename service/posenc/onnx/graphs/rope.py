@@ -20,10 +20,11 @@ Both start from the half-width cos/sin of the position ids, [B, S, d/2] (`_half_
 cos_sin then lays the half-width values out like the table (full width `cat(c, c)` or
 `repeat_interleave(c, 2)`, or the packed `cos_sin` / `pairs`). rotary applies them to x
 [B, N, S, H] (or [B, S, N*H] with `num_heads`), rotating the first d channels with the spec's
-pairing, in one of three implementations: `decomposed` (Slice/Mul/Sub/Add/Concat, any opset; the
-expressions of transformers' `apply_rotary_pos_emb` / GPT-J's `rotate_every_two`), `onnx`
-(RotaryEmbedding-23, 3-D caches without position_ids) or `contrib` (com.microsoft.RotaryEmbedding,
-which needs 2-D caches: the gathered rows become a [B*S, d/2] cache indexed by arange(B*S)).
+pairing, in one of three implementations (`_rotary`, shared with xpos/rotary): `decomposed`
+(Slice/Mul/Sub/Add/Concat, any opset; the expressions of transformers' `apply_rotary_pos_emb` /
+GPT-J's `rotate_every_two`), `onnx` (RotaryEmbedding-23, 3-D caches without position_ids) or
+`contrib` (com.microsoft.RotaryEmbedding, which needs 2-D caches: the gathered rows become a
+[B*S, d/2] cache indexed by arange(B*S)).
 """
 
 from __future__ import annotations
@@ -41,6 +42,13 @@ from posenc.encodings.rope.variants.longrope import LongRopeScaling
 from posenc.onnx._graph import IR_DTYPES, Graph
 from posenc.onnx._options import ExportOptions
 from posenc.onnx._registry import ATOL, GraphExporter, Sample, register_exporter
+from posenc.onnx.graphs._rotary import (
+    full_width,
+    reference_rotate,
+    rotary_problems,
+    rotate,
+    x_input,
+)
 
 CPU = torch.device("cpu")
 MAX_TABLE_BYTES = 1 << 30
@@ -277,8 +285,8 @@ class RopeCosSin(GraphExporter):
         else:
             if spec.width == "full":
                 cos, sin = (
-                    _full_width(g, cos, bool(spec.interleaved)),
-                    _full_width(g, sin, bool(spec.interleaved)),
+                    full_width(g, cos, bool(spec.interleaved)),
+                    full_width(g, sin, bool(spec.interleaved)),
                 )  # [B, S, d]
             g.output(cos, "cos", f"cos * attention_scaling [B, S, {spec.width} width]")
             g.output(sin, "sin", f"sin * attention_scaling [B, S, {spec.width} width]")
@@ -314,18 +322,6 @@ def _compute_atol(spec: RopeSpec, positions: torch.Tensor, attention: float) -> 
     return atol
 
 
-def _full_width(g: Graph, half: ir.Value, interleaved: bool) -> ir.Value:
-    """[B, S, d/2] -> [B, S, d]: `repeat_interleave(c, 2)` or `cat(c, c)`."""
-    op = g.op
-    if interleaved:
-        col: ir.Value = op.Unsqueeze(half, [-1])  # [B, S, d/2, 1]
-        pairs: ir.Value = op.Concat(col, col, axis=-1)  # [B, S, d/2, 2]
-        full: ir.Value = op.Reshape(pairs, [0, 0, -1])  # [B, S, d]
-        return full
-    doubled: ir.Value = op.Concat(half, half, axis=-1)  # [B, S, d]
-    return doubled
-
-
 @register_exporter
 class RopeRotary(GraphExporter):
     kind = "rope"
@@ -340,22 +336,7 @@ class RopeRotary(GraphExporter):
         return with_fields(spec, seq_len=None, width="half", packing="separate")
 
     def problems(self, spec: RopeSpec, options: ExportOptions) -> list[FieldProblem]:
-        problems = _mode_problems(spec, options.mode)
-        if options.op == "onnx" and options.opset < 23:
-            problems.append(
-                FieldProblem(
-                    "opset", "op 'onnx' (RotaryEmbedding) exists from opset 23", options.opset
-                )
-            )
-        if options.op in ("onnx", "contrib") and spec.dtype == "bfloat16":
-            problems.append(
-                FieldProblem(
-                    "dtype",
-                    f"onnxruntime has no CPU bfloat16 kernel for op {options.op!r} "
-                    "(RotaryEmbedding), so it cannot be verified: use op 'decomposed'",
-                    spec.dtype,
-                )
-            )
+        problems = _mode_problems(spec, options.mode) + rotary_problems(str(spec.dtype), options)
         if spec.rotary_dim != spec.head_dim and options.op == "contrib" and not options.num_heads:
             problems.append(
                 FieldProblem(
@@ -368,35 +349,24 @@ class RopeRotary(GraphExporter):
         return problems
 
     def build(self, g: Graph, spec: RopeSpec, options: ExportOptions) -> dict[str, Any]:
-        op = g.op
         dtype = str(spec.dtype)
         heads = options.num_heads
-        h, d = spec.head_dim, spec.resolved_rotary_dim()
-        if heads:
-            x = g.input("x", dtype, ["B", "S", heads * h], f"x [B, S, {heads}*{h}]")
-        else:
-            x = g.input("x", dtype, ["B", "N", "S", h], f"x [B, N, S, {h}]")
+        x = x_input(g, dtype, spec.head_dim, heads)
         pos = g.input("position_ids", "int64", ["B", "S"], "int64 position ids [B, S]")
         cos, sin = half_cos_sin_graph(g, spec, str(options.mode), pos, dtype)  # [B, S, d/2]
-        interleaved = int(bool(spec.interleaved))
-        attrs: dict[str, int] = {"interleaved": interleaved}
-        if d != h:
-            attrs["rotary_embedding_dim"] = d
-        if heads:
-            attrs["num_heads"] = heads
-        y: ir.Value
-        if options.op == "onnx":
-            y = op.RotaryEmbedding(x, cos, sin, **attrs)  # like x
-        elif options.op == "contrib":
-            assert g.contrib is not None
-            cache_cos: ir.Value = op.Reshape(cos, [-1, d // 2])  # [B*S, d/2]
-            cache_sin: ir.Value = op.Reshape(sin, [-1, d // 2])  # [B*S, d/2]
-            rows: ir.Value = op.Range(0, op.Size(pos), 1)  # int64 [B*S]
-            ids: ir.Value = op.Reshape(rows, op.Shape(pos))  # int64 [B, S]: row of each token
-            y = g.contrib.RotaryEmbedding(x, ids, cache_cos, cache_sin, **attrs)  # like x
-            y.type, y.shape = x.type, x.shape  # no schema in onnx: state what the op returns
-        else:
-            y = _rotate_decomposed(g, x, cos, sin, spec, heads, dtype)  # like x
+        y = rotate(
+            g,
+            x,
+            pos,
+            cos,
+            sin,
+            op_kind=str(options.op),
+            head_dim=spec.head_dim,
+            rotary_dim=spec.resolved_rotary_dim(),
+            interleaved=bool(spec.interleaved),
+            heads=heads,
+            dtype=dtype,
+        )  # like x
         g.output(y, "y", "x with its first rotary_dim channels of each head rotated")
         return _notes(spec)
 
@@ -427,69 +397,4 @@ def reference_rotary(spec: RopeSpec, x: torch.Tensor, positions: torch.Tensor) -
     """x [B, N, S, H] rotated with the core's cos/sin (cast to x's dtype first, as transformers
     does), evaluated in float64 and rounded once to x's dtype."""
     cos, sin, _ = reference_half(spec, positions)  # [B, S, d/2]
-    c = cos.to(x.dtype).double()[:, None]  # [B, 1, S, d/2]
-    s = sin.to(x.dtype).double()[:, None]
-    d = spec.resolved_rotary_dim()
-    xd = x.double()
-    rot, rest = xd[..., :d], xd[..., d:]
-    if spec.interleaved:
-        even, odd = rot[..., 0::2], rot[..., 1::2]
-        rotated = torch.stack((even * c - odd * s, odd * c + even * s), dim=-1).flatten(-2)
-    else:
-        first, second = rot[..., : d // 2], rot[..., d // 2 :]
-        rotated = torch.cat((first * c - second * s, second * c + first * s), dim=-1)
-    return torch.cat((rotated, rest), dim=-1).to(x.dtype)
-
-
-def _rotate_decomposed(
-    g: Graph,
-    x: ir.Value,
-    cos: ir.Value,
-    sin: ir.Value,
-    spec: RopeSpec,
-    heads: int | None,
-    dtype: str,
-) -> ir.Value:
-    """Rotate x with plain ops. Half split: `y1 = x1*c - x2*s`, `y2 = x2*c + x1*s`
-    (transformers `q*cos + rotate_half(q)*sin`, bit for bit); interleaved: the same on even/odd
-    channels (GPT-J `rotate_every_two`). bfloat16 is computed in float32 (onnxruntime has no CPU
-    bfloat16 arithmetic) and rounded once."""
-    op = g.op
-    h, d = spec.head_dim, spec.resolved_rotary_dim()
-    if dtype == "bfloat16":
-        x = op.Cast(x, to=ir.DataType.FLOAT)  # like x, float32
-        cos = op.Cast(cos, to=ir.DataType.FLOAT)  # [B, S, d/2]
-        sin = op.Cast(sin, to=ir.DataType.FLOAT)  # [B, S, d/2]
-    if heads:
-        x4: ir.Value = op.Reshape(x, [0, 0, heads, h])  # [B, S, N, H]
-        c: ir.Value = op.Unsqueeze(cos, [2])  # [B, S, 1, d/2]
-        s: ir.Value = op.Unsqueeze(sin, [2])  # [B, S, 1, d/2]
-    else:
-        x4 = x  # [B, N, S, H]
-        c = op.Unsqueeze(cos, [1])  # [B, 1, S, d/2]
-        s = op.Unsqueeze(sin, [1])  # [B, 1, S, d/2]
-    rot: ir.Value = op.Slice(x4, [0], [d], [3]) if d < h else x4  # [.., .., .., d]
-    rotated: ir.Value
-    if spec.interleaved:
-        even: ir.Value = op.Slice(rot, [0], [d], [3], [2])  # [.., .., .., d/2]
-        odd: ir.Value = op.Slice(rot, [1], [d], [3], [2])  # [.., .., .., d/2]
-        y_even: ir.Value = op.Sub(op.Mul(even, c), op.Mul(odd, s))  # [.., .., .., d/2]
-        y_odd: ir.Value = op.Add(op.Mul(odd, c), op.Mul(even, s))  # [.., .., .., d/2]
-        stacked: ir.Value = op.Concat(
-            op.Unsqueeze(y_even, [4]), op.Unsqueeze(y_odd, [4]), axis=4
-        )  # [.., .., .., d/2, 2]
-        rotated = op.Reshape(stacked, [0, 0, 0, -1])  # [.., .., .., d]
-    else:
-        first: ir.Value = op.Slice(rot, [0], [d // 2], [3])  # [.., .., .., d/2]
-        second: ir.Value = op.Slice(rot, [d // 2], [d], [3])  # [.., .., .., d/2]
-        y1: ir.Value = op.Sub(op.Mul(first, c), op.Mul(second, s))  # [.., .., .., d/2]
-        y2: ir.Value = op.Add(op.Mul(second, c), op.Mul(first, s))  # [.., .., .., d/2]
-        rotated = op.Concat(y1, y2, axis=3)  # [.., .., .., d]
-    y: ir.Value = (
-        op.Concat(rotated, op.Slice(x4, [d], [h], [3]), axis=3) if d < h else rotated
-    )  # [.., .., .., H]
-    if heads:
-        y = op.Reshape(y, [0, 0, -1])  # [B, S, N*H]
-    if dtype == "bfloat16":
-        y = op.Cast(y, to=ir.DataType.BFLOAT16)  # like x
-    return y
+    return reference_rotate(x, cos, sin, spec.resolved_rotary_dim(), bool(spec.interleaved))
