@@ -1,14 +1,20 @@
 """Limits: table size checked from the spec before anything is allocated (413), request bodies
-capped (413), JSON capped by elements (413)."""
+capped (413) per route (specs, /v2 infer bodies; uploads in test_uploads), JSON capped by
+elements (413)."""
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
 
 import httpx
+import numpy as np
 import pytest
+import tritonclient.http as http
+from tritonclient.utils import InferenceServerException
 
 from tests.api.metrics_util import scrape, value
+from tests.api.v2client import as_torch, make_input, outputs, spec_param, url
 from tests.conftest import ServerHandle, start_server
 
 TERABYTE_SPEC = {"kind": "rope", "head_dim": 8192, "max_positions": 1 << 24}
@@ -97,3 +103,60 @@ def test_body_over_the_cap_is_413(small_body_server: ServerHandle) -> None:
             if name == "posenc_http_requests_total" and ("status", "413") in labels
         ]
         assert sum(rejected) == 2
+
+
+# --- /v2 infer bodies have their own cap (max_infer_body_bytes) ---------------------------------
+
+
+def test_full_cache_infer_request_fits_the_infer_cap(server: ServerHandle) -> None:
+    n = 131072  # 1 MiB of INT64 positions in binary: over max_body_bytes, under the infer cap
+    assert n * 8 >= server.settings.max_body_bytes  # plus the JSON header: over it
+    triton = http.InferenceServerClient(url(server))
+    spec = {"kind": "rope", "head_dim": 8, "max_positions": n}
+    result = triton.infer(
+        "rope",
+        [make_input("position_ids", np.arange(n, dtype=np.int64))],
+        outputs=outputs(["cos"], True),
+        parameters=spec_param(spec),
+    )
+    assert as_torch(result, "cos").shape == (n, 8)
+
+
+INFER_CAP = 8192
+
+
+@pytest.fixture(scope="module")
+def small_infer_server() -> Iterator[ServerHandle]:
+    with start_server(max_infer_body_bytes=INFER_CAP, max_body_bytes=1 << 20) as srv:
+        yield srv
+
+
+def test_infer_body_over_its_cap_is_413(small_infer_server: ServerHandle) -> None:
+    triton = http.InferenceServerClient(url(small_infer_server))
+    spec = spec_param({"kind": "rope", "head_dim": 8, "max_positions": 4096})
+    small = [make_input("position_ids", np.arange(512, dtype=np.int64))]  # 4 KiB
+    assert triton.infer("rope", small, parameters=spec).as_numpy("cos") is not None
+    large = [make_input("position_ids", np.arange(4096, dtype=np.int64))]  # 32 KiB
+    for version in ("", "1"):
+        with pytest.raises(InferenceServerException) as err:
+            triton.infer("rope", large, model_version=version, parameters=spec)
+        assert err.value.status() == "413"
+        assert str(INFER_CAP) in str(err.value.message())
+    # other routes keep max_body_bytes: a 32 KiB spec body is fine there
+    with small_infer_server.client() as c:
+        pad = "x" * (32 << 10)
+        r = c.post("/v1/tables", content=f'{{"kind": "alibi", "num_heads": 4, "p": "{pad}"}}')
+        assert r.status_code == 422  # read and parsed: an unknown field, not a body cap
+
+
+def test_infer_cap_is_checked_before_the_body_is_read(small_infer_server: ServerHandle) -> None:
+    host, port = small_infer_server.url.removeprefix("http://").split(":")
+    for path in ("/v2/models/rope/infer", "/v2/models/rope/versions/1/infer"):
+        head = f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Length: {1 << 30}\r\n"
+        answer = b""
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall((head + "Connection: close\r\n\r\n").encode())
+            while chunk := sock.recv(65536):
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+        assert b'"max_bytes":8192' in answer

@@ -208,6 +208,49 @@ def test_rows_on_the_query_axis_of_biases(server: ServerHandle, client: httpx.Cl
     assert torch.equal(got["slopes"], want["slopes"])
 
 
+T5_WITH_BIAS = {
+    "kind": "t5_bias",
+    "query_length": 12,
+    "key_length": 7,
+    "num_buckets": 4,
+    "relative_attention_bias": [[0.5, -1.0], [0.25, 2.0], [1.5, 0.0], [-0.75, 1.0]],
+}
+SHAW = {
+    "kind": "relative_index",
+    "scheme": "shaw",
+    "max_relative_position": 3,
+    "query_length": 12,
+    "key_length": 9,
+}
+MAE = {"kind": "sinusoidal_2d", "style": "mae", "dim": 8, "grid_height": 4, "grid_width": 3}
+ROW_AXIS_CASES: list[tuple[dict[str, Any], str, int | None]] = [
+    ({"kind": "rope", "head_dim": 8, "max_positions": 12, "profile": "vllm"}, "cos_sin", 0),
+    ({"kind": "rope", "head_dim": 8, "max_positions": 12, "profile": "trtllm"}, "pairs", 0),
+    (T5_WITH_BIAS, "buckets", 0),
+    (T5_WITH_BIAS, "bias", 1),
+    ({"kind": "xpos", "head_dim": 8, "max_positions": 12}, "sin_k", 0),
+    ({"kind": "normalized", "mode": "by_length", "max_positions": 12}, "embedding", 0),
+    ({"kind": "normalized", "mode": "by_length", "lengths": [12, 5]}, "embedding", 1),
+    (SHAW, "index", 0),
+    (MAE, "embedding", None),
+]
+
+
+@pytest.mark.parametrize(("spec", "tensor", "axis"), ROW_AXIS_CASES)
+def test_rows_slice_the_row_axis_the_family_declares(
+    server: ServerHandle, client: httpx.Client, spec: dict[str, Any], tensor: str, axis: int | None
+) -> None:
+    assert parse_spec(spec).canonical().outputs()[tensor].row_axis == axis
+    r = client.post("/v1/tables", json=spec, params={"tensor": tensor, "rows": "3:8"})
+    if axis is None:
+        assert r.status_code == 400
+        assert r.json()["error_type"] == "rows_unsupported"
+        return
+    assert r.status_code == 200, r.text
+    want = expected(server, spec)[tensor].narrow(axis, 3, 5)
+    assert torch.equal(decode(r)[tensor], want)
+
+
 @pytest.mark.parametrize(
     ("rows", "tensor", "error_type"),
     [
@@ -261,9 +304,12 @@ def test_http_range_on_raw(server: ServerHandle, client: httpx.Client) -> None:
         r = client.get(url, headers={"Range": ignored})
         assert r.status_code == 200
         assert len(r.content) == size
-    r = client.get(url, headers={"Range": "bytes=0-3", "If-Range": '"stale"'})
-    assert r.status_code == 200
-    r = client.get(url, headers={"Range": "bytes=0-3", "If-Range": f'"{key}"'})
+    # If-Range compares strongly with this representation's ETag, not the default one's
+    assert full.headers["etag"] == f'"{key}.raw.cos"'
+    for other in ('"stale"', f'"{key}"', f'W/"{key}.raw.cos"'):
+        r = client.get(url, headers={"Range": "bytes=0-3", "If-Range": other})
+        assert r.status_code == 200, other
+    r = client.get(url, headers={"Range": "bytes=0-3", "If-Range": full.headers["etag"]})
     assert r.status_code == 206
 
 

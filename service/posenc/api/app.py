@@ -1,9 +1,11 @@
 """The app factory: `create_app(settings) -> FastAPI`.
 
 Everything stateful is built per app: the metrics registry, the key index and the presets in
-`create_app`; the device and the cache in the lifespan (never at import), which then warms the
-configured presets in the background and flips readiness when done. Routers are composed here,
-in one place: `/v1`, health and metrics; `ApiKeyMiddleware` guards `/v1` and `/v2/models`.
+`create_app`; the device, the cache and the table store (uploaded learned tables) in the lifespan
+(never at import), which then warms the configured presets in the background and flips readiness
+when done. Routers are composed here, in one place: `/v1`, `/v2`, health and metrics;
+`ApiKeyMiddleware` guards `/v1` and `/v2/models`; `BodyLimitMiddleware` caps request bodies per
+route (`body_limits`).
 """
 
 from __future__ import annotations
@@ -11,22 +13,37 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
 
 from posenc import __version__
-from posenc.api import catalog, health, oip, routes_onnx, tables
+from posenc.api import catalog, health, oip, routes_onnx, tables, uploads
 from posenc.api.auth import ApiKeyMiddleware
 from posenc.api.errors import install_error_handlers
 from posenc.api.metrics import Metrics, MetricsMiddleware
-from posenc.api.middleware import BodyLimitMiddleware
+from posenc.api.middleware import BodyLimitMiddleware, RouteLimit
 from posenc.api.settings import Settings
 from posenc.api.state import AppState, KeyIndex, Lifecycle
+from posenc.encodings.learned import TableStore
 from posenc.presets import load_presets
 from posenc.runtime import TableCache, describe, resolve_device
 
 log = logging.getLogger("posenc.api")
+
+
+UPLOAD_PATH = re.compile(r"/v1/uploads/?")
+INFER_PATH = re.compile(r"/v2/models/[^/]+(?:/versions/[^/]+)?/infer")
+
+
+def body_limits(settings: Settings) -> list[RouteLimit]:
+    """Body caps beyond `max_body_bytes`: table uploads and /v2 infer requests (positions as
+    tensors: 131072 INT64 positions are 1 MiB in binary, several as JSON)."""
+    return [
+        (UPLOAD_PATH, settings.max_upload_bytes),
+        (INFER_PATH, settings.max_infer_body_bytes),
+    ]
 
 
 def _warm_list(settings: Settings, names: list[str]) -> list[str]:
@@ -70,7 +87,8 @@ async def warm(state: AppState, names: list[str]) -> None:
 
 @contextlib.asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-    """Resolve the device, build the cache, warm presets in the background; tear down on exit."""
+    """Resolve the device, build the cache and the table store, warm presets in the background;
+    tear down on exit."""
     state: AppState = app.state.posenc
     settings = state.settings
     device = resolve_device(settings.device)
@@ -83,6 +101,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     )
     collector = state.metrics.watch(cache)
     state.device, state.cache = device, cache
+    state.tables = TableStore(settings.table_store_bytes)
     log.info(
         "posenc %s on %s, cache budget %d bytes", __version__, describe(device), cache.max_bytes
     )
@@ -95,6 +114,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             await warming
         state.lifecycle.ready = False
         state.cache = None
+        state.tables = None
         state.metrics.registry.unregister(collector)
         cache.close()
 
@@ -122,13 +142,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # routes are matched router by router, in this order: the hot ones first
     app.include_router(tables.router)
     app.include_router(health.router)
+    app.include_router(uploads.router)
     oip_server, oip_models = oip.build_router(oip.app_context)
     app.include_router(oip_models)
     app.include_router(oip_server)
     app.include_router(catalog.router)
     app.include_router(routes_onnx.router)
     # the last added is the outermost: metrics see every request, refused ones included
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        BodyLimitMiddleware, max_bytes=settings.max_body_bytes, routes=body_limits(settings)
+    )
     keys = [k.get_secret_value() for k in settings.api_keys]
     app.add_middleware(ApiKeyMiddleware, keys=keys)
     app.add_middleware(MetricsMiddleware, metrics=metrics)

@@ -5,7 +5,8 @@ This module is the one place that maps exceptions to HTTP statuses:
     PosencError (posenc.encodings.errors)
     ├── SpecError ............... 422 invalid_spec      detail: [{field, message, value}]
     │   ├── UnknownKindError .... 422 unknown_kind
-    │   └── ConfigError ......... 422 unsupported_config
+    │   ├── ConfigError ......... 422 unsupported_config
+    │   └── UnknownTableError ... 404 unknown_table     (a learned table_key not in the store)
     ApiError (raised by the routes with its own status and error_type)
     Busy (posenc.runtime) ....... 503 busy              Retry-After
     RequestValidationError ...... 422 invalid_request   (path and query parameters)
@@ -26,6 +27,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from posenc.encodings import PosencError, SpecError
+from posenc.encodings.learned import UnknownTableError
 from posenc.runtime import Busy
 
 log = logging.getLogger("posenc.api")
@@ -102,7 +104,8 @@ def to_response(exc: Exception) -> Response:
     if isinstance(exc, ApiError):
         return error_response(exc.status, exc.error_type, exc.message, exc.detail, exc.headers)
     if isinstance(exc, SpecError):
-        return error_response(422, exc.error_type, str(exc), spec_problems(exc))
+        status = 404 if isinstance(exc, UnknownTableError) else 422
+        return error_response(status, exc.error_type, str(exc), spec_problems(exc))
     if isinstance(exc, PosencError):
         return error_response(422, exc.error_type, str(exc))
     if isinstance(exc, Busy):

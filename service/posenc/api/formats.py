@@ -62,24 +62,6 @@ DEFAULT_FORMAT = "safetensors"
 
 _BY_MEDIA_TYPE = {m: f.name for f in FORMATS.values() for m in (f.media_type, *f.aliases)}
 
-ROW_AXES: dict[tuple[str, str], int] = {
-    ("rope", "cos"): 0,
-    ("rope", "sin"): 0,
-    ("rope", "cos_sin"): 0,
-    ("rope", "pairs"): 0,
-    ("sinusoidal", "embedding"): 0,
-    ("alibi", "bias"): 1,
-    ("t5_bias", "buckets"): 0,
-    ("t5_bias", "bias"): 1,
-    ("relative_index", "index"): 0,
-    ("relative_index", "bias"): 1,
-    ("learned", "embedding"): 0,
-    **{("xpos", name): 0 for name in ("cos", "sin", "scale_q", "scale_k")},
-    **{("xpos", name): 0 for name in ("cos_q", "sin_q", "cos_k", "sin_k")},
-}
-"""The position (query) axis of each tensor that has one, per the families' documented shapes;
-`rows=` slices that axis and passes tensors without one (inv_freq, slopes) through whole."""
-
 NUMPY_DTYPES = {"float32", "float64", "float16", "int64", "int32"}
 
 
@@ -133,10 +115,13 @@ def negotiate(format_param: str | None, accept: str | None) -> Format:
 @dataclass(frozen=True)
 class Selection:
     """Which tensors a response carries, and which positions: `rows` is half-open (START, END),
-    or None for all of them (a range covering the whole table is normalised to None)."""
+    or None for all of them (a range covering the whole table is normalised to None). `axes`:
+    each named tensor's position axis (`TensorInfo.row_axis`), the one `rows` slices; tensors
+    without one (inv_freq, slopes) are sent whole."""
 
     names: tuple[str, ...]
     rows: tuple[int, int] | None
+    axes: tuple[int | None, ...]
 
 
 def parse_rows(text: str | None) -> tuple[int, int] | None:
@@ -200,10 +185,10 @@ def select(
                 f"numpy has no {outputs[bad[0]].dtype}: fetch {bad} as safetensors or raw",
                 [{"field": "format", "message": "no numpy dtype for " + ", ".join(bad)}],
             )
+    axes = tuple(outputs[n].row_axis for n in names)
     if rows is None:
-        return Selection(names, None)
-    axes = {n: ROW_AXES.get((kind, n)) for n in names}
-    lengths = {outputs[n].shape[a] for n, a in axes.items() if a is not None}
+        return Selection(names, None, axes)
+    lengths = {outputs[n].shape[a] for n, a in zip(names, axes, strict=True) if a is not None}
     if len(lengths) != 1:
         raise ApiError(
             400,
@@ -222,31 +207,27 @@ def select(
             f"(need START < END <= {total})",
             [{"field": "rows", "message": f"need 0 <= START < END <= {total}", "value": rows}],
         )
-    return Selection(names, None if (start, end) == (0, total) else (start, end))
+    return Selection(names, None if (start, end) == (0, total) else (start, end), axes)
 
 
-def selected_infos(
-    kind: str, outputs: dict[str, TensorInfo], sel: Selection
-) -> dict[str, TensorInfo]:
+def selected_infos(outputs: dict[str, TensorInfo], sel: Selection) -> dict[str, TensorInfo]:
     """Shapes and dtypes of what `sel` sends (row slices applied), without computing anything."""
     out: dict[str, TensorInfo] = {}
-    for name in sel.names:
+    for name, axis in zip(sel.names, sel.axes, strict=True):
         info = outputs[name]
-        axis = ROW_AXES.get((kind, name))
         if sel.rows is not None and axis is not None:
             shape = list(info.shape)
             shape[axis] = sel.rows[1] - sel.rows[0]
-            info = TensorInfo(tuple(shape), info.dtype)
+            info = TensorInfo(tuple(shape), info.dtype, axis)
         out[name] = info
     return out
 
 
-def cpu_tensors(kind: str, tensors: dict[str, torch.Tensor], sel: Selection) -> dict[str, Any]:
+def cpu_tensors(tensors: dict[str, torch.Tensor], sel: Selection) -> dict[str, Any]:
     """The selected tensors, row-sliced, contiguous and on the CPU (views when already there)."""
     out: dict[str, torch.Tensor] = {}
-    for name in sel.names:
+    for name, axis in zip(sel.names, sel.axes, strict=True):
         t = tensors[name]
-        axis = ROW_AXES.get((kind, name))
         if sel.rows is not None and axis is not None:
             t = t.narrow(axis, sel.rows[0], sel.rows[1] - sel.rows[0])
         out[name] = t.detach().to("cpu").contiguous()

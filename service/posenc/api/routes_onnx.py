@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -30,6 +30,7 @@ from posenc.api.jsonio import json_response, read_json_object
 from posenc.api.specs import canonical_spec, guarded, spec_from_body
 from posenc.api.state import AppState, app_state
 from posenc.api.tables import IMMUTABLE, etag_matches
+from posenc.api.uploads import bind_tables, stored_tables, unbound
 from posenc.encodings import FieldProblem, SpecBase, SpecError, content_key
 from posenc.onnx import (
     DEFAULT_OPSET,
@@ -149,13 +150,15 @@ async def _model_bytes(state: AppState, index: OnnxIndex, request: Resolved) -> 
         data, outcome = await _built(index, request)
         index.keep(request.key, data)
         return data, outcome
-    cache = state.require_cache()
-    entry, _ = await cache.get(request.spec, content_key(request.spec))
+    cache, store = state.require_cache(), state.require_tables()
+    spec_key = content_key(request.spec)
+    entry, _ = await cache.get(bind_tables(cache, store, request.spec, spec_key), spec_key)
     variant = ("onnx", request.key)
     ready = entry.prepared.get(variant)
     if isinstance(ready, bytes):
         return ready, "hit"
-    data, outcome = await _built(index, request)
+    # a learned graph embeds its resampled table: the build needs the uploaded values
+    data, outcome = await _built(index, replace(request, spec=stored_tables(store, request.spec)))
     await cache.prepare(entry, variant, lambda _table: data)
     return data, outcome
 
@@ -194,7 +197,7 @@ async def _serve(
     }
     if cache_control:
         headers["Cache-Control"] = cache_control
-    if request.method == "GET" and etag_matches(request.headers.get("if-none-match"), key):
+    if request.method == "GET" and etag_matches(request.headers.get("if-none-match"), f'"{key}"'):
         return Response(status_code=304, headers=headers)
     size = resolved.spec.output_bytes()
     limit = state.settings.max_response_bytes
@@ -234,7 +237,7 @@ async def post_onnx(request: Request) -> Response:
     """The model for the spec and options in the body; its stable URL is in Content-Location."""
     state = app_state(request)
     resolved = _request_from_body(await read_json_object(request))
-    onnx_index(request).remember(resolved)
+    onnx_index(request).remember(replace(resolved, spec=unbound(resolved.spec)))
     return await _serve(request, state, resolved, cache_control=None)
 
 

@@ -1,7 +1,10 @@
 """Service settings: the only place posenc reads the environment (prefix `POSENC_`).
 
 Lists (`POSENC_WARM_PRESETS`, `POSENC_API_KEYS`) accept a JSON array or a comma-separated string.
-Sizes are bytes. `posenc serve` flags override the environment; tests pass values directly.
+Sizes are bytes. Request bodies have three caps: `max_body_bytes` (specs, config.json),
+`max_infer_body_bytes` (`/v2` infer requests: positions as tensors) and `max_upload_bytes`
+(learned tables uploaded to `/v1/uploads`); `table_store_bytes` bounds the uploaded tables kept.
+`posenc serve` flags override the environment; tests pass values directly.
 """
 
 from __future__ import annotations
@@ -41,6 +44,9 @@ class Settings(BaseSettings):
     max_response_bytes: Annotated[int, Field(ge=1)] = 512 * MiB
     json_max_elements: Annotated[int, Field(ge=0)] = 1 << 18
     max_body_bytes: Annotated[int, Field(ge=1)] = 1 * MiB
+    max_infer_body_bytes: Annotated[int, Field(ge=1)] = 64 * MiB
+    max_upload_bytes: Annotated[int, Field(ge=1)] = 256 * MiB
+    table_store_bytes: Annotated[int, Field(ge=0)] = 1 * GiB
     max_concurrent_computations: Annotated[int, Field(ge=1)] = 4
     retry_after_seconds: Annotated[int, Field(ge=1)] = 1
     warm_presets: Annotated[list[str], NoDecode] = Field(

@@ -1,7 +1,8 @@
 """Per-app state built by `create_app` and its lifespan, and the dependencies routes use.
 
-`AppState` lives on `app.state.posenc`. The cache and device exist only between lifespan start and
-shutdown; routes reach them through `AppState.require_cache`, which answers 503 outside that window.
+`AppState` lives on `app.state.posenc`. The cache, the device and the table store (uploaded
+learned tables) exist only between lifespan start and shutdown; routes reach them through
+`AppState.require_cache` and `AppState.require_tables`, which answer 503 outside that window.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from posenc.api.errors import ApiError
 from posenc.api.metrics import Metrics
 from posenc.api.settings import Settings
 from posenc.encodings import SpecBase
+from posenc.encodings.learned import TableStore
 from posenc.presets import Preset
 from posenc.runtime import TableCache
 
@@ -65,7 +67,8 @@ class KeyIndex:
 
 @dataclass
 class AppState:
-    """Everything a route needs: settings, metrics, presets, readiness, key index and cache."""
+    """Everything a route needs: settings, metrics, presets, readiness, key index, cache and
+    the store of uploaded learned tables."""
 
     settings: Settings
     metrics: Metrics
@@ -74,13 +77,25 @@ class AppState:
     index: KeyIndex
     cache: TableCache | None = None
     device: torch.device | None = None
+    tables: TableStore | None = None
 
     def require_cache(self) -> TableCache:
         """The cache, or 503 `starting` outside the lifespan."""
         if self.cache is None:
-            raise ApiError(503, "starting", "the server is starting or stopping", None,
-                           {"Retry-After": "1"})  # fmt: skip
+            raise _starting()
         return self.cache
+
+    def require_tables(self) -> TableStore:
+        """The table store, or 503 `starting` outside the lifespan."""
+        if self.tables is None:
+            raise _starting()
+        return self.tables
+
+
+def _starting() -> ApiError:
+    return ApiError(
+        503, "starting", "the server is starting or stopping", None, {"Retry-After": "1"}
+    )
 
 
 def app_state(request: Request) -> AppState:

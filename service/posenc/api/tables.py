@@ -2,8 +2,14 @@
 
 Order of work per request, cheapest first: parse and canonicalise the spec, compute its size from
 `spec.outputs()` (413 over the limit: nothing allocated), validate format, tensor and rows, answer
-304 to a matching `If-None-Match` (GET), then look the table up in the cache (computing it at most
-once), and send bytes prepared once per (table, format, tensors) or a zero-copy view.
+304 to a matching `If-None-Match` (GET), bind an uploaded learned table (`uploads.bind_tables`),
+then look the table up in the cache (computing it at most once), and send bytes prepared once per
+(table, format, tensors) or a zero-copy view.
+
+Each representation has its own strong ETag (`representation_etag`): `"<key>"` for the default,
+the whole table as safetensors, and `"<key>.<format>[.<tensor>][.<start>-<end>]"` otherwise, so a
+304 (or an `If-Range`) only ever validates the bytes the request would get. `Vary: Accept` is
+sent whenever the format was negotiated (no `format=`).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from starlette.responses import Response
 
 from posenc.api.errors import ApiError
 from posenc.api.formats import (
+    DEFAULT_FORMAT,
     Format,
     Selection,
     build_json,
@@ -35,6 +42,7 @@ from posenc.api.formats import (
 from posenc.api.jsonio import read_json_object
 from posenc.api.specs import spec_from_body
 from posenc.api.state import AppState, app_state
+from posenc.api.uploads import bind_tables, unbound
 from posenc.encodings import SpecBase, Table, TensorInfo, canonical_json
 from posenc.runtime import OFFLOAD_BYTES, Buffer, CacheEntry
 
@@ -133,15 +141,35 @@ SPEC_BODY = {
 }
 
 
-def etag_matches(header: str | None, key: str) -> bool:
-    """True when an `If-None-Match` header lists this key's ETag (weak or strong) or `*`."""
+def etag_matches(header: str | None, etag: str) -> bool:
+    """True when an `If-None-Match` header lists `etag` (quoted; compared weakly, as RFC 9110
+    says for If-None-Match) or `*`."""
     if not header:
         return False
     for tag in header.split(","):
         tag = tag.strip()
-        if tag == "*" or tag.removeprefix("W/") == f'"{key}"':
+        if tag == "*" or tag.removeprefix("W/") == etag:
             return True
     return False
+
+
+def representation_etag(key: str, fmt: Format, sel: Selection, names: tuple[str, ...]) -> str:
+    """The strong ETag of one representation of table `key` (`names`: all its tensors).
+
+    `"<key>"` for the whole table as safetensors (the default: what clients revalidate);
+    otherwise `"<key>.<format>[.<tensor>][.<start>-<end>]"`, naming the tensor only when it is
+    not the whole table and the rows only when they are not all of them (`select` normalises
+    both), so equal bytes have one tag and different bytes never share one.
+    """
+    whole = sel.names == names
+    if fmt.name == DEFAULT_FORMAT and whole and sel.rows is None:
+        return f'"{key}"'
+    parts = [key, fmt.name]
+    if not whole:
+        parts.extend(sel.names)
+    if sel.rows is not None:
+        parts.append(f"{sel.rows[0]}-{sel.rows[1]}")
+    return '"' + ".".join(parts) + '"'
 
 
 def _check_size(state: AppState, outputs: dict[str, TensorInfo]) -> None:
@@ -172,7 +200,7 @@ def _builder(
     """A function from the table to the response body for this format and selection."""
 
     def build(table: Table) -> Buffer:
-        tensors = cpu_tensors(kind, table.tensors, sel)
+        tensors = cpu_tensors(table.tensors, sel)
         meta = _metadata(table, entry, sel)
         if fmt.name == "safetensors":
             header = {
@@ -212,7 +240,7 @@ async def _body(
         name = sel.names[0]
         tensor = entry.table.tensors[name]
         if tensor.device.type == "cpu":
-            return raw_view(cpu_tensors(spec.kind, {name: tensor}, sel)[name])
+            return raw_view(cpu_tensors({name: tensor}, sel)[name])
     build = _builder(spec.kind, key, spec, fmt, sel, entry)
     if sel.rows is None:
         return await state.require_cache().prepare(entry, (fmt.name, sel.names), build)
@@ -237,7 +265,7 @@ async def serve_table(
     outputs = spec.outputs()  # shapes only: nothing is allocated before the size check
     _check_size(state, outputs)
     sel = select(spec.kind, outputs, fmt, tensor, parse_rows(rows))
-    infos = selected_infos(spec.kind, outputs, sel)
+    infos = selected_infos(outputs, sel)
     if fmt.name == "json":
         elements = sum(i.numel for i in infos.values())
         limit = state.settings.json_max_elements
@@ -249,18 +277,22 @@ async def serve_table(
                 "(safetensors, npy, raw) or fewer rows",
                 {"elements": elements, "max_elements": limit},
             )
+    etag = representation_etag(key, fmt, sel, tuple(outputs))
     headers = {
-        "ETag": f'"{key}"',
+        "ETag": etag,
         "Content-Location": f"/v1/tables/{key}",
         "X-Posenc-Key": key,
         "X-Posenc-Kind": spec.kind,
-        "Vary": "Accept",
     }
+    if format is None:
+        headers["Vary"] = "Accept"
     if cache_control:
         headers["Cache-Control"] = cache_control
-    if request.method == "GET" and etag_matches(request.headers.get("if-none-match"), key):
+    if request.method == "GET" and etag_matches(request.headers.get("if-none-match"), etag):
         return Response(status_code=304, headers=headers)
-    entry, outcome = await state.require_cache().get(spec, key)
+    cache = state.require_cache()
+    spec = bind_tables(cache, state.require_tables(), spec, key)
+    entry, outcome = await cache.get(spec, key)
     nbytes = sum(i.nbytes for i in infos.values())
     body = await _body(state, key, spec, fmt, sel, entry, nbytes)
     headers["X-Posenc-Device"] = entry.device
@@ -277,17 +309,18 @@ async def serve_table(
         headers["X-Posenc-Dtype"] = info.dtype
         headers["X-Posenc-Shape"] = ",".join(str(d) for d in info.shape)
         headers["Accept-Ranges"] = "bytes"
-        body, status = _apply_range(request, key, body, headers)
+        body, status = _apply_range(request, etag, body, headers)
     return Response(body, status_code=status, media_type=fmt.media_type, headers=headers)
 
 
 def _apply_range(
-    request: Request, key: str, body: Buffer, headers: dict[str, str]
+    request: Request, etag: str, body: Buffer, headers: dict[str, str]
 ) -> tuple[Buffer, int]:
     """A single `bytes=` Range on a raw body: 206 with a zero-copy slice, 416 when unsatisfiable;
-    ignored when absent, malformed, multi-range, or `If-Range` names another representation."""
+    ignored when absent, malformed, multi-range, or `If-Range` is not this representation's ETag
+    (compared strongly)."""
     if_range = request.headers.get("if-range")
-    if if_range is not None and if_range.strip() != f'"{key}"':
+    if if_range is not None and if_range.strip() != etag:
         return body, 200
     size = len(body) if isinstance(body, bytes) else body.nbytes
     span = content_range(request.headers.get("range"), size)
@@ -318,7 +351,7 @@ async def post_table(request: Request) -> Response:
     state = app_state(request)
     body = await read_json_object(request)
     spec, key = spec_from_body(body)
-    state.index.remember(key, spec)
+    state.index.remember(key, unbound(spec))
     return await serve_table(request, state, spec, key, *table_params(request), cache_control=None)
 
 

@@ -43,10 +43,16 @@ ITEMSIZE: dict[str, int] = {
 
 @dataclass(frozen=True)
 class TensorInfo:
-    """Shape and dtype name of one output tensor, known before anything is allocated."""
+    """Shape and dtype name of one output tensor, known before anything is allocated.
+
+    `row_axis` is the position axis (the query axis of a bias), the one a row range slices; None
+    when the tensor has none (`inv_freq`, `slopes`). It says how to read the tensor, not what it
+    holds, so equality compares shape and dtype only.
+    """
 
     shape: tuple[int, ...]
     dtype: str
+    row_axis: int | None = field(default=None, compare=False)
 
     @property
     def numel(self) -> int:
@@ -207,12 +213,20 @@ def canonical_dict(spec: SpecBase) -> dict[str, Any]:
 
 def canonical_json(spec: SpecBase) -> str:
     """Canonical JSON: sorted keys, no whitespace, shortest round-trip float spelling."""
-    return json.dumps(canonical_dict(spec), sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return _json_of(canonical_dict(spec))
 
 
 def content_key(spec: SpecBase) -> str:
     """Stable sha256 over the canonical JSON and the algorithm version (64 hex digits)."""
-    payload = f"posenc/{ALGORITHM_VERSION}\n{canonical_json(spec)}".encode()
+    return _key_of(canonical_dict(spec))
+
+
+def _json_of(canon: dict[str, Any]) -> str:
+    return json.dumps(canon, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def _key_of(canon: dict[str, Any]) -> str:
+    payload = f"posenc/{ALGORITHM_VERSION}\n{_json_of(canon)}".encode()
     return hashlib.sha256(payload).hexdigest()
 
 
@@ -222,10 +236,11 @@ def compute(spec: SpecBase, device: str | torch.device = "cpu") -> Table:
     family = FAMILIES[canon.kind]
     dev = torch.device(device)
     tensors, facts = family.compute(canon, dev)
+    spec_dict = canonical_dict(canon)
     meta: dict[str, Any] = {
         "kind": canon.kind,
-        "spec": canonical_dict(canon),
-        "key": content_key(canon),
+        "spec": spec_dict,
+        "key": _key_of(spec_dict),
         "algorithm_version": ALGORITHM_VERSION,
         "device": str(dev),
         "shapes": {name: list(t.shape) for name, t in tensors.items()},

@@ -453,7 +453,7 @@ class LearnedSpec(SpecBase):
 
     def outputs(self) -> dict[str, TensorInfo]:
         _, d = self.shape()
-        return {"embedding": TensorInfo((self.new_rows(), d), self.dtype)}
+        return {"embedding": TensorInfo((self.new_rows(), d), self.dtype, row_axis=0)}
 
     def with_table(self, bound: BoundTable) -> Self:
         """A copy of this spec with `bound` attached (its shape must match `table_shape`)."""

@@ -103,8 +103,9 @@ class NormalizedSpec(SpecBase):
         )
 
     def outputs(self) -> dict[str, TensorInfo]:
-        shape = (self.rows(),) if self.lengths is None else (len(self.lengths), self.rows())
-        return {"embedding": TensorInfo(shape, self.dtype)}
+        if self.lengths is None:
+            return {"embedding": TensorInfo((self.rows(),), self.dtype, row_axis=0)}
+        return {"embedding": TensorInfo((len(self.lengths), self.rows()), self.dtype, row_axis=1)}
 
 
 @register_family(

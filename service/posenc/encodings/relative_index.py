@@ -222,9 +222,9 @@ class RelativeIndexSpec(SpecBase):
 
     def outputs(self) -> dict[str, TensorInfo]:
         shape = self.shape()
-        out = {"index": TensorInfo(shape, "int64")}
+        out = {"index": TensorInfo(shape, "int64", row_axis=0)}
         if self.num_heads is not None:
-            out["bias"] = TensorInfo((self.num_heads, *shape), self.dtype)
+            out["bias"] = TensorInfo((self.num_heads, *shape), self.dtype, row_axis=1)
         return out
 
 

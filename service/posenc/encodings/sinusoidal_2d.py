@@ -234,21 +234,27 @@ def detr_embedding(spec: Sinusoidal2DSpec, device: torch.device) -> torch.Tensor
         x_embed = x_num / (x_embed[:, -1:] + eps) * scale
     i = torch.arange(feats, dtype=torch.int64, device=device).to(dt)
     exponent = 2 * torch.div(i, 2, rounding_mode="floor") / feats
-
-    def axis(coord: torch.Tensor, temperature: float) -> torch.Tensor:
-        pos = coord[:, :, None] / (temperature**exponent)
-        return torch.stack((pos[:, :, 0::2].sin(), pos[:, :, 1::2].cos()), dim=3).flatten(2)
-
-    pos_y = axis(y_embed, float(spec.temperature_h or 0.0))
-    pos_x = axis(x_embed, float(spec.temperature_w or 0.0))
-    return torch.cat((pos_y, pos_x), dim=2).permute(2, 0, 1).contiguous()
+    # written channel-first, (2F, H, W) as served, instead of DETR's (H, W, 2F) then permuted:
+    # channels 2c (sin) and 2c+1 (cos) divide by the same dim_t value (equal exponents), so the
+    # quotient is computed once per pair
+    table = torch.empty(2 * feats, height, width, dtype=dt, device=device)
+    for block, coord, temperature in (
+        (table[:feats], y_embed, spec.temperature_h),
+        (table[feats:], x_embed, spec.temperature_w),
+    ):
+        dim_t = float(temperature or 0.0) ** exponent
+        pos = coord[None, :, :] / dim_t[0::2, None, None]  # (F/2, H, W)
+        torch.sin(pos, out=block[0::2])
+        torch.cos(pos, out=block[1::2])
+    return table
 
 
 def mae_embedding(spec: Sinusoidal2DSpec, device: torch.device) -> torch.Tensor:
     """(H*W [+1], D): `build_2d_sinusoidal_position_embedding` with ViTMAE's half rotation.
 
     omega = 1 / t ** (k / (D/4)); per token [sin(x w), cos(x w), sin(y w), cos(y w)], tokens
-    row-major (H outer), an optional zero cls row first.
+    row-major (H outer), an optional zero cls row first. Computed in the compute dtype and
+    returned already cast to the spec's dtype.
     """
     dt = _dtype(spec)
     dim = int(spec.dim or 0)
@@ -260,9 +266,13 @@ def mae_embedding(spec: Sinusoidal2DSpec, device: torch.device) -> torch.Tensor:
     grid_h, grid_w = torch.meshgrid(grid_h, grid_w, indexing="ij")
     emb_h = grid_h.flatten().outer(omega)
     emb_w = grid_w.flatten().outer(omega)
-    table = torch.cat([emb_w.sin(), emb_w.cos(), emb_h.sin(), emb_h.cos()], dim=1)
-    if spec.cls_token:
-        table = torch.cat([torch.zeros(1, dim, dtype=dt, device=device), table], dim=0)
+    # each block is written into the output dtype directly (copy_ rounds as .to() does)
+    cls = int(bool(spec.cls_token))
+    table = torch.empty(cls + emb_w.shape[0], dim, dtype=DTYPES[str(spec.dtype)], device=device)
+    if cls:
+        table[0] = 0.0
+    for n, block in enumerate((emb_w.sin(), emb_w.cos(), emb_h.sin(), emb_h.cos())):
+        table[cls:, n * pos_dim : (n + 1) * pos_dim] = block
     return table
 
 

@@ -158,7 +158,7 @@ class XposSpec(SpecBase):
 
     def outputs(self) -> dict[str, TensorInfo]:
         w = self.head_dim if self.width == "full" else self.head_dim // 2
-        info = TensorInfo((self.max_positions, w), self.dtype)
+        info = TensorInfo((self.max_positions, w), self.dtype, row_axis=0)
         return dict.fromkeys(OUTPUT_NAMES[self.packing], info)
 
     def cache_precision(self) -> str:

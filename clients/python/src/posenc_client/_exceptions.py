@@ -11,15 +11,14 @@
         │                                        "detail"}: .status .error_type .message .detail
         ├── BadRequestError .................... 400 invalid_json unknown_format unknown_tensor
         │   │                                        tensor_required unsupported_dtype
-        │   │                                        invalid_rows rows_unsupported
+        │   │                                        invalid_rows rows_unsupported invalid_table
         │   └── AmbiguousConfigError ........... 400 ambiguous_config (pick a layer_type)
         ├── AuthenticationError ................ 401 unauthorized, 403 forbidden
         ├── NotFoundError ...................... 404 not_found unknown_key unknown_preset
-        │                                            unknown_preset_part
+        │                                            unknown_preset_part unknown_table
         ├── TooLargeError ...................... 413 too_large too_large_for_json
         │                                            body_too_large
-        ├── InvalidSpecError ................... 422 invalid_spec invalid_request
-        │   │                                        unknown_table: .problems
+        ├── InvalidSpecError ................... 422 invalid_spec invalid_request: .problems
         │   ├── UnknownKindError ............... 422 unknown_kind
         │   ├── UnsupportedConfigError ......... 422 unsupported_config
         │   └── UnsupportedExportError ......... 422 unsupported_export
@@ -185,6 +184,7 @@ _BY_ERROR_TYPE: dict[str, type[APIError]] = {
     "unsupported_dtype": BadRequestError,
     "invalid_rows": BadRequestError,
     "rows_unsupported": BadRequestError,
+    "invalid_table": BadRequestError,
     "ambiguous_config": AmbiguousConfigError,
     "unauthorized": AuthenticationError,
     "forbidden": AuthenticationError,
@@ -192,12 +192,12 @@ _BY_ERROR_TYPE: dict[str, type[APIError]] = {
     "unknown_key": NotFoundError,
     "unknown_preset": NotFoundError,
     "unknown_preset_part": NotFoundError,
+    "unknown_table": NotFoundError,
     "too_large": TooLargeError,
     "too_large_for_json": TooLargeError,
     "body_too_large": TooLargeError,
     "invalid_spec": InvalidSpecError,
     "invalid_request": InvalidSpecError,
-    "unknown_table": InvalidSpecError,
     "unknown_kind": UnknownKindError,
     "unsupported_config": UnsupportedConfigError,
     "unsupported_export": UnsupportedExportError,

@@ -1,7 +1,8 @@
-"""What the /v2 models need from the running service: the table cache, limits and readiness.
+"""What the /v2 models need from the running service: the table cache and store, limits, readiness.
 
-`OipContext` is built once per app from the service's own objects (the `TableCache` of
-`posenc.runtime` and the settings' limits) and handed to every model. It is where a model gets a
+`OipContext` is built per request from the service's own objects (the `TableCache` of
+`posenc.runtime`, the `TableStore` of uploaded learned tables and the settings' limits) and
+handed to the model. It is where a model gets a
 whole table (through the cache: one computation per key) or rows computed for exactly the asked
 positions (never cached, so a stream of decode steps cannot churn the cache), and where heavy work
 leaves the event loop.
@@ -18,7 +19,9 @@ from typing import TypeVar
 import torch
 
 from posenc.api.oip.codec import bad_request
+from posenc.api.uploads import bind_tables
 from posenc.encodings import SpecBase, Table, compute
+from posenc.encodings.learned import TableStore
 from posenc.runtime import OFFLOAD_BYTES, TableCache, is_out_of_memory
 from posenc.runtime.device import release_cached_memory
 
@@ -31,15 +34,17 @@ class OipContext:
 
     Args:
         cache: the service's table cache (its device is where rows are gathered).
+        tables: the service's store of uploaded learned tables (`learned` specs by key).
         max_response_bytes: cap on one response's output bytes (checked before computing).
         json_max_elements: cap on the elements sent as JSON in one response.
-        max_body_bytes: cap on one request body.
+        max_body_bytes: cap on one infer request body (`max_infer_body_bytes`).
         ready: the service's readiness (False while warming up or draining), for model ready.
         observe: called as `(model, source)` after each inference (`hit`, `miss`, `coalesced`,
             `computed`), for metrics.
     """
 
     cache: TableCache
+    tables: TableStore
     max_response_bytes: int
     json_max_elements: int
     max_body_bytes: int
@@ -54,6 +59,11 @@ class OipContext:
         """Whether a whole table of `nbytes` can stay resident (else it would be recomputed for
         every request, so rows are computed instead)."""
         return nbytes <= self.cache.max_bytes
+
+    def bind(self, spec: SpecBase, key: str) -> SpecBase:
+        """`spec` (content key `key`) ready to compute: a `learned` spec's uploaded table bound
+        from the store (`uploads.bind_tables`; 404 `unknown_table` when it holds none)."""
+        return bind_tables(self.cache, self.tables, spec, key)
 
     async def table(self, spec: SpecBase, key: str) -> tuple[Table, str]:
         """The whole table of `spec` (content key `key`) from the cache, computed at most once;

@@ -7,7 +7,8 @@
     POST /v2/models/{model}[/versions/{version}]/infer
 
 Every error is `{"error": message}` (what tritonclient decodes) with 400 (bad input), 404 (unknown
-model or version) or 503 (model readiness while warming up or draining, a server starting or
+model or version, or a `learned` table_key not uploaded), 413 (a body over
+`max_infer_body_bytes`) or 503 (model readiness while warming up or draining, a server starting or
 stopping, too many computations in flight: with Retry-After); the mapping is
 `error_response` below, the only one for /v2. The infer route reads the raw body: tritonclient's
 sync client sends no Content-Type.
@@ -39,6 +40,7 @@ from posenc.api.oip.codec import (
 from posenc.api.oip.context import OipContext
 from posenc.api.oip.models import MODELS, VERSION, OipModel
 from posenc.encodings import PosencError
+from posenc.encodings.learned import UnknownTableError
 from posenc.runtime import Busy
 
 log = logging.getLogger("posenc.api.oip")
@@ -54,7 +56,7 @@ def error_response(exc: Exception) -> Response:
     if isinstance(exc, (OipError, ApiError)):
         status, message, headers = exc.status, exc.message, exc.headers
     elif isinstance(exc, PosencError):
-        status, message = 400, str(exc)
+        status, message = 404 if isinstance(exc, UnknownTableError) else 400, str(exc)
     elif isinstance(exc, Busy):
         status, message = 503, str(exc)
         headers = {"Retry-After": str(max(1, math.ceil(exc.retry_after)))}
@@ -107,13 +109,13 @@ def _model(name: str, version: str | None) -> OipModel:
 async def _read_body(request: Request, limit: int) -> bytes:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise OipError(400, f"request body of {declared} bytes exceeds the limit of {limit}")
+        raise OipError(413, f"request body of {declared} bytes exceeds the limit of {limit}")
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise OipError(400, f"request body exceeds the limit of {limit} bytes")
+            raise OipError(413, f"request body exceeds the limit of {limit} bytes")
         chunks.append(chunk)
     body = b"".join(chunks)
     return decompress(body, request.headers.get("content-encoding"), limit)

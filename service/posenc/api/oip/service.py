@@ -1,9 +1,9 @@
 """Glue to the running app: the `OipContext` of a request, built from the app's `AppState`.
 
-The cache, limits and readiness are the service's own (`posenc.api.state`); the only addition is
-one counter on the app's metrics registry, `posenc_v2_infer_total{model, source}`, saying where
-the rows of each inference came from (`hit`, `miss`, `coalesced`: the cached table; `computed`:
-rows computed for the asked positions).
+The cache, the table store, limits and readiness are the service's own (`posenc.api.state`); the
+only addition is one counter on the app's metrics registry, `posenc_v2_infer_total{model,
+source}`, saying where the rows of each inference came from (`hit`, `miss`, `coalesced`: the
+cached table; `computed`: rows computed for the asked positions).
 """
 
 from __future__ import annotations
@@ -41,9 +41,10 @@ def app_context(request: Request) -> OipContext:
     settings = state.settings
     return OipContext(
         cache=cache,
+        tables=state.require_tables(),
         max_response_bytes=settings.max_response_bytes,
         json_max_elements=settings.json_max_elements,
-        max_body_bytes=settings.max_body_bytes,
+        max_body_bytes=settings.max_infer_body_bytes,
         ready=lambda: life.ready and not life.draining,
         observe=lambda model, source: counter.labels(model, source).inc(),
     )

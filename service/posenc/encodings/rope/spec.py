@@ -229,11 +229,14 @@ class RopeSpec(SpecBase):
         inv_dt = "float64" if c.precision == "exact" else "float32"
         out: dict[str, TensorInfo]
         if c.packing == "cos_sin":
-            out = {"cos_sin": TensorInfo((p, d), dt)}
+            out = {"cos_sin": TensorInfo((p, d), dt, row_axis=0)}
         elif c.packing == "pairs":
-            out = {"pairs": TensorInfo((p, d // 2, 2), dt)}
+            out = {"pairs": TensorInfo((p, d // 2, 2), dt, row_axis=0)}
         else:
             w = d if c.width == "full" else d // 2
-            out = {"cos": TensorInfo((p, w), dt), "sin": TensorInfo((p, w), dt)}
+            out = {
+                "cos": TensorInfo((p, w), dt, row_axis=0),
+                "sin": TensorInfo((p, w), dt, row_axis=0),
+            }
         out["inv_freq"] = TensorInfo((d // 2,), inv_dt)
         return out

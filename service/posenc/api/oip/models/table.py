@@ -1,7 +1,8 @@
 """The whole-table model of a family without a position-input model (`learned`, `xpos`, ...).
 
 No inputs: the spec (request parameters, `/v1` schema) is the whole request, and every tensor of
-its table is an output (the names `/v1` uses), from the cache like `/v1/tables`. Datatypes and
+its table is an output (the names `/v1` uses), from the cache like `/v1/tables`. A `learned`
+spec names an uploaded table by `table_key` (`POST /v1/uploads`) or carries it inline. Datatypes and
 shapes follow the spec, so the metadata declares none; `config` carries the spec schema.
 """
 
@@ -38,6 +39,7 @@ def table_model(kind: str) -> OipModel:
             )
         admit(ctx, request, {n: infos[n] for n in names})
         info = describe(spec)
+        spec = ctx.bind(info.spec, info.key)
         if ctx.fits_cache(info.nbytes):
             table, source = await ctx.table(spec, info.key)
         else:

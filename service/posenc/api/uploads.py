@@ -1,0 +1,279 @@
+"""`/v1/uploads`: learned position tables, uploaded once and then named by content key.
+
+- `POST /v1/uploads`: the body is one table E (N, D), or a checkpoint's (1, N, D), as safetensors
+  or `.npy`. The format is `?format=` (`safetensors`, `npy`), else `Content-Type`
+  (`application/vnd.safetensors`, `application/x-npy`), else the body's magic bytes. A
+  safetensors file holding several tensors needs `?tensor=NAME` (`pos_embed` of a checkpoint).
+  Answers 201 `{"table_key", "shape", "dtype", "nbytes", "url"}` with `Location: url`.
+- `GET /v1/uploads/{table_key}`: the same description; 404 `unknown_table` when not stored.
+
+Tables are kept as float32 in the server's `TableStore` (`posenc.encodings.learned`, created in
+the lifespan, `table_store_bytes`, least recently used dropped first) under
+`learned.table_key`, a sha256 of the shape and the float32 values that any client can compute:
+uploading the same values again gives the same key and keeps one copy. A `learned` spec then
+names the table with `table_key` and `table_shape`; `bind_tables` binds the stored table to it
+before anything is computed (an inline `table` is stored on the way, so that its canonical,
+key-only spec works afterwards). Bodies are capped by `max_upload_bytes`: from `Content-Length`
+before any of the body is read, and while it streams (`BodyLimitMiddleware`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from typing import Any
+
+import numpy as np
+import torch
+from fastapi import APIRouter, Request
+from safetensors import SafetensorError
+from safetensors.torch import load as safetensors_load
+from starlette.responses import Response
+
+from posenc.api.errors import ApiError, spec_problems
+from posenc.api.jsonio import json_response
+from posenc.api.state import app_state
+from posenc.encodings import FieldProblem, SpecBase, SpecError, canonical_dict
+from posenc.encodings.learned import (
+    LearnedSpec,
+    TableStore,
+    UnknownTableError,
+    resolve_tables,
+)
+from posenc.runtime import OFFLOAD_BYTES, TableCache
+
+router = APIRouter(prefix="/v1", tags=["uploads"])
+
+UPLOAD_FORMATS: dict[str, tuple[str, ...]] = {
+    "safetensors": (
+        "application/vnd.safetensors",
+        "application/safetensors",
+        "application/x-safetensors",
+    ),
+    "npy": ("application/x-npy", "application/npy"),
+}
+"""Upload format -> the media types that name it."""
+
+NPY_MAGIC = b"\x93NUMPY"
+NPY_DTYPES = frozenset({"float16", "float32", "float64", "int32", "int64"})
+"""The .npy dtypes a table may have (stored as float32, as the resampling computes)."""
+STORED_DTYPE = "float32"
+
+
+def _invalid(message: str, field: str = "(body)", value: Any = None) -> ApiError:
+    return ApiError(
+        400, "invalid_table", message, [{"field": field, "message": message, "value": value}]
+    )
+
+
+def upload_format(param: str | None, content_type: str | None, body: bytes) -> str:
+    """The format of an upload: `?format=`, else `Content-Type`, else the magic bytes."""
+    if param is not None:
+        name = param.strip().lower()
+        if name not in UPLOAD_FORMATS:
+            raise ApiError(
+                400,
+                "unknown_format",
+                f"unknown upload format {param!r}",
+                [
+                    {
+                        "field": "format",
+                        "message": f"one of {sorted(UPLOAD_FORMATS)}",
+                        "value": param,
+                    }
+                ],
+            )
+        return name
+    media = (content_type or "").partition(";")[0].strip().lower()
+    for name, media_types in UPLOAD_FORMATS.items():
+        if media in media_types:
+            return name
+    if body.startswith(NPY_MAGIC):
+        return "npy"
+    # safetensors: an 8-byte little-endian header length, then the JSON header
+    if len(body) > 8 and body[8:9] == b"{":
+        return "safetensors"
+    raise _invalid(
+        "the body is neither safetensors nor .npy: send one table with Content-Type "
+        "application/vnd.safetensors or application/x-npy (or ?format=)"
+    )
+
+
+def _from_npy(body: bytes) -> torch.Tensor:
+    if not body.startswith(NPY_MAGIC):
+        raise _invalid("not a .npy file (it must start with \\x93NUMPY)")
+    try:
+        array = np.load(io.BytesIO(body), allow_pickle=False)
+    except (ValueError, TypeError, OSError, EOFError) as err:
+        raise _invalid(f"not a readable .npy file: {err}") from None
+    if array.dtype.name not in NPY_DTYPES:
+        raise _invalid(
+            f"a table's dtype must be one of {sorted(NPY_DTYPES)}, got {array.dtype}",
+            "dtype",
+            str(array.dtype),
+        )
+    native = array.astype(array.dtype.newbyteorder("="), copy=False)
+    return torch.from_numpy(np.ascontiguousarray(native))
+
+
+def _from_safetensors(body: bytes, tensor: str | None) -> torch.Tensor:
+    try:
+        tensors = safetensors_load(body)
+    except SafetensorError as err:
+        raise _invalid(f"not a readable safetensors file: {err}") from None
+    names = sorted(tensors)
+    if tensor is not None:
+        if tensor not in tensors:
+            raise ApiError(
+                400,
+                "unknown_tensor",
+                f"the file has no tensor {tensor!r}; it has {names[:20]}",
+                [{"field": "tensor", "message": f"one of {names[:20]}", "value": tensor}],
+            )
+        return tensors[tensor]
+    if len(names) != 1:
+        if not names:
+            raise _invalid("the safetensors file holds no tensor")
+        raise ApiError(
+            400,
+            "tensor_required",
+            f"the file holds {len(names)} tensors: name the table with tensor=NAME, one of "
+            f"{names[:20]}",
+            [{"field": "tensor", "message": f"required, one of {names[:20]}", "value": None}],
+        )
+    return tensors[names[0]]
+
+
+def ingest(store: TableStore, fmt: str, body: bytes, tensor: str | None) -> tuple[str, list[int]]:
+    """Decode an upload and put it into `store`: (table key, [N, D]). Raises `ApiError` 400 for a
+    body that is not one real (N, D) table, 413 for one larger than the store."""
+    table = _from_npy(body) if fmt == "npy" else _from_safetensors(body, tensor)
+    stored_bytes = table.numel() * 4
+    if stored_bytes > store.max_bytes:
+        raise ApiError(
+            413,
+            "too_large",
+            f"the table takes {stored_bytes} bytes as float32, more than the table store's "
+            f"{store.max_bytes}",
+            {"size_bytes": stored_bytes, "max_bytes": store.max_bytes},
+        )
+    try:
+        key = store.put(table)
+    except SpecError as err:
+        message = "invalid table: " + "; ".join(p.describe() for p in err.problems)
+        raise ApiError(400, "invalid_table", message, spec_problems(err)) from None
+    return key, list(table.shape[-2:])
+
+
+def describe_upload(key: str, shape: list[int]) -> dict[str, Any]:
+    """The JSON description of a stored table."""
+    return {
+        "table_key": key,
+        "shape": shape,
+        "dtype": STORED_DTYPE,
+        "nbytes": shape[0] * shape[1] * 4,
+        "url": f"/v1/uploads/{key}",
+    }
+
+
+def unknown_table(key: str) -> UnknownTableError:
+    """The error for a table key the store does not hold (404 `unknown_table`)."""
+    return UnknownTableError(
+        f"no uploaded table has key {key!r} here (never uploaded, or dropped from the table "
+        "store): upload it to /v1/uploads again",
+        [FieldProblem("table_key", "no such table in the store", key)],
+    )
+
+
+def stored_tables(store: TableStore, spec: SpecBase) -> SpecBase:
+    """`spec` with its learned table bound from `store` (an inline table is stored); other kinds
+    pass through. Raises `UnknownTableError` (404) when the store does not hold the key."""
+    try:
+        return resolve_tables(spec, store)
+    except UnknownTableError:
+        raise unknown_table(str(getattr(spec, "table_key", ""))) from None
+
+
+def bind_tables(cache: TableCache, store: TableStore, spec: SpecBase, key: str) -> SpecBase:
+    """`spec` (content key `key`) ready for the cache: `stored_tables`, except that a key-only
+    spec whose table is resident in `cache` needs no binding (its upload may have left the store
+    since)."""
+    if not isinstance(spec, LearnedSpec):
+        return spec
+    if spec.bound is None and cache.peek(cache.key_for(spec, key)) is not None:
+        return spec
+    return stored_tables(store, spec)
+
+
+def unbound(spec: SpecBase) -> SpecBase:
+    """`spec` without a bound table, to be remembered by key (the store holds the values)."""
+    if isinstance(spec, LearnedSpec) and spec.bound is not None:
+        return LearnedSpec.model_validate(canonical_dict(spec))
+    return spec
+
+
+@router.post(
+    "/uploads",
+    status_code=201,
+    summary="Upload a learned position table (safetensors or .npy); answers its content key",
+    responses={
+        201: {"description": '{"table_key", "shape", "dtype", "nbytes", "url"}'},
+        400: {"description": "Not one real (N, D) table (error_type invalid_table, ...)"},
+        413: {"description": "Body over max_upload_bytes, or table over the table store"},
+    },
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/vnd.safetensors": {"schema": {"type": "string", "format": "binary"}},
+                "application/x-npy": {"schema": {"type": "string", "format": "binary"}},
+            },
+        },
+        "parameters": [
+            {
+                "name": "format",
+                "in": "query",
+                "required": False,
+                "schema": {"type": "string", "enum": sorted(UPLOAD_FORMATS)},
+                "description": "overrides Content-Type (else the magic bytes decide)",
+            },
+            {
+                "name": "tensor",
+                "in": "query",
+                "required": False,
+                "schema": {"type": "string"},
+                "description": "the table's name in a safetensors file with several tensors",
+            },
+        ],
+    },
+)
+async def post_upload(request: Request) -> Response:
+    """Store one table under its content key (idempotent: the same values, the same key)."""
+    state = app_state(request)
+    store = state.require_tables()
+    body = b"".join([chunk async for chunk in request.stream()])
+    if not body:
+        raise _invalid("the body is empty: send one table as safetensors or .npy")
+    fmt = upload_format(
+        request.query_params.get("format"), request.headers.get("content-type"), body
+    )
+    tensor = request.query_params.get("tensor")
+    if len(body) > OFFLOAD_BYTES:
+        key, shape = await asyncio.to_thread(ingest, store, fmt, body, tensor)
+    else:
+        key, shape = ingest(store, fmt, body, tensor)
+    described = describe_upload(key, shape)
+    return json_response(described, 201, {"Location": described["url"]})
+
+
+@router.get(
+    "/uploads/{table_key}",
+    summary="An uploaded table's description (404 when the store does not hold it)",
+    responses={404: {"description": "error_type unknown_table"}},
+)
+async def get_upload(request: Request, table_key: str) -> Response:
+    """Shape, dtype and size of a stored table."""
+    table = app_state(request).require_tables().lookup(table_key)
+    if table is None:
+        raise unknown_table(table_key)
+    return json_response(describe_upload(table_key, list(table.shape)))
