@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: venv nginx serve test check bench clean
+.PHONY: venv nginx wrk serve test check bench clean
 
 venv: $(STAMP)
 
@@ -27,10 +27,18 @@ serve: $(STAMP)
 
 # tests/deploy runs the shipped cache configuration in a real nginx: Debian's nginx-light (plain
 # nginx where a release has no -light package). /usr/sbin may be off a non-root user's PATH.
+# bench.serve uses it too, as the static-file ceiling.
 nginx:
 	@command -v nginx >/dev/null 2>&1 || test -x /usr/sbin/nginx || \
 	  { apt-get update && { DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends nginx-light || \
 	    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends nginx; }; }
+
+# bench.serve's throughput client for small bodies (Debian's wrk); without it the bench falls back
+# to Python socket clients, so a failed install only says so.
+wrk:
+	@command -v wrk >/dev/null 2>&1 || \
+	  { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends wrk; } || \
+	  echo "wrk unavailable: bench.serve measures throughput with Python socket clients"
 
 # CI runs this target only, so it runs the static checks before the suite.
 test: $(STAMP) nginx
@@ -45,9 +53,10 @@ check: $(STAMP)
 	$(BIN)/mypy --strict clients/python/src
 	$(BIN)/lint-imports
 
-# Each bench prints its results as markdown (docs/benchmarks.md records them); BENCHES=serve runs one.
-BENCHES ?= serve v2_infer
-bench: $(STAMP)
+# Each bench prints its results as markdown (docs/benchmarks.md records them, docs/img the plots);
+# BENCHES=serve runs one.
+BENCHES ?= compute serve scale startup v2_infer
+bench: $(STAMP) nginx wrk
 	set -e; for b in $(BENCHES); do echo "== bench.$$b"; $(BIN)/python -m bench.$$b; done
 
 clean:

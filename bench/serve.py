@@ -1,26 +1,37 @@
-"""Cache-hit latency and throughput of /v1/tables against the framework's floor, and cold compute.
+"""Cache-hit latency and throughput over /v1 and /v2 against the framework floor and nginx.
 
-    python -m bench.serve [--quick] [--connections 2]
+    python -m bench.serve [--quick] [--rounds 3] [--connections 4] [--seconds 1.5] [--cold]
 
-Starts `posenc serve` (CPU, logging at warning) and a bare Starlette app that returns the same
-pre-built bytes (the floor: what uvicorn + Starlette cost with no posenc code at all), each in its
-own process on loopback, and measures both in one run with the same raw-socket HTTP/1.1 client
-(keep-alive, `recv_into` a preallocated buffer, so the client costs as little as possible):
+Three servers on loopback, each in its own process, answer with byte-identical bodies:
 
-- latency: sequential GETs on one connection, p50 and p99;
-- throughput: `--connections` client processes for a fixed time, requests/s and MB/s;
-- each measured `--rounds` times, posenc and floor alternating, medians reported;
+- posenc: `posenc serve --device cpu` (one uvicorn worker, logging at warning);
+- floor: a bare Starlette app returning the same pre-built bytes (uvicorn + Starlette, no posenc
+  code): what the framework costs;
+- nginx: the same bytes as static files from the page cache (one worker, keep-alive, no access
+  log, 1 MiB output buffers): the transport's ceiling on this machine.
 
-for a small table (~32 KiB: RoPE head_dim 64, 64 positions) and a large one (~64 MiB: RoPE
-head_dim 128, 65536 positions), both as cache hits of `GET /v1/tables/{key}` in the default
-safetensors format (bytes prepared once) and in `raw` (a zero-copy view of the cached tensor), plus
-`POST /v1/tables` of the small spec (parsing and hashing the spec on every request). Ratios are
-posenc / floor (latency: lower is better; throughput: higher is better).
+Cases: a small table (RoPE head_dim 64 x 64 positions: 33 KiB safetensors) and a large one (head_dim
+128 x 65536 positions: 64 MiB), as cache hits of `GET /v1/tables/{key}` (safetensors, prepared once;
+`raw`: a zero-copy view of the cached tensor; `json`, prepared once), `POST /v1/tables` (the spec
+parsed and hashed per request) and `POST /v2/models/rope/infer` (positions 0..P-1, cos and sin as
+binary outputs, or as JSON for the small table). For every case the floor and nginx serve the body
+posenc sent, so the three differ only in what produces the bytes (the floor and nginx answer a
+POST too, reading or discarding its body).
 
-Cold compute: `posenc.encodings.compute` per family on the CPU and on the GPU when there is one
-(median of 3 runs after one warm-up of a different spec), and the first `POST` of the large spec
-through the server (a miss: compute, serialise, send). The server itself runs with `--device`
-(cpu by default, so the hit numbers compare like with like).
+- latency: sequential requests on one keep-alive connection (a raw-socket client reading into a
+  preallocated buffer), p50 and p99;
+- throughput: `wrk` (one thread, `--connections` connections) for bodies up to 1 MiB when it is
+  installed, else `--connections` raw-socket client processes; large bodies always use the
+  raw-socket clients, which read with large `recv_into` calls (wrk reads 8 KiB at a time);
+- `--rounds` rounds, the three servers alternating (the one going first rotates), medians kept.
+
+Client decode: the time to turn the received bytes into arrays, in process: `posenc_client`
+(`Tables.from_safetensors`, zero-copy views), `safetensors.numpy.load` (copies), orjson + numpy for
+the JSON body, tritonclient's `InferResult` for the /v2 bodies.
+
+`--cold`: also `posenc.encodings.compute` of a few large specs per family (median of 3), and the
+first `POST` of the large spec through the server (a miss: compute, serialise, send) is always
+reported. The server runs with `--device` (cpu by default, so hits compare like with like).
 """
 
 from __future__ import annotations
@@ -29,17 +40,26 @@ import argparse
 import json
 import multiprocessing as mp
 import os
-import platform
+import shutil
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench._common import IMG_DIR, header, load, mib, ms, pyplot, save, table
 
 SMALL = {"kind": "rope", "head_dim": 64, "max_positions": 64}
 LARGE = {"kind": "rope", "head_dim": 128, "max_positions": 65536}
+WRK_MAX_BODY = 1 << 20
+NGINX_PATHS = ("/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/local/nginx/sbin/nginx")
 
 COLD_SPECS: dict[str, dict[str, object]] = {
     "rope (Llama 3.1: llama3, 131072 x 128, fp32)": {
@@ -125,17 +145,56 @@ def get(path: str) -> bytes:
     return f"GET {path} HTTP/1.1\r\nHost: bench\r\n\r\n".encode()
 
 
-def post(path: str, body: dict[str, object]) -> bytes:
-    payload = json.dumps(body).encode()
-    head = (
-        f"POST {path} HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(payload)}\r\n\r\n"
+def post(path: str, body: bytes, headers: dict[str, str] | None = None) -> bytes:
+    extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
+    head = f"POST {path} HTTP/1.1\r\nHost: bench\r\n{extra}Content-Length: {len(body)}\r\n\r\n"
+    return head.encode() + body
+
+
+def post_json(path: str, body: dict[str, object]) -> bytes:
+    return post(path, json.dumps(body).encode(), {"Content-Type": "application/json"})
+
+
+def v2_infer(spec: dict[str, Any], positions: int, binary: bool) -> bytes:
+    """`POST /v2/models/rope/infer` for positions 0..P-1 (binary int64 input), cos and sin."""
+    ids = np.arange(positions, dtype=np.int64).tobytes()
+    params = {k: v for k, v in spec.items() if k != "kind"}
+    head = {
+        "inputs": [
+            {
+                "name": "position_ids",
+                "shape": [positions],
+                "datatype": "INT64",
+                "parameters": {"binary_data_size": len(ids)},
+            }
+        ],
+        "outputs": [
+            {"name": name, "parameters": {"binary_data": binary}} for name in ("cos", "sin")
+        ],
+        "parameters": params,
+    }
+    text = json.dumps(head).encode()
+    return post(
+        "/v2/models/rope/infer",
+        text + ids,
+        {
+            "Content-Type": "application/octet-stream",
+            "Inference-Header-Content-Length": str(len(text)),
+        },
     )
-    return head.encode() + payload
+
+
+def split(raw: bytes) -> tuple[str, str, dict[str, str], bytes]:
+    """(method, path, headers, body) of a request built above."""
+    head, _, body = raw.partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    method, path, _ = lines[0].split(" ")
+    headers = dict(line.split(": ", 1) for line in lines[1:])
+    return method, path, headers, body
 
 
 def latency(port: int, raw: bytes, capacity: int, n: int) -> tuple[float, float, int]:
-    """p50 and p99 in ms of `n` sequential requests (after 5% warm-up), and the body size."""
+    """p50 and p99 in seconds of `n` sequential requests (after a warm-up), and the body size."""
     conn = Conn(port, capacity)
     for _ in range(max(3, n // 20)):
         conn.request(raw)
@@ -148,33 +207,28 @@ def latency(port: int, raw: bytes, capacity: int, n: int) -> tuple[float, float,
         assert status == 200, status
     conn.close()
     times.sort()
-    return (
-        times[len(times) // 2] * 1e3,
-        times[min(len(times) - 1, int(len(times) * 0.99))] * 1e3,
-        size,
-    )
+    return times[len(times) // 2], times[min(len(times) - 1, int(len(times) * 0.99))], size
 
 
 def _worker(port: int, raw: bytes, capacity: int, seconds: float, out: mp.Queue) -> None:  # type: ignore[type-arg]
     conn = Conn(port, capacity)
     conn.request(raw)
     done = 0
-    nbytes = 0
     end = time.perf_counter() + seconds
+    start = time.perf_counter()
     while time.perf_counter() < end:
-        status, size = conn.request(raw)
+        status, _ = conn.request(raw)
         assert status == 200
         done += 1
-        nbytes += size
+    elapsed = time.perf_counter() - start
     conn.close()
-    out.put((done, nbytes))
+    out.put(done / elapsed)
 
 
-def throughput(
-    port: int, raw: bytes, capacity: int, seconds: float, clients: int
-) -> tuple[float, float]:
-    """(requests/s, MB/s) with `clients` processes hammering one keep-alive connection each."""
-    ctx = mp.get_context("spawn")
+def socket_throughput(port: int, raw: bytes, capacity: int, seconds: float, clients: int) -> float:
+    """Requests/s with `clients` processes hammering one keep-alive connection each."""
+    # fork: the bench process runs no threads, and a spawn costs ~0.5 s of imports per client
+    ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
     out: mp.Queue = ctx.Queue()  # type: ignore[type-arg]
     procs = [
         ctx.Process(target=_worker, args=(port, raw, capacity, seconds, out))
@@ -182,16 +236,43 @@ def throughput(
     ]
     for p in procs:
         p.start()
-    results = [out.get(timeout=seconds + 120) for _ in procs]
+    rates = [out.get(timeout=seconds + 120) for _ in procs]
     for p in procs:
         p.join()
-    done = sum(r[0] for r in results)
-    nbytes = sum(r[1] for r in results)
-    return done / seconds, nbytes / seconds / 1e6
+    return float(sum(rates))
+
+
+def wrk_throughput(
+    wrk: str, port: int, raw: bytes, seconds: float, connections: int, scratch: Path
+) -> float:
+    """Requests/s measured by wrk (one thread); non-2xx answers are an error."""
+    method, path, headers, body = split(raw)
+    args = [wrk, "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s"]
+    if method != "GET":
+        blob = scratch / f"wrk-{abs(hash(raw))}.body"
+        blob.write_bytes(body)
+        script = scratch / f"wrk-{abs(hash(raw))}.lua"
+        lines = [f'wrk.method = "{method}"', f'local f = io.open("{blob}", "rb")']
+        lines += ["wrk.body = f:read('*a')", "f:close()"]
+        lines += [
+            f'wrk.headers["{k}"] = "{v}"'
+            for k, v in headers.items()
+            if k.lower() not in ("host", "content-length")
+        ]
+        script.write_text("\n".join(lines) + "\n")
+        args += ["-s", str(script)]
+    out = subprocess.run(
+        [*args, f"http://127.0.0.1:{port}{path}"], capture_output=True, text=True, check=True
+    ).stdout
+    if "Non-2xx" in out:
+        raise RuntimeError(f"wrk got errors from port {port}{path}:\n{out}")
+    rps = next(line for line in out.splitlines() if line.startswith("Requests/sec:"))
+    return float(rps.split()[1])
 
 
 def floor_main(port: int, files: list[str]) -> None:
-    """The floor: bare Starlette returning pre-built bytes at /0, /1, ... (one per file)."""
+    """The floor: bare Starlette returning pre-built bytes at /0, /1, ... (one per file); a POST's
+    body is read first, as any endpoint taking a body does."""
     import uvicorn
     from starlette.applications import Starlette
     from starlette.requests import Request
@@ -200,21 +281,77 @@ def floor_main(port: int, files: list[str]) -> None:
 
     bodies = [Path(f).read_bytes() for f in files]
 
-    async def table(request: Request) -> Response:
+    async def body(request: Request) -> Response:
+        if request.method == "POST":
+            await request.body()
         return Response(
             bodies[int(request.path_params["i"])], media_type="application/octet-stream"
         )
 
-    app = Starlette(routes=[Route("/{i:int}", table)])
+    app = Starlette(routes=[Route("/{i:int}", body, methods=["GET", "POST"])])
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
 
 
-def wait_up(port: int, path: str) -> None:
+NGINX_CONF = """
+worker_processes 1;
+pid {root}/nginx.pid;
+error_log {root}/error.log warn;
+events {{ worker_connections 1024; }}
+http {{
+    access_log off;
+    # read() + write() through 1 MiB buffers: on the machine of docs/benchmarks.md sendfile
+    # served 64 MiB bodies at 1.3-1.6 GB/s, this at 2.0 GB/s (small bodies: no difference)
+    sendfile off;
+    output_buffers 4 1m;
+    tcp_nodelay on;
+    keepalive_requests 10000000;
+    keepalive_timeout 600s;
+    client_max_body_size 64m;
+    client_body_temp_path {root}/tmp/body;
+    proxy_temp_path {root}/tmp/proxy;
+    fastcgi_temp_path {root}/tmp/fastcgi;
+    uwsgi_temp_path {root}/tmp/uwsgi;
+    scgi_temp_path {root}/tmp/scgi;
+    server {{
+        listen 127.0.0.1:{port};
+        root {root}/files;
+        default_type application/octet-stream;
+        # static files answer POST with 405; serve the file instead (the body is discarded)
+        location / {{ error_page 405 =200 $uri; }}
+    }}
+}}
+"""
+
+
+def nginx_binary() -> str | None:
+    found = shutil.which("nginx")
+    if found:
+        return found
+    return next((p for p in NGINX_PATHS if os.access(p, os.X_OK)), None)
+
+
+def start_nginx(binary: str, root: Path, port: int, bodies: list[bytes]) -> subprocess.Popen[bytes]:
+    """nginx serving bodies[i] at /i from `root` (files read once, so in the page cache)."""
+    (root / "files").mkdir(parents=True)
+    (root / "tmp").mkdir()
+    for i, data in enumerate(bodies):
+        (root / "files" / str(i)).write_bytes(data)
+        (root / "files" / str(i)).read_bytes()
+    for path in (root, root / "files", root / "tmp"):
+        path.chmod(0o755)  # nginx workers drop to `nobody` when started as root
+    (root / "nginx.conf").write_text(NGINX_CONF.format(root=root, port=port))
+    argv = [binary, "-p", f"{root}/", "-c", str(root / "nginx.conf"), "-e", str(root / "error.log")]
+    return subprocess.Popen([*argv, "-g", "daemon off;"])
+
+
+def wait_up(port: int, raw: bytes, proc: subprocess.Popen[bytes]) -> None:
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server for port {port} exited ({proc.returncode})")
         try:
             conn = Conn(port, 1 << 16)
-            status, _ = conn.request(get(path))
+            status, _ = conn.request(raw)
             conn.close()
             if status == 200:
                 return
@@ -224,26 +361,163 @@ def wait_up(port: int, path: str) -> None:
     raise RuntimeError(f"server on {port} did not come up")
 
 
-def fetch(port: int, raw: bytes, capacity: int) -> tuple[bytes, dict[str, str]]:
+def fetch(port: int, raw: bytes) -> tuple[bytes, dict[str, str]]:
     """One request with headers and body returned (setup only)."""
     import httpx
 
-    method, _, rest = raw.partition(b" ")
-    path = rest.split(b" ")[0].decode()
-    body = raw.partition(b"\r\n\r\n")[2]
+    method, path, headers, body = split(raw)
     r = httpx.request(
-        method.decode(), f"http://127.0.0.1:{port}{path}", content=body or None, timeout=120
+        method, f"http://127.0.0.1:{port}{path}", content=body or None, headers=headers, timeout=300
     )
     r.raise_for_status()
     return r.content, dict(r.headers)
 
 
 @dataclass
-class Row:
+class Case:
     name: str
-    size: int
-    posenc: tuple[float, float, float, float]  # p50, p99, req/s, MB/s
-    floor: tuple[float, float, float, float]
+    size: str
+    request: bytes
+    latency_n: int
+    body: bytes = b""
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+SERVERS = ("posenc", "floor", "nginx")
+
+
+@dataclass
+class Measured:
+    p50: float
+    p99: float
+    rps: float
+
+
+@dataclass
+class Row:
+    case: Case
+    client: str
+    results: dict[str, Measured]
+
+
+def measure(
+    cases: list[Case],
+    ports: dict[str, int],
+    rounds: int,
+    seconds: float,
+    connections: int,
+    wrk: str | None,
+    scratch: Path,
+) -> list[Row]:
+    capacity = max(len(c.body) for c in cases) + 4096
+    rows = []
+    for index, case in enumerate(cases):
+        requests = {
+            "posenc": case.request,
+            "floor": _same_method(case.request, f"/{index}"),
+            "nginx": _same_method(case.request, f"/{index}"),
+        }
+        use_wrk = wrk is not None and len(case.body) <= WRK_MAX_BODY
+        samples: dict[str, list[tuple[float, float, float]]] = {s: [] for s in ports}
+        order = list(ports)
+        for r in range(rounds):
+            for server in order[r % len(order) :] + order[: r % len(order)]:
+                port, raw = ports[server], requests[server]
+                p50, p99, size = latency(port, raw, capacity, case.latency_n)
+                assert size == len(case.body), (server, case.name, size, len(case.body))
+                if use_wrk:
+                    assert wrk is not None
+                    rps = wrk_throughput(wrk, port, raw, seconds, connections, scratch)
+                else:
+                    rps = socket_throughput(port, raw, capacity, seconds, min(connections, 2))
+                samples[server].append((p50, p99, rps))
+        results = {
+            s: Measured(*(statistics.median(x[i] for x in v) for i in range(3)))
+            for s, v in samples.items()
+        }
+        client = f"wrk -c{connections}" if use_wrk else f"{min(connections, 2)} socket procs"
+        rows.append(Row(case, client, results))
+        posenc, floor = results["posenc"], results["floor"]
+        print(
+            f"  {case.name:44s} p50 {ms(posenc.p50):>7s} ms (floor {ms(floor.p50)}) "
+            f"{posenc.rps:9,.0f} req/s (floor {floor.rps:,.0f}"
+            + (f", nginx {results['nginx'].rps:,.0f})" if "nginx" in results else ")"),
+            file=sys.stderr,
+            flush=True,
+        )
+    return rows
+
+
+def _same_method(raw: bytes, path: str) -> bytes:
+    """The request with its path replaced (floor and nginx serve the body at /i)."""
+    method, _, headers, body = split(raw)
+    if method == "GET":
+        return get(path)
+    return post(
+        path, body, {k: v for k, v in headers.items() if k not in ("Host", "Content-Length")}
+    )
+
+
+def decode_costs(cases: list[Case]) -> list[list[str]]:
+    """Client-side decode of each distinct body kind, in process (median of repeated runs)."""
+    import orjson
+    import tritonclient.http as tc
+    from safetensors.numpy import load as st_load
+
+    from posenc_client import Tables
+
+    def timed(fn: Callable[[], object]) -> float:
+        fn()
+        reps = []
+        for _ in range(5):
+            n, start = 0, time.perf_counter()
+            while time.perf_counter() - start < 0.05:
+                fn()
+                n += 1
+            reps.append((time.perf_counter() - start) / n)
+        return statistics.median(reps)
+
+    def json_arrays(body: bytes) -> object:
+        data = orjson.loads(body)
+        return {k: np.asarray(v["data"], dtype=np.float32) for k, v in data["tensors"].items()}
+
+    def v2_arrays(case: Case) -> Callable[[], object]:
+        length = int(case.headers.get("inference-header-content-length", 0)) or None
+
+        def run() -> object:
+            result = tc.InferResult.from_response_body(case.body, header_length=length)
+            return result.as_numpy("cos"), result.as_numpy("sin")
+
+        return run
+
+    rows = []
+    for case in cases:
+        body = case.body
+        if "safetensors" in case.name and "GET" in case.name:
+            fns = {
+                "posenc_client Tables.from_safetensors (views)": lambda b=body: (
+                    Tables.from_safetensors(b)
+                ),
+                "safetensors.numpy.load (copies)": lambda b=body: st_load(b),
+            }
+        elif "json" in case.name and "/v1" in case.name:
+            fns = {"orjson.loads + numpy.asarray": lambda b=body: json_arrays(b)}
+        elif "/v2" in case.name:
+            fns = {"tritonclient InferResult + as_numpy": v2_arrays(case)}
+        else:
+            continue
+        for what, fn in fns.items():
+            seconds = timed(fn)
+            rows.append(
+                [
+                    f"{case.size}, {case.name}",
+                    what,
+                    mib(len(body)),
+                    f"{seconds * 1e6:,.1f}",
+                    f"{len(body) / seconds / 1e9:,.2f}",
+                ]
+            )
+    return rows
 
 
 def cold_compute(runs: int = 3) -> tuple[list[str], list[tuple[str, int, list[float]]]]:
@@ -278,30 +552,136 @@ def cold_compute(runs: int = 3) -> tuple[list[str], list[tuple[str, int, list[fl
     return [str(d) for d in devices], out
 
 
-def machine() -> str:
-    cpu = ""
-    try:
-        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        model = next(line for line in lscpu.splitlines() if line.startswith("Model name"))
-        cpu = model.split(":", 1)[1].strip()
-    except (OSError, subprocess.CalledProcessError, StopIteration):
-        cpu = platform.processor()
-    import torch
+def build_cases(posenc_port: int, quick: bool) -> tuple[list[Case], float]:
+    """The cases with posenc's bodies fetched once (the first large POST is the cold miss)."""
+    cold_start = time.perf_counter()
+    _, large_headers = fetch(posenc_port, post_json("/v1/tables", LARGE))
+    cold = time.perf_counter() - cold_start
+    _, small_headers = fetch(posenc_port, post_json("/v1/tables", SMALL))
+    small = f"/v1/tables/{small_headers['x-posenc-key']}"
+    large = f"/v1/tables/{large_headers['x-posenc-key']}"
+    raw = "?format=raw&tensor=cos"
+    n_small, n_large = (200, 10) if quick else (600, 20)
+    cases = [
+        Case("/v1 GET safetensors", "small", get(small), n_small),
+        Case("/v1 POST spec, safetensors", "small", post_json("/v1/tables", SMALL), n_small),
+        Case("/v1 GET raw cos", "small", get(small + raw), n_small),
+        Case("/v1 GET json", "small", get(small + "?format=json"), n_small),
+        Case("/v2 infer, binary", "small", v2_infer(SMALL, 64, True), n_small),
+        Case("/v2 infer, JSON", "small", v2_infer(SMALL, 64, False), n_small),
+        Case("/v1 GET safetensors", "large", get(large), n_large),
+        Case("/v1 GET raw cos", "large", get(large + raw), n_large),
+        Case("/v2 infer, binary", "large", v2_infer(LARGE, 65536, True), n_large),
+    ]
+    for case in cases:
+        fetch(posenc_port, case.request)  # the first /v2 answer says `miss`; later ones `hit`
+        case.body, headers = fetch(posenc_port, case.request)
+        case.headers = {k.lower(): v for k, v in headers.items()}
+    return cases, cold
 
-    return (
-        f"{cpu}, {os.cpu_count()} CPUs (nproc), Python {platform.python_version()}, "
-        f"torch {torch.__version__}, {platform.system()} {platform.release()}"
-    )
+
+def results_markdown(rows: list[Row]) -> str:
+    columns = [
+        "table",
+        "case",
+        "body",
+        "client",
+        "p50 / p99 ms: posenc",
+        "floor",
+        "nginx",
+        "req/s (MB/s): posenc",
+        "floor",
+        "nginx",
+        "posenc / floor",
+        "posenc / nginx",
+    ]
+    out = []
+    for r in rows:
+        res = r.results
+        size = len(r.case.body)
+
+        def lat(m: Measured) -> str:
+            return f"{ms(m.p50)} / {ms(m.p99)}"
+
+        def thr(m: Measured, size: int = size) -> str:
+            return f"{m.rps:,.0f} ({m.rps * size / 1e6:,.0f})"
+
+        nginx = res.get("nginx")
+        out.append(
+            [
+                r.case.size,
+                r.case.name,
+                mib(size),
+                r.client,
+                lat(res["posenc"]),
+                lat(res["floor"]),
+                lat(nginx) if nginx else "-",
+                thr(res["posenc"]),
+                thr(res["floor"]),
+                thr(nginx) if nginx else "-",
+                f"**{res['posenc'].rps / res['floor'].rps:.2f}**",
+                f"**{res['posenc'].rps / nginx.rps:.2f}**" if nginx else "-",
+            ]
+        )
+    return table(columns, out, "llrlrrrrrrrr")
+
+
+def targets(rows: list[Row]) -> str:
+    """The issue's aims for large hits: >= 0.8 of the floor's and >= 0.5 of nginx's throughput."""
+    lines = []
+    for r in rows:
+        if r.case.size != "large":
+            continue
+        res = r.results
+        floor = res["posenc"].rps / res["floor"].rps
+        verdict = "met" if floor >= 0.8 else "MISSED"
+        text = f"- large {r.case.name}: {floor:.2f} of the floor ({verdict})"
+        if "nginx" in res:
+            ng = res["posenc"].rps / res["nginx"].rps
+            text += f", {ng:.2f} of nginx ({'met' if ng >= 0.5 else 'MISSED'})"
+        lines.append(text)
+    return "\n".join(lines)
+
+
+def plot(rows: list[Row], out_dir: Path | None) -> None:
+    plt: Any = pyplot()
+    if plt is None:
+        return
+    servers = [s for s in SERVERS if s in rows[0].results]
+    labels = [f"{r.case.size}: {r.case.name}" for r in rows]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 0.35 * len(rows) + 1.5), sharey=True)
+    height = 0.8 / len(servers)
+    colors = {"posenc": "tab:blue", "floor": "tab:orange", "nginx": "tab:green"}
+    for k, server in enumerate(servers):
+        ys = [i + k * height for i in range(len(rows))]
+        mbps = [r.results[server].rps * len(r.case.body) / 1e6 for r in rows]
+        p50 = [r.results[server].p50 * 1e3 for r in rows]
+        ax1.barh(ys, mbps, height, label=server, color=colors[server])
+        ax2.barh(ys, p50, height, label=server, color=colors[server])
+    ax1.set_yticks([i + height for i in range(len(rows))], labels, fontsize=8)
+    ax1.invert_yaxis()
+    ax1.set_xscale("log")
+    ax1.set_xlabel("throughput, MB/s (log)")
+    ax2.set_xscale("log")
+    ax2.set_xlabel("latency p50, ms (log)")
+    fig.legend(*ax1.get_legend_handles_labels(), loc="upper center", ncol=3, fontsize=8,
+               bbox_to_anchor=(0.5, 0.96))  # fmt: skip
+    fig.suptitle("Cache hits: posenc vs the Starlette floor vs nginx static (same bytes)", y=1.0)
+    save(fig, "serve_hits.png", out_dir)
+    plt.close(fig)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer iterations (smoke run)")
     parser.add_argument(
-        "--connections", type=int, default=2, help="client processes for throughput"
+        "--connections", type=int, default=4, help="wrk connections (socket clients: at most 2)"
     )
+    parser.add_argument("--seconds", type=float, default=1.0, help="throughput window per run")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (medians kept)")
     parser.add_argument("--device", default="cpu", help="the server's --device (cpu, auto, cuda)")
+    parser.add_argument("--cold", action="store_true", help="also time compute() per family")
+    parser.add_argument("--no-plot", action="store_true", help="do not write docs/img PNGs")
     parser.add_argument("--floor-server", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--files", nargs="*", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -309,122 +689,96 @@ def main(argv: list[str] | None = None) -> int:
         floor_main(args.floor_server, args.files or [])
         return 0
 
-    scale = 0.2 if args.quick else 1.0
-    load_before = f"{os.getloadavg()[0]:.2f}"
-    seconds = 1.0 if args.quick else 3.0
-    posenc_port, floor_port = free_port(), free_port()
+    before = load()
+    rounds = 2 if args.quick else args.rounds
+    seconds = 1.0 if args.quick else args.seconds
+    ports = {s: free_port() for s in SERVERS}
     exe = Path(sys.executable).with_name("posenc")
     server = subprocess.Popen(
-        [str(exe), "serve", "--port", str(posenc_port), "--device", args.device,
+        [str(exe), "serve", "--port", str(ports["posenc"]), "--device", args.device,
          "--log-level", "warning", "--max-response-bytes", str(256 << 20),
          "--cache-bytes", str(1 << 30)],
     )  # fmt: skip
     procs = [server]
-    tmp = Path(os.environ.get("TMPDIR", "/tmp")) / f"posenc-bench-{os.getpid()}"
-    tmp.mkdir(exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="posenc-bench-"))
+    scratch.chmod(0o755)  # nginx workers (`nobody` under root) read the files below
+    wrk = shutil.which("wrk")
+    nginx = nginx_binary()
     try:
-        wait_up(posenc_port, "/v2/health/ready")
-        cold_start = time.perf_counter()
-        large_body, large_headers = fetch(posenc_port, post("/v1/tables", LARGE), 0)
-        cold_http = time.perf_counter() - cold_start
-        small_body, small_headers = fetch(posenc_port, post("/v1/tables", SMALL), 0)
-        small_key, large_key = small_headers["x-posenc-key"], large_headers["x-posenc-key"]
-        small_raw, _ = fetch(posenc_port, get(f"/v1/tables/{small_key}?format=raw&tensor=cos"), 0)
-        large_raw, _ = fetch(posenc_port, get(f"/v1/tables/{large_key}?format=raw&tensor=cos"), 0)
-        bodies = [small_body, large_body, small_raw, large_raw]
+        wait_up(ports["posenc"], get("/v2/health/ready"), server)
+        cases, cold_http = build_cases(ports["posenc"], args.quick)
         files = []
-        for i, body in enumerate(bodies):
-            path = tmp / f"{i}.bin"
-            path.write_bytes(body)
+        for i, case in enumerate(cases):
+            path = scratch / f"{i}.bin"
+            path.write_bytes(case.body)
             files.append(str(path))
         floor = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "bench.serve",
-                "--floor-server",
-                str(floor_port),
-                "--files",
-                *files,
-            ]
-        )
+            [sys.executable, "-m", "bench.serve", "--floor-server", str(ports["floor"]),
+             "--files", *files],
+        )  # fmt: skip
         procs.append(floor)
-        wait_up(floor_port, "/0")
-
-        small_url, large_url = f"/v1/tables/{small_key}", f"/v1/tables/{large_key}"
-        raw = "?format=raw&tensor=cos"
-        cases = [
-            ("small, safetensors, GET by key", get(small_url), get("/0"), 2000),
-            ("small, safetensors, POST spec", post("/v1/tables", SMALL), get("/0"), 2000),
-            ("small, raw cos, GET by key", get(small_url + raw), get("/2"), 2000),
-            ("large, safetensors, GET by key", get(large_url), get("/1"), 60),
-            ("large, raw cos, GET by key", get(large_url + raw), get("/3"), 60),
-        ]
-        capacity = max(len(b) for b in bodies) + 4096
-        rows = []
-        for name, ours, theirs, n in cases:
-            n = max(20, int(n * scale))
-            # alternate posenc and floor, `rounds` times, and keep medians: the machine may be
-            # shared, and a burst of other load then hits both sides alike
-            runs: dict[int, list[tuple[float, float, float, float]]] = {0: [], 1: []}
-            size = 0
-            for _ in range(args.rounds):
-                for side, (port, raw) in enumerate(((posenc_port, ours), (floor_port, theirs))):
-                    p50, p99, size = latency(port, raw, capacity, n)
-                    rps, mbps = throughput(port, raw, capacity, seconds, args.connections)
-                    runs[side].append((p50, p99, rps, mbps))
-            medians = [
-                tuple(statistics.median(r[i] for r in runs[side]) for i in range(4))
-                for side in (0, 1)
-            ]
-            rows.append(Row(name, size, medians[0], medians[1]))  # type: ignore[arg-type]
-        cold = cold_compute()
+        wait_up(ports["floor"], get("/0"), floor)
+        if nginx is None:
+            print("nginx not found: no static-file ceiling (`make nginx` installs it)")
+            del ports["nginx"]
+        else:
+            ngx = start_nginx(nginx, scratch / "nginx", ports["nginx"], [c.body for c in cases])
+            procs.append(ngx)
+            wait_up(ports["nginx"], get("/0"), ngx)
+        rows = measure(cases, ports, rounds, seconds, args.connections, wrk, scratch)
     finally:
         for p in procs:
             p.terminate()
         for p in procs:
             p.wait(timeout=30)
-        for f in tmp.glob("*.bin"):
-            f.unlink()
-        tmp.rmdir()
+    decode = decode_costs(cases)
+    cold = cold_compute() if args.cold else None
+    shutil.rmtree(scratch, ignore_errors=True)
 
-    quick = " --quick" if args.quick else ""
-    print(f"machine: {machine()}")
-    load_after = f"{os.getloadavg()[0]:.2f}"
+    command = "python -m bench.serve" + (" --quick" if args.quick else "")
+    print(header(command, before))
     print(
-        f"command: python -m bench.serve{quick} --connections {args.connections} "
-        f"--rounds {args.rounds}; load average before/after: {load_before} / {load_after}"
+        f"throughput client: {'wrk ' + wrk_version(wrk) if wrk else 'socket processes'} for "
+        f"bodies up to {mib(WRK_MAX_BODY)}, raw-socket processes above; {rounds} rounds x "
+        f"{seconds:g} s per server and case; nginx: {nginx_version(nginx) if nginx else 'absent'}"
     )
     print()
-    print(
-        "| case | body | posenc p50 / p99 ms | floor p50 / p99 ms | p50 ratio "
-        "| posenc req/s (MB/s) | floor req/s (MB/s) | throughput ratio |"
-    )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
-    for r in rows:
-        (p50, p99, rps, mbps), (f50, f99, frps, fmbps) = r.posenc, r.floor
-        print(
-            f"| {r.name} | {r.size / 1024:,.0f} KiB | {p50:.3f} / {p99:.3f} "
-            f"| {f50:.3f} / {f99:.3f} | {p50 / f50:.2f} | {rps:,.0f} ({mbps:,.0f}) "
-            f"| {frps:,.0f} ({fmbps:,.0f}) | {rps / frps:.2f} |"
-        )
+    print(results_markdown(rows))
+    print()
+    print(targets(rows))
     print()
     print(
         "cold POST of the large spec through the server (compute + serialise + send): "
-        f"{cold_http * 1e3:.0f} ms"
+        f"{ms(cold_http)} ms"
     )
     print()
-    devices, timings = cold
-    print(
-        "| family (compute only, median of 3) | table | "
-        + " | ".join(f"{d} ms" for d in devices)
-        + " |"
-    )
-    print("|---|---:|" + "---:|" * len(devices))
-    for name, size, secs in timings:
-        cells = " | ".join(f"{sec * 1e3:,.1f}" for sec in secs)
-        print(f"| {name} | {size / (1 << 20):,.1f} MiB | {cells} |")
+    print("Client decode (in process, median):")
+    print()
+    print(table(["body", "decoder", "size", "µs", "GB/s"], decode, "llrrr"))
+    if cold is not None:
+        devices, timings = cold
+        print()
+        print(
+            table(
+                ["family (compute only, median of 3)", "table", *(f"{d} ms" for d in devices)],
+                [[n, mib(size), *(ms(s) for s in secs)] for n, size, secs in timings],
+            )
+        )
+    if not args.no_plot:
+        plot(rows, IMG_DIR)
     return 0
+
+
+def wrk_version(wrk: str | None) -> str:
+    if wrk is None:
+        return ""
+    out = subprocess.run([wrk, "-v"], capture_output=True, text=True).stdout
+    return out.split()[1] if out.split() else ""
+
+
+def nginx_version(nginx: str) -> str:
+    out = subprocess.run([nginx, "-v"], capture_output=True, text=True).stderr
+    return out.strip().split("/")[-1]
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ from typing import Annotated, Any, Literal, NoReturn, Self
 import torch
 from pydantic import Field, model_validator
 
+from posenc.encodings._toeplitz import toeplitz
 from posenc.encodings.base import DTYPES, SpecBase, TensorInfo, register_family
 from posenc.encodings.errors import FieldProblem, SpecError
 
@@ -197,7 +198,7 @@ class AlibiSpec(SpecBase):
         out = {"slopes": TensorInfo((self.local_heads,), "float32")}
         if self.bias is not None:
             q, k = self._lengths()
-            out["bias"] = TensorInfo((self.local_heads, q, k), self.dtype)
+            out["bias"] = TensorInfo((self.local_heads, q, k), self.dtype, row_axis=1)
         return out
 
 
@@ -231,39 +232,60 @@ def local_slopes64(spec: AlibiSpec) -> list[float]:
     return global_slopes(spec)[spec.tp_rank * n : (spec.tp_rank + 1) * n]
 
 
-def alibi_slopes(spec: AlibiSpec, device: torch.device | str = "cpu") -> torch.Tensor:
-    """This rank's slopes (H_local,) float32: float64 reference values rounded once."""
-    return torch.tensor(local_slopes64(spec), dtype=torch.float64, device=device).to(torch.float32)
+def alibi_slopes(
+    spec: AlibiSpec, device: torch.device | str = "cpu", slopes64: list[float] | None = None
+) -> torch.Tensor:
+    """This rank's slopes (H_local,) float32: float64 reference values rounded once.
+
+    `slopes64`: `local_slopes64(spec)` when the caller has it already.
+    """
+    values = local_slopes64(spec) if slopes64 is None else slopes64
+    return torch.tensor(values, dtype=torch.float64, device=device).to(torch.float32)
 
 
 def alibi_bias(spec: AlibiSpec, slopes: torch.Tensor) -> torch.Tensor:
     """The additive bias (H_local, Q, K) in the spec dtype for a canonical spec with a bias form.
 
-    `slopes` (H_local,) float32 on the target device; distances are built in int64 and converted
-    to fp32 exactly; masked entries (decoder forms) are filled after the cast so that `"min"` is
-    the output dtype's own minimum.
+    `slopes` (H_local,) float32 on the target device; distances are integers, exact in fp32
+    (positions stay below 2^24); each entry is `(slope_fp32 * distance_fp32).to(dtype)`; masked
+    entries (decoder forms) are filled after the cast so that `"min"` is the output dtype's own
+    minimum.
+
+    Every form depends on the relative position r = j - i alone (`causal`, `symmetric`,
+    `bottom_right`, and the mask j > p_i, i.e. r > query_offset) or on j alone (`row_constant`,
+    `mpt`), so no (Q, K) grid is multiplied: the Q + K - 1 (resp. K) distinct entries per head are
+    computed with exactly those ops and written out in one pass, as a Toeplitz matrix (row i is
+    entries Q-1-i .. Q-1-i+K-1 of the per-r vector) or as one row broadcast over the queries.
     """
     q, k = int(spec.query_length or 0), int(spec.key_length or 0)
+    off = spec.query_offset
+    heads = slopes.shape[0]
     dev = slopes.device
-    i = torch.arange(q, dtype=torch.int64, device=dev)[:, None]
-    j = torch.arange(k, dtype=torch.int64, device=dev)[None, :]
-    pos = i + spec.query_offset
-    if spec.bias == "causal":
-        dist = j - pos
-    elif spec.bias == "symmetric":
-        dist = -(j - pos).abs()
-    elif spec.bias == "bottom_right":
-        dist = -(i + (k - q) - j).abs()
-    elif spec.bias == "row_constant":
-        dist = j.expand(q, k)
-    else:
-        dist = (j - (k - 1)).expand(q, k)
     out_dtype = DTYPES[spec.dtype]
-    bias = (slopes[:, None, None] * dist.to(torch.float32)[None]).to(out_dtype)
-    if spec.bias in MASKED_FORMS and spec.masked_value != "none":
-        fill = float("-inf") if spec.masked_value == "-inf" else torch.finfo(out_dtype).min
-        bias.masked_fill_((j > pos)[None], fill)
-    return bias
+    # the last key is at or before the first query position: nothing to mask
+    masked = spec.bias in MASKED_FORMS and spec.masked_value != "none" and k - 1 > off
+    fill = float("-inf") if spec.masked_value == "-inf" else torch.finfo(out_dtype).min
+    if spec.bias in ("causal", "symmetric", "bottom_right"):
+        r = torch.arange(-(q - 1), k, dtype=torch.int64, device=dev)  # (Q+K-1,): j - i
+        if spec.bias == "causal":
+            dist = r - off
+        elif spec.bias == "symmetric":
+            dist = -(r - off).abs()
+        else:
+            dist = -((k - q) - r).abs()
+        per_r = (slopes[:, None] * dist.to(torch.float32)[None, :]).to(out_dtype)
+        if masked:
+            per_r.masked_fill_((r > off)[None, :], fill)
+        return toeplitz(per_r, q, k)
+    # key distances j or j - (K-1), exact in fp32 (|value| < 2^24), built as such
+    first = 0 if spec.bias == "row_constant" else 1 - k
+    dist = torch.arange(first, first + k, dtype=torch.float32, device=dev)
+    row = (slopes[:, None] * dist[None, :]).to(out_dtype)[:, None, :]
+    if not masked:
+        return row.expand(heads, q, k).contiguous()
+    j = torch.arange(k, dtype=torch.int64, device=dev)
+    future = j[None, :] > torch.arange(off, off + q, dtype=torch.int64, device=dev)[:, None]
+    return torch.where(future[None], torch.tensor(fill, dtype=out_dtype, device=dev), row)
 
 
 @register_family("alibi", AlibiSpec, "ALiBi slopes (reference rule) and additive bias forms")
@@ -271,7 +293,8 @@ def compute_alibi(
     spec: AlibiSpec, device: torch.device
 ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """`slopes` (H_local,) float32 and, with a bias form, `bias` (H_local, Q, K) in `dtype`."""
-    slopes = alibi_slopes(spec, device)
+    slopes64 = local_slopes64(spec)
+    slopes = alibi_slopes(spec, device, slopes64)
     tensors = {"slopes": slopes}
     if spec.bias is not None:
         tensors["bias"] = alibi_bias(spec, slopes)
@@ -279,7 +302,7 @@ def compute_alibi(
     facts: dict[str, Any] = {
         "heads": [start, start + spec.local_heads],
         "masked": spec.bias in MASKED_FORMS and spec.masked_value != "none",
-        "max_slope": max(local_slopes64(spec)),
+        "max_slope": max(slopes64),
     }
     if spec.bias is not None:
         q, k = int(spec.query_length or 0), int(spec.key_length or 0)

@@ -317,7 +317,11 @@ class SinusoidalSpec(SpecBase):
         )
 
     def outputs(self) -> dict[str, TensorInfo]:
-        return {"embedding": TensorInfo((self.num_rows(), self.dim), str(self._get("dtype")))}
+        return {
+            "embedding": TensorInfo(
+                (self.num_rows(), self.dim), str(self._get("dtype")), row_axis=0
+            )
+        }
 
     def cache_precision(self) -> str:
         """This family's precision is its compute dtype (float32 or float64)."""
@@ -362,21 +366,40 @@ def _positions(spec: SinusoidalSpec, dtype: torch.dtype, device: torch.device) -
 
 
 def arrange(spec: SinusoidalSpec, angles: torch.Tensor) -> torch.Tensor:
-    """Lay sin/cos of `angles` (P, n) out as (P, dim) per layout and odd-dim rule, uncast."""
+    """Lay sin/cos of `angles` (P, n) out as (P, dim) per layout and odd-dim rule, uncast.
+
+    sin and cos are written straight into their columns of the table (no intermediate tables,
+    no concatenation): sin of every angle (the extra frequency of `extra_sin` included), cos of
+    the first dim // 2.
+    """
     half = spec.dim // 2
-    sin, cos = torch.sin(angles), torch.cos(angles[:, :half])
-    extra = sin[:, half:]
-    sin = sin[:, :half]
+    rows, n = angles.shape
+    table = torch.empty(rows, spec.dim, dtype=angles.dtype, device=angles.device)
+    extra = n - half
     if spec.layout == "interleaved":
-        table = torch.stack((sin, cos), dim=-1).flatten(1)
-        table = torch.cat((table, extra), dim=1)
+        torch.sin(angles[:, :half], out=table[:, 0 : 2 * half : 2])
+        torch.cos(angles[:, :half], out=table[:, 1 : 2 * half : 2])
+        if extra:
+            torch.sin(angles[:, half:], out=table[:, 2 * half : 2 * half + extra])
     elif spec.layout == "cos_sin":
-        table = torch.cat((cos, sin, extra), dim=1)
+        torch.cos(angles[:, :half], out=table[:, :half])
+        torch.sin(angles, out=table[:, half : half + n])
     else:
-        table = torch.cat((sin, extra, cos), dim=1)
-    if spec.dim % 2 and spec.odd_dim == "zero_pad":
-        table = torch.nn.functional.pad(table, (0, 1))
+        torch.sin(angles, out=table[:, :n])
+        torch.cos(angles[:, :half], out=table[:, n : n + half])
+    if n + half < spec.dim:  # odd dim under zero_pad: the last column
+        table[:, n + half :] = 0.0
     return table
+
+
+def _zero_padding_rows(spec: SinusoidalSpec, table: torch.Tensor) -> None:
+    """Zero the rows whose position is `padding_idx` (fairseq), in place."""
+    if spec.positions is None:
+        # canonical specs keep padding_idx only when it falls in offset .. offset + P - 1
+        table[int(spec.padding_idx or 0) - int(spec.position_offset or 0)] = 0.0
+        return
+    pos = _positions(spec, torch.float64, table.device)
+    table.masked_fill_(pos.eq(int(spec.padding_idx or 0))[:, None], 0.0)
 
 
 @register_family(
@@ -390,8 +413,7 @@ def compute_sinusoidal(
     """`embedding` (P, dim) for a canonical spec; facts: frequency count and denominator."""
     table = arrange(spec, sinusoidal_angles(spec, device))
     if spec.padding_idx is not None:
-        pos = _positions(spec, torch.float64, device)
-        table = table.masked_fill((pos == spec.padding_idx)[:, None], 0.0)
+        _zero_padding_rows(spec, table)
     embedding = table.to(DTYPES[str(spec.dtype)])
     facts = {"num_frequencies": spec.num_frequencies(), "freq_denominator": spec.denominator()}
     return {"embedding": embedding}, facts

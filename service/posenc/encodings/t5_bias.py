@@ -13,9 +13,9 @@ defaults), and e.g. with num_buckets=18, max_distance=128 float64 math puts n = 
 bucket below transformers.
 
 Buckets depend on rel only, so they are evaluated once per distinct rel (Q + K - 1 values) on the
-CPU with exactly those ops and gathered into (Q, K) on the target device: integer buckets are then
-identical on every device, equal to transformers on CPU. T5 adds the bias to unscaled scores (no
-1/sqrt(d) anywhere in T5 attention).
+CPU with exactly those ops and laid out on the target device as the (Q, K) Toeplitz table they
+form: integer buckets are then identical on every device, equal to transformers on CPU. T5 adds
+the bias to unscaled scores (no 1/sqrt(d) anywhere in T5 attention).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from typing import Annotated, Any, Literal, NoReturn, Self
 import torch
 from pydantic import Field, model_validator
 
+from posenc.encodings._toeplitz import toeplitz
 from posenc.encodings.base import DTYPES, SpecBase, TensorInfo, register_family
 from posenc.encodings.errors import FieldProblem, SpecError
 
@@ -165,9 +166,9 @@ class T5BiasSpec(SpecBase):
 
     def outputs(self) -> dict[str, TensorInfo]:
         q, k = self._lengths()
-        out = {"buckets": TensorInfo((q, k), "int64")}
+        out = {"buckets": TensorInfo((q, k), "int64", row_axis=0)}
         if self.num_heads is not None:
-            out["bias"] = TensorInfo((self.num_heads, q, k), self.dtype)
+            out["bias"] = TensorInfo((self.num_heads, q, k), self.dtype, row_axis=1)
         return out
 
 
@@ -200,15 +201,19 @@ def relative_position_bucket(
 
 def t5_buckets(spec: T5BiasSpec, device: torch.device | str = "cpu") -> torch.Tensor:
     """Buckets (Q, K) int64 for a canonical spec: a CPU lookup over the Q + K - 1 distinct
-    relative positions, gathered on `device`."""
+    relative positions, laid out on `device` as the Toeplitz table they form."""
+    return toeplitz(
+        _bucket_lut(spec).to(device), int(spec.query_length or 0), int(spec.key_length or 0)
+    )
+
+
+def _bucket_lut(spec: T5BiasSpec) -> torch.Tensor:
+    """Buckets (Q + K - 1,) int64 on the CPU of the relative positions -(offset + Q - 1) ..
+    K - 1 - offset, in that order (the diagonals of the bucket table)."""
     q, k = int(spec.query_length or 0), int(spec.key_length or 0)
     lo = -(spec.query_offset + q - 1)
     rel = torch.arange(lo, k - spec.query_offset, dtype=torch.int64)
-    lut = relative_position_bucket(rel, spec.bidirectional, spec.num_buckets, spec.max_distance)
-    lut = lut.to(device)
-    i = torch.arange(q, dtype=torch.int64, device=device)[:, None]
-    j = torch.arange(k, dtype=torch.int64, device=device)[None, :]
-    return lut[j - (i + spec.query_offset) - lo]
+    return relative_position_bucket(rel, spec.bidirectional, spec.num_buckets, spec.max_distance)
 
 
 @register_family("t5_bias", T5BiasSpec, "T5 relative position buckets and their learned bias")
@@ -216,12 +221,16 @@ def compute_t5_bias(
     spec: T5BiasSpec, device: torch.device
 ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """`buckets` (Q, K) int64 and, with weights E (num_buckets, H), `bias[h, i, j] =
-    E[buckets[i, j], h]` (H, Q, K): weights parsed as float32, gathered, cast to `dtype`."""
-    buckets = t5_buckets(spec, device)
-    tensors = {"buckets": buckets}
+    E[buckets[i, j], h]` (H, Q, K): weights parsed as float32, gathered, cast to `dtype`.
+
+    Both depend on the relative position only: the Q + K - 1 distinct buckets (and their bias
+    values per head, gathered and cast) are laid out as Toeplitz tables in one pass each."""
+    q, k = int(spec.query_length or 0), int(spec.key_length or 0)
+    lut = _bucket_lut(spec).to(device)
+    tensors = {"buckets": toeplitz(lut, q, k)}
     if spec.relative_attention_bias is not None:
         table = torch.tensor(spec.relative_attention_bias, dtype=torch.float32, device=device)
-        tensors["bias"] = table.t()[:, buckets].to(DTYPES[spec.dtype])
+        tensors["bias"] = toeplitz(table.t()[:, lut].to(DTYPES[spec.dtype]), q, k)
     nb, max_exact = spec.bucket_split()
     facts: dict[str, Any] = {"max_exact": max_exact, "buckets_per_direction": nb}
     return tensors, facts

@@ -37,6 +37,9 @@ Outcome = Literal["hit", "miss", "coalesced"]
 OFFLOAD_BYTES = 1 << 20
 """Tables above this size are serialised in a worker thread rather than on the event loop."""
 
+KEY_MEMO = 1 << 16
+"""Content keys whose `CacheKey` is remembered (oldest forgotten first)."""
+
 
 @dataclass(frozen=True)
 class CacheKey:
@@ -122,6 +125,7 @@ class TableCache:
         self._on_compute = on_compute
         self._entries: OrderedDict[CacheKey, CacheEntry] = OrderedDict()
         self._bytes = 0
+        self._key_memo: dict[str, CacheKey] = {}
         self._flights: dict[CacheKey, asyncio.Task[CacheEntry]] = {}
         self._preparing: dict[tuple[CacheKey, Hashable], asyncio.Task[Buffer]] = {}
         self._executor: Executor = ThreadPoolExecutor(
@@ -142,14 +146,28 @@ class TableCache:
         return len(self._flights)
 
     def key_for(self, spec: SpecBase, key: str | None = None) -> CacheKey:
-        """The cache key of `spec` on this cache's device (`key`: its content key, if known)."""
+        """The cache key of `spec` on this cache's device (`key`: its content key, if known).
+
+        Keys given by content key are remembered (up to `KEY_MEMO` of them): a content key names
+        one canonical spec, hence one dtype and precision, and canonicalising a spec again on
+        every hit costs more than the rest of the lookup.
+        """
+        if key is not None:
+            known = self._key_memo.get(key)
+            if known is not None:
+                return known
         canon = spec.canonical()
-        return CacheKey(
+        ck = CacheKey(
             content_key=key or content_key(canon),
             device=str(self.device),
             dtype=canon.cache_dtype(),
             precision=canon.cache_precision(),
         )
+        if key is not None:
+            if len(self._key_memo) >= KEY_MEMO:
+                del self._key_memo[next(iter(self._key_memo))]
+            self._key_memo[key] = ck
+        return ck
 
     def peek(self, key: CacheKey) -> CacheEntry | None:
         """The resident entry for `key`, without touching recency or counters."""

@@ -1,6 +1,12 @@
 """RoPE family: spec, scaling variants and computation."""
 
-from posenc.encodings.rope.compute import compute_rope, half_cos_sin, layout, rope_inv_freq
+from posenc.encodings.rope.compute import (
+    compute_rope,
+    half_cos_sin,
+    layout,
+    rope_inv_freq,
+    tables,
+)
 from posenc.encodings.rope.spec import PROFILES, RopeSpec
 from posenc.encodings.rope.variants import VARIANTS
 
@@ -12,4 +18,5 @@ __all__ = [
     "half_cos_sin",
     "layout",
     "rope_inv_freq",
+    "tables",
 ]

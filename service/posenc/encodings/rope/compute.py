@@ -3,7 +3,11 @@
 Reference precision is transformers' fp32 algorithm (`LlamaRotaryEmbedding.forward`):
 `freqs = position_ids[..., None].float() * inv_freq`, `cos = freqs.cos() * attention_scaling`,
 cast last; cos/sin are evaluated once per frequency pair and laid out afterwards (the full-width
-`cat(c, c)` repeats identical values). Exact precision runs the same algorithm in float64 and
+`cat(c, c)` repeats identical values). When the output dtype is the compute dtype (the float32
+reference tables), `tables` writes cos/sin straight into the output tensors and copies the
+duplicate half, with no intermediate tables: the same ops on the same operands, so the same bits,
+with a third of the memory traffic of cat-then-cast (fresh pages dominate large tables). Exact
+precision runs the same algorithm in float64 and
 rounds once to the output dtype (for bf16/fp16 through a round-to-odd fp32 step, since torch
 converts float64 to bf16/fp16 through a round-to-nearest fp32, rounding twice).
 """
@@ -82,6 +86,54 @@ def layout(spec: RopeSpec, cos: torch.Tensor, sin: torch.Tensor) -> dict[str, to
     return {"cos": cast(cos, dtype), "sin": cast(sin, dtype)}
 
 
+def tables(
+    spec: RopeSpec, inv: torch.Tensor, scaling: float, positions: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """The laid-out cos/sin tensors for int64 `positions` (N,): `layout(spec, *half_cos_sin(...))`
+    bit for bit, computed without intermediates when no cast is needed.
+
+    `cos(angles)` is written into its place in the output (a column block, every other column or
+    the pair axis), multiplied by `scaling` in place (the same fp32 multiply as `cos * scaling`;
+    skipped when it is 1, where it is exact), then copied to the duplicate columns of full-width
+    tables. Other dtypes and exact precision go through `half_cos_sin` and `layout` (one rounding).
+    """
+    dtype = DTYPES[str(spec.dtype)]
+    if dtype != inv.dtype:
+        return layout(spec, *half_cos_sin(spec, inv, scaling, positions))
+    angles = positions.to(inv.dtype)[:, None] * inv[None, :]
+    n, half = angles.shape
+    dev = angles.device
+    outputs: dict[str, torch.Tensor]
+    if spec.packing == "cos_sin":
+        packed = torch.empty(n, 2 * half, dtype=dtype, device=dev)
+        outputs, places = {"cos_sin": packed}, (packed[:, :half], packed[:, half:])
+        copies: tuple[torch.Tensor, ...] = ()
+    elif spec.packing == "pairs":
+        pairs = torch.empty(n, half, 2, dtype=dtype, device=dev)
+        outputs, places, copies = {"pairs": pairs}, (pairs[..., 0], pairs[..., 1]), ()
+    elif spec.width == "half":
+        cos, sin = torch.empty_like(angles), torch.empty_like(angles)
+        outputs, places, copies = {"cos": cos, "sin": sin}, (cos, sin), ()
+    else:
+        cos = torch.empty(n, 2 * half, dtype=dtype, device=dev)
+        sin = torch.empty_like(cos)
+        first, second = (
+            (slice(0, None, 2), slice(1, None, 2))
+            if spec.interleaved
+            else (slice(0, half), slice(half, None))
+        )
+        outputs = {"cos": cos, "sin": sin}
+        places = (cos[:, first], sin[:, first])
+        copies = (cos[:, second], sin[:, second])
+    for fn, place in zip((torch.cos, torch.sin), places, strict=True):
+        fn(angles, out=place)
+        if scaling != 1.0:
+            place.mul_(scaling)
+    for place, copy in zip(places, copies, strict=False):
+        copy.copy_(place)
+    return outputs
+
+
 @register_family("rope", RopeSpec, "RoPE cos/sin caches for every transformers scaling variant")
 def compute_rope(
     spec: RopeSpec, device: torch.device
@@ -89,8 +141,7 @@ def compute_rope(
     """cos/sin (P, w) or packed caches plus inv_freq (d/2,); facts: attention scaling and more."""
     inv, scaling, facts = rope_inv_freq(spec, device)
     positions = torch.arange(spec.max_positions, dtype=torch.int64, device=device)
-    cos, sin = half_cos_sin(spec, inv, scaling, positions)
-    tensors = layout(spec, cos, sin)
+    tensors = tables(spec, inv, scaling, positions)
     tensors["inv_freq"] = inv
     meta = {
         "attention_scaling": scaling,
