@@ -136,6 +136,32 @@ def machine(device: str, served_device: str) -> str:
     )
 
 
+SECTION = "/v2 (Open Inference Protocol) infer latency with tritonclient"
+
+
+def append_run(path: Path, text: str) -> None:
+    """Add a run at the end of the /v2 section of `path` (a `## ...` heading naming SECTION),
+    creating the section at the end of the file when there is none."""
+    existing = path.read_text() if path.exists() else ""
+    lines = existing.split("\n")
+    start = next(
+        (i for i, line in enumerate(lines) if line.startswith("## ") and SECTION in line), None
+    )
+    if start is None:
+        intro = (
+            "RoPE rows for Llama 3.1 8B (head_dim 128, llama3 scaling, 131072-row table, "
+            "full-width fp32 cos and sin) through `tritonclient.http`, binary against JSON "
+            "outputs. `bench/v2_infer.py` documents the cases."
+        )
+        body = existing.rstrip("\n") + ("\n\n" if existing else "")
+        path.write_text(body + f"## {SECTION}\n\n{intro}\n\n{text}")
+        return
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+    before = "\n".join(lines[:end]).rstrip("\n")
+    after = "\n".join(lines[end:])
+    path.write_text(before + "\n\n" + text.rstrip("\n") + "\n" + ("\n" + after if after else ""))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.v2_infer", description=__doc__)
     parser.add_argument("--device", default="auto", help="server device: auto, cpu, cuda")
@@ -197,21 +223,7 @@ def main() -> int:
     )
     print(text)
     if args.append:
-        existing = args.append.read_text() if args.append.exists() else ""
-        header = "## /v2 (Open Inference Protocol) infer latency with tritonclient"
-        if header not in existing:
-            existing = (
-                existing.rstrip("\n")
-                + ("\n\n" if existing else "")
-                + header
-                + "\n\n"
-                + (
-                    "RoPE rows for Llama 3.1 8B (head_dim 128, llama3 scaling, 131072-row table, "
-                    "full-width fp32 cos and sin) through `tritonclient.http`, binary against JSON "
-                    "outputs. `bench/v2_infer.py` documents the cases.\n\n"
-                )
-            )
-        args.append.write_text(existing.rstrip("\n") + "\n\n" + text)
+        append_run(args.append, text)
     return 0
 
 
