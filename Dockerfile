@@ -75,11 +75,15 @@ COPY deploy/docker/healthcheck.py /opt/posenc/healthcheck.py
 # Inside a container the server must listen beyond the loopback; every other setting keeps the
 # service's default and can be overridden by an env file, a ConfigMap or a flag. The root
 # filesystem may be read-only (Kubernetes, compose): caches go to /tmp, a writable volume there.
+# MALLOC_MMAP_THRESHOLD_: tables are large, short-lived allocations; with glibc's adaptive
+# threshold freed tables stay in the heap and RSS reaches 1.8-2.1x the cache budget under churn,
+# with a fixed 128 KiB threshold it stays at 1.0x (bench/scale.py, docs/benchmarks.md).
 ENV POSENC_HOST=0.0.0.0 \
     POSENC_PORT=8000 \
     HOME=/home/posenc \
     TMPDIR=/tmp \
-    XDG_CACHE_HOME=/tmp/.cache
+    XDG_CACHE_HOME=/tmp/.cache \
+    MALLOC_MMAP_THRESHOLD_=131072
 WORKDIR /home/posenc
 USER 10001:10001
 EXPOSE 8000
