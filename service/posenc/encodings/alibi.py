@@ -40,12 +40,12 @@ from typing import Annotated, Any, Literal, NoReturn, Self
 import torch
 from pydantic import Field, model_validator
 
+from posenc.encodings._lengths import MAX_POSITIONS, check_lengths, resolve_lengths
 from posenc.encodings._toeplitz import toeplitz
 from posenc.encodings.base import DTYPES, SpecBase, TensorInfo, register_family
 from posenc.encodings.errors import FieldProblem, SpecError
 
 MAX_HEADS = 4096
-MAX_POSITIONS = 1 << 24
 """Positions (query_offset + query_length, key_length) stay below 2^24: exact in fp32."""
 
 FP16_MAX = 65504.0
@@ -99,21 +99,13 @@ class AlibiSpec(SpecBase):
         if self.bias is None:
             self._check_slopes_only()
             return self
-        if self.query_length is None and self.key_length is None:
-            _bad("key_length", f"required with bias={self.bias!r} (or give query_length)", None)
-        q, k = self._lengths()
-        if q < 1:
-            _bad(
-                "query_length",
-                f"key_length={k} - query_offset={self.query_offset} leaves no query rows",
-                q,
-            )
-        if self.query_offset + q > MAX_POSITIONS:
-            _bad(
-                "query_offset",
-                f"query_offset + query_length must be <= {MAX_POSITIONS} (exact fp32 positions)",
-                self.query_offset,
-            )
+        q, k = check_lengths(
+            "alibi",
+            self.query_length,
+            self.key_length,
+            self.query_offset,
+            requirement=f"required with bias={self.bias!r}",
+        )
         if self.bias == "bottom_right" and self.query_offset:
             _bad(
                 "query_offset",
@@ -154,12 +146,7 @@ class AlibiSpec(SpecBase):
 
     def _lengths(self) -> tuple[int, int]:
         """(query_length, key_length) with the defaults resolved."""
-        if self.query_length is not None and self.key_length is not None:
-            return self.query_length, self.key_length
-        if self.query_length is not None:
-            return self.query_length, self.query_offset + self.query_length
-        k = int(self.key_length or 0)
-        return k - self.query_offset, k
+        return resolve_lengths(self.query_length, self.key_length, self.query_offset)
 
     def _max_distance(self, q: int, k: int) -> int:
         """Largest |distance| over the entries that are not masked (bounds |bias| / slope)."""

@@ -40,13 +40,13 @@ from typing import Annotated, Any, Literal, NoReturn, Self
 import torch
 from pydantic import Field, field_validator, model_validator
 
+from posenc.encodings._lengths import MAX_POSITIONS, check_lengths, resolve_lengths
 from posenc.encodings.base import DTYPES, SpecBase, TensorInfo, register_family
 from posenc.encodings.errors import FieldProblem, SpecError
 
 MAX_SIDE = 1024
 MAX_WINDOW_AREA = 4096
 """Wh * Ww: the (N + 1)^2 int64 index stays below 135 MB."""
-MAX_POSITIONS = 1 << 24
 MAX_DISTANCE = 1 << 20
 MAX_HEADS = 4096
 MAX_WEIGHTS = 1 << 20
@@ -129,21 +129,7 @@ class RelativeIndexSpec(SpecBase):
                 f"required with scheme={self.scheme!r}, an integer in [{least}, {MAX_DISTANCE}]",
                 k,
             )
-        if self.query_length is None and self.key_length is None:
-            _bad("key_length", "required (or give query_length)", None)
-        q, _ = self.shape()
-        if q < 1:
-            _bad(
-                "query_length",
-                f"key_length={self.key_length} - query_offset={self.query_offset} leaves no rows",
-                q,
-            )
-        if self.query_offset + q > MAX_POSITIONS:
-            _bad(
-                "query_offset",
-                f"query_offset + query_length must be <= {MAX_POSITIONS}",
-                self.query_offset,
-            )
+        check_lengths("relative_index", self.query_length, self.key_length, self.query_offset)
 
     def _check_table(self) -> None:
         table = self.relative_position_bias_table
@@ -201,12 +187,7 @@ class RelativeIndexSpec(SpecBase):
             wh, ww = self.window()
             n = wh * ww + (self.scheme == "beit")
             return n, n
-        if self.query_length is not None and self.key_length is not None:
-            return self.query_length, self.key_length
-        if self.query_length is not None:
-            return self.query_length, self.query_offset + self.query_length
-        k = int(self.key_length or 0)
-        return k - self.query_offset, k
+        return resolve_lengths(self.query_length, self.key_length, self.query_offset)
 
     @property
     def num_heads(self) -> int | None:

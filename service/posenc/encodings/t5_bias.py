@@ -26,6 +26,7 @@ from typing import Annotated, Any, Literal, NoReturn, Self
 import torch
 from pydantic import Field, model_validator
 
+from posenc.encodings._lengths import MAX_POSITIONS, check_lengths, resolve_lengths
 from posenc.encodings._toeplitz import toeplitz
 from posenc.encodings.base import DTYPES, SpecBase, TensorInfo, register_family
 from posenc.encodings.errors import FieldProblem, SpecError
@@ -34,7 +35,6 @@ MAX_BUCKETS = 1 << 16
 MAX_HEADS = 4096
 MAX_WEIGHTS = 1 << 20
 """Cap on num_buckets * H entries of `relative_attention_bias` (it travels in the spec)."""
-MAX_POSITIONS = 1 << 24
 
 FloatDtype = Literal["float32", "float16", "bfloat16"]
 
@@ -93,21 +93,7 @@ class T5BiasSpec(SpecBase):
                     ),
                 ],
             )
-        if self.query_length is None and self.key_length is None:
-            _bad("key_length", "required (or give query_length)", None)
-        q, _ = self._lengths()
-        if q < 1:
-            _bad(
-                "query_length",
-                f"key_length={self.key_length} - query_offset={self.query_offset} leaves no rows",
-                q,
-            )
-        if self.query_offset + q > MAX_POSITIONS:
-            _bad(
-                "query_offset",
-                f"query_offset + query_length must be <= {MAX_POSITIONS}",
-                self.query_offset,
-            )
+        check_lengths("t5_bias", self.query_length, self.key_length, self.query_offset)
         weights = self.relative_attention_bias
         if weights is None:
             if self.dtype != "float32":
@@ -147,12 +133,8 @@ class T5BiasSpec(SpecBase):
         return nb, nb // 2
 
     def _lengths(self) -> tuple[int, int]:
-        if self.query_length is not None and self.key_length is not None:
-            return self.query_length, self.key_length
-        if self.query_length is not None:
-            return self.query_length, self.query_offset + self.query_length
-        k = int(self.key_length or 0)
-        return k - self.query_offset, k
+        """(query_length, key_length) with the defaults resolved."""
+        return resolve_lengths(self.query_length, self.key_length, self.query_offset)
 
     @property
     def num_heads(self) -> int | None:
