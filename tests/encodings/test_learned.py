@@ -6,11 +6,8 @@ validation and properties."""
 from __future__ import annotations
 
 import hashlib
-import importlib
-import importlib.util
 import json
 import math
-import sys
 import types
 from collections.abc import Iterator
 from typing import Any
@@ -34,6 +31,7 @@ from posenc.encodings.learned import (
     resolve_tables,
     table_key,
 )
+from tests.encodings.timm_support import timm_layer
 
 
 def spec(**kw: Any) -> LearnedSpec:
@@ -55,22 +53,7 @@ def random_table(rows: int, dim: int, seed: int = 0) -> torch.Tensor:
 
 @pytest.fixture(scope="module")
 def timm_pos_embed() -> Iterator[types.ModuleType]:
-    """timm's layers/pos_embed module, imported without timm's package init (needs torchvision)."""
-    found = importlib.util.find_spec("timm")
-    if found is None or not found.submodule_search_locations:
-        pytest.skip("timm is not installed")
-    root = next(iter(found.submodule_search_locations))
-    before = set(sys.modules)
-    for name, path in (("timm", root), ("timm.layers", f"{root}/layers")):
-        if name not in sys.modules:
-            package = types.ModuleType(name)
-            package.__path__ = [path]
-            sys.modules[name] = package
-    try:
-        yield importlib.import_module("timm.layers.pos_embed")
-    finally:
-        for name in set(sys.modules) - before:
-            del sys.modules[name]
+    yield from timm_layer("pos_embed")
 
 
 TIMM_CASES = [

@@ -5,9 +5,6 @@ code, the bias gather against the modules, validation and properties."""
 from __future__ import annotations
 
 import ast
-import importlib
-import importlib.util
-import sys
 import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,6 +22,7 @@ from transformers.models.swin.modeling_swin import SwinRelativePositionBias
 from posenc.encodings import SpecError, canonical_json, compute, content_key, parse_spec
 from posenc.encodings.base import FAMILIES
 from posenc.encodings.relative_index import RelativeIndexSpec
+from tests.encodings.timm_support import timm_layer
 
 WINDOWS = [(7, 7), (12, 12), (3, 5), (1, 4), (2, 1), (1, 1)]
 
@@ -44,21 +42,7 @@ def tensors(**kw: Any) -> dict[str, torch.Tensor]:
 
 @pytest.fixture(scope="module")
 def timm_rel() -> Iterator[types.ModuleType]:
-    found = importlib.util.find_spec("timm")
-    if found is None or not found.submodule_search_locations:
-        pytest.skip("timm is not installed")
-    root = next(iter(found.submodule_search_locations))
-    before = set(sys.modules)
-    for name, path in (("timm", root), ("timm.layers", f"{root}/layers")):
-        if name not in sys.modules:
-            package = types.ModuleType(name)
-            package.__path__ = [path]
-            sys.modules[name] = package
-    try:
-        yield importlib.import_module("timm.layers.pos_embed_rel")
-    finally:
-        for name in set(sys.modules) - before:
-            del sys.modules[name]
+    yield from timm_layer("pos_embed_rel")
 
 
 @pytest.fixture(scope="module")

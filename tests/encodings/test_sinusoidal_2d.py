@@ -8,11 +8,8 @@ float32-computed ones within `ATOL["float32"] * max(1, max|angle|)`.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import math
 import random
-import sys
 import types
 from collections.abc import Iterator
 from typing import Any
@@ -26,6 +23,7 @@ from hypothesis import strategies as st
 from posenc.encodings import SpecError, canonical_dict, compute, content_key, parse_spec
 from posenc.encodings.base import FAMILIES
 from posenc.encodings.sinusoidal_2d import Sinusoidal2DSpec
+from tests.encodings.timm_support import timm_layer
 from tests.tolerances import ATOL
 
 
@@ -246,22 +244,7 @@ def test_mae_repository_golden(dim: int, grid: int, cls_token: bool) -> None:
 
 @pytest.fixture(scope="module")
 def timm_sincos() -> Iterator[types.ModuleType]:
-    """timm's pos_embed_sincos module, imported without timm's package init (needs torchvision)."""
-    found = importlib.util.find_spec("timm")
-    if found is None or not found.submodule_search_locations:
-        pytest.skip("timm is not installed")
-    root = next(iter(found.submodule_search_locations))
-    before = set(sys.modules)
-    for name, path in (("timm", root), ("timm.layers", f"{root}/layers")):
-        if name not in sys.modules:
-            package = types.ModuleType(name)
-            package.__path__ = [path]
-            sys.modules[name] = package
-    try:
-        yield importlib.import_module("timm.layers.pos_embed_sincos")
-    finally:
-        for name in set(sys.modules) - before:
-            del sys.modules[name]
+    yield from timm_layer("pos_embed_sincos")
 
 
 @pytest.mark.parametrize(("height", "width", "dim"), [(14, 14, 768), (5, 9, 64), (1, 3, 8)])
