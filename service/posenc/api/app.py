@@ -16,12 +16,14 @@ import logging
 import re
 from collections.abc import AsyncIterator
 
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI
+from fastapi.routing import APIRoute
 
 from posenc import __version__
 from posenc.api import catalog, health, oip, routes_onnx, tables, uploads
 from posenc.api.auth import ApiKeyMiddleware
 from posenc.api.errors import install_error_handlers
+from posenc.api.hot import HotRoutes
 from posenc.api.metrics import Metrics, MetricsMiddleware
 from posenc.api.middleware import BodyLimitMiddleware, RouteLimit
 from posenc.api.settings import Settings
@@ -35,6 +37,32 @@ log = logging.getLogger("posenc.api")
 
 UPLOAD_PATH = re.compile(r"/v1/uploads/?")
 INFER_PATH = re.compile(r"/v2/models/[^/]+(?:/versions/[^/]+)?/infer")
+
+
+HOT_ROUTES = frozenset(
+    {
+        ("GET", "/v1/tables/{key}"),
+        ("POST", "/v1/tables"),
+        ("POST", "/v2/models/{model}/infer"),
+        ("POST", "/v2/models/{model}/versions/{version}/infer"),
+    }
+)
+"""(method, path template) of the routes `HotRoutes` dispatches: those called once per table
+fetch or per decode step."""
+
+
+def hot_routes(*routers: APIRouter) -> list[APIRoute]:
+    """The routes of `routers` named in `HOT_ROUTES` (all of them, or ValueError)."""
+    found = [
+        route
+        for router in routers
+        for route in router.routes
+        if isinstance(route, APIRoute)
+        and any((method, route.path) in HOT_ROUTES for method in route.methods or ())
+    ]
+    if len(found) != len(HOT_ROUTES):
+        raise ValueError(f"hot routes {sorted(HOT_ROUTES)}: found {[r.path for r in found]}")
+    return found
 
 
 def body_limits(settings: Settings) -> list[RouteLimit]:
@@ -149,6 +177,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(catalog.router)
     app.include_router(routes_onnx.router)
     # the last added is the outermost: metrics see every request, refused ones included
+    if settings.hot_routes:
+        app.add_middleware(HotRoutes, routes=hot_routes(tables.router, oip_models))
     app.add_middleware(
         BodyLimitMiddleware, max_bytes=settings.max_body_bytes, routes=body_limits(settings)
     )

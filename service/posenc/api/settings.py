@@ -58,6 +58,11 @@ class Settings(BaseSettings):
     drain_seconds: Annotated[float, Field(ge=0.0)] = 5.0
     grace_seconds: Annotated[float, Field(ge=0.0)] = 30.0
     known_keys: Annotated[int, Field(ge=1)] = 1 << 16
+    hot_routes: bool = Field(
+        True,
+        description="serve GET/POST /v1/tables and /v2 infer without FastAPI's dispatch "
+        "(`api/hot.py`; the responses are the same either way)",
+    )
 
     @field_validator("warm_presets", "api_keys", mode="before")
     @classmethod

@@ -18,7 +18,7 @@ from fastapi import Depends, Request
 from posenc.api.errors import ApiError
 from posenc.api.metrics import Metrics
 from posenc.api.settings import Settings
-from posenc.encodings import SpecBase
+from posenc.encodings import SpecBase, TensorInfo
 from posenc.encodings.learned import TableStore
 from posenc.presets import Preset
 from posenc.runtime import TableCache
@@ -35,12 +35,14 @@ class Lifecycle:
 
 class KeyIndex:
     """Content key -> canonical spec for every key resolved since start (bounded LRU) plus the
-    presets' keys (pinned), so `GET /v1/tables/{key}` can recompute an evicted table."""
+    presets' keys (pinned), so `GET /v1/tables/{key}` can recompute an evicted table; and the
+    output shapes of each known key, worked out once (`outputs`)."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self._pinned: dict[str, SpecBase] = {}
         self._recent: OrderedDict[str, SpecBase] = OrderedDict()
+        self._outputs: dict[str, dict[str, TensorInfo]] = {}
 
     def pin(self, key: str, spec: SpecBase) -> None:
         """Remember `key` for the life of the process."""
@@ -53,7 +55,8 @@ class KeyIndex:
         self._recent[key] = spec
         self._recent.move_to_end(key)
         while len(self._recent) > self.capacity:
-            self._recent.popitem(last=False)
+            forgotten, _ = self._recent.popitem(last=False)
+            self._outputs.pop(forgotten, None)
 
     def get(self, key: str) -> SpecBase | None:
         """The canonical spec of `key`, or None when this server has not seen it."""
@@ -63,6 +66,16 @@ class KeyIndex:
             if spec is not None:
                 self._recent.move_to_end(key)
         return spec
+
+    def outputs(self, key: str, spec: SpecBase) -> dict[str, TensorInfo]:
+        """`spec.outputs()` (name -> shape and dtype; `key` is `spec`'s content key), memoised
+        while the index knows `key`: a cache hit then never re-canonicalises its spec."""
+        found = self._outputs.get(key)
+        if found is None:
+            found = spec.outputs()
+            if key in self._pinned or key in self._recent:
+                self._outputs[key] = found
+        return found
 
 
 @dataclass

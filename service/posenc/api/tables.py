@@ -262,7 +262,7 @@ async def serve_table(
 ) -> Response:
     """Negotiate, check limits, look up (or compute) and send the table for a canonical spec."""
     fmt = negotiate(format, request.headers.get("accept"))
-    outputs = spec.outputs()  # shapes only: nothing is allocated before the size check
+    outputs = state.index.outputs(key, spec)  # shapes only: nothing allocated before the check
     _check_size(state, outputs)
     sel = select(spec.kind, outputs, fmt, tensor, parse_rows(rows))
     infos = selected_infos(outputs, sel)

@@ -14,7 +14,9 @@ that axis per pair; `gather_sections` picks each column from the row of its axis
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
+import numpy as np
 import torch
 
 
@@ -32,20 +34,34 @@ def row_index(positions: torch.Tensor, start: int, rows: int) -> torch.Tensor | 
         return positions.to(torch.int64)
     if positions.is_floating_point() and not bool(torch.all(positions == positions.floor())):
         return None
-    lo, hi = int(positions.min()), int(positions.max())
+    lo, hi = extent(positions)
     if lo < start or hi >= start + rows:
         return None
-    return positions.to(torch.int64) - start
+    index = positions.to(torch.int64)
+    return index - start if start else index
 
 
-def gather_rows(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+def extent(positions: torch.Tensor) -> tuple[int, int]:
+    """(min, max) of a non-empty tensor; read through numpy on the CPU (a request's few
+    positions: torch's per-operation dispatch would cost more than the reduction)."""
+    if positions.device.type == "cpu":
+        values = positions.numpy()
+        return int(values.min()), int(values.max())
+    return int(positions.min()), int(positions.max())
+
+
+def gather_rows(
+    table: torch.Tensor, index: torch.Tensor, run: int | Literal["find"] | None = "find"
+) -> torch.Tensor:
     """`table[index]`: rows (R, *rest) picked by int64 `index` of any shape -> index.shape + rest.
 
     `index` is moved to the table's device; the gather runs there. A run of consecutive rows
-    (a prefill, a whole table) is returned as a view of the table, without copying.
+    (a prefill, a whole table) is returned as a view of the table, without copying. `run` is
+    `consecutive(index.reshape(-1))` when the caller has it (one test for several tables).
     """
     flat = index.reshape(-1)
-    run = consecutive(flat)
+    if run == "find":
+        run = consecutive(flat)
     if run is not None:
         out = table.narrow(0, run, flat.numel())
     else:
@@ -58,6 +74,12 @@ def consecutive(flat: torch.Tensor) -> int | None:
     n = flat.numel()
     if n < 2:
         return None
+    if flat.device.type == "cpu":
+        values = flat.numpy()
+        start = int(values[0])
+        if int(values[-1]) != start + n - 1 or not bool(np.all(np.diff(values) == 1)):
+            return None
+        return start
     start = int(flat[0])
     if int(flat[-1]) != start + n - 1 or not bool(torch.all(flat[1:] - flat[:-1] == 1)):
         return None

@@ -26,6 +26,7 @@ from posenc.api.oip.codec import (
 )
 from posenc.api.oip.context import OipContext
 from posenc.encodings import FAMILIES, SpecBase, TensorInfo, canonical_dict, content_key
+from posenc.runtime.rows import extent
 
 VERSION = "1"
 PLATFORM = "posenc"
@@ -171,7 +172,7 @@ def positions_in_range(t: torch.Tensor, name: str, limit: int) -> None:
     """Integer positions must lie in [0, limit)."""
     if t.numel() == 0:
         return
-    lo, hi = int(t.min()), int(t.max())
+    lo, hi = extent(t)
     if lo < 0 or hi >= limit:
         bad = lo if lo < 0 else hi
         raise bad_request(f"input {name!r}: positions must be in [0, {limit}), got {bad}")
@@ -225,12 +226,14 @@ DATATYPES_ITEMSIZE: dict[str, int] = {
 
 @dataclass(frozen=True)
 class SpecInfo:
-    """A canonical spec with what every request about it needs: its content key, its table's
-    size in bytes and the response parameters that echo it (computed once, see `ParameterMemo`).
+    """A canonical spec with what every request about it needs: its content key, its outputs'
+    shapes, its table's size in bytes and the response parameters that echo it (computed once,
+    see `ParameterMemo`).
     """
 
     spec: SpecBase
     key: str
+    outputs: dict[str, TensorInfo]
     nbytes: int
     echo: dict[str, str]
 
@@ -245,7 +248,8 @@ def describe(spec: SpecBase) -> SpecInfo:
         "posenc_key": key,
         "posenc_spec": orjson.dumps(echoed, option=orjson.OPT_SORT_KEYS).decode(),
     }
-    return SpecInfo(canon, key, canon.output_bytes(), echo)
+    outputs = canon.outputs()
+    return SpecInfo(canon, key, outputs, sum(t.nbytes for t in outputs.values()), echo)
 
 
 T = TypeVar("T")

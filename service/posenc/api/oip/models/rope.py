@@ -45,6 +45,7 @@ from posenc.encodings import TensorInfo, parse_spec
 from posenc.encodings.rope import RopeSpec, half_cos_sin, layout, rope_inv_freq
 from posenc.encodings.rope.spec import MAX_POSITIONS
 from posenc.runtime.rows import (
+    consecutive,
     gather_rows,
     gather_sections,
     mrope_pair_axes,
@@ -174,7 +175,7 @@ async def infer(ctx: OipContext, request: InferRequest) -> InferResult:
     mrope = section is not None and positions.dim() >= 1 and positions.shape[0] == 3
     lead = tuple(positions.shape[1:] if mrope else positions.shape)
 
-    infos = spec.outputs()
+    infos = parsed.info.outputs
     why = f"the spec's packing is {spec.packing!r}, width {spec.width!r}"
     available = {d.name: None if d.name in infos else why for d in OUTPUTS}
     default = [n for n in infos if n != "inv_freq"]
@@ -198,13 +199,14 @@ async def infer(ctx: OipContext, request: InferRequest) -> InferResult:
     def gather() -> dict[str, torch.Tensor]:
         out: dict[str, torch.Tensor] = {}
         columns = _column_axes(spec, section, interleaved) if mrope and section else {}
+        run = None if mrope else consecutive(index.reshape(-1))
         for n in names:
             if n == "inv_freq":
                 out[n] = src[n]
             elif mrope:
                 out[n] = gather_sections(src[n], index, columns[n])
             else:
-                out[n] = gather_rows(src[n], index)
+                out[n] = gather_rows(src[n], index, run)
         return out
 
     tensors = await ctx.offload(gather, nbytes)
