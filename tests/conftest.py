@@ -20,7 +20,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -179,6 +179,14 @@ def server() -> Iterator[ServerHandle]:
         max_concurrent_computations=4,
     ) as handle:
         yield handle
+
+
+@pytest.fixture(scope="session")
+def etag_for(server: ServerHandle) -> Callable[[str], str]:
+    """The strong ETag the session server sends for a representation tag (`key`,
+    `key.npz`...): `"<tag>"` from the CPU, `"<tag>@cuda:0"` from a GPU (api/tables.py)."""
+    suffix = "" if server.device.type == "cpu" else f"@{server.device}"
+    return lambda tag: f'"{tag}{suffix}"'
 
 
 @pytest.fixture(scope="session")

@@ -60,7 +60,7 @@ def test_hits_do_not_recompute_or_reserialise(server: ServerHandle, client: http
     first = client.post("/v1/tables", json=spec)
     cache = server.state.require_cache()
     entry = next(
-        e for e in cache._entries.values() if e.key.content_key == first.headers["etag"][1:-1]
+        e for e in cache._entries.values() if e.key.content_key == first.headers["x-posenc-key"]
     )
     prepared = dict(entry.prepared)
     before = scrape(client)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import httpx
 import ml_dtypes
 import numpy as np
 import onnx
@@ -111,3 +112,16 @@ def test_onnx_metadata_matches_onnx() -> None:
     assert onnx_metadata(model.SerializeToString()) == {"graph": "alibi/bias", "spec": '{"a": "é"}'}
     with pytest.raises(DecodeError):
         onnx_metadata(b"\x72\xff\xff\xff")
+
+
+def test_etags_name_the_device_of_the_bytes() -> None:
+    from posenc_client._client import Reply, _reply_key
+
+    key = "ab" * 32
+    arrays = {"x": np.zeros(2, np.float32)}
+    assert Tables(key, "rope", {}, {"device": "cpu"}, arrays).etag == f'"{key}"'
+    assert Tables(key, "rope", {}, {}, arrays).etag == f'"{key}"'
+    assert Tables(key, "rope", {}, {"device": "cuda:0"}, arrays).etag == f'"{key}@cuda:0"'
+    for tag in (f'"{key}"', f'"{key}@cuda:0"', f'W/"{key}.raw.cos@cuda:1"'):
+        reply = Reply(200, httpx.Headers({"etag": tag}), bytearray())
+        assert _reply_key(reply) == key

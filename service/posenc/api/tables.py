@@ -8,8 +8,11 @@ then look the table up in the cache (computing it at most once), and send bytes 
 
 Each representation has its own strong ETag (`representation_etag`): `"<key>"` for the default,
 the whole table as safetensors, and `"<key>.<format>[.<tensor>][.<start>-<end>]"` otherwise, so a
-304 (or an `If-Range`) only ever validates the bytes the request would get. `Vary: Accept` is
-sent whenever the format was negotiated (no `format=`).
+304 (or an `If-Range`) only ever validates the bytes the request would get. A table built on a
+GPU adds `@<device>` (`"<key>@cuda:0"`): its values may differ from the CPU reference by an ulp
+and its safetensors metadata names the device, so replicas on different devices never share a
+strong ETag for different bytes. `Vary: Accept` is sent whenever the format was negotiated (no
+`format=`).
 """
 
 from __future__ import annotations
@@ -153,23 +156,30 @@ def etag_matches(header: str | None, etag: str) -> bool:
     return False
 
 
-def representation_etag(key: str, fmt: Format, sel: Selection, names: tuple[str, ...]) -> str:
-    """The strong ETag of one representation of table `key` (`names`: all its tensors).
+def representation_etag(
+    key: str, fmt: Format, sel: Selection, names: tuple[str, ...], device: str = "cpu"
+) -> str:
+    """The strong ETag of one representation of table `key` (`names`: all its tensors) built on
+    `device`.
 
     `"<key>"` for the whole table as safetensors (the default: what clients revalidate);
     otherwise `"<key>.<format>[.<tensor>][.<start>-<end>]"`, naming the tensor only when it is
     not the whole table and the rows only when they are not all of them (`select` normalises
-    both), so equal bytes have one tag and different bytes never share one.
+    both), so equal bytes have one tag and different bytes never share one. Off the CPU (the
+    reference device) the device follows: `"<key>@cuda:0"`.
     """
     whole = sel.names == names
-    if fmt.name == DEFAULT_FORMAT and whole and sel.rows is None:
-        return f'"{key}"'
-    parts = [key, fmt.name]
-    if not whole:
-        parts.extend(sel.names)
-    if sel.rows is not None:
-        parts.append(f"{sel.rows[0]}-{sel.rows[1]}")
-    return '"' + ".".join(parts) + '"'
+    tag = key
+    if not (fmt.name == DEFAULT_FORMAT and whole and sel.rows is None):
+        parts = [key, fmt.name]
+        if not whole:
+            parts.extend(sel.names)
+        if sel.rows is not None:
+            parts.append(f"{sel.rows[0]}-{sel.rows[1]}")
+        tag = ".".join(parts)
+    if device != "cpu":
+        tag = f"{tag}@{device}"
+    return f'"{tag}"'
 
 
 def _check_size(state: AppState, outputs: dict[str, TensorInfo]) -> None:
@@ -218,7 +228,9 @@ def _builder(
         if fmt.name == "npy":
             return build_npy(next(iter(tensors.values())))
         if fmt.name == "raw":
-            return bytes(raw_view(next(iter(tensors.values()))))
+            # reached off the CPU only (`_body` sends CPU tables as views): the host copy made
+            # by `cpu_tensors` is the body, kept as a view, not copied again into bytes
+            return raw_view(next(iter(tensors.values())))
         head = {"key": key, "kind": kind, "spec": meta.get("spec"), "meta": meta}
         return build_json(tensors, head)
 
@@ -277,7 +289,12 @@ async def serve_table(
                 "(safetensors, npy, raw) or fewer rows",
                 {"elements": elements, "max_elements": limit},
             )
-    etag = representation_etag(key, fmt, sel, tuple(outputs))
+    cache = state.require_cache()
+    resident = cache.peek(cache.key_for(spec, key))
+    # the device of the bytes: the resident entry's (a CUDA OOM falls back to the CPU), else
+    # where the cache computes
+    device = resident.device if resident is not None else str(cache.device)
+    etag = representation_etag(key, fmt, sel, tuple(outputs), device)
     headers = {
         "ETag": etag,
         "Content-Location": f"/v1/tables/{key}",
@@ -290,9 +307,10 @@ async def serve_table(
         headers["Cache-Control"] = cache_control
     if request.method == "GET" and etag_matches(request.headers.get("if-none-match"), etag):
         return Response(status_code=304, headers=headers)
-    cache = state.require_cache()
     spec = bind_tables(cache, state.require_tables(), spec, key)
     entry, outcome = await cache.get(spec, key)
+    if entry.device != device:
+        etag = headers["ETag"] = representation_etag(key, fmt, sel, tuple(outputs), entry.device)
     nbytes = sum(i.nbytes for i in infos.values())
     body = await _body(state, key, spec, fmt, sel, entry, nbytes)
     headers["X-Posenc-Device"] = entry.device

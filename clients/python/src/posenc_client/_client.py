@@ -150,12 +150,13 @@ def api_error(reply: Reply) -> APIError:
 
 
 def _reply_key(reply: Reply) -> str | None:
-    """The content key an answer names: X-Posenc-Key, else its strong ETag."""
+    """The content key an answer names: X-Posenc-Key, else its strong ETag's key part (an ETag is
+    `"<key>[.<format>...][@<device>]"`)."""
     key = str(reply.headers.get("x-posenc-key", "")).strip()
     if key:
         return key
     etag = str(reply.headers.get("etag", "")).strip().removeprefix("W/").strip('"')
-    return etag or None
+    return etag.partition("@")[0].partition(".")[0] or None
 
 
 def _cache_option(cache: bool | str | os.PathLike[str] | DiskCache | None) -> DiskCache | None:
@@ -250,7 +251,7 @@ class _Core:
                 "GET",
                 f"/v1/tables/{key}",
                 params=SAFETENSORS,
-                headers={"If-None-Match": f'"{key}"'},
+                headers={"If-None-Match": cached.etag},
             )
         except TransportError as err:
             log.info("using the cached table %s: %s", key[:12], err)

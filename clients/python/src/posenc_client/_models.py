@@ -158,6 +158,13 @@ class Tables(Mapping[str, Array]):
         return f"<Tables{label} {self.kind} {self.key[:12]} {{{shapes}}}>"
 
     @property
+    def etag(self) -> str:
+        """The server's strong ETag for these bytes (the whole table as safetensors):
+        `"<key>"`, or `"<key>@<device>"` for a table built off the CPU (`meta["device"]`)."""
+        device = str(self.meta.get("device", "cpu"))
+        return f'"{self.key}"' if device == "cpu" else f'"{self.key}@{device}"'
+
+    @property
     def dtypes(self) -> dict[str, str]:
         """Tensor name -> dtype name (`float32`, `bfloat16`, ...)."""
         return {n: dtype_name(a.dtype) for n, a in self.arrays.items()}
