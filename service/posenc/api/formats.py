@@ -28,6 +28,7 @@ from safetensors.torch import save as safetensors_save
 
 from posenc.api.errors import ApiError
 from posenc.encodings import TensorInfo
+from posenc.encodings.memory import empty
 
 
 @dataclass(frozen=True)
@@ -288,7 +289,7 @@ def build_safetensors(
     text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
     text += b" " * (-len(text) % 8)
     start = 8 + len(text)
-    out = torch.empty(start + offset, dtype=torch.uint8)
+    out = empty((start + offset,), torch.uint8)  # huge pages when large (encodings.memory)
     out[:start] = torch.frombuffer(
         bytearray(len(text).to_bytes(8, "little") + text), dtype=torch.uint8
     )

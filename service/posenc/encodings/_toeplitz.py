@@ -8,7 +8,12 @@ index or distance grid (and no per-element arithmetic, so the values are exactly
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
 import torch
+
+from posenc.encodings.memory import empty
 
 
 def toeplitz(diagonals: torch.Tensor, q: int, k: int) -> torch.Tensor:
@@ -16,9 +21,11 @@ def toeplitz(diagonals: torch.Tensor, q: int, k: int) -> torch.Tensor:
 
     `diagonals` (..., Q + K - 1) holds the value of each relative position r = j - i, from
     r = -(Q - 1) to K - 1. A strided view reads `diagonals[..., a + j]` at (a, j) (a Hankel
-    matrix); the rows are then taken in reverse order, a = Q - 1 - i. torch.flip writes a
-    contiguous result when Q >= K; otherwise it would lay the result out column-major, so the
-    rows are copied one by one instead (Q < K copies of K elements each).
+    matrix); the rows are then taken in reverse order, a = Q - 1 - i. On the CPU numpy copies
+    the view into the output (`_alloc.empty`: huge pages when large) through a row-reversed view
+    of it, a negative stride torch cannot express; elsewhere torch.flip writes a contiguous
+    result when Q >= K, and otherwise (it would lay the result out column-major) the rows are
+    copied one by one (Q < K copies of K elements each).
     """
     lead = diagonals.shape[:-1]
     n = diagonals.shape[-1]
@@ -27,9 +34,19 @@ def toeplitz(diagonals: torch.Tensor, q: int, k: int) -> torch.Tensor:
     diagonals = diagonals.contiguous()
     strides = (*diagonals.stride()[:-1], 1, 1)
     hankel = diagonals.as_strided((*lead, q, k), strides)
+    if diagonals.device.type == "cpu":
+        out = empty((*lead, q, k), diagonals.dtype)
+        if out.numel():
+            np.copyto(_bits(out)[..., ::-1, :], _bits(hankel))
+        return out
     if q >= k:
         return hankel.flip(-2).contiguous()
     out = torch.empty((*lead, q, k), dtype=diagonals.dtype, device=diagonals.device)
     for i in range(q):
         out[..., i, :] = diagonals[..., q - 1 - i : q - 1 - i + k]
     return out
+
+
+def _bits(t: torch.Tensor) -> np.ndarray[Any, Any]:
+    """A numpy view of a CPU tensor's elements (bfloat16 as its int16 bits: copies are exact)."""
+    return (t.view(torch.int16) if t.dtype == torch.bfloat16 else t).numpy()

@@ -35,8 +35,10 @@ computes; distances are exact in fp32 since every position is below 2^24.
 
 from __future__ import annotations
 
+import functools
 from typing import Annotated, Any, Literal, NoReturn, Self
 
+import numpy as np
 import torch
 from pydantic import Field, model_validator
 
@@ -44,6 +46,7 @@ from posenc.encodings._lengths import MAX_POSITIONS, check_lengths, resolve_leng
 from posenc.encodings._toeplitz import toeplitz
 from posenc.encodings.base import DTYPES, SpecBase, TensorInfo, register_family
 from posenc.encodings.errors import FieldProblem, SpecError
+from posenc.encodings.memory import empty
 
 MAX_HEADS = 4096
 """Positions (query_offset + query_length, key_length) stay below 2^24: exact in fp32."""
@@ -189,6 +192,11 @@ class AlibiSpec(SpecBase):
         return out
 
 
+@functools.lru_cache(maxsize=256)
+def _reference_slopes(num_heads: int, bias_max: float) -> tuple[float, ...]:
+    return tuple(reference_slopes(num_heads, bias_max))
+
+
 def reference_slopes(num_heads: int, bias_max: float = 8.0) -> list[float]:
     """The reference slopes (H,) in float64: `get_slopes` from
     ofirpress/attention_with_linear_biases (fairseq `TransformerDecoder.get_slopes`) with 8
@@ -210,7 +218,7 @@ def reference_slopes(num_heads: int, bias_max: float = 8.0) -> list[float]:
 def global_slopes(spec: AlibiSpec) -> list[float]:
     """All H slopes in float64 with `slope_scale` and `interpolation_factor` applied."""
     scale = spec.slope_scale / spec.interpolation_factor
-    return [m * scale for m in reference_slopes(spec.num_heads, spec.alibi_bias_max)]
+    return [m * scale for m in _reference_slopes(spec.num_heads, float(spec.alibi_bias_max))]
 
 
 def local_slopes64(spec: AlibiSpec) -> list[float]:
@@ -227,7 +235,10 @@ def alibi_slopes(
     `slopes64`: `local_slopes64(spec)` when the caller has it already.
     """
     values = local_slopes64(spec) if slopes64 is None else slopes64
-    return torch.tensor(values, dtype=torch.float64, device=device).to(torch.float32)
+    # numpy rounds float64 -> float32 as torch does (to nearest, ties to even), without torch's
+    # per-call overhead on a handful of values
+    rounded = torch.from_numpy(np.asarray(values, dtype=np.float64).astype(np.float32))
+    return rounded.to(device)
 
 
 def alibi_bias(spec: AlibiSpec, slopes: torch.Tensor) -> torch.Tensor:
@@ -267,12 +278,20 @@ def alibi_bias(spec: AlibiSpec, slopes: torch.Tensor) -> torch.Tensor:
     # key distances j or j - (K-1), exact in fp32 (|value| < 2^24), built as such
     first = 0 if spec.bias == "row_constant" else 1 - k
     dist = torch.arange(first, first + k, dtype=torch.float32, device=dev)
+    out = empty((heads, q, k), out_dtype, dev)
+    if q == 1 and not masked:
+        # the one row multiplied straight into the output (fp32 product, rounded on the store
+        # as .to(dtype) rounds)
+        torch.mul(slopes[:, None], dist[None, :], out=out.view(heads, k))
+        return out
     row = (slopes[:, None] * dist[None, :]).to(out_dtype)[:, None, :]
     if not masked:
-        return row.expand(heads, q, k).contiguous()
+        out.copy_(row.expand(heads, q, k))
+        return out
     j = torch.arange(k, dtype=torch.int64, device=dev)
     future = j[None, :] > torch.arange(off, off + q, dtype=torch.int64, device=dev)[:, None]
-    return torch.where(future[None], torch.tensor(fill, dtype=out_dtype, device=dev), row)
+    fill_value = torch.tensor(fill, dtype=out_dtype, device=dev)
+    return torch.where(future[None], fill_value, row, out=out)
 
 
 @register_family("alibi", AlibiSpec, "ALiBi slopes (reference rule) and additive bias forms")

@@ -191,13 +191,19 @@ def parse_spec(data: Mapping[str, Any]) -> SpecBase:
     return validate_as(family.spec_type, data, kind)
 
 
+_PLAIN = (str, int, bool)
+
+
 def _normalise(value: Any) -> Any:
-    if isinstance(value, float):
-        if value == 0.0:
-            return 0.0
-        if value.is_integer() and abs(value) < 2**53:
-            return float(value)
+    """Floats normalised (-0.0 -> 0.0, subclasses -> float), None dropped from dicts, tuples as
+    lists, recursively (exact types tested first: this runs once per table and per request)."""
+    kind = type(value)
+    if kind in _PLAIN or value is None:
         return value
+    if kind is dict:
+        return {k: _normalise(v) for k, v in value.items() if v is not None}
+    if isinstance(value, float):
+        return 0.0 if value == 0.0 else float(value)
     if isinstance(value, dict):
         return {k: _normalise(v) for k, v in value.items() if v is not None}
     if isinstance(value, (list, tuple)):
@@ -207,7 +213,12 @@ def _normalise(value: Any) -> Any:
 
 def canonical_dict(spec: SpecBase) -> dict[str, Any]:
     """The canonical form as a dict: defaults filled, None fields dropped, floats normalised."""
-    result: dict[str, Any] = _normalise(spec.canonical().model_dump(mode="python"))
+    return _dict_of(spec.canonical())
+
+
+def _dict_of(canon: SpecBase) -> dict[str, Any]:
+    """`canonical_dict` of a spec that is canonical already."""
+    result: dict[str, Any] = _normalise(canon.model_dump(mode="python"))
     return result
 
 
@@ -221,8 +232,13 @@ def content_key(spec: SpecBase) -> str:
     return _key_of(canonical_dict(spec))
 
 
+_CANONICAL_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False)
+"""`json.dumps(..., sort_keys=True, separators=(",", ":"), allow_nan=False)`, built once (dumps
+builds a new encoder per call when given options)."""
+
+
 def _json_of(canon: dict[str, Any]) -> str:
-    return json.dumps(canon, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return _CANONICAL_JSON.encode(canon)
 
 
 def _key_of(canon: dict[str, Any]) -> str:
@@ -236,7 +252,7 @@ def compute(spec: SpecBase, device: str | torch.device = "cpu") -> Table:
     family = FAMILIES[canon.kind]
     dev = torch.device(device)
     tensors, facts = family.compute(canon, dev)
-    spec_dict = canonical_dict(canon)
+    spec_dict = _dict_of(canon)
     meta: dict[str, Any] = {
         "kind": canon.kind,
         "spec": spec_dict,

@@ -55,6 +55,7 @@ from pydantic import Field, ValidationError, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from posenc.encodings.base import DTYPES, SpecBase, TensorInfo, register_family
+from posenc.encodings.memory import empty
 
 MAX_DIM = 65536
 MAX_POSITIONS = 1 << 24
@@ -374,7 +375,7 @@ def arrange(spec: SinusoidalSpec, angles: torch.Tensor) -> torch.Tensor:
     """
     half = spec.dim // 2
     rows, n = angles.shape
-    table = torch.empty(rows, spec.dim, dtype=angles.dtype, device=angles.device)
+    table = empty((rows, spec.dim), angles.dtype, angles.device)
     extra = n - half
     if spec.layout == "interleaved":
         torch.sin(angles[:, :half], out=table[:, 0 : 2 * half : 2])

@@ -38,6 +38,7 @@ import torch
 from pydantic import Field, model_validator
 
 from posenc.encodings.base import DTYPES, SpecBase, TensorInfo, register_family
+from posenc.encodings.memory import empty
 from posenc.encodings.sinusoidal import ComputeDtype, FloatDtype, raise_field_errors
 
 MAX_SIDE = 1 << 14
@@ -237,7 +238,7 @@ def detr_embedding(spec: Sinusoidal2DSpec, device: torch.device) -> torch.Tensor
     # written channel-first, (2F, H, W) as served, instead of DETR's (H, W, 2F) then permuted:
     # channels 2c (sin) and 2c+1 (cos) divide by the same dim_t value (equal exponents), so the
     # quotient is computed once per pair
-    table = torch.empty(2 * feats, height, width, dtype=dt, device=device)
+    table = empty((2 * feats, height, width), dt, device)
     for block, coord, temperature in (
         (table[:feats], y_embed, spec.temperature_h),
         (table[feats:], x_embed, spec.temperature_w),
@@ -268,7 +269,7 @@ def mae_embedding(spec: Sinusoidal2DSpec, device: torch.device) -> torch.Tensor:
     emb_w = grid_w.flatten().outer(omega)
     # each block is written into the output dtype directly (copy_ rounds as .to() does)
     cls = int(bool(spec.cls_token))
-    table = torch.empty(cls + emb_w.shape[0], dim, dtype=DTYPES[str(spec.dtype)], device=device)
+    table = empty((cls + emb_w.shape[0], dim), DTYPES[str(spec.dtype)], device)
     if cls:
         table[0] = 0.0
     for n, block in enumerate((emb_w.sin(), emb_w.cos(), emb_h.sin(), emb_h.cos())):

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from posenc.encodings.base import DTYPES, register_family
+from posenc.encodings.memory import empty, empty_like
 from posenc.encodings.rope.spec import RopeSpec
 from posenc.encodings.rope.variants import VARIANTS, RopeInputs
 
@@ -105,18 +106,18 @@ def tables(
     dev = angles.device
     outputs: dict[str, torch.Tensor]
     if spec.packing == "cos_sin":
-        packed = torch.empty(n, 2 * half, dtype=dtype, device=dev)
+        packed = empty((n, 2 * half), dtype, dev)
         outputs, places = {"cos_sin": packed}, (packed[:, :half], packed[:, half:])
         copies: tuple[torch.Tensor, ...] = ()
     elif spec.packing == "pairs":
-        pairs = torch.empty(n, half, 2, dtype=dtype, device=dev)
+        pairs = empty((n, half, 2), dtype, dev)
         outputs, places, copies = {"pairs": pairs}, (pairs[..., 0], pairs[..., 1]), ()
     elif spec.width == "half":
-        cos, sin = torch.empty_like(angles), torch.empty_like(angles)
+        cos, sin = empty_like(angles), empty_like(angles)
         outputs, places, copies = {"cos": cos, "sin": sin}, (cos, sin), ()
     else:
-        cos = torch.empty(n, 2 * half, dtype=dtype, device=dev)
-        sin = torch.empty_like(cos)
+        cos = empty((n, 2 * half), dtype, dev)
+        sin = empty_like(cos)
         first, second = (
             (slice(0, None, 2), slice(1, None, 2))
             if spec.interleaved
