@@ -3,6 +3,8 @@ keys, ETag, immutable GET, 304), equal to the core when run, mergeable; errors p
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
 
 import httpx
@@ -175,8 +177,21 @@ def test_a_graph_failing_verification_is_a_500_export_error(
     def broken(model: onnx.ModelProto, spec: Any) -> None:
         raise ExportError("graph output differs from the torch table", {"max_abs_error": 1.0})
 
-    monkeypatch.setattr("posenc.api.routes_onnx.verify", broken)
+    monkeypatch.setattr("posenc.onnx.verify", broken)  # read by the route at call time
     r = post(client, {"spec": {**ROPE, "max_positions": 33}, "graph": "cos_sin"})
     assert r.status_code == 500
     assert r.json()["error_type"] == "export"
     assert r.json()["detail"] == {"max_abs_error": 1.0}
+
+
+def test_the_onnx_stack_is_imported_on_first_use_only() -> None:
+    # start-up must not pay for onnx_ir/onnxscript/onnxruntime (docs/benchmarks.md, startup)
+    code = (
+        "import sys; from posenc.api import create_app; create_app(); "
+        "print(sorted(m for m in ('posenc.onnx', 'onnx_ir', 'onnxscript', 'onnxruntime', "
+        "'onnx') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert out.stdout.strip() == "[]"

@@ -20,7 +20,7 @@ import asyncio
 import logging
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Request
 from starlette.responses import Response
@@ -32,20 +32,12 @@ from posenc.api.state import AppState, app_state
 from posenc.api.tables import IMMUTABLE, etag_matches
 from posenc.api.uploads import bind_tables, stored_tables, unbound
 from posenc.encodings import FieldProblem, SpecBase, SpecError, content_key
-from posenc.onnx import (
-    DEFAULT_OPSET,
-    EXPORTERS,
-    ONNX_SPECS,
-    OPSETS,
-    ExportError,
-    Resolved,
-    build,
-    graphs_for,
-    options_from,
-    parse_export_spec,
-    resolve,
-    verify,
-)
+
+if TYPE_CHECKING:
+    from posenc.onnx import Resolved
+
+# The ONNX stack (onnx_ir, onnxscript, onnxruntime: ~0.8 s of a 3.2 s start, docs/benchmarks.md
+# section 4) is imported by the handlers below on the first /v1/onnx request, not at start-up.
 
 log = logging.getLogger("posenc.api")
 
@@ -92,6 +84,8 @@ def onnx_index(request: Request) -> OnnxIndex:
 
 def _request_from_body(body: dict[str, Any]) -> Resolved:
     """Body -> resolved export request; raises `SpecError` (422) / `ApiError` (400)."""
+    from posenc.onnx import ONNX_SPECS, graphs_for, options_from, parse_export_spec, resolve
+
     rest = {k: v for k, v in body.items() if k not in OPTION_FIELDS}
     spec: SpecBase
     if "spec" in rest:
@@ -133,6 +127,8 @@ def _request_from_body(body: dict[str, Any]) -> Resolved:
 
 def _build_verified(request: Resolved) -> bytes:
     """Worker thread: the model, verified, serialised."""
+    from posenc.onnx import build, verify
+
     model = build(request)
     verify(model, request.spec)
     data: bytes = model.SerializeToString()
@@ -142,6 +138,8 @@ def _build_verified(request: Resolved) -> bytes:
 async def _model_bytes(state: AppState, index: OnnxIndex, request: Resolved) -> tuple[bytes, str]:
     """(verified model bytes, cache outcome): from the table entry's prepared variants (or the
     graph-only LRU), else built once in a thread and kept there."""
+    from posenc.onnx import ONNX_SPECS
+
     if request.spec.kind in ONNX_SPECS:
         kept = index.tableless.get(request.key)
         if kept is not None:
@@ -165,6 +163,8 @@ async def _model_bytes(state: AppState, index: OnnxIndex, request: Resolved) -> 
 
 async def _built(index: OnnxIndex, request: Resolved) -> tuple[bytes, str]:
     """The verified model, built in a thread once per export key however many ask at once."""
+    from posenc.onnx import ExportError
+
     flight = index.flights.get(request.key)
     outcome = "coalesced"
     if flight is None:
@@ -217,6 +217,8 @@ async def _serve(
 @router.get("/onnx", summary="The ONNX graphs posenc exports and what each supports")
 async def list_graphs() -> Response:
     """One entry per (kind, graph): modes, ops, input styles; opsets 17..23."""
+    from posenc.onnx import DEFAULT_OPSET, EXPORTERS, OPSETS
+
     graphs = [exporter.describe() for exporter in EXPORTERS.values()]
     return json_response({"graphs": graphs, "opsets": list(OPSETS), "default_opset": DEFAULT_OPSET})
 
