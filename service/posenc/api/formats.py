@@ -225,15 +225,21 @@ def selected_infos(outputs: dict[str, TensorInfo], sel: Selection) -> dict[str, 
     return out
 
 
-def cpu_tensors(tensors: dict[str, torch.Tensor], sel: Selection) -> dict[str, Any]:
-    """The selected tensors, row-sliced, contiguous and on the CPU (views when already there)."""
+def selected_tensors(tensors: dict[str, torch.Tensor], sel: Selection) -> dict[str, torch.Tensor]:
+    """The selected tensors, row-sliced and contiguous, on their own device (views when they
+    are already contiguous)."""
     out: dict[str, torch.Tensor] = {}
     for name, axis in zip(sel.names, sel.axes, strict=True):
         t = tensors[name]
         if sel.rows is not None and axis is not None:
             t = t.narrow(axis, sel.rows[0], sel.rows[1] - sel.rows[0])
-        out[name] = t.detach().to("cpu").contiguous()
+        out[name] = t.detach().contiguous()
     return out
+
+
+def cpu_tensors(tensors: dict[str, torch.Tensor], sel: Selection) -> dict[str, Any]:
+    """The selected tensors, row-sliced, contiguous and on the CPU (views when already there)."""
+    return {n: t.to("cpu") for n, t in selected_tensors(tensors, sel).items()}
 
 
 def raw_view(t: torch.Tensor) -> memoryview:
@@ -262,7 +268,8 @@ the tensors of a file (larger first, then by name)."""
 def build_safetensors(
     tensors: dict[str, torch.Tensor], metadata: dict[str, str]
 ) -> bytes | memoryview:
-    """A safetensors file holding `tensors` (bfloat16 native) and string `metadata`.
+    """A safetensors file holding `tensors` (bfloat16 native; on any device) and string
+    `metadata`.
 
     The file `safetensors.torch.save` writes (its tensor order, header JSON and padding), except
     that the metadata keys are sorted: the library writes them in its hash map's order, which
@@ -273,7 +280,7 @@ def build_safetensors(
     library.
     """
     if any(t.dtype not in SAFETENSORS_DTYPES for t in tensors.values()):
-        data: bytes = safetensors_save(tensors, metadata=metadata)
+        data: bytes = safetensors_save({n: t.cpu() for n, t in tensors.items()}, metadata=metadata)
         return data
     order = sorted(tensors.items(), key=lambda kv: (-SAFETENSORS_DTYPES[kv[1].dtype][0], kv[0]))
     header: dict[str, Any] = {"__metadata__": dict(sorted(metadata.items()))}
@@ -295,6 +302,8 @@ def build_safetensors(
     )
     for _, t in order:
         size = t.numel() * t.element_size()
+        # a GPU tensor is copied device-to-host straight into the body: one transfer, no
+        # intermediate host copy
         out[start : start + size] = t.detach().reshape(-1).view(torch.uint8)
         start += size
     return out.numpy().data

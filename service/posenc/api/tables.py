@@ -41,6 +41,7 @@ from posenc.api.formats import (
     raw_view,
     select,
     selected_infos,
+    selected_tensors,
 )
 from posenc.api.jsonio import read_json_object
 from posenc.api.specs import spec_from_body
@@ -210,9 +211,8 @@ def _builder(
     """A function from the table to the response body for this format and selection."""
 
     def build(table: Table) -> Buffer:
-        tensors = cpu_tensors(table.tensors, sel)
         meta = _metadata(table, entry, sel)
-        if fmt.name == "safetensors":
+        if fmt.name == "safetensors":  # copies GPU tensors straight into the body
             header = {
                 "format": "pt",
                 "key": key,
@@ -222,7 +222,8 @@ def _builder(
                 "device": entry.device,
                 "meta": orjson.dumps(meta).decode(),
             }
-            return build_safetensors(tensors, header)
+            return build_safetensors(selected_tensors(table.tensors, sel), header)
+        tensors = cpu_tensors(table.tensors, sel)
         if fmt.name == "npz":
             return build_npz(tensors)
         if fmt.name == "npy":

@@ -396,10 +396,25 @@ def encode_infer_response(
     )
 
 
+PINNED_MIN_BYTES = 1 << 20
+"""GPU outputs at least this large are copied into pinned (page-locked) host memory: a
+device-to-host copy into pageable memory is staged through a driver buffer, into pinned memory
+it is one DMA at full bus speed. torch's caching host allocator reuses the pinned blocks, so the
+allocation is paid once; below this size the copy is too short for it to matter."""
+
+
 def host_bytes(t: torch.Tensor) -> memoryview:
     """The little-endian bytes of `t` in row-major order, as a byte view of host memory (no copy
-    when `t` is a contiguous CPU tensor; BF16 as its bits)."""
-    cpu = t.detach().to("cpu").contiguous()
+    when `t` is a contiguous CPU tensor; one device-to-host copy, into pinned memory when large,
+    for a GPU tensor; BF16 as its bits)."""
+    src = t.detach()
+    if src.device.type == "cpu":
+        cpu = src.contiguous()
+    elif src.numel() * src.element_size() >= PINNED_MIN_BYTES:
+        cpu = torch.empty(src.shape, dtype=src.dtype, pin_memory=True)
+        cpu.copy_(src)  # synchronous: the bytes are complete when the response is encoded
+    else:
+        cpu = src.to("cpu").contiguous()
     if cpu.dtype == torch.bfloat16:
         cpu = cpu.view(torch.int16)
     return cpu.numpy().reshape(-1).data.cast("B")
