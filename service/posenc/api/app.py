@@ -164,6 +164,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version=__version__,
         summary="Exact position tables (RoPE, ALiBi, sinusoidal, T5 buckets), cached and served.",
         lifespan=lifespan,
+        telemetry=None if settings.otel else {"tracing": False, "metrics": False, "logs": False},
     )
     app.state.posenc = state
     install_error_handlers(app)

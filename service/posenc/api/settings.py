@@ -63,6 +63,11 @@ class Settings(BaseSettings):
         description="serve GET/POST /v1/tables and /v2 infer without FastAPI's dispatch "
         "(`api/hot.py`; the responses are the same either way)",
     )
+    otel: bool = Field(
+        False,
+        description="FastAPI's native OpenTelemetry tracing, metrics and logs (needs a configured "
+        "OpenTelemetry SDK); off, requests skip its per-request provider checks",
+    )
 
     @field_validator("warm_presets", "api_keys", mode="before")
     @classmethod
