@@ -19,7 +19,6 @@ from posenc.api.oip.codec import (
     encode_infer_response,
     parse_infer_request,
 )
-from posenc.api.oip.models.base import ParameterMemo
 from tests.api.v2client import make_input
 
 
@@ -105,27 +104,3 @@ def test_decompress_is_bounded() -> None:
     with pytest.raises(OipError, match="unsupported Content-Encoding"):
         decompress(b"", "br", 10)
     assert decompress(b"abc", None, 1) == b"abc"
-
-
-def test_parameter_memo() -> None:
-    memo: ParameterMemo[object] = ParameterMemo(size=2)
-    calls: list[int] = []
-
-    def build(n: int) -> object:
-        calls.append(n)
-        return object()
-
-    a = memo.get({"x": 1, "y": [2]}, lambda: build(1))
-    assert memo.get({"y": [2], "x": 1}, lambda: build(2)) is a  # key order does not matter
-    memo.get({"x": 2}, lambda: build(3))
-    memo.get({"x": 3}, lambda: build(4))
-    memo.get({"x": 1, "y": [2]}, lambda: build(5))  # evicted: built again
-    assert calls == [1, 3, 4, 5]
-
-    def fail() -> object:
-        raise ValueError("bad")
-
-    with pytest.raises(ValueError, match="bad"):
-        memo.get({"z": 1}, fail)
-    assert memo.get({"z": 1}, lambda: build(6)) is not None
-    assert calls[-1] == 6

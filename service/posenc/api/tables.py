@@ -44,6 +44,7 @@ from posenc.api.formats import (
     selected_tensors,
 )
 from posenc.api.jsonio import read_json_object
+from posenc.api.memo import JsonMemo
 from posenc.api.specs import spec_from_body
 from posenc.api.state import AppState, app_state
 from posenc.api.uploads import bind_tables, unbound
@@ -53,6 +54,9 @@ from posenc.runtime import OFFLOAD_BYTES, Buffer, CacheEntry
 router = APIRouter(prefix="/v1", tags=["tables"])
 
 IMMUTABLE = "public, max-age=31536000, immutable"
+
+SPECS: JsonMemo[tuple[SpecBase, str]] = JsonMemo()
+"""POST bodies -> (canonical spec, key), once per distinct body."""
 
 TABLE_PARAMETERS: list[dict[str, Any]] = [
     {
@@ -369,7 +373,7 @@ async def post_table(request: Request) -> Response:
     """The table for the spec in the body; its stable URL is in `Content-Location`."""
     state = app_state(request)
     body = await read_json_object(request)
-    spec, key = spec_from_body(body)
+    spec, key = SPECS.get(body, lambda: spec_from_body(body))
     state.index.remember(key, unbound(spec))
     return await serve_table(request, state, spec, key, *table_params(request), cache_control=None)
 

@@ -9,14 +9,14 @@ asked positions.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 import orjson
 import torch
 
+from posenc.api.memo import JsonMemo
 from posenc.api.oip.codec import (
     DATATYPE_OF_NAME,
     DATATYPES,
@@ -252,32 +252,9 @@ def describe(spec: SpecBase) -> SpecInfo:
     return SpecInfo(canon, key, outputs, sum(t.nbytes for t in outputs.values()), echo)
 
 
-T = TypeVar("T")
-
-
-class ParameterMemo(Generic[T]):
-    """What a model derives from request parameters (validated spec, key...), per distinct
-    parameters: a decode loop sends the same parameters every step, so validation, canonical
-    form and hashing run once. Bounded LRU; failures are not remembered."""
-
-    def __init__(self, size: int = 1024) -> None:
-        self.size = size
-        self._items: OrderedDict[bytes, T] = OrderedDict()
-
-    def get(self, parameters: Mapping[str, Any], build: Callable[[], T]) -> T:
-        try:
-            key = orjson.dumps(parameters, option=orjson.OPT_SORT_KEYS)
-        except TypeError:
-            return build()
-        item = self._items.get(key)
-        if item is None:
-            item = build()
-            self._items[key] = item
-            if len(self._items) > self.size:
-                self._items.popitem(last=False)
-        else:
-            self._items.move_to_end(key)
-        return item
+ParameterMemo = JsonMemo
+"""What a model derives from request parameters (validated spec, key...), per distinct
+parameters (`api/memo.py`): a decode loop sends the same parameters every step."""
 
 
 def spec_parameters(info: SpecInfo | None, source: str, device: str) -> dict[str, Any]:
