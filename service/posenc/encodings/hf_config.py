@@ -32,12 +32,27 @@ the table in `notes`. The rules reproduce transformers 5.x (`modeling_rope_utils
 | Whisper `max_source_positions`, `d_model`     | `sinusoidal:encoder` (decoder is learned)       |
 | Marian `max_position_embeddings`, `d_model`   | `sinusoidal` (marian convention, both stacks)   |
 | M2M100 `pad_token_id`                         | `sinusoidal` (fairseq, padding_idx, offset 2)   |
+| ViT `image_size`, `patch_size`, `hidden_size` | `learned` (hf_vit; the table by `table_key`)    |
+| Swin `window_size`                            | `relative_index` (swin window)                  |
+| + `use_absolute_embeddings`                   | + `learned` (timm bicubic, no antialias)        |
+| BEiT / data2vec-vision relative position bias | `relative_index` (beit scheme: class token)     |
+| (`use_[shared_]relative_position_bias`)       |                                                 |
+| + `use_absolute_position_embeddings`          | + `learned` (hf_vit; the table by `table_key`)  |
+| ViTMAE `hidden_size`, `decoder_hidden_size`   | `sinusoidal_2d:encoder` / `:decoder` (mae)      |
+
+Vision configs (transformers `modeling_vit.py`, `modeling_swin.py`, `modeling_beit.py`,
+`modeling_data2vec_vision.py`, `modeling_vit_mae.py`): the patch grid is `image_size //
+patch_size` per axis (ints or [h, w] pairs). A learned absolute table is checkpoint weights that no
+config carries: its spec names `table_shape` and needs the uploaded table's `table_key` (or an
+inline `table`) as an override; without one the mapping raises `ConfigError` naming `table_key`.
+`new_grid` (learned) and `window_size` (relative_index) overrides give other resolutions.
 
 Multimodal configs are read through their `text_config`. `max_positions` defaults to
 `max_position_embeddings` (or the model's alias for it). Missing keys take the defaults of the
 model's transformers config class where that class is listed in `MODEL_DEFAULTS`; anything that
-cannot be mapped (learned absolute positions, unknown rope types, unknown models without position
-fields, missing required keys) raises `ConfigError` naming the key and its value.
+cannot be mapped (learned absolute positions of text models, unknown rope types, unknown models
+without position fields, missing required keys) raises `ConfigError` naming the key and its
+value.
 """
 
 from __future__ import annotations
@@ -92,6 +107,39 @@ MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
     "t5": {"relative_attention_num_buckets": 32, "relative_attention_max_distance": 128},
     "mt5": {"relative_attention_num_buckets": 32, "relative_attention_max_distance": 128},
     "umt5": {"relative_attention_num_buckets": 32, "relative_attention_max_distance": 128},
+    "vit": {"image_size": 224, "patch_size": 16, "hidden_size": 768},
+    "swin": {
+        "image_size": 224,
+        "patch_size": 4,
+        "embed_dim": 96,
+        "window_size": 7,
+        "num_heads": [3, 6, 12, 24],
+        "use_absolute_embeddings": False,
+    },
+    "beit": {
+        "image_size": 224,
+        "patch_size": 16,
+        "hidden_size": 768,
+        "num_attention_heads": 12,
+        "use_absolute_position_embeddings": False,
+        "use_relative_position_bias": False,
+        "use_shared_relative_position_bias": False,
+    },
+    "data2vec-vision": {
+        "image_size": 224,
+        "patch_size": 16,
+        "hidden_size": 768,
+        "num_attention_heads": 12,
+        "use_absolute_position_embeddings": False,
+        "use_relative_position_bias": False,
+        "use_shared_relative_position_bias": False,
+    },
+    "vit_mae": {
+        "image_size": 224,
+        "patch_size": 16,
+        "hidden_size": 768,
+        "decoder_hidden_size": 512,
+    },
 }
 
 TEXT_MODEL_TYPES = {"gemma3": "gemma3_text", "gemma4": "gemma4_text"}
@@ -123,10 +171,12 @@ LEARNED_MODELS = frozenset(
         "bart",
         "mbart",
         "biogpt",
-        "vit",
     }
 )
-"""Models with learned absolute position embeddings: checkpoint weights, not a formula."""
+"""Text models with learned absolute position embeddings: checkpoint weights, not a formula
+(vision models with learned tables map to `learned` specs that take the uploaded table)."""
+
+BEIT_MODELS = frozenset({"beit", "data2vec-vision"})
 
 ROPE_KEYS = (
     "rope_parameters",
@@ -160,12 +210,16 @@ class NamedSpec:
 
 @dataclass
 class _Entry:
-    """A spec before validation: family, role (layer type or encoder/decoder), wire data, notes."""
+    """A spec before validation: family, role (layer type or encoder/decoder), wire data, notes;
+    `weights` names the checkpoint tensor a `learned` entry needs as `table_key` or `table`;
+    `problem` is why the table cannot be built, raised only when the table is asked for."""
 
     family: str
     role: str | None
     data: dict[str, Any]
     notes: dict[str, Any]
+    weights: str | None = None
+    problem: FieldProblem | None = None
 
 
 def _fail(key: str, message: str, value: Any = None) -> NoReturn:
@@ -801,8 +855,228 @@ def _m2m100(view: _View) -> list[_Entry]:
     return [_Entry("sinusoidal", None, data, notes)]
 
 
+# ---------------------------------------------------------------------------------------------
+# Vision transformers
+
+
+def _pair(view: _View, name: str) -> tuple[int, int]:
+    """An int-or-[h, w] config value (`image_size`, `patch_size`) as (h, w), as transformers'
+    `PatchEmbeddings` read them (`value if isinstance(value, Iterable) else (value, value)`)."""
+    value = view.get(name)
+    if value is None:
+        _fail(view.key(name), "required key missing", None)
+    if isinstance(value, (list, tuple)):
+        if len(value) != 2:
+            _fail(view.key(name), "must be an int or [height, width]", value)
+        h, w = (_check_number(view.key(name), v) for v in value)
+    else:
+        h = w = _check_number(view.key(name), value)
+    if int(h) != h or int(w) != w or h < 1 or w < 1:
+        _fail(view.key(name), "must hold positive integers", value)
+    return int(h), int(w)
+
+
+def _patch_grid(view: _View) -> tuple[int, int]:
+    """(image_size // patch_size) per axis: the patch grid every vision table is laid out on."""
+    ih, iw = _pair(view, "image_size")
+    ph, pw = _pair(view, "patch_size")
+    gh, gw = ih // ph, iw // pw
+    if gh < 1 or gw < 1:
+        _fail(view.key("patch_size"), "larger than image_size: no patches", [ph, pw])
+    return gh, gw
+
+
+def _learned_entry(
+    view: _View,
+    grid: tuple[int, int],
+    dim: int,
+    prefix: int,
+    weights: str,
+    notes: dict[str, Any],
+) -> _Entry:
+    """A learned absolute table (prefix + gh * gw, dim) of the checkpoint, resampled as the model's
+    `interpolate_pos_encoding` does; `new_grid` defaults to the config's grid (the table as is)."""
+    gh, gw = grid
+    data: dict[str, Any] = {
+        "kind": "learned",
+        "table_shape": [prefix + gh * gw, dim],
+        "grid": [gh, gw],
+        "new_grid": [gh, gw],
+    }
+    problem = None
+    if prefix:
+        # ViTEmbeddings / BeitEmbeddings.interpolate_pos_encoding: class token kept, the square
+        # grid (torch_int(sqrt(num_positions))) bicubic-resampled to size=(h, w) without antialias.
+        if gh != gw:
+            problem = FieldProblem(
+                view.key("image_size"),
+                f"a {gh}x{gw} patch grid: transformers' interpolate_pos_encoding reshapes the "
+                "learned table to a square grid",
+                view.get("image_size"),
+            )
+        data["method"] = "hf_vit"
+    else:
+        # SwinEmbeddings.interpolate_pos_encoding: no class token; the same bicubic call, which is
+        # timm's resample without antialias.
+        data.update(
+            method="timm",
+            num_prefix_tokens=0,
+            interpolation="bicubic",
+            antialias=False,
+            align_corners=False,
+        )
+    notes = {
+        "weights": f"{weights} of the checkpoint, shape (1, {prefix + gh * gw}, {dim}): upload "
+        "it and pass table_key (or pass table inline)",
+        "resample": "new_grid [height // patch_size, width // patch_size] gives the table that "
+        "interpolate_pos_encoding=True adds for other image sizes",
+        **notes,
+    }
+    return _Entry("learned", None, data, notes, weights=weights, problem=problem)
+
+
+def _vit(view: _View) -> list[_Entry]:
+    """ViT (`modeling_vit.ViTEmbeddings`): a learned (1 + gh * gw, hidden_size) table."""
+    grid = _patch_grid(view)
+    dim = int(view.number("hidden_size"))
+    notes = {"transformers": "ViTEmbeddings.position_embeddings, class token row first"}
+    return [_learned_entry(view, grid, dim, 1, "embeddings.position_embeddings", notes)]
+
+
+def _swin(view: _View) -> list[_Entry]:
+    """Swin (`modeling_swin.SwinRelativePositionBias`): every window attention gathers its
+    (2W - 1)^2-row bias table through the same (W^2, W^2) index; W = `window_size`."""
+    window = view.number("window_size")
+    if int(window) != window or window < 1:
+        _fail(view.key("window_size"), "must be a positive integer", window)
+    heads = view.get("num_heads")
+    notes: dict[str, Any] = {
+        "bias": "each block has its own ((2W-1)^2, num_heads) relative_position_bias_table "
+        "(checkpoint weights); pass one as relative_position_bias_table for that block's bias",
+        "transformers": "SwinRelativePositionBias.relative_position_index: this (N, N) index "
+        "flattened; the shifted-window mask (SW-MSA) is separate and not a position table",
+        "window_clamp": "SwinLayer uses min(resolution) as the window (and no shift) for stages "
+        "whose feature map is not larger than window_size",
+    }
+    if isinstance(heads, list):
+        notes["num_heads_per_stage"] = list(heads)
+    entries = [
+        _Entry(
+            "relative_index",
+            None,
+            {"kind": "relative_index", "scheme": "swin", "window_size": [int(window)] * 2},
+            notes,
+        )
+    ]
+    if view.get("use_absolute_embeddings"):
+        grid = _patch_grid(view)
+        dim = int(view.number("embed_dim"))
+        extra = {"transformers": "SwinEmbeddings.position_embeddings: no class token"}
+        entries.append(_learned_entry(view, grid, dim, 0, "embeddings.position_embeddings", extra))
+    return entries
+
+
+def _beit(view: _View) -> list[_Entry]:
+    """BEiT / data2vec-vision (`modeling_beit.BeitRelativePositionBias`,
+    `modeling_data2vec_vision.Data2VecVisionRelativePositionBias`): the class-token index over the
+    patch grid, per layer and/or shared; optionally a learned absolute table (`BeitEmbeddings`)."""
+    grid = _patch_grid(view)
+    per_layer = bool(view.get("use_relative_position_bias"))
+    shared = bool(view.get("use_shared_relative_position_bias"))
+    absolute = bool(view.get("use_absolute_position_embeddings"))
+    if not (per_layer or shared or absolute):
+        _fail(
+            view.key("use_relative_position_bias"),
+            "no position encoding: use_absolute_position_embeddings, use_relative_position_bias "
+            "and use_shared_relative_position_bias are all false",
+            view.get("use_relative_position_bias"),
+        )
+    entries: list[_Entry] = []
+    if per_layer or shared:
+        tables = []
+        if per_layer:
+            tables.append("every layer has its own table (use_relative_position_bias)")
+        if shared:
+            tables.append("one table shared by all layers (use_shared_relative_position_bias)")
+        heads = view.number("num_attention_heads", required=False)
+        notes: dict[str, Any] = {
+            "bias": f"{' plus '.join(tables)}: ((2Wh-1)(2Ww-1)+3, num_attention_heads={heads}) "
+            "relative_position_bias_table checkpoint weights; pass one as "
+            "relative_position_bias_table for its bias (transformers adds both when both are set)",
+            "transformers": "generate_relative_position_index(window_size), window_size = "
+            "image_size // patch_size; class token at row/column 0",
+            "resolution": "other image sizes: override window_size [height // patch_size, "
+            "width // patch_size] for the index; transformers then also resamples the table "
+            "bilinearly, which the bias output does not reproduce",
+        }
+        data = {"kind": "relative_index", "scheme": "beit", "window_size": list(grid)}
+        entries.append(_Entry("relative_index", None, data, notes))
+    if absolute:
+        dim = int(view.number("hidden_size"))
+        extra = {"transformers": "BeitEmbeddings.position_embeddings, class token row first"}
+        entries.append(_learned_entry(view, grid, dim, 1, "embeddings.position_embeddings", extra))
+    return entries
+
+
+def _vit_mae(view: _View) -> list[_Entry]:
+    """ViTMAE (`modeling_vit_mae.ViTMAEEmbeddings.initialize_weights`, `ViTMAEDecoder.
+    initialize_weights`): fixed 2-D sin-cos tables on a square grid of int(sqrt(num_patches)),
+    zero class-token row first, at hidden_size (encoder) and decoder_hidden_size (decoder)."""
+    gh, gw = _patch_grid(view)
+    patches = gh * gw
+    side = int(patches**0.5)
+    if side * side != patches:
+        _fail(
+            view.key("image_size"),
+            f"{patches} patches: ViTMAE builds its table on a square grid of "
+            "int(sqrt(num_patches)) and cannot initialise it",
+            view.get("image_size"),
+        )
+    dims = {
+        "encoder": int(view.number("hidden_size")),
+        "decoder": int(view.number("decoder_hidden_size")),
+    }
+    notes = {
+        "encoder": "ViTMAEEmbeddings.position_embeddings (requires_grad=False)",
+        "decoder": "ViTMAEDecoder.decoder_pos_embed (ViTMAEForPreTraining only)",
+    }
+    base = {
+        "kind": "sinusoidal_2d",
+        "style": "mae",
+        "grid_height": side,
+        "grid_width": side,
+        "cls_token": True,
+    }
+    common = {
+        "layout": "[sin(x w), cos(x w), sin(y w), cos(y w)] (transformers' half rotation of "
+        "build_2d_sinusoidal_position_embedding), zero class-token row first",
+        "resample": "interpolate_pos_encoding=True resamples this table bicubically (the "
+        "learned family's hf_vit method on the uploaded table)",
+    }
+    if dims["encoder"] == dims["decoder"]:
+        note = {"transformers": f"{notes['encoder']}; {notes['decoder']}: one table", **common}
+        return [_Entry("sinusoidal_2d", None, {**base, "dim": dims["encoder"]}, note)]
+    return [
+        _Entry(
+            "sinusoidal_2d",
+            role,
+            {**base, "dim": dim},
+            {"transformers": notes[role], **common},
+        )
+        for role, dim in dims.items()
+    ]
+
+
 def _entries(view: _View) -> list[_Entry]:
     mt = view.model_type
+    if mt == "vit":
+        return _vit(view)
+    if mt == "swin":
+        return _swin(view)
+    if mt in BEIT_MODELS:
+        return _beit(view)
+    if mt == "vit_mae":
+        return _vit_mae(view)
     if mt in T5_MODELS:
         return _t5(view)
     if mt == "whisper":
@@ -854,6 +1128,16 @@ def _apply_overrides(entry: _Entry, overrides: Mapping[str, Any]) -> dict[str, A
 def _validate(entry: _Entry, data: Mapping[str, Any]) -> SpecBase:
     family = FAMILIES[entry.family]
     what = entry.family if entry.role is None else f"{entry.family}:{entry.role}"
+    if entry.problem is not None:
+        raise ConfigError("cannot map config", [entry.problem])
+    if entry.weights is not None and data.get("table") is None and data.get("table_key") is None:
+        _fail(
+            "table_key",
+            f"learned absolute positions: config.json does not carry the checkpoint's "
+            f"{entry.weights} (table_shape {data.get('table_shape')}); upload it (POST "
+            "/v1/uploads) and pass table_key=..., or pass table=... inline",
+            None,
+        )
     try:
         return validate_as(family.spec_type, data, what)
     except SpecError as err:
@@ -892,12 +1176,13 @@ def resolve_hf_config(
     Args:
         config: the config dict (v4 `rope_scaling` or v5 `rope_parameters` shape; multimodal
             configs are read through `text_config`).
-        kind: keep only this family ("rope", "alibi", "t5_bias", "sinusoidal").
+        kind: keep only this family ("rope", "alibi", "t5_bias", "sinusoidal",
+            "relative_index", "learned", "sinusoidal_2d"); other tables are not validated.
         layer_type: keep only specs used by this layer type ("sliding_attention",
             "full_attention") or role ("encoder", "decoder").
         overrides: spec fields applied to every produced spec whose family has the field
             (`max_positions`, `dtype`, `profile`, `precision`, `seq_len`, `interleaved`,
-            `key_length`, ...).
+            `key_length`, `table_key`, `new_grid`, `window_size`, ...).
 
     Returns:
         One `NamedSpec` per distinct table, in config order: name "family" when the model needs
@@ -913,7 +1198,10 @@ def resolve_hf_config(
         )
     view = _text_view(config)
     groups: dict[str, _Group] = {}
-    for entry in _entries(view):
+    entries = _entries(view)
+    for entry in entries:
+        if kind is not None and entry.family != kind:
+            continue  # not validated: a table not asked for cannot fail the request
         spec = _validate(entry, _apply_overrides(entry, overrides))
         key = content_key(spec)
         group = groups.get(key)
@@ -940,7 +1228,7 @@ def resolve_hf_config(
             continue
         result.append(NamedSpec(name=name, spec=group.spec, notes=notes))
     if not result:
-        families = sorted({g.family for g in groups.values()})
+        families = sorted({e.family for e in entries})
         if kind is not None and kind not in families:
             _fail("kind", f"the config has no {kind!r} table; it has {families}", kind)
         roles = sorted({r for g in groups.values() for r in (*g.layer_types, g.role) if r})
