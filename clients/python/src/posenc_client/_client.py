@@ -10,6 +10,11 @@ the flow may fall back to its cache.
 
 Wire format: tables are always requested as safetensors (every tensor, bfloat16 native, the
 canonical spec, key and metadata in the header) and parsed with numpy (`_formats.py`).
+
+Rows (`rows=(start, end)`): positions [start, end) of every tensor with a position axis. The disk
+cache holds whole tables only: a cached whole table is sliced here without a request; otherwise
+the rows come from the server (`?rows=START:END`) and are not cached (unless the range covered
+the whole table, which the server then sends as the whole table).
 """
 
 from __future__ import annotations
@@ -41,11 +46,15 @@ from posenc_client._models import (
     OnnxModel,
     Preset,
     ResolvedSpec,
+    Rows,
     Tables,
     family_spec,
     load_config,
     onnx_metadata,
     rope_spec,
+    rows_arg,
+    rows_param,
+    slice_rows,
 )
 from posenc_client._version import __version__
 
@@ -232,7 +241,7 @@ class _Core:
         except DecodeError:
             log.warning("ignoring a corrupt cache entry for %s", key)
             return None
-        return tables if tables.key == key else None
+        return tables if tables.key == key and "rows" not in tables.meta else None
 
     def _store(self, tables: Tables, data: bytearray) -> None:
         if self.cache is not None:
@@ -267,11 +276,63 @@ class _Core:
         self._store(tables, reply.content)
         return tables, True
 
-    def table(self, spec: Mapping[str, Any], name: str | None = None) -> Flow[Tables]:
-        """POST /v1/tables, or the cached table this request resolved to before."""
+    def _cached_rows(
+        self, key: str, name: str | None, span: tuple[int, int | None]
+    ) -> Tables | None:
+        """Rows of the cached whole table `key`, sliced without a request (content keys never
+        change meaning, so there is nothing to revalidate), or None: not cached, or a kind
+        this client cannot slice itself (offline: `CacheMissError`)."""
+        whole = self._from_cache(key, name)
+        if whole is None:
+            return None
+        part = slice_rows(whole, *span)
+        if part is None and self.offline:
+            raise CacheMissError(
+                f"offline, and this client cannot slice rows of a {whole.kind} table itself"
+            )
+        return part
+
+    def _rows_reply(
+        self, reply: Reply, name: str | None, span: tuple[int, int | None], rid: str | None
+    ) -> Tables:
+        """The answer to a `?rows=` request. Rows are not cached; an answer without
+        `meta["rows"]` is the whole table (the range covered every position), which is."""
+        tables = self._parse_table(reply, name)
+        got = tables.meta.get("rows")
+        if got is None:
+            self._store(tables, reply.content)
+            if rid is not None and self.cache is not None:
+                self.cache.remember(rid, {"ns": "tables", "key": tables.key})
+            return slice_rows(tables, *span) or tables
+        start, end = span
+        if not (
+            isinstance(got, list)
+            and len(got) == 2
+            and got[0] == start
+            and (end is None or got[1] == end)
+        ):
+            raise DecodeError(f"asked for rows {rows_param(*span)}, the server sent rows {got}")
+        return tables
+
+    def table(
+        self, spec: Mapping[str, Any], name: str | None = None, rows: Rows | None = None
+    ) -> Flow[Tables]:
+        """POST /v1/tables, or the cached table this request resolved to before; with `rows`,
+        only those positions (sliced from the cached whole table when there is one)."""
+        span = None if rows is None else rows_arg(rows)
         body = dict(spec)
         rid = request_id(self.base_url, "POST /v1/tables", body)
         record = self.cache.lookup(rid) if self.cache is not None else None
+        if span is not None:
+            if record is not None and record.get("ns") == "tables":
+                part = self._cached_rows(str(record["key"]), name, span)
+                if part is not None:
+                    return part
+            if self.offline:
+                raise CacheMissError("offline, and no cached table for this spec")
+            params = {**SAFETENSORS, "rows": rows_param(*span)}
+            reply = yield Call("POST", "/v1/tables", json=body, params=params)
+            return self._rows_reply(reply, name, span, rid)
         if record is not None and record.get("ns") == "tables":
             cached, known = yield from self._cached_table(str(record["key"]), name)
             if cached is not None and known:
@@ -286,12 +347,30 @@ class _Core:
         return tables
 
     def table_by_key(
-        self, key: str, name: str | None = None, spec: Mapping[str, Any] | None = None
+        self,
+        key: str,
+        name: str | None = None,
+        spec: Mapping[str, Any] | None = None,
+        rows: Rows | None = None,
     ) -> Flow[Tables]:
         """GET /v1/tables/{key} (cache first). A key the server does not know is served from the
-        cache when held (content keys never change meaning), else recomputed from `spec`."""
+        cache when held (content keys never change meaning), else recomputed from `spec`. With
+        `rows`, only those positions (sliced from the cached whole table when there is one)."""
         if not valid_key(key):
             raise ValueError(f"not a content key (64 hex digits): {key!r}")
+        if rows is not None:
+            span = rows_arg(rows)
+            part = self._cached_rows(key, name, span)
+            if part is not None:
+                return part
+            if self.offline:
+                raise CacheMissError(f"offline, and table {key} is not in the cache")
+            params = {**SAFETENSORS, "rows": rows_param(*span)}
+            reply = yield Call("GET", f"/v1/tables/{key}", params=params)
+            if reply.status == 404 and spec is not None:
+                tables = yield from self.table(spec, name, span)
+                return tables
+            return self._rows_reply(reply, name, span, None)
         cached, _ = yield from self._cached_table(key, name)
         if cached is not None:
             return cached
@@ -568,14 +647,25 @@ class Client:
             result: T = stop.value
             return result
 
-    def table(self, spec: Mapping[str, Any]) -> Tables:
+    def table(self, spec: Mapping[str, Any], *, rows: Rows | None = None) -> Tables:
         """The table for a spec dict (`kind` selects the family; see `kinds()`), or for
-        `{"hf_config": {...}, ...overrides}` when the config needs exactly one table."""
-        return self._run(self._core.table(spec))
+        `{"hf_config": {...}, ...overrides}` when the config needs exactly one table.
 
-    def table_by_key(self, key: str) -> Tables:
-        """The table with this content key (one the server resolved, or a preset's)."""
-        return self._run(self._core.table_by_key(key))
+        `rows=(start, end)` (or `slice(start, end)`; `end=None`: to the last position) returns
+        only positions [start, end) of every tensor with a position axis (axis 0 of RoPE and
+        sinusoidal tables, the query axis 1 of an (H, Q, K) bias; `inv_freq` and `slopes` come
+        whole), with `meta["rows"] == [start, end]`. A cached whole table is sliced without a
+        request; otherwise the server sends just those rows (`?rows=START:END`), which are not
+        cached. A range covering every position gives the whole table. Raises
+        `InvalidRowsError` (a `ValueError`) for a malformed range, before any request, and for
+        one past the table's positions or a table without a position axis.
+        """
+        return self._run(self._core.table(spec, rows=rows))
+
+    def table_by_key(self, key: str, *, rows: Rows | None = None) -> Tables:
+        """The table with this content key (one the server resolved, or a preset's); `rows`
+        as in `table`."""
+        return self._run(self._core.table_by_key(key, rows=rows))
 
     def rope(
         self,
@@ -593,6 +683,7 @@ class Client:
         max_position_embeddings: int | None = None,
         profile: str | None = None,
         dtype: str | None = None,
+        rows: Rows | None = None,
         **fields: Any,
     ) -> Tables:
         """RoPE cos/sin caches (and inv_freq), keywords named as in transformers' configs.
@@ -601,6 +692,7 @@ class Client:
         or as `rope_scaling={...}` / `rope_parameters={...}`; `profile` picks a consumer's
         layout (`hf`, `onnx`, `ort_gqa`, `vllm`, `flash_attn`, ...); other spec fields
         (`width`, `interleaved`, `packing`, `seq_len`, `precision`) pass through `fields`.
+        `rows=(start, end)`: positions [start, end) only (see `table`).
         """
         spec = rope_spec(
             head_dim=head_dim,
@@ -618,7 +710,7 @@ class Client:
             dtype=dtype,
             **fields,
         )
-        return self.table(spec)
+        return self.table(spec, rows=rows)
 
     def alibi(
         self,
@@ -629,9 +721,11 @@ class Client:
         key_length: int | None = None,
         alibi_bias_max: float | None = None,
         dtype: str | None = None,
+        rows: Rows | None = None,
         **fields: Any,
     ) -> Tables:
-        """ALiBi slopes (H,), plus the additive bias (H, Q, K) when `bias` names a form."""
+        """ALiBi slopes (H,), plus the additive bias (H, Q, K) when `bias` names a form;
+        `rows=(start, end)` picks queries [start, end) of the bias (see `table`)."""
         spec = family_spec(
             "alibi",
             num_heads=num_heads,
@@ -642,7 +736,7 @@ class Client:
             dtype=dtype,
             **fields,
         )
-        return self.table(spec)
+        return self.table(spec, rows=rows)
 
     def sinusoidal(
         self,
@@ -651,9 +745,10 @@ class Client:
         *,
         convention: str | None = None,
         dtype: str | None = None,
+        rows: Rows | None = None,
         **fields: Any,
     ) -> Tables:
-        """A sinusoidal position table `embedding` (P, dim)."""
+        """A sinusoidal position table `embedding` (P, dim); `rows` as in `table`."""
         spec = family_spec(
             "sinusoidal",
             dim=dim,
@@ -662,7 +757,7 @@ class Client:
             dtype=dtype,
             **fields,
         )
-        return self.table(spec)
+        return self.table(spec, rows=rows)
 
     def t5_bias(
         self,
@@ -672,9 +767,11 @@ class Client:
         num_buckets: int | None = None,
         max_distance: int | None = None,
         bidirectional: bool | None = None,
+        rows: Rows | None = None,
         **fields: Any,
     ) -> Tables:
-        """T5 relative position `buckets` (Q, K), plus `bias` when weights are given."""
+        """T5 relative position `buckets` (Q, K), plus `bias` (H, Q, K) when weights are
+        given; `rows=(start, end)` picks queries [start, end) (see `table`)."""
         spec = family_spec(
             "t5_bias",
             query_length=query_length,
@@ -684,7 +781,7 @@ class Client:
             bidirectional=bidirectional,
             **fields,
         )
-        return self.table(spec)
+        return self.table(spec, rows=rows)
 
     def resolve(self, config: ConfigLike, **overrides: Any) -> list[ResolvedSpec]:
         """The tables a model needs, from its config.json (path, folder or dict): specs, keys
@@ -826,13 +923,13 @@ class AsyncClient:
             result: T = stop.value
             return result
 
-    async def table(self, spec: Mapping[str, Any]) -> Tables:
+    async def table(self, spec: Mapping[str, Any], *, rows: Rows | None = None) -> Tables:
         """See `Client.table`."""
-        return await self._run(self._core.table(spec))
+        return await self._run(self._core.table(spec, rows=rows))
 
-    async def table_by_key(self, key: str) -> Tables:
+    async def table_by_key(self, key: str, *, rows: Rows | None = None) -> Tables:
         """See `Client.table_by_key`."""
-        return await self._run(self._core.table_by_key(key))
+        return await self._run(self._core.table_by_key(key, rows=rows))
 
     async def rope(
         self,
@@ -850,6 +947,7 @@ class AsyncClient:
         max_position_embeddings: int | None = None,
         profile: str | None = None,
         dtype: str | None = None,
+        rows: Rows | None = None,
         **fields: Any,
     ) -> Tables:
         """See `Client.rope`."""
@@ -869,7 +967,7 @@ class AsyncClient:
             dtype=dtype,
             **fields,
         )
-        return await self.table(spec)
+        return await self.table(spec, rows=rows)
 
     async def alibi(
         self,
@@ -880,6 +978,7 @@ class AsyncClient:
         key_length: int | None = None,
         alibi_bias_max: float | None = None,
         dtype: str | None = None,
+        rows: Rows | None = None,
         **fields: Any,
     ) -> Tables:
         """See `Client.alibi`."""
@@ -893,7 +992,7 @@ class AsyncClient:
             dtype=dtype,
             **fields,
         )
-        return await self.table(spec)
+        return await self.table(spec, rows=rows)
 
     async def sinusoidal(
         self,
@@ -902,6 +1001,7 @@ class AsyncClient:
         *,
         convention: str | None = None,
         dtype: str | None = None,
+        rows: Rows | None = None,
         **fields: Any,
     ) -> Tables:
         """See `Client.sinusoidal`."""
@@ -913,7 +1013,7 @@ class AsyncClient:
             dtype=dtype,
             **fields,
         )
-        return await self.table(spec)
+        return await self.table(spec, rows=rows)
 
     async def t5_bias(
         self,
@@ -923,6 +1023,7 @@ class AsyncClient:
         num_buckets: int | None = None,
         max_distance: int | None = None,
         bidirectional: bool | None = None,
+        rows: Rows | None = None,
         **fields: Any,
     ) -> Tables:
         """See `Client.t5_bias`."""
@@ -935,7 +1036,7 @@ class AsyncClient:
             bidirectional=bidirectional,
             **fields,
         )
-        return await self.table(spec)
+        return await self.table(spec, rows=rows)
 
     async def resolve(self, config: ConfigLike, **overrides: Any) -> list[ResolvedSpec]:
         """See `Client.resolve`."""

@@ -11,7 +11,10 @@
         │                                        "detail"}: .status .error_type .message .detail
         ├── BadRequestError .................... 400 invalid_json unknown_format unknown_tensor
         │   │                                        tensor_required unsupported_dtype
-        │   │                                        invalid_rows rows_unsupported invalid_table
+        │   │                                        invalid_table
+        │   ├── InvalidRowsError ............... 400 invalid_rows rows_unsupported (also a
+        │   │                                        ValueError; raised before any request for
+        │   │                                        a malformed `rows=` argument)
         │   └── AmbiguousConfigError ........... 400 ambiguous_config (pick a layer_type)
         ├── AuthenticationError ................ 401 unauthorized, 403 forbidden
         ├── NotFoundError ...................... 404 not_found unknown_key unknown_preset
@@ -124,6 +127,15 @@ class BadRequestError(APIError):
     """400: the request is malformed (JSON, format, tensor, rows)."""
 
 
+class InvalidRowsError(BadRequestError, ValueError):
+    """400 `invalid_rows` / `rows_unsupported`: a `rows=` range the table cannot give.
+
+    Raised by the server (a range past the table's positions, or a table without a position
+    axis) and by the client itself, before any request, for an argument that is not
+    `(start, end)` with integers `0 <= start < end` (then `headers` is empty). Also a
+    `ValueError`, as for any bad argument."""
+
+
 class AmbiguousConfigError(BadRequestError):
     """400 `ambiguous_config`: the config needs several tables; pass `layer_type=` or use
     `tables_for_model`."""
@@ -182,8 +194,8 @@ _BY_ERROR_TYPE: dict[str, type[APIError]] = {
     "unknown_tensor": BadRequestError,
     "tensor_required": BadRequestError,
     "unsupported_dtype": BadRequestError,
-    "invalid_rows": BadRequestError,
-    "rows_unsupported": BadRequestError,
+    "invalid_rows": InvalidRowsError,
+    "rows_unsupported": InvalidRowsError,
     "invalid_table": BadRequestError,
     "ambiguous_config": AmbiguousConfigError,
     "unauthorized": AuthenticationError,

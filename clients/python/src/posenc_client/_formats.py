@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -49,16 +50,25 @@ MAX_HEADER_BYTES = 100 << 20
 """The safetensors reference implementation's limit on the JSON header."""
 
 
+_DTYPES: dict[str, np.dtype[Any]] = {}
+"""numpy dtypes by safetensors code, filled as codes are met (ml_dtypes is imported only then)."""
+
+
 def numpy_dtype(code: str) -> np.dtype[Any]:
     """The numpy dtype of a safetensors dtype code (`F32`, `BF16`, ...)."""
+    found = _DTYPES.get(code)
+    if found is not None:
+        return found
     if code in _NUMPY_CODES:
-        return np.dtype(_NUMPY_CODES[code])
-    if code in _ML_DTYPES:
+        found = np.dtype(_NUMPY_CODES[code])
+    elif code in _ML_DTYPES:
         import ml_dtypes
 
-        found: np.dtype[Any] = np.dtype(getattr(ml_dtypes, _ML_DTYPES[code]))
-        return found
-    raise DecodeError(f"unsupported safetensors dtype {code!r}")
+        found = np.dtype(getattr(ml_dtypes, _ML_DTYPES[code]))
+    else:
+        raise DecodeError(f"unsupported safetensors dtype {code!r}")
+    _DTYPES[code] = found
+    return found
 
 
 def dtype_code(dtype: np.dtype[Any]) -> str:
@@ -82,13 +92,18 @@ def parse_safetensors(data: Buffer) -> tuple[dict[str, Array], dict[str, str]]:
     """(tensors, metadata) from safetensors bytes; arrays are views of `data`.
 
     Raises `DecodeError` on a truncated file, a bad header or offsets outside the data.
+
+    Cost: one `json.loads` of the header, then per tensor a dict lookup of its dtype and one
+    `np.ndarray` over the buffer at its offset (no slicing, no `np.prod` on small shapes): a few
+    microseconds for a table's handful of tensors.
     """
     view = memoryview(data).cast("B")
-    if len(view) < 8:
-        raise DecodeError(f"safetensors: {len(view)} bytes is shorter than the 8-byte header")
+    total = len(view)
+    if total < 8:
+        raise DecodeError(f"safetensors: {total} bytes is shorter than the 8-byte header")
     size = int.from_bytes(view[:8], "little")
-    if size > MAX_HEADER_BYTES or 8 + size > len(view):
-        raise DecodeError(f"safetensors: header length {size} exceeds the {len(view)}-byte body")
+    if size > MAX_HEADER_BYTES or 8 + size > total:
+        raise DecodeError(f"safetensors: header length {size} exceeds the {total}-byte body")
     try:
         header = json.loads(bytes(view[8 : 8 + size]))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
@@ -98,23 +113,30 @@ def parse_safetensors(data: Buffer) -> tuple[dict[str, Array], dict[str, str]]:
     raw_meta = header.pop("__metadata__", None) or {}
     if not isinstance(raw_meta, dict):
         raise DecodeError("safetensors: __metadata__ is not an object")
-    metadata = {str(k): str(v) for k, v in raw_meta.items()}
-    body = view[8 + size :]
+    metadata: dict[str, str] = raw_meta  # JSON keys are strings; values are checked below
+    for value in raw_meta.values():
+        if type(value) is not str:
+            metadata = {str(k): str(v) for k, v in raw_meta.items()}
+            break
+    start = 8 + size
+    length = total - start
     tensors: dict[str, Array] = {}
     for name, info in header.items():
         try:
-            dtype = numpy_dtype(str(info["dtype"]))
-            shape = tuple(int(d) for d in info["shape"])
-            begin, end = (int(x) for x in info["data_offsets"])
+            code = info["dtype"]
+            dtype = _DTYPES.get(code) if type(code) is str else None
+            if dtype is None:
+                dtype = numpy_dtype(str(code))
+            shape = tuple(map(int, info["shape"]))
+            begin, end = map(int, info["data_offsets"])
         except (KeyError, TypeError, ValueError) as err:
             raise DecodeError(f"safetensors: bad entry for tensor {name!r}: {err}") from None
-        count = int(np.prod(shape, dtype=np.int64))
-        if not 0 <= begin <= end <= len(body) or end - begin != count * dtype.itemsize:
+        if not 0 <= begin <= end <= length or end - begin != math.prod(shape) * dtype.itemsize:
             raise DecodeError(
                 f"safetensors: tensor {name!r} ({dtype.name}{list(shape)}) does not fit "
-                f"bytes [{begin}, {end}) of a {len(body)}-byte body"
+                f"bytes [{begin}, {end}) of a {length}-byte body"
             )
-        tensors[name] = np.frombuffer(body[begin:end], dtype=dtype).reshape(shape)
+        tensors[name] = np.ndarray(shape, dtype, buffer=view, offset=start + begin)
     return tensors, metadata
 
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from posenc_client._exceptions import DecodeError
+from posenc_client._exceptions import DecodeError, InvalidRowsError
 from posenc_client._formats import Array, Buffer, dtype_name, parse_safetensors, save_arrays
 
 if TYPE_CHECKING:
@@ -125,7 +125,9 @@ class Tables(Mapping[str, Array]):
 
     @classmethod
     def from_safetensors(cls, data: Buffer, *, name: str | None = None) -> Tables:
-        """Tables from the server's safetensors bytes (arrays are views of `data`)."""
+        """Tables from the server's safetensors bytes (arrays are views of `data`); a header
+        without the posenc metadata (`key`, `kind`, `spec` and `meta` as JSON) is a
+        `DecodeError`."""
         arrays, metadata = parse_safetensors(data)
         try:
             key = metadata["key"]
@@ -159,10 +161,16 @@ class Tables(Mapping[str, Array]):
 
     @property
     def etag(self) -> str:
-        """The server's strong ETag for these bytes (the whole table as safetensors):
-        `"<key>"`, or `"<key>@<device>"` for a table built off the CPU (`meta["device"]`)."""
-        device = str(self.meta.get("device", "cpu"))
-        return f'"{self.key}"' if device == "cpu" else f'"{self.key}@{device}"'
+        """The server's strong ETag for these bytes as safetensors: `"<key>"` for the whole
+        table, `"<key>.safetensors.<start>-<end>"` for rows [start, end) (`meta["rows"]`), and
+        `@<device>` after either for a table built off the CPU (`meta["device"]`)."""
+        meta = self.meta
+        tag = self.key
+        rows = meta.get("rows")
+        if isinstance(rows, list) and len(rows) == 2:
+            tag = f"{tag}.safetensors.{rows[0]}-{rows[1]}"
+        device = str(meta.get("device", "cpu"))
+        return f'"{tag}"' if device == "cpu" else f'"{tag}@{device}"'
 
     @property
     def dtypes(self) -> dict[str, str]:
@@ -213,6 +221,111 @@ class Tables(Mapping[str, Array]):
             "meta": json.dumps(self.meta, separators=(",", ":")),
         }
         save_arrays(path, self.arrays, metadata=metadata, tensor=tensor)
+
+
+Rows = tuple[int, int | None] | list[int] | slice
+"""A `rows=` argument: `(start, end)` or `[start, end]` (positions [start, end); `end=None`: to
+the last one) or `slice(start, end)` (no step)."""
+
+ROW_AXES: dict[str, dict[str, int | None]] = {
+    "rope": {"cos": 0, "sin": 0, "cos_sin": 0, "pairs": 0, "inv_freq": None},
+    "xpos": dict.fromkeys(
+        ("cos", "sin", "scale_q", "scale_k", "cos_q", "sin_q", "cos_k", "sin_k"), 0
+    ),
+    "alibi": {"slopes": None, "bias": 1},
+    "t5_bias": {"buckets": 0, "bias": 1},
+    "relative_index": {"index": 0, "bias": 1},
+    "sinusoidal": {"embedding": 0},
+    "learned": {"embedding": 0},
+    "normalized": {"embedding": -1},
+    "sinusoidal_2d": {"embedding": None},
+}
+"""Each family's position axis per tensor, as the server declares it (`TensorInfo.row_axis`):
+the axis a `rows=` range slices (the query axis of a (H, Q, K) bias), None for tensors sent
+whole (`inv_freq`, `slopes`); negative counts from the end (normalized's `embedding` is (P,) or
+(B, P)). A kind or tensor not listed is never sliced here: its rows come from the server."""
+
+
+def rows_error(error_type: str, message: str, value: Any) -> InvalidRowsError:
+    """The `InvalidRowsError` the client raises itself, shaped as the server's answer."""
+    detail = [{"field": "rows", "message": message, "value": value}]
+    return InvalidRowsError(message, status=400, error_type=error_type, detail=detail)
+
+
+def rows_arg(rows: Rows) -> tuple[int, int | None]:
+    """`(start, end_or_None)` from a `rows=` argument; `InvalidRowsError` unless it is
+    `(start, end)`, `[start, end]` or `slice(start, end)` with integers `0 <= start < end`
+    (`end` may be None: to the last position; a slice's `start` may be None: 0)."""
+    if isinstance(rows, slice):
+        if rows.step not in (None, 1):
+            raise rows_error("invalid_rows", f"rows take no step, got {rows!r}", repr(rows))
+        start, end = (0 if rows.start is None else rows.start), rows.stop
+    elif isinstance(rows, tuple | list) and len(rows) == 2:
+        start, end = rows
+    else:
+        raise rows_error(
+            "invalid_rows", f"rows must be (start, end) or a slice, got {rows!r}", repr(rows)
+        )
+    for bound in (start, end):
+        if bound is not None and (type(bound) is bool or not isinstance(bound, int)):
+            message = f"rows must be integers, got {rows!r}"
+            raise rows_error("invalid_rows", message, repr(rows))
+    if not isinstance(start, int) or start < 0 or (end is not None and end <= start):
+        raise rows_error("invalid_rows", f"rows need 0 <= start < end, got {rows!r}", [start, end])
+    return start, end
+
+
+def rows_param(start: int, end: int | None) -> str:
+    """The `rows` query parameter: `START:END`, or `START:` to the last position."""
+    return f"{start}:{'' if end is None else end}"
+
+
+def slice_rows(tables: Tables, start: int, end: int | None) -> Tables | None:
+    """Rows [start, end) of a whole table, as the server would send them, without a request.
+
+    None when this client does not know the table's position axes (`ROW_AXES`): ask the
+    server. Raises `InvalidRowsError` as the server does: `rows_unsupported` for a table
+    without a position axis, `invalid_rows` for a range past its positions. A range covering
+    every position is the table itself (the server answers the whole table then, without
+    `meta["rows"]`); otherwise arrays are contiguous copies of those rows (the whole table's
+    buffer is not kept alive) and `meta["rows"]` is `[start, end]`.
+    """
+    layout = ROW_AXES.get(tables.kind)
+    if layout is None or any(name not in layout for name in tables.arrays):
+        return None
+    axes: dict[str, int | None] = {}
+    for name, array in tables.arrays.items():
+        axis = layout[name]
+        if axis is not None:
+            if not -array.ndim <= axis < array.ndim:
+                return None  # not the layout this client knows: let the server decide
+            axis %= array.ndim
+        axes[name] = axis
+    lengths = {tables.arrays[n].shape[a] for n, a in axes.items() if a is not None}
+    if len(lengths) != 1:
+        message = f"rows= needs a tensor with a position axis; this {tables.kind} table has none"
+        raise rows_error("rows_unsupported", message, [start, end])
+    total = lengths.pop()
+    stop = total if end is None else end
+    if not start < stop <= total:
+        message = (
+            f"rows {start}:{stop} outside the table's {total} positions "
+            f"(need START < END <= {total})"
+        )
+        raise rows_error("invalid_rows", message, [start, stop])
+    if (start, stop) == (0, total):
+        return tables
+    arrays: dict[str, Array] = {}
+    for name, array in tables.arrays.items():
+        axis = axes[name]
+        if axis is not None:
+            index = (slice(None),) * axis + (slice(start, stop),)
+            array = array[index]
+        arrays[name] = np.array(array, order="C")  # a copy: frees the whole table's buffer
+    meta = {**tables.meta, "rows": [start, stop]}
+    return Tables(
+        tables.key, tables.kind, tables.spec, meta, arrays, dict(tables.notes), tables.name
+    )
 
 
 @dataclass(frozen=True)
