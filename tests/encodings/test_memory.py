@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from posenc.encodings._toeplitz import toeplitz
-from posenc.encodings.memory import HUGE_PAGE, empty, empty_like
+from posenc.encodings.memory import OWN_MAPPING_BYTES, empty, empty_like
 
 
 def _rss_bytes() -> int:
@@ -44,7 +44,7 @@ def test_large_tables_are_their_own_mapping_and_go_back_when_freed() -> None:
     del block
     gc.collect()
     size = 16 << 20
-    assert size >= HUGE_PAGE
+    assert size >= OWN_MAPPING_BYTES
     before = _rss_bytes()
     t = empty((size // 4,), torch.float32)
     t.fill_(1.0)

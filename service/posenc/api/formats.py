@@ -296,7 +296,7 @@ def build_safetensors(
     text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
     text += b" " * (-len(text) % 8)
     start = 8 + len(text)
-    out = empty((start + offset,), torch.uint8)  # huge pages when large (encodings.memory)
+    out = empty((start + offset,), torch.uint8)  # its own mapping when large (encodings.memory)
     out[:start] = torch.frombuffer(
         bytearray(len(text).to_bytes(8, "little") + text), dtype=torch.uint8
     )

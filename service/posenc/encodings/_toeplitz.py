@@ -22,10 +22,10 @@ def toeplitz(diagonals: torch.Tensor, q: int, k: int) -> torch.Tensor:
     `diagonals` (..., Q + K - 1) holds the value of each relative position r = j - i, from
     r = -(Q - 1) to K - 1. A strided view reads `diagonals[..., a + j]` at (a, j) (a Hankel
     matrix); the rows are then taken in reverse order, a = Q - 1 - i. On the CPU numpy copies
-    the view into the output (`_alloc.empty`: huge pages when large) through a row-reversed view
-    of it, a negative stride torch cannot express; elsewhere torch.flip writes a contiguous
-    result when Q >= K, and otherwise (it would lay the result out column-major) the rows are
-    copied one by one (Q < K copies of K elements each).
+    the view into the output (`memory.empty`: a mapping of its own when large) through a
+    row-reversed view of it, a negative stride torch cannot express; elsewhere torch.flip
+    writes a contiguous result when Q >= K, and otherwise (it would lay the result out
+    column-major) the rows are copied one by one (Q < K copies of K elements each).
     """
     lead = diagonals.shape[:-1]
     n = diagonals.shape[-1]

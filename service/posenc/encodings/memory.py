@@ -1,47 +1,41 @@
-"""Memory for tables and their bodies: large CPU buffers on transparent huge pages.
+"""Memory for tables and their bodies: large CPU buffers in mappings of their own.
 
-A table is written once into fresh memory, and on the CPU faulting that memory in costs more than
-computing the values: the kernel zeroes and maps one 4 KiB page per fault (2-3 µs each on a KVM
-guest), so a fresh 128 MiB tensor from torch's allocator took ~77 ms to fill where warm memory
-takes ~13 ms (docs/benchmarks.md). Backed by 2 MiB pages, the same fill takes ~13-20 ms: 512x
-fewer faults.
+`empty(shape, dtype, device)` is `torch.empty` except for CPU buffers of `OWN_MAPPING_BYTES` or
+more, which get their own anonymous mapping. The tensor holds the mapping through the buffer
+protocol, so the memory goes back to the system when the last tensor (or view) over it is freed,
+whatever glibc's heap does: below its dynamic mmap threshold (which rises to 32 MiB after the
+first large free) glibc serves 2-32 MiB blocks from heap arenas that keep freed memory and
+fragment, so a cache that evicts and recomputes such tables grew to about twice its budget
+(docs/benchmarks.md, section 3). Faulting the pages in costs what it costs for torch's own
+allocations (measured alike here).
 
-`empty(shape, dtype, device)` is `torch.empty` except for CPU tables of `HUGE_PAGE` bytes or more,
-which get their own anonymous mapping advised `MADV_HUGEPAGE` (the kernel's THP setting is
-usually `madvise`: only advised mappings get huge pages). The tensor holds the mapping through
-the buffer protocol, so the memory goes back to the system when the last tensor (or view) over
-it is freed, whatever glibc's heap does (its arenas keep freed blocks below its dynamic mmap
-threshold: the RSS churn of docs/benchmarks.md section 3). Where huge pages are unavailable the
-advice is ignored and the mapping is an ordinary one. torch's own `THP_MEM_ALLOC_ENABLE=1` does
-the same for every torch allocation of 2 MiB or more.
+Huge pages were tried and are not used: advised `MADV_HUGEPAGE`, a buffer reused right after a
+free fills 5-10x faster, but a buffer that is kept (a cached table) cost 5x more to fault in on
+the benchmark machine (a KVM guest: 131 against 25 ms per 64 MiB, held), and kept is what
+tables are. torch's `THP_MEM_ALLOC_ENABLE=1` remains an option for machines where they pay.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 import mmap
 
 import torch
 
-HUGE_PAGE = 2 << 20
-"""Tables at least this large (bytes) get a huge-page mapping on the CPU."""
-
-_ADVICE = getattr(mmap, "MADV_HUGEPAGE", None)
+OWN_MAPPING_BYTES = 2 << 20
+"""CPU buffers at least this large (bytes) get a mapping of their own."""
 
 
 def empty(
     shape: tuple[int, ...] | list[int], dtype: torch.dtype, device: torch.device | str = "cpu"
 ) -> torch.Tensor:
-    """An uninitialised contiguous tensor, on huge pages for large CPU tables (see above)."""
+    """An uninitialised contiguous tensor, in a mapping of its own when large and on the CPU."""
     dev = torch.device(device)
     numel = math.prod(shape)
     nbytes = numel * torch.empty((), dtype=dtype).element_size()
-    if dev.type != "cpu" or nbytes < HUGE_PAGE or _ADVICE is None:
+    if dev.type != "cpu" or nbytes < OWN_MAPPING_BYTES:
         return torch.empty(tuple(shape), dtype=dtype, device=dev)
     region = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    with contextlib.suppress(OSError):  # a kernel without THP: an ordinary mapping
-        region.madvise(_ADVICE)
     flat = torch.frombuffer(region, dtype=torch.uint8)
     return flat.view(dtype).view(tuple(shape))
 
