@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from posenc.encodings import SpecError, canonical_json, compute, content_key, parse_spec
 from posenc.encodings.base import FAMILIES
-from posenc.encodings.xpos import XposSpec
+from posenc.encodings.xpos import XposSpec, xpos_rows
 from tests.tolerances import ATOL
 
 # --- torchscale 0.3.0, component/xpos_relative_position.py (golden, transcribed) ----------------
@@ -236,3 +236,73 @@ def test_scores_depend_on_relative_position_only(
     ref = scores()
     other = scores(position_offset=shift, centre=centre)
     assert torch.allclose(ref, other, rtol=1e-4, atol=1e-4)
+
+
+# --- rows for given positions (the /v2 model's computed path) -----------------------------------
+
+ROW_LAYOUTS = [
+    pytest.param({}, id="premultiplied-full"),
+    pytest.param({"packing": "factored", "width": "half"}, id="factored-half"),
+    pytest.param({"interleaved": False, "dtype": "bfloat16"}, id="rotate-half-bf16"),
+    pytest.param(
+        {"packing": "factored", "precision": "exact", "dtype": "float16"}, id="exact-fp16"
+    ),
+    pytest.param({"precision": "exact", "width": "half", "centre": "floor_half"}, id="exact-half"),
+    pytest.param({"centre": "none", "scale_base": 4096.0}, id="centre-none"),
+]
+
+
+@pytest.mark.parametrize("layout", ROW_LAYOUTS)
+@pytest.mark.parametrize("head_dim", [4, 40, 128])
+def test_rows_equal_the_rows_of_a_table_with_the_same_centre(
+    layout: dict[str, Any], head_dim: int
+) -> None:
+    s = spec(head_dim=head_dim, max_positions=48, position_offset=100, **layout)
+    c = s.resolved_centre()
+    whole = tables(**{**layout, "head_dim": head_dim, "max_positions": 400, "centre": c})
+    own = compute(s).tensors
+    # inside the table, below position_offset and past its end; unsorted, repeated, single
+    for positions in ([100, 147, 120, 120], [0, 3, 99, 148, 399, 250], [7], list(range(90, 160))):
+        pos = torch.tensor(positions)
+        rows = xpos_rows(s, pos)
+        assert list(rows) == list(own)
+        for name, t in rows.items():
+            assert t.shape == (len(positions), own[name].shape[1])
+            assert t.dtype == own[name].dtype
+            assert torch.equal(t, whole[name][pos]), (positions, name)
+    # the table itself is the rows of its own positions
+    for name, t in xpos_rows(s, torch.arange(100, 148)).items():
+        assert torch.equal(t, own[name])
+
+
+def test_rows_use_the_specs_centre() -> None:
+    s = spec(head_dim=16, max_positions=10, packing="factored")
+    moved = spec(head_dim=16, max_positions=10, packing="factored", centre=s.resolved_centre() + 1)
+    pos = torch.tensor([2, 30])
+    assert torch.equal(xpos_rows(s, pos)["cos"], xpos_rows(moved, pos)["cos"])
+    assert not torch.equal(xpos_rows(s, pos)["scale_q"], xpos_rows(moved, pos)["scale_q"])
+    assert torch.equal(
+        xpos_rows(s, torch.tensor([s.resolved_centre()]))["scale_q"], torch.ones(1, 16)
+    )
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    half=st.integers(2, 80),
+    offset=st.integers(0, 3000),
+    rows=st.integers(1, 300),
+    centre=st.sampled_from(["torchscale", "floor_half", "none"]),
+    exact=st.booleans(),
+    data=st.data(),
+)
+def test_rows_match_table_rows_property(
+    half: int, offset: int, rows: int, centre: str, exact: bool, data: st.DataObject
+) -> None:
+    kw: dict[str, Any] = {"head_dim": 2 * half, "precision": "exact" if exact else "reference"}
+    s = spec(max_positions=rows, position_offset=offset, centre=centre, scale_base=8192.0, **kw)
+    lo, hi = max(0, offset - 64), offset + rows + 64
+    whole = tables(max_positions=hi - lo, position_offset=lo, centre=s.resolved_centre(),
+                   scale_base=8192.0, **kw)  # fmt: skip
+    pos = torch.tensor(data.draw(st.lists(st.integers(lo, hi - 1), min_size=1, max_size=40)))
+    for name, t in xpos_rows(s, pos).items():
+        assert torch.equal(t, whole[name][pos - lo]), name

@@ -143,8 +143,13 @@ class XposSpec(SpecBase):
 
     def max_log_scale(self) -> float:
         """max |ln s| over the table: the farthest row from the centre at pair 0 (smallest zeta)."""
+        return self.log_scale_at(self._farthest())
+
+    def log_scale_at(self, distance: int) -> float:
+        """max |ln s| over the pairs of a position `distance` = |n - c| from the centre (pair 0,
+        the smallest zeta); rows outside the table must keep it within `log_range(dtype)`."""
         zeta0 = self.gamma / (1.0 + self.gamma)
-        return self._farthest() / self.scale_base * -math.log(zeta0)
+        return distance / self.scale_base * -math.log(zeta0)
 
     def canonical(self) -> Self:
         return self.model_copy(
@@ -165,27 +170,40 @@ class XposSpec(SpecBase):
         return self.precision
 
 
-def xpos_half_tables(
-    spec: XposSpec, device: torch.device | str = "cpu"
+def xpos_half_rows(
+    spec: XposSpec, positions: torch.Tensor, device: torch.device | str = "cpu"
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(cos, sin, s) half-width (P, d/2) in the compute dtype (fp32 or fp64), uncast.
+    """(cos, sin, s) half-width (N, d/2) for int64 absolute `positions` n (N,), in the compute
+    dtype (fp32 or fp64), uncast; the spec's centre c (`resolved_centre`), whatever the positions.
 
-    fp32 follows torchscale: `zeta = (arange(0, d, 2) + gamma*d) / ((1 + gamma)*d)`,
-    `s = zeta ** (arange(n - c).float() / scale_base)`, `theta = 1.0 / (base ** (arange(d/2) /
-    (d/2)))`, angles `einsum("i,j->ij", n.float(), theta)`.
+    fp32 follows torchscale `XPOS.forward`: `zeta = (arange(0, d, 2) + gamma*d) / ((1 + gamma)*d)`,
+    `s = zeta ** ((n - c).float() / scale_base)`, `theta = 1.0 / (base ** (arange(d/2) / (d/2)))`
+    (`fixed_pos_embedding`), angles `einsum("i,j->ij", n.float(), theta)`. Every op is
+    elementwise along n (a row depends on its own position only), so the rows of any positions
+    are the rows of a table holding them with the same c, bit for bit (`xpos_half_tables` is this
+    function over the table's positions).
     """
     d = spec.head_dim
     half = d // 2
     dt = torch.float64 if spec.precision == "exact" else torch.float32
     c = spec.resolved_centre()
-    start = spec.position_offset
-    n = torch.arange(start, start + spec.max_positions, dtype=torch.int64, device=device)
+    n = positions.to(device=device, dtype=torch.int64)
     zeta = (torch.arange(0, d, 2, device=device).to(dt) + spec.gamma * d) / ((1.0 + spec.gamma) * d)
     exponent = (n - c).to(dt).div(spec.scale_base)
     s = zeta ** exponent[:, None]
     theta = 1.0 / (spec.base ** (torch.arange(0, half, device=device).to(dt) / half))
     angles = torch.einsum("i , j -> i j", n.to(dt), theta)
     return torch.cos(angles), torch.sin(angles), s
+
+
+def xpos_half_tables(
+    spec: XposSpec, device: torch.device | str = "cpu"
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(cos, sin, s) half-width (P, d/2) for the table's positions position_offset .. +P-1, in
+    the compute dtype (fp32 or fp64), uncast (`xpos_half_rows`)."""
+    start = spec.position_offset
+    n = torch.arange(start, start + spec.max_positions, dtype=torch.int64, device=device)
+    return xpos_half_rows(spec, n, device)
 
 
 def _arrange(spec: XposSpec, t: torch.Tensor) -> torch.Tensor:
@@ -198,20 +216,40 @@ def _arrange(spec: XposSpec, t: torch.Tensor) -> torch.Tensor:
     return cast(out, DTYPES[spec.dtype])
 
 
-@register_family("xpos", XposSpec, "xPos decaying rotary tables, separate query and key scales")
-def compute_xpos(
-    spec: XposSpec, device: torch.device
-) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """Four (P, w) tables per `packing` (module docstring); facts: the centre and max |ln s|."""
-    cos, sin, s = xpos_half_tables(spec, device)
+def _pack(
+    spec: XposSpec, cos: torch.Tensor, sin: torch.Tensor, s: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """The four outputs (N, w) per `packing`, laid out per `width`/`interleaved`, cast once."""
     s_k = 1 / s
     if spec.packing == "premultiplied":
         parts = (cos * s, sin * s, cos * s_k, sin * s_k)
     else:
         parts = (cos, sin, s, s_k)
-    tensors = {
+    return {
         name: _arrange(spec, t) for name, t in zip(OUTPUT_NAMES[spec.packing], parts, strict=True)
     }
+
+
+def xpos_rows(
+    spec: XposSpec, positions: torch.Tensor, device: torch.device | str = "cpu"
+) -> dict[str, torch.Tensor]:
+    """The outputs of `compute_xpos` (names per `packing`), each (N, w) in the spec's dtype, for
+    int64 absolute `positions` n (N,) that need not lie in the table: row k equals the table's row
+    of position positions[k] bit for bit for any spec with the same c and fields (same ops in the
+    same order, one rounding to `dtype`). The caller bounds |n - c| (`XposSpec.log_scale_at`).
+
+    Checked on CPU for head_dim >= 4 (torch's CPU `pow` runs the columns of each row in the same
+    SIMD/scalar split whatever the rows); with head_dim 2 (one column) it vectorises along the
+    positions instead, so a row's last bit may depend on its place, in tables as well."""
+    return _pack(spec, *xpos_half_rows(spec, positions, device))
+
+
+@register_family("xpos", XposSpec, "xPos decaying rotary tables, separate query and key scales")
+def compute_xpos(
+    spec: XposSpec, device: torch.device
+) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Four (P, w) tables per `packing` (module docstring); facts: the centre and max |ln s|."""
+    tensors = _pack(spec, *xpos_half_tables(spec, device))
     facts: dict[str, Any] = {
         "centre": spec.resolved_centre(),
         "max_log_scale": spec.max_log_scale(),

@@ -9,19 +9,29 @@
 | sinusoidal_2d | grid [2], valid [2] or [B, 2]             | embedding (per style)             |
 | t5_bias       | query_positions [Q], key_positions [K],   | buckets [Q, K], bias [H, Q, K]    |
 |               | relative_attention_bias [nb, H]           |                                   |
+| xpos          | position_ids [..]                         | cos_q, sin_q, cos_k, sin_k        |
+|               |                                           | [.., w] (or cos, sin, scale_q,    |
+|               |                                           | scale_k: packing factored)        |
 | other kinds   | none (the spec is the request)            | the table's tensors, as in /v1    |
 """
 
 from __future__ import annotations
 
-from posenc.api.oip.models import alibi, rope, sinusoidal, sinusoidal_2d, t5_bias
+from posenc.api.oip.models import alibi, rope, sinusoidal, sinusoidal_2d, t5_bias, xpos
 from posenc.api.oip.models.base import VERSION, InferResult, OipModel, TensorDecl
 from posenc.api.oip.models.table import table_model
 from posenc.encodings import FAMILIES
 
 POSITION_MODELS: dict[str, OipModel] = {
     m.name: m
-    for m in (rope.MODEL, alibi.MODEL, sinusoidal.MODEL, sinusoidal_2d.MODEL, t5_bias.MODEL)
+    for m in (
+        rope.MODEL,
+        alibi.MODEL,
+        sinusoidal.MODEL,
+        sinusoidal_2d.MODEL,
+        t5_bias.MODEL,
+        xpos.MODEL,
+    )
 }
 """The models whose inputs are positions (the rows a runtime needs)."""
 
