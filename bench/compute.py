@@ -20,7 +20,15 @@ Transformers' side, per family:
 - t5_bias: `T5Attention.compute_bias(Q, K)` with t5-base's shape (12 heads, 32 buckets);
 - sinusoidal: Whisper `sinusoids`, M2M100 `get_embedding` (padding row), Marian `create_weight`;
 - sinusoidal_2d: DETR `build_sine_position_embedding` (its lru_cache bypassed), ViTMAE
-  `build_2d_sinusoidal_position_embedding` plus ViTMAE's half rotation.
+  `build_2d_sinusoidal_position_embedding` plus ViTMAE's half rotation;
+- relative_index: Swin `SwinRelativePositionBias._create_relative_position_index` (the method
+  `__init__` stores as the `relative_position_index` buffer) for windows 7, 12, 24, and with a
+  bias table that method plus the module's forward (the gather); BEiT
+  `BeitRelativePositionBias.generate_relative_position_index` (its lru_cache bypassed) for
+  windows 14 and 24, and with a bias table that function plus `BeitRelativePositionBias.forward`;
+- learned: ViT `ViTEmbeddings.interpolate_pos_encoding` resampling vit-base's (197, 768) table
+  (random, seeded) from 14x14 to 24x24 (224 -> 384 pixels) and 32x32 (512), the same tensor
+  inline in posenc's `hf_vit` spec.
 
 Both sides run single-threaded by default (`--threads`) and with glibc's mmap threshold fixed
 (the bench re-executes itself with `MALLOC_MMAP_THRESHOLD_=131072`): every large allocation is
@@ -391,6 +399,177 @@ def sinusoidal_2d_cases() -> list[Case]:
     return cases
 
 
+def relative_index_cases(quick: bool) -> list[Case]:
+    from transformers import BeitConfig
+    from transformers.models.beit.modeling_beit import BeitRelativePositionBias
+    from transformers.models.swin.modeling_swin import SwinRelativePositionBias
+
+    cases = []
+    # Swin: __init__ stores `_create_relative_position_index().view(-1)` as the buffer; the
+    # method is timed, its (N, N) result compared (the buffer is a view of it).
+    for w in (7,) if quick else (7, 12, 24):
+
+        def swin_index(w: int = w) -> Callable[[], Tensors]:
+            module = SwinRelativePositionBias(1, (w, w))
+            return lambda: {"index": module._create_relative_position_index()}
+
+        n = w * w
+        cases.append(
+            Case(
+                "relative_index",
+                f"Swin _create_relative_position_index (window {w})",
+                f"({n:,}, {n:,}) int64",
+                {"kind": "relative_index", "scheme": "swin", "window_size": [w, w]},
+                swin_index,
+            )
+        )
+    # Swin with a bias table: the index as __init__ builds it, then forward's gather (which
+    # reads the buffer): both tables built by transformers' code.
+    for w, heads, model in (
+        ((7, 3, "Swin-T stage 1"),)
+        if quick
+        else (
+            (7, 3, "Swin-T stage 1"),
+            (12, 4, "Swin-B 384 stage 1"),
+        )
+    ):
+        torch.manual_seed(0)
+        swin = SwinRelativePositionBias(heads, (w, w))
+        with torch.no_grad():
+            swin.relative_position_bias_table.normal_()
+
+        def swin_bias(module: SwinRelativePositionBias = swin) -> Callable[[], Tensors]:
+            def run() -> Tensors:
+                with torch.no_grad():
+                    index = module._create_relative_position_index()
+                    return {"index": index, "bias": module()[0]}
+
+            return run
+
+        n = w * w
+        cases.append(
+            Case(
+                "relative_index",
+                f"Swin index + SwinRelativePositionBias.forward ({model}, {heads} heads)",
+                f"({heads}, {n:,}, {n:,}) + index",
+                {
+                    "kind": "relative_index",
+                    "scheme": "swin",
+                    "window_size": [w, w],
+                    "relative_position_bias_table": (
+                        swin.relative_position_bias_table.detach().tolist()
+                    ),
+                },
+                swin_bias,
+            )
+        )
+    # BEiT: the builder is wrapped in an lru_cache: time the computation, not a cache hit
+    beit_index = BeitRelativePositionBias.generate_relative_position_index.__wrapped__
+    for w in (14,) if quick else (14, 24):
+
+        def beit(w: int = w) -> Callable[[], Tensors]:
+            return lambda: {"index": beit_index((w, w))}
+
+        n = w * w + 1
+        cases.append(
+            Case(
+                "relative_index",
+                f"BEiT generate_relative_position_index (window {w}, +cls)",
+                f"({n:,}, {n:,}) int64",
+                {"kind": "relative_index", "scheme": "beit", "window_size": [w, w]},
+                beit,
+            )
+        )
+    # BEiT with a bias table: the index (uncached), then forward (its bilinear resize of the
+    # table to the same size, an exact identity, and the gather; the index inside forward is an
+    # lru_cache hit, the index having been built just before).
+    for w, heads, model in (
+        ((14, 12, "beit-base 224"),)
+        if quick
+        else (
+            (14, 12, "beit-base 224"),
+            (24, 16, "beit-large 384"),
+        )
+    ):
+        torch.manual_seed(0)
+        config = BeitConfig(image_size=16 * w, patch_size=16, num_attention_heads=heads)
+        beit = BeitRelativePositionBias(config)
+        with torch.no_grad():
+            beit.relative_position_bias_table.normal_()
+
+        def beit_bias(module: BeitRelativePositionBias = beit, w: int = w) -> Callable[[], Tensors]:
+            def run() -> Tensors:
+                with torch.no_grad():
+                    index = beit_index((w, w))
+                    return {"index": index, "bias": module((w, w))[0]}
+
+            return run
+
+        n = w * w + 1
+        cases.append(
+            Case(
+                "relative_index",
+                f"BEiT index + BeitRelativePositionBias.forward ({model}, {heads} heads)",
+                f"({heads}, {n:,}, {n:,}) + index",
+                {
+                    "kind": "relative_index",
+                    "scheme": "beit",
+                    "window_size": [w, w],
+                    "relative_position_bias_table": (
+                        beit.relative_position_bias_table.detach().tolist()
+                    ),
+                },
+                beit_bias,
+            )
+        )
+    return cases
+
+
+def learned_cases(quick: bool) -> list[Case]:
+    from transformers import ViTConfig
+    from transformers.models.vit.modeling_vit import ViTEmbeddings
+
+    # vit-base-patch16-224: a (1, 197, 768) table, random but seeded; posenc gets the same
+    # float32 values inline (tolist() round-trips float32 exactly).
+    torch.manual_seed(0)
+    module = ViTEmbeddings(ViTConfig(image_size=224, patch_size=16, hidden_size=768))
+    with torch.no_grad():
+        module.position_embeddings.normal_()
+    table = module.position_embeddings.detach()[0].tolist()
+    cases = []
+    for side in (24,) if quick else (24, 32):
+
+        def vit(side: int = side) -> Callable[[], Tensors]:
+            # the model's patch embeddings: only their shape is read
+            embeddings = torch.zeros(1, 1 + side * side, 768)
+
+            def run() -> Tensors:
+                with torch.no_grad():
+                    return {
+                        "embedding": module.interpolate_pos_encoding(
+                            embeddings, 16 * side, 16 * side
+                        )[0]
+                    }
+
+            return run
+
+        cases.append(
+            Case(
+                "learned",
+                f"ViTEmbeddings.interpolate_pos_encoding (197x768 -> {side}x{side})",
+                f"({1 + side * side:,}, 768)",
+                {
+                    "kind": "learned",
+                    "method": "hf_vit",
+                    "table": table,
+                    "new_grid": [side, side],
+                },
+                vit,
+            )
+        )
+    return cases
+
+
 def compare(ours: Tensors, ref: Tensors, exact: bool) -> str:
     """'bit-identical', or the largest relative difference (or 'DIFFERENT' with shapes)."""
     worst = 0.0
@@ -620,6 +799,8 @@ def main(argv: list[str] | None = None) -> int:
             + t5_cases((512,) if args.quick else (512, 1024, 2048))
             + sinusoidal_cases(args.quick)
             + sinusoidal_2d_cases()
+            + relative_index_cases(args.quick)
+            + learned_cases(args.quick)
         )
         if args.only:
             cases = [c for c in cases if c.family.startswith(args.only)]

@@ -202,6 +202,9 @@ def _normalise(value: Any) -> Any:
         return value
     if kind is dict:
         return {k: _normalise(v) for k, v in value.items() if v is not None}
+    if (kind is list or kind is tuple) and all(type(v) is float for v in value):
+        # rows of inline weights: x + 0.0 is x, and turns -0.0 into 0.0 (no NaN/inf in specs)
+        return [v + 0.0 for v in value]
     if isinstance(value, float):
         return 0.0 if value == 0.0 else float(value)
     if isinstance(value, dict):
