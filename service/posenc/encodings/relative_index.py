@@ -266,11 +266,16 @@ def compute_relative_index(
     spec: RelativeIndexSpec, device: torch.device
 ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """`index` (rows, cols) int64 and, with a table E (num_relative_distance, H),
-    `bias = E[index].permute(2, 0, 1)` (H, rows, cols) in `dtype`."""
+    `bias = E[index].permute(2, 0, 1)` (H, rows, cols) in `dtype`: gathered head-major from E's
+    transpose (H, num_relative_distance) straight into the (H, rows * cols) layout, one pass with
+    no permuting copy (a gather selects values: bit-identical), then cast."""
     index = relative_index(spec, device)
     tensors = {"index": index}
     if spec.relative_position_bias_table is not None:
         table = torch.tensor(spec.relative_position_bias_table, dtype=torch.float32, device=device)
-        tensors["bias"] = table[index].permute(2, 0, 1).contiguous().to(DTYPES[spec.dtype])
+        heads = table.shape[1]
+        by_head = table.t().contiguous()  # (H, num_relative_distance)
+        bias = torch.index_select(by_head, 1, index.reshape(-1)).view(heads, *index.shape)
+        tensors["bias"] = bias.to(DTYPES[spec.dtype])
     facts: dict[str, Any] = {"num_relative_distance": spec.num_relative_distance()}
     return tensors, facts
