@@ -25,6 +25,7 @@ from typing import Any
 
 from fastapi.routing import APIRoute
 from starlette._utils import get_route_path
+from starlette.convertors import StringConvertor
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -48,7 +49,7 @@ def _arguments(route: APIRoute) -> tuple[str, ...]:
             f"hot route {route.path}: the endpoint must take (request, <path parameters>), "
             f"takes {names}"
         )
-    if any(type(c).__name__ != "StringConvertor" for c in route.param_convertors.values()):
+    if not all(isinstance(c, StringConvertor) for c in route.param_convertors.values()):
         raise ValueError(f"hot route {route.path}: path parameters must be plain strings")
     return tuple(names[1:])
 

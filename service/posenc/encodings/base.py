@@ -196,12 +196,11 @@ _PLAIN = (str, int, bool)
 
 def _normalise(value: Any) -> Any:
     """Floats normalised (-0.0 -> 0.0, subclasses -> float), None dropped from dicts, tuples as
-    lists, recursively (exact types tested first: this runs once per table and per request)."""
+    lists, recursively (plain values and float rows tested first: this runs once per table and
+    per request)."""
     kind = type(value)
     if kind in _PLAIN or value is None:
         return value
-    if kind is dict:
-        return {k: _normalise(v) for k, v in value.items() if v is not None}
     if (kind is list or kind is tuple) and all(type(v) is float for v in value):
         # rows of inline weights: x + 0.0 is x, and turns -0.0 into 0.0 (no NaN/inf in specs)
         return [v + 0.0 for v in value]

@@ -31,8 +31,7 @@ def empty(
 ) -> torch.Tensor:
     """An uninitialised contiguous tensor, in a mapping of its own when large and on the CPU."""
     dev = torch.device(device)
-    numel = math.prod(shape)
-    nbytes = numel * torch.empty((), dtype=dtype).element_size()
+    nbytes = math.prod(shape) * dtype.itemsize
     if dev.type != "cpu" or nbytes < OWN_MAPPING_BYTES:
         return torch.empty(tuple(shape), dtype=dtype, device=dev)
     region = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)

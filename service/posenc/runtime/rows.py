@@ -26,15 +26,18 @@ def unique_rows(positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return uniq, inverse
 
 
-def row_index(positions: torch.Tensor, start: int, rows: int) -> torch.Tensor | None:
+def row_index(
+    positions: torch.Tensor, start: int, rows: int, bounds: tuple[int, int] | None = None
+) -> torch.Tensor | None:
     """Rows of a table holding positions `start .. start+rows-1` for `positions` (any shape, any
     numeric dtype), as int64 on the same device; None unless every position is an integer inside.
+    `bounds`: `extent(positions)` when the caller has it (integer positions).
     """
     if positions.numel() == 0:
         return positions.to(torch.int64)
     if positions.is_floating_point() and not bool(torch.all(positions == positions.floor())):
         return None
-    lo, hi = extent(positions)
+    lo, hi = extent(positions) if bounds is None else bounds
     if lo < start or hi >= start + rows:
         return None
     index = positions.to(torch.int64)

@@ -16,7 +16,6 @@ from typing import Any
 import orjson
 import torch
 
-from posenc.api.memo import JsonMemo
 from posenc.api.oip.codec import (
     DATATYPE_OF_NAME,
     DATATYPES,
@@ -168,14 +167,15 @@ def check_unknown_inputs(request: InferRequest, model: OipModel) -> None:
         )
 
 
-def positions_in_range(t: torch.Tensor, name: str, limit: int) -> None:
-    """Integer positions must lie in [0, limit)."""
+def positions_in_range(t: torch.Tensor, name: str, limit: int) -> tuple[int, int] | None:
+    """Integer positions must lie in [0, limit); returns their (min, max), None when empty."""
     if t.numel() == 0:
-        return
+        return None
     lo, hi = extent(t)
     if lo < 0 or hi >= limit:
         bad = lo if lo < 0 else hi
         raise bad_request(f"input {name!r}: positions must be in [0, {limit}), got {bad}")
+    return lo, hi
 
 
 def wanted_outputs(
@@ -228,7 +228,7 @@ DATATYPES_ITEMSIZE: dict[str, int] = {
 class SpecInfo:
     """A canonical spec with what every request about it needs: its content key, its outputs'
     shapes, its table's size in bytes and the response parameters that echo it (computed once,
-    see `ParameterMemo`).
+    see `api/memo.py`).
     """
 
     spec: SpecBase
@@ -250,11 +250,6 @@ def describe(spec: SpecBase) -> SpecInfo:
     }
     outputs = canon.outputs()
     return SpecInfo(canon, key, outputs, sum(t.nbytes for t in outputs.values()), echo)
-
-
-ParameterMemo = JsonMemo
-"""What a model derives from request parameters (validated spec, key...), per distinct
-parameters (`api/memo.py`): a decode loop sends the same parameters every step."""
 
 
 def spec_parameters(info: SpecInfo | None, source: str, device: str) -> dict[str, Any]:

@@ -23,13 +23,13 @@ from typing import Any
 
 import torch
 
+from posenc.api.memo import JsonMemo
 from posenc.api.oip.codec import InferRequest, bad_request
 from posenc.api.oip.context import OipContext
 from posenc.api.oip.models.base import (
     INDEX_TYPES,
     InferResult,
     OipModel,
-    ParameterMemo,
     SpecInfo,
     TensorDecl,
     admit,
@@ -86,7 +86,7 @@ class RopeRequest:
         return self.info.spec
 
 
-MEMO: ParameterMemo[RopeRequest] = ParameterMemo()
+MEMO: JsonMemo[RopeRequest] = JsonMemo()
 
 
 def build_spec(parameters: dict[str, Any]) -> RopeRequest:
@@ -171,7 +171,7 @@ async def infer(ctx: OipContext, request: InferRequest) -> InferResult:
     positions = get_input(request, POSITION_IDS)
     assert positions is not None
     positions = positions.to(torch.int64)
-    positions_in_range(positions, "position_ids", MAX_POSITIONS)
+    bounds = positions_in_range(positions, "position_ids", MAX_POSITIONS)
     mrope = section is not None and positions.dim() >= 1 and positions.shape[0] == 3
     lead = tuple(positions.shape[1:] if mrope else positions.shape)
 
@@ -186,7 +186,7 @@ async def infer(ctx: OipContext, request: InferRequest) -> InferResult:
     }
     nbytes = admit(ctx, request, planned)
 
-    index = row_index(positions, 0, spec.max_positions)
+    index = row_index(positions, 0, spec.max_positions, bounds)
     if index is not None and ctx.fits_cache(parsed.info.nbytes):
         table, source = await ctx.table(spec, parsed.info.key)
         src = table.tensors

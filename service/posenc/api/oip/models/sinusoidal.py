@@ -14,12 +14,12 @@ from typing import Any
 
 import torch
 
+from posenc.api.memo import JsonMemo
 from posenc.api.oip.codec import InferRequest, bad_request
 from posenc.api.oip.context import OipContext
 from posenc.api.oip.models.base import (
     InferResult,
     OipModel,
-    ParameterMemo,
     SpecInfo,
     TensorDecl,
     admit,
@@ -51,7 +51,7 @@ OUTPUTS = (
     ),
 )
 TABLE_FIELDS = ("max_positions", "position_offset")
-MEMO: ParameterMemo[SpecInfo] = ParameterMemo()
+MEMO: JsonMemo[SpecInfo] = JsonMemo()
 
 
 def _sinusoidal(spec: dict[str, Any]) -> SinusoidalSpec:

@@ -27,13 +27,13 @@ from typing import Any
 
 import torch
 
+from posenc.api.memo import JsonMemo
 from posenc.api.oip.codec import InferRequest, bad_request
 from posenc.api.oip.context import OipContext
 from posenc.api.oip.models.base import (
     INDEX_TYPES,
     InferResult,
     OipModel,
-    ParameterMemo,
     SpecInfo,
     TensorDecl,
     admit,
@@ -47,7 +47,7 @@ from posenc.api.oip.models.base import (
 from posenc.api.oip.params import merged_spec
 from posenc.encodings import TensorInfo, parse_spec
 from posenc.encodings.xpos import MAX_POSITIONS, XposSpec, log_range, xpos_rows
-from posenc.runtime.rows import consecutive, extent, gather_rows, row_index, unique_rows
+from posenc.runtime.rows import consecutive, gather_rows, row_index, unique_rows
 
 POSITION_IDS = TensorDecl(
     "position_ids",
@@ -75,7 +75,7 @@ OUTPUTS = (
     TensorDecl("scale_q", "FP32", (-1, -1), "factored: s, position_ids.shape + [w]", FLOATS),
     TensorDecl("scale_k", "FP32", (-1, -1), "factored: 1 / s, position_ids.shape + [w]", FLOATS),
 )
-MEMO: ParameterMemo[SpecInfo] = ParameterMemo()
+MEMO: JsonMemo[SpecInfo] = JsonMemo()
 
 
 def build_spec(parameters: dict[str, Any]) -> SpecInfo:
@@ -85,13 +85,14 @@ def build_spec(parameters: dict[str, Any]) -> SpecInfo:
     return describe(spec)
 
 
-def check_decay(spec: XposSpec, positions: torch.Tensor) -> None:
-    """Positions outside the table must keep |ln s| within the dtype's normal range, as the
-    spec's validation demands of the table's own rows (400 naming `position_ids`)."""
-    if positions.numel() == 0:
+def check_decay(spec: XposSpec, bounds: tuple[int, int] | None) -> None:
+    """Positions outside the table (`bounds`: their min and max, None when there are none) must
+    keep |ln s| within the dtype's normal range, as the spec's validation demands of the table's
+    own rows (400 naming `position_ids`)."""
+    if bounds is None:
         return
     c = spec.resolved_centre()
-    lo, hi = extent(positions)
+    lo, hi = bounds
     far = lo if abs(lo - c) >= abs(hi - c) else hi
     peak, limit = spec.log_scale_at(abs(far - c)), log_range(spec.dtype)
     if peak > limit:
@@ -113,7 +114,7 @@ async def infer(ctx: OipContext, request: InferRequest) -> InferResult:
     if positions.dim() == 0:
         raise bad_request("input 'position_ids' must have rank 1 or more, got shape []")
     positions = positions.to(torch.int64)
-    positions_in_range(positions, "position_ids", MAX_POSITIONS)
+    bounds = positions_in_range(positions, "position_ids", MAX_POSITIONS)
     lead = tuple(positions.shape)
 
     infos = info.outputs
@@ -122,10 +123,10 @@ async def infer(ctx: OipContext, request: InferRequest) -> InferResult:
     names = wanted_outputs(request, MODEL, available, list(infos))
     planned = {n: TensorInfo(lead + infos[n].shape[1:], infos[n].dtype) for n in names}
 
-    index = row_index(positions, spec.position_offset, spec.max_positions)
+    index = row_index(positions, spec.position_offset, spec.max_positions, bounds)
     cached = index is not None and ctx.fits_cache(info.nbytes)
     if not cached:
-        check_decay(spec, positions)
+        check_decay(spec, bounds)
     nbytes = admit(ctx, request, planned)
 
     if cached and index is not None:
