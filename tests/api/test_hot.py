@@ -14,12 +14,16 @@ from typing import Any
 
 import httpx
 import pytest
+import torch
 from fastapi import APIRouter, Depends, Request
 from fastapi.routing import APIRoute
+from safetensors.torch import save as safetensors_save
 from starlette.responses import Response
 
 from posenc.api.app import HOT_ROUTES, hot_routes
 from posenc.api.hot import HotRoutes
+from posenc.encodings import content_key, parse_spec
+from posenc.encodings.weights import table_key
 from tests.api.metrics_util import scrape, value
 from tests.conftest import ServerHandle, start_server
 
@@ -102,6 +106,51 @@ def test_hot_routes_answer_as_fastapi_does(
     status = got[0]
     if path.startswith("/v1/tables/{key}") and method == "GET" and "?" not in path:
         assert status in (200, 304)
+
+
+BIAS_TABLE = torch.randn(38, 4, generator=torch.Generator().manual_seed(60))
+BEIT = {"kind": "relative_index", "scheme": "beit", "window_size": [4, 3]}
+"""A key-only relative_index spec: its bias table (38, 4) is uploaded to both servers first."""
+BY_KEY = {
+    **BEIT,
+    "relative_position_bias_table_key": table_key(BIAS_TABLE),
+    "relative_position_bias_table_shape": [38, 4],
+}
+UNKNOWN = {**BY_KEY, "relative_position_bias_table_key": "d" * 64}
+TABLE_REQUESTS: list[tuple[str, str, dict[str, Any], int]] = [
+    ("POST", "/v1/tables", {"json": BY_KEY}, 200),
+    ("POST", "/v1/tables?format=json&tensor=bias", {"json": BY_KEY}, 200),
+    ("GET", "/v1/tables/{key}", {}, 200),
+    ("POST", "/v1/tables", {"json": UNKNOWN}, 404),
+    (
+        "POST",
+        "/v1/tables",
+        {"json": {**BY_KEY, "relative_position_bias_table_shape": [38, 5]}},
+        422,
+    ),
+    ("POST", "/v2/models/relative_index/infer", {"json": {"parameters": {"spec": BY_KEY}}}, 200),
+    ("POST", "/v2/models/relative_index/infer", {"json": {"parameters": {"spec": UNKNOWN}}}, 404),
+]
+
+
+def test_uploaded_tables_are_bound_as_fastapi_binds_them(
+    servers: tuple[ServerHandle, ServerHandle],
+) -> None:
+    """Key-only specs (memoised once per JSON body for every server in the process) are bound
+    from each server's own table store on the hot path exactly as through FastAPI."""
+    body = safetensors_save({"relative_position_bias_table": BIAS_TABLE})
+    for server in servers:
+        with server.client() as c:
+            r = c.post("/v1/uploads", content=body)
+            assert r.status_code == 201, r.text
+    hot, plain = servers
+    key = content_key(parse_spec(BY_KEY))
+    for method, path, kw, status in TABLE_REQUESTS:
+        got = _exchange(hot, key, method, path, kw)
+        assert got == _exchange(plain, key, method, path, kw), (method, path)
+        assert got[0] == status, (method, path, got[2][:300])
+        if status == 404:
+            assert b"unknown_table" in got[2] or b"/v1/uploads" in got[2]
 
 
 def test_only_the_default_server_dispatches(servers: tuple[ServerHandle, ServerHandle]) -> None:

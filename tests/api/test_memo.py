@@ -3,12 +3,15 @@ and its use by `POST /v1/tables` (one canonicalisation per distinct body)."""
 
 from __future__ import annotations
 
+import io
+
 import httpx
 import numpy as np
 import pytest
 
 from posenc.api import tables
 from posenc.api.memo import JsonMemo
+from posenc.encodings.weights import WeightTableSpec
 
 
 def test_values_are_built_once_per_distinct_json() -> None:
@@ -62,3 +65,29 @@ def test_posted_specs_are_canonicalised_once(client: httpx.Client) -> None:
     r = client.post("/v1/tables", json=inline)
     assert r.status_code == 200, r.status_code
     assert len(tables.SPECS) == size  # a table inline is too large to remember
+
+
+def test_key_only_specs_are_remembered_unbound(client: httpx.Client) -> None:
+    """A spec naming its weight table by key is remembered as parsed (no values): every request
+    binds the table from the server's store, so a dropped upload is a 404, never stale values."""
+    weights = np.arange(14, dtype=np.float32).reshape(7, 2) / 4  # shaw k=3: 7 rows, 2 heads
+    buf = io.BytesIO()
+    np.save(buf, weights)
+    key = client.post("/v1/uploads", content=buf.getvalue()).json()["table_key"]
+    spec = {
+        "kind": "relative_index",
+        "scheme": "shaw",
+        "max_relative_position": 3,
+        "key_length": 5,
+        "relative_position_bias_table_key": key,
+        "relative_position_bias_table_shape": [7, 2],
+    }
+    first = client.post("/v1/tables", json=spec)
+    assert first.status_code == 200, first.text
+    remembered, content_key = tables.SPECS.get(spec, lambda: pytest.fail("not remembered"))
+    assert content_key == first.headers["x-posenc-key"]
+    assert isinstance(remembered, WeightTableSpec)
+    assert remembered.bound is None
+    again = client.post("/v1/tables", json=spec)
+    assert again.headers["x-posenc-cache"] == "hit"
+    assert again.content == first.content

@@ -1,7 +1,8 @@
-"""/v1/uploads and `learned` tables by key: uploads as safetensors and .npy, content keys equal to
-`learned.table_key`, resampling through /v1 and /v2 equal to `posenc.encodings.compute` with the
-table inline, bad bodies (400), the upload cap (413 before the body is read), the table store's
-budget and eviction, idempotent re-uploads, an ONNX graph of an uploaded table."""
+"""/v1/uploads and weight tables by key (`learned` tables, `relative_index` bias tables): uploads
+as safetensors and .npy, content keys equal to `weights.table_key`, tables through /v1 and /v2 equal
+to `posenc.encodings.compute` with the table inline, bad bodies (400), the upload cap (413 before
+the body is read), the table store's budget and eviction, idempotent re-uploads, unknown keys (404
+naming the family's key field), ONNX graphs of uploaded tables."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from safetensors.torch import save as safetensors_save
 from tritonclient.utils import InferenceServerException
 
 from posenc.encodings import compute, content_key, parse_spec
-from posenc.encodings.learned import table_key
+from posenc.encodings.weights import table_key
 from tests.api.v2client import as_torch, assert_equal, outputs, spec_param, url
 from tests.api.wire import decode
 from tests.conftest import ServerHandle, start_server
@@ -352,3 +353,153 @@ def test_onnx_graph_of_an_uploaded_table(server: ServerHandle, client: httpx.Cli
     missing = client.post("/v1/onnx", json={"spec": unknown})
     assert missing.status_code == 404
     assert missing.json()["error_type"] == "unknown_table"
+
+
+# --- relative_index: a bias table uploaded once, named by key ---------------------------------
+
+BEIT = {"kind": "relative_index", "scheme": "beit", "window_size": [4, 3]}
+"""num_relative_distance (2*4 - 1)(2*3 - 1) + 3 = 38."""
+SHAW = {"kind": "relative_index", "scheme": "shaw", "max_relative_position": 3, "key_length": 9}
+"""num_relative_distance 2*3 + 1 = 7."""
+
+
+def bias_by_key(key: str, table: torch.Tensor) -> dict[str, Any]:
+    return {
+        "relative_position_bias_table_key": key,
+        "relative_position_bias_table_shape": list(table.shape),
+    }
+
+
+def test_relative_index_bias_by_uploaded_key_equals_inline(
+    server: ServerHandle, client: httpx.Client
+) -> None:
+    table = random_table(38, 12, seed=50)
+    body = safetensors_save({"relative_position_bias_table": table, "qkv": torch.zeros(2, 2)})
+    r = upload(client, body, headers=SAFETENSORS, params={"tensor": "relative_position_bias_table"})
+    assert r.status_code == 201, r.text
+    key = table_key(table)
+    assert r.json()["table_key"] == key
+    assert r.json()["shape"] == [38, 12]
+    named = {**BEIT, **bias_by_key(key, table), "dtype": "bfloat16"}
+    inline = {**BEIT, "relative_position_bias_table": table.tolist(), "dtype": "bfloat16"}
+    got = client.post("/v1/tables", json=named)
+    assert got.status_code == 200, got.text
+    assert got.headers["x-posenc-cache"] == "miss"
+    # the inline spec and its uploaded twin are one table: one content key, the same bytes
+    want = client.post("/v1/tables", json=inline)
+    assert want.status_code == 200, want.text
+    assert want.headers["x-posenc-cache"] == "hit"
+    assert got.headers["x-posenc-key"] == want.headers["x-posenc-key"]
+    assert got.headers["x-posenc-key"] == content_key(parse_spec(inline))
+    assert got.content == want.content
+    core = compute(parse_spec(inline), server.device).tensors
+    tensors = decode(got)
+    assert torch.equal(tensors["index"], core["index"].cpu())
+    assert torch.equal(tensors["bias"], core["bias"].cpu())
+    assert tensors["bias"].shape == (12, 13, 13)
+    by_url = client.get(got.headers["content-location"])
+    assert by_url.status_code == 200
+    assert by_url.content == got.content
+    rows = client.post("/v1/tables?format=json&tensor=bias", json=named)
+    assert rows.status_code == 200, rows.text
+    assert rows.content == client.post("/v1/tables?format=json&tensor=bias", json=inline).content
+
+
+def test_relative_index_inline_tables_are_stored(client: httpx.Client) -> None:
+    table = random_table(7, 3, seed=51)
+    key = table_key(table)
+    assert client.get(f"/v1/uploads/{key}").status_code == 404
+    inline = client.post(
+        "/v1/tables", json={**SHAW, "relative_position_bias_table": table.tolist()}
+    )
+    assert inline.status_code == 200, inline.text
+    assert client.get(f"/v1/uploads/{key}").json()["shape"] == [7, 3]
+    # the canonical, key-only spec now works with other lengths too
+    other = client.post("/v1/tables", json={**SHAW, **bias_by_key(key, table), "key_length": 20})
+    assert other.status_code == 200, other.text
+    assert decode(other)["bias"].shape == (3, 20, 20)
+
+
+def test_relative_index_unknown_keys_and_bad_shapes(client: httpx.Client) -> None:
+    missing = {**BEIT, **bias_by_key("c" * 64, random_table(38, 4, seed=52))}
+    r = client.post("/v1/tables", json=missing)
+    assert r.status_code == 404, r.text
+    body = r.json()
+    assert body["error_type"] == "unknown_table"
+    assert body["detail"][0]["field"] == "relative_position_bias_table_key"
+    assert "/v1/uploads" in body["error"]
+    # the stored table is (38, 5), the spec says (38, 4)
+    stored = random_table(38, 5, seed=53)
+    key = upload(client, npy_bytes(stored.numpy()), headers=NPY).json()["table_key"]
+    wrong = {**BEIT, "relative_position_bias_table_key": key}
+    r = client.post("/v1/tables", json={**wrong, "relative_position_bias_table_shape": [38, 4]})
+    assert r.status_code == 422, r.text
+    assert r.json()["error_type"] == "invalid_spec"
+    assert r.json()["detail"][0]["field"] == "relative_position_bias_table_shape"
+    assert "[38, 5]" in r.json()["detail"][0]["message"]
+    # a shape the scheme cannot have, both sources, a malformed key: named before any lookup
+    for spec, field in [
+        ({**wrong, "relative_position_bias_table_shape": [37, 5]}, "shape"),
+        ({**wrong, "relative_position_bias_table": stored.tolist()}, ""),
+        ({**BEIT, **bias_by_key("C" * 64, stored)}, "key"),
+    ]:
+        r = client.post("/v1/tables", json=spec)
+        assert r.status_code == 422, r.text
+        assert r.json()["error_type"] == "invalid_spec"
+        named = "relative_position_bias_table" + (f"_{field}" if field else "")
+        assert r.json()["detail"][0]["field"] == named
+    ok = client.post("/v1/tables", json={**wrong, "relative_position_bias_table_shape": [38, 5]})
+    assert ok.status_code == 200, ok.text
+
+
+@pytest.mark.parametrize("binary", [True, False], ids=["binary", "json"])
+def test_v2_relative_index_model_with_an_uploaded_key(
+    server: ServerHandle, client: httpx.Client, binary: bool
+) -> None:
+    table = random_table(38, 4, seed=54)
+    key = upload(client, npy_bytes(table.numpy()), headers=NPY).json()["table_key"]
+    triton = http.InferenceServerClient(url(server))
+    result = triton.infer(
+        "relative_index",
+        [],
+        outputs=outputs(["index", "bias"], binary),
+        parameters=spec_param({**BEIT, **bias_by_key(key, table)}),
+    )
+    inline = parse_spec({**BEIT, "relative_position_bias_table": table.tolist()})
+    want = compute(inline, server.device).tensors
+    assert_equal(as_torch(result, "index"), want["index"].cpu())
+    assert_equal(as_torch(result, "bias"), want["bias"].cpu())
+    parameters = result.get_response()["parameters"]
+    assert parameters["posenc_key"] == content_key(inline)
+    assert "relative_position_bias_table_key" in parameters["posenc_spec"]
+    unknown = {**BEIT, **bias_by_key("f" * 64, table)}
+    with pytest.raises(InferenceServerException) as err:
+        triton.infer("relative_index", [], parameters=spec_param(unknown))
+    assert err.value.status() == "404"
+    assert "/v1/uploads" in str(err.value.message())
+
+
+def test_onnx_relative_index_graph_of_an_uploaded_table(client: httpx.Client) -> None:
+    table = random_table(7, 2, seed=55)
+    key = upload(client, npy_bytes(table.numpy()), headers=NPY).json()["table_key"]
+    named = {**SHAW, **bias_by_key(key, table)}
+    r = client.post("/v1/onnx", json={"spec": named, "mode": "compute"})
+    assert r.status_code == 200, r.text
+    inline = {**SHAW, "relative_position_bias_table": table.tolist()}
+    twin = client.post("/v1/onnx", json={"spec": inline, "mode": "compute"})
+    assert twin.status_code == 200, twin.text
+    assert twin.headers["x-posenc-key"] == r.headers["x-posenc-key"]
+    assert twin.content == r.content
+    session = ort.InferenceSession(r.content, providers=["CPUExecutionProvider"])
+    assert [i.name for i in session.get_inputs()] == ["query_positions", "key_positions"]
+    queries, keys = np.arange(9, dtype=np.int64), np.arange(9, dtype=np.int64)
+    _, bias = session.run(None, {"query_positions": queries, "key_positions": keys})
+    want = compute(parse_spec(inline)).tensors["bias"]
+    assert torch.equal(torch.from_numpy(bias), want[None])
+    again = client.get(r.headers["content-location"])
+    assert again.status_code == 200
+    assert again.content == r.content
+    missing = client.post("/v1/onnx", json={"spec": {**SHAW, **bias_by_key("e" * 64, table)}})
+    assert missing.status_code == 404
+    assert missing.json()["error_type"] == "unknown_table"
+    assert missing.json()["detail"][0]["field"] == "relative_position_bias_table_key"

@@ -680,6 +680,18 @@ def test_beit_index_and_bias_equal_beit_relative_position_bias() -> None:
     table = module.relative_position_bias_table.detach().tolist()
     (named,) = resolve_hf_config(config, relative_position_bias_table=table)
     assert torch.equal(compute(named.spec).tensors["bias"], hf)
+    # the checkpoint's table uploaded to a TableStore and named by key: the same spec key and bias
+    from posenc.encodings.weights import TableStore, resolve_tables
+
+    store = TableStore()
+    key = store.put(module.relative_position_bias_table.detach())
+    (by_key,) = resolve_hf_config(
+        config,
+        relative_position_bias_table_key=key,
+        relative_position_bias_table_shape=[732, 12],
+    )
+    assert content_key(by_key.spec) == content_key(named.spec)
+    assert torch.equal(compute(resolve_tables(by_key.spec, store)).tensors["bias"], hf)
 
 
 def test_data2vec_vision_shared_bias_on_a_non_square_grid() -> None:
@@ -736,7 +748,7 @@ def test_vit_learned_table_equals_interpolate_pos_encoding(height: int, width: i
     what ViTEmbeddings adds with interpolate_pos_encoding=True."""
     from transformers.models.vit.modeling_vit import ViTEmbeddings
 
-    from posenc.encodings.learned import TableStore, resolve_tables
+    from posenc.encodings.weights import TableStore, resolve_tables
 
     config = load("google__vit-base-patch16-224-in21k.json")
     torch.manual_seed(0)

@@ -1,11 +1,10 @@
 """Learned tables resampled, against the real functions: timm `resample_abs_pos_embed`,
 transformers `ViTEmbeddings` / `Dinov2Embeddings.interpolate_pos_encoding` (bit for bit), the
-published DINOv2 scale-factor code (transcribed golden), 1-D linear; the table store, content keys,
-validation and properties."""
+published DINOv2 scale-factor code (transcribed golden), 1-D linear; tables by key (the store
+itself is tested in test_weights.py), content keys, validation and properties."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import types
@@ -23,14 +22,8 @@ from transformers.models.vit.modeling_vit import ViTEmbeddings
 
 from posenc.encodings import SpecError, canonical_json, compute, content_key, parse_spec
 from posenc.encodings.base import FAMILIES
-from posenc.encodings.learned import (
-    MAX_INLINE_ENTRIES,
-    LearnedSpec,
-    TableStore,
-    UnknownTableError,
-    resolve_tables,
-    table_key,
-)
+from posenc.encodings.learned import MAX_INLINE_ENTRIES, LearnedSpec
+from posenc.encodings.weights import TableStore, UnknownTableError, resolve_tables, table_key
 from tests.encodings.timm_support import timm_layer
 
 
@@ -210,16 +203,7 @@ def test_linear_1d_align_corners_keeps_the_ends() -> None:
     assert torch.allclose(out[-1], table[-1], atol=1e-6)
 
 
-# --- keys, the store, resolution ---------------------------------------------------------------
-
-
-def test_table_key_formula() -> None:
-    table = random_table(5, 3)
-    header = b"posenc-table:float32:5x3\n"
-    want = hashlib.sha256(header + table.numpy().astype("<f4").tobytes()).hexdigest()
-    assert table_key(table) == want
-    assert table_key(table.double()) == want
-    assert table_key(table[None][0]) == want
+# --- keys and resolution (the key formula and the store: test_weights.py) ----------------------
 
 
 def test_inline_and_uploaded_share_one_key_and_table() -> None:
@@ -242,6 +226,7 @@ def test_unresolved_and_unknown_keys() -> None:
     with pytest.raises(UnknownTableError) as err:
         compute(s)
     assert err.value.error_type == "unknown_table"
+    assert err.value.problems[0].field == "table_key"
     with pytest.raises(UnknownTableError):
         resolve_tables(s, TableStore())
 
@@ -260,32 +245,14 @@ def test_resolving_an_inline_spec_stores_its_table() -> None:
     )
 
 
-def test_store_shape_mismatch_register_and_eviction() -> None:
+def test_stored_shape_mismatch_names_table_shape() -> None:
     table = random_table(6, 4)
-    store = TableStore(max_bytes=2 * 6 * 4 * 4)
+    store = TableStore()
     key = store.put(table)
     wrong_shape = spec(method="linear_1d", table_key=key, table_shape=[4, 6], new_length=3)
     with pytest.raises(SpecError) as err:
         resolve_tables(wrong_shape, store)
     assert err.value.problems[0].field == "table_shape"
-    with pytest.raises(SpecError) as err:
-        store.register("f" * 64, table)
-    assert err.value.problems[0].field == "table_key"
-    keys = [store.put(random_table(6, 4, seed=s)) for s in (1, 2)]
-    assert key not in store
-    assert all(k in store for k in keys)
-    assert store.nbytes == 2 * 6 * 4 * 4
-    assert len(store) == 2
-    assert store.lookup(keys[0]) is not None
-    store.put(random_table(6, 4, seed=3))
-    assert keys[0] in store  # recently used
-    assert keys[1] not in store
-    with pytest.raises(SpecError):
-        TableStore(max_bytes=10).put(table)
-    with pytest.raises(SpecError):
-        store.put(torch.tensor([[1.0, float("nan")]]))
-    with pytest.raises(SpecError):
-        store.put(torch.zeros(2, 2, 2))
 
 
 # --- validation -----------------------------------------------------------------------------------

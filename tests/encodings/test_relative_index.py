@@ -1,10 +1,12 @@
 """Relative position indices against timm (`gen_relative_position_index` in layers and in
 models/beit.py), transformers (Swin, BEiT, SpeechT5 modules) and tensor2tensor's published Shaw
-code, the bias gather against the modules, validation and properties."""
+code, the bias gather against the modules (the table inline and by content key), validation and
+properties."""
 
 from __future__ import annotations
 
 import ast
+import json
 import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,7 +23,8 @@ from transformers.models.swin.modeling_swin import SwinRelativePositionBias
 
 from posenc.encodings import SpecError, canonical_json, compute, content_key, parse_spec
 from posenc.encodings.base import FAMILIES
-from posenc.encodings.relative_index import RelativeIndexSpec
+from posenc.encodings.relative_index import MAX_HEADS, MAX_WEIGHTS, RelativeIndexSpec
+from posenc.encodings.weights import TableStore, UnknownTableError, resolve_tables, table_key
 from tests.encodings.timm_support import timm_layer
 
 WINDOWS = [(7, 7), (12, 12), (3, 5), (1, 4), (2, 1), (1, 1)]
@@ -35,6 +38,18 @@ def spec(**kw: Any) -> RelativeIndexSpec:
 
 def tensors(**kw: Any) -> dict[str, torch.Tensor]:
     return compute(spec(**kw)).tensors
+
+
+def by_key(table: torch.Tensor, **kw: Any) -> dict[str, torch.Tensor]:
+    """`tensors` of the key-only spec of `table`, bound from a store it was uploaded to."""
+    store = TableStore()
+    key = store.put(table)
+    named = spec(
+        relative_position_bias_table_key=key,
+        relative_position_bias_table_shape=list(table.shape),
+        **kw,
+    )
+    return compute(resolve_tables(named, store)).tensors
 
 
 # --- timm, imported without its package init (which needs torchvision) --------------------------
@@ -101,6 +116,7 @@ def test_swin_bias_equals_the_module(window: tuple[int, int]) -> None:
         scheme="swin", window_size=list(window), relative_position_bias_table=table.tolist()
     )
     assert torch.equal(out["bias"], module()[0].detach())
+    assert torch.equal(by_key(table, scheme="swin", window_size=list(window))["bias"], out["bias"])
 
 
 @pytest.mark.parametrize("side", [2, 5, 7])
@@ -114,6 +130,7 @@ def test_beit_bias_equals_the_module(side: int) -> None:
     out = tensors(scheme="beit", window_size=side, relative_position_bias_table=table.tolist())
     # transformers resamples the table bilinearly to the same size first: an exact identity
     assert torch.equal(out["bias"], module((side, side))[0].detach())
+    assert torch.equal(by_key(table, scheme="beit", window_size=side)["bias"], out["bias"])
 
 
 def test_transformers_beit_forward_resamples_non_square_windows() -> None:
@@ -235,12 +252,200 @@ def test_bias_dtype_and_outputs() -> None:
             "relative_position_bias_table",
         ),
         ({"scheme": "window", "window_size": 2}, "scheme"),
+        (
+            {"scheme": "swin", "window_size": 1, "relative_position_bias_table": [[1e39]]},
+            "relative_position_bias_table",
+        ),
     ],
 )
 def test_bad_specs_name_the_field(kw: dict[str, Any], field: str) -> None:
     with pytest.raises(SpecError) as err:
         spec(**kw)
     assert any(p.field.split(".")[0] == field for p in err.value.problems)
+
+
+KEY = "ab" * 32
+SWIN2 = {"scheme": "swin", "window_size": 2}
+"""num_relative_distance (2*2 - 1)^2 = 9."""
+
+
+@pytest.mark.parametrize(
+    ("kw", "field", "says"),
+    [
+        (
+            SWIN2
+            | {
+                "relative_position_bias_table": [[0.0]] * 9,
+                "relative_position_bias_table_key": KEY,
+                "relative_position_bias_table_shape": [9, 1],
+            },
+            "relative_position_bias_table",
+            "at most one of",
+        ),
+        (
+            SWIN2 | {"relative_position_bias_table_key": KEY},
+            "relative_position_bias_table_shape",
+            "num_relative_distance=9",
+        ),
+        (
+            SWIN2
+            | {
+                "relative_position_bias_table_key": KEY,
+                "relative_position_bias_table_shape": [8, 2],
+            },
+            "relative_position_bias_table_shape",
+            "num_relative_distance=9",
+        ),
+        (
+            {"scheme": "beit", "window_size": 2}
+            | {
+                "relative_position_bias_table_key": KEY,
+                "relative_position_bias_table_shape": [9, 2],
+            },
+            "relative_position_bias_table_shape",
+            "num_relative_distance=12",
+        ),
+        (
+            SWIN2
+            | {
+                "relative_position_bias_table_key": KEY,
+                "relative_position_bias_table_shape": [9, MAX_HEADS + 1],
+            },
+            "relative_position_bias_table_shape",
+            f"1..{MAX_HEADS}",
+        ),
+        (
+            {"scheme": "shaw", "max_relative_position": 100_000, "key_length": 4}
+            | {
+                "relative_position_bias_table_key": KEY,
+                "relative_position_bias_table_shape": [200_001, 8],
+            },
+            "relative_position_bias_table_shape",
+            f"at most {MAX_WEIGHTS} entries",
+        ),
+        (
+            SWIN2
+            | {
+                "relative_position_bias_table_key": KEY,
+                "relative_position_bias_table_shape": [9, 0],
+            },
+            "relative_position_bias_table_shape",
+            "greater than or equal to 1",
+        ),
+        (
+            SWIN2
+            | {
+                "relative_position_bias_table_key": "AB" * 32,
+                "relative_position_bias_table_shape": [9, 2],
+            },
+            "relative_position_bias_table_key",
+            "[0-9a-f]{64}",
+        ),
+        (
+            SWIN2 | {"relative_position_bias_table_shape": [9, 2]},
+            "relative_position_bias_table_shape",
+            "only with relative_position_bias_table_key",
+        ),
+        (
+            SWIN2
+            | {
+                "relative_position_bias_table": [[0.0, 1.0]] * 9,
+                "relative_position_bias_table_shape": [9, 3],
+            },
+            "relative_position_bias_table_shape",
+            "[9, 2]",
+        ),
+        (
+            SWIN2 | {"dtype": "bfloat16"},
+            "dtype",
+            "relative_position_bias_table_key",
+        ),
+    ],
+)
+def test_bad_table_fields_name_the_field_and_range(
+    kw: dict[str, Any], field: str, says: str
+) -> None:
+    with pytest.raises(SpecError) as err:
+        spec(**kw)
+    (problem,) = err.value.problems
+    assert problem.field.split(".")[0] == field
+    assert says in problem.message
+
+
+def table_of(s: RelativeIndexSpec, heads: int, seed: int = 0) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(s.num_relative_distance(), heads, generator=gen)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"scheme": "swin", "window_size": [3, 4]},
+        {"scheme": "beit", "window_size": 5},
+        {"scheme": "shaw", "max_relative_position": 3, "key_length": 9, "query_offset": 2},
+        {"scheme": "speecht5", "max_relative_position": 4, "query_length": 6},
+    ],
+    ids=lambda f: str(f["scheme"]),
+)
+def test_inline_and_key_only_share_the_key_and_the_bias(fields: dict[str, Any]) -> None:
+    table = table_of(spec(**fields), heads=5)
+    key = table_key(table)
+    inline = spec(**fields, relative_position_bias_table=table.tolist(), dtype="float16")
+    named = spec(
+        **fields,
+        relative_position_bias_table_key=key,
+        relative_position_bias_table_shape=list(table.shape),
+        dtype="float16",
+    )
+    assert content_key(inline) == content_key(named)
+    assert canonical_json(inline) == canonical_json(named)
+    canon = json.loads(canonical_json(inline))
+    # the canonical form names the table by key and shape: not one float in it
+    assert "relative_position_bias_table" not in canon
+    assert canon["relative_position_bias_table_key"] == key
+    assert canon["relative_position_bias_table_shape"] == list(table.shape)
+    assert not [v for v in canon.values() if isinstance(v, float)]
+    # outputs need no lookup: H from the shape
+    assert named.canonical().outputs() == inline.canonical().outputs()
+    assert named.outputs()["bias"].shape[0] == 5
+    store = TableStore()
+    with pytest.raises(UnknownTableError):
+        resolve_tables(named, store)
+    assert store.put(table) == key
+    got = compute(resolve_tables(named, store))
+    want = compute(inline)
+    assert got.meta["key"] == want.meta["key"] == content_key(named)
+    for name in ("index", "bias"):
+        assert torch.equal(got.tensors[name], want.tensors[name])
+    # the gather of the float32 table, cast last, as timm's and transformers' forward
+    index = want.tensors["index"]
+    gathered = table[index.view(-1)].view(*index.shape, -1).permute(2, 0, 1).to(torch.float16)
+    assert torch.equal(want.tensors["bias"], gathered)
+
+
+def test_a_key_only_spec_computed_unbound_is_unknown_table() -> None:
+    named = spec(
+        scheme="swin",
+        window_size=2,
+        relative_position_bias_table_key=KEY,
+        relative_position_bias_table_shape=[9, 2],
+    )
+    with pytest.raises(UnknownTableError) as err:
+        compute(named)
+    assert err.value.error_type == "unknown_table"
+    assert err.value.problems[0].field == "relative_position_bias_table_key"
+    with pytest.raises(UnknownTableError) as err:
+        resolve_tables(named, TableStore())
+    assert err.value.problems[0].field == "relative_position_bias_table_key"
+
+
+def test_the_index_alone_names_no_table() -> None:
+    s = spec(scheme="beit", window_size=3)
+    assert s.named_table_shape() is None
+    assert s.num_heads is None
+    assert set(s.outputs()) == {"index"}
+    assert "relative_position_bias_table" not in canonical_json(s)
+    assert resolve_tables(s, TableStore()) is s
 
 
 def test_registered() -> None:

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from posenc.encodings import SpecError, compute, parse_spec
-from posenc.encodings.learned import table_key
+from posenc.encodings.weights import table_key
 from posenc.onnx import export, verify
 from tests.onnx.cases import run
 

@@ -1,6 +1,7 @@
 """relative_index/bias: the embedded Swin/BEiT/Shaw/SpeechT5 index and the bias gathered from the
 learned table (in the spec or as an input) equal the core bit for bit; Shaw/SpeechT5 in mode
-compute at lengths other than the spec's (query/key positions or KV-cache lengths)."""
+compute at lengths other than the spec's (query/key positions or KV-cache lengths); a table named
+by key exports once bound from the table store."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from typing import Any
 import pytest
 import torch
 
-from posenc.encodings import compute, parse_spec
+from posenc.encodings import SpecError, compute, parse_spec
+from posenc.encodings.weights import TableStore, resolve_tables
 from posenc.onnx import export, verify
 from tests.onnx.cases import run
 
@@ -95,3 +97,42 @@ def test_compute_mode_serves_any_length(scheme: str) -> None:
             },
         )
         assert torch.equal(cached["bias"], core["bias"][None])
+
+
+@pytest.mark.parametrize("case", ["beit 3x2", "shaw"])
+def test_a_table_by_key_is_embedded_once_bound(case: str) -> None:
+    """A key-only spec bound from the table store exports the same graph as its inline twin; one
+    never bound is refused with unknown_table naming the key field."""
+    fields = WINDOWS[case]
+    weights = _table(fields, heads=2)
+    store = TableStore()
+    key = store.put(weights)
+    named = parse_spec(
+        {
+            "kind": "relative_index",
+            **fields,
+            "relative_position_bias_table_key": key,
+            "relative_position_bias_table_shape": list(weights.shape),
+        }
+    )
+    with pytest.raises(SpecError) as info:
+        export(named, "bias")
+    assert info.value.error_type == "unknown_table"
+    assert info.value.problems[0].field == "relative_position_bias_table_key"
+    bound = resolve_tables(named, store)
+    model = export(bound, "bias")
+    verify(model, bound)
+    assert [i.name for i in model.graph.input] == []
+    inline = parse_spec(
+        {"kind": "relative_index", **fields, "relative_position_bias_table": weights.tolist()}
+    )
+    assert model.SerializeToString() == export(inline, "bias").SerializeToString()
+    core = compute(inline).tensors
+    out = run(model, {})
+    assert torch.equal(out["index"], core["index"])
+    assert torch.equal(out["bias"], core["bias"][None])
+    if fields["scheme"] == "shaw":
+        by_positions = export(bound, "bias", mode="compute")
+        verify(by_positions, bound)
+        feeds = {"query_positions": torch.arange(4), "key_positions": torch.arange(9)}
+        assert torch.equal(run(by_positions, feeds)["bias"], core["bias"][None])

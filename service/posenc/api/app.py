@@ -1,7 +1,7 @@
 """The app factory: `create_app(settings) -> FastAPI`.
 
 Everything stateful is built per app: the metrics registry, the key index and the presets in
-`create_app`; the device, the cache and the table store (uploaded learned tables) in the lifespan
+`create_app`; the device, the cache and the table store (uploaded weight tables) in the lifespan
 (never at import), which then warms the configured presets in the background and flips readiness
 when done. Routers are composed here, in one place: `/v1`, `/v2`, health and metrics;
 `ApiKeyMiddleware` guards `/v1` and `/v2/models`; `BodyLimitMiddleware` caps request bodies per
@@ -28,7 +28,7 @@ from posenc.api.metrics import Metrics, MetricsMiddleware
 from posenc.api.middleware import BodyLimitMiddleware, RouteLimit
 from posenc.api.settings import Settings
 from posenc.api.state import AppState, KeyIndex, Lifecycle
-from posenc.encodings.learned import TableStore
+from posenc.encodings.weights import TableStore
 from posenc.presets import load_presets
 from posenc.runtime import TableCache, describe, resolve_device
 

@@ -6,7 +6,7 @@ This module is the one place that maps exceptions to HTTP statuses:
     ├── SpecError ............... 422 invalid_spec      detail: [{field, message, value}]
     │   ├── UnknownKindError .... 422 unknown_kind
     │   ├── ConfigError ......... 422 unsupported_config
-    │   └── UnknownTableError ... 404 unknown_table     (a learned table_key not in the store)
+    │   └── UnknownTableError ... 404 unknown_table     (a table key not in the store)
     ApiError (raised by the routes with its own status and error_type)
     Busy (posenc.runtime) ....... 503 busy              Retry-After
     RequestValidationError ...... 422 invalid_request   (path and query parameters)
@@ -27,7 +27,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from posenc.encodings import PosencError, SpecError
-from posenc.encodings.learned import UnknownTableError
+from posenc.encodings.weights import UnknownTableError
 from posenc.runtime import Busy
 
 log = logging.getLogger("posenc.api")

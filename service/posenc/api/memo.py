@@ -5,7 +5,7 @@ Clients send the same requests again and again: a decode loop the same /v2 param
 step, each replica or process start the same `POST /v1/tables` spec. Validation, the canonical
 form and the sha256 key are pure functions of the JSON, so they run once per distinct value:
 the memo key is the value serialised with sorted keys (equal JSON, equal key, whatever the
-spelling of the body). Bounded LRU of small values only (a learned spec carrying its table
+spelling of the body). Bounded LRU of small values only (a spec carrying its weight table
 inline, or a large config, is built every time: memory stays bounded by `size * max_bytes`);
 failures are not remembered (they raise every time).
 """

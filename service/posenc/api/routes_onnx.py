@@ -155,7 +155,7 @@ async def _model_bytes(state: AppState, index: OnnxIndex, request: Resolved) -> 
     ready = entry.prepared.get(variant)
     if isinstance(ready, bytes):
         return ready, "hit"
-    # a learned graph embeds its resampled table: the build needs the uploaded values
+    # learned and relative_index graphs embed their weights: the build needs the uploaded values
     data, outcome = await _built(index, replace(request, spec=stored_tables(store, request.spec)))
     await cache.prepare(entry, variant, lambda _table: data)
     return data, outcome

@@ -3,7 +3,7 @@
 Lists (`POSENC_WARM_PRESETS`, `POSENC_API_KEYS`) accept a JSON array or a comma-separated string.
 Sizes are bytes. Request bodies have three caps: `max_body_bytes` (specs, config.json),
 `max_infer_body_bytes` (`/v2` infer requests: positions as tensors) and `max_upload_bytes`
-(learned tables uploaded to `/v1/uploads`); `table_store_bytes` bounds the uploaded tables kept.
+(weight tables uploaded to `/v1/uploads`); `table_store_bytes` bounds the uploaded tables kept.
 `posenc serve` flags override the environment; tests pass values directly.
 """
 

@@ -1,7 +1,7 @@
 """Per-app state built by `create_app` and its lifespan, and the dependencies routes use.
 
 `AppState` lives on `app.state.posenc`. The cache, the device and the table store (uploaded
-learned tables) exist only between lifespan start and shutdown; routes reach them through
+weight tables) exist only between lifespan start and shutdown; routes reach them through
 `AppState.require_cache` and `AppState.require_tables`, which answer 503 outside that window.
 """
 
@@ -19,7 +19,7 @@ from posenc.api.errors import ApiError
 from posenc.api.metrics import Metrics
 from posenc.api.settings import Settings
 from posenc.encodings import SpecBase, TensorInfo
-from posenc.encodings.learned import TableStore
+from posenc.encodings.weights import TableStore
 from posenc.presets import Preset
 from posenc.runtime import TableCache
 
@@ -81,7 +81,7 @@ class KeyIndex:
 @dataclass
 class AppState:
     """Everything a route needs: settings, metrics, presets, readiness, key index, cache and
-    the store of uploaded learned tables."""
+    the store of uploaded weight tables."""
 
     settings: Settings
     metrics: Metrics

@@ -2,7 +2,7 @@
 
 Order of work per request, cheapest first: parse and canonicalise the spec, compute its size from
 `spec.outputs()` (413 over the limit: nothing allocated), validate format, tensor and rows, answer
-304 to a matching `If-None-Match` (GET), bind an uploaded learned table (`uploads.bind_tables`),
+304 to a matching `If-None-Match` (GET), bind an uploaded weight table (`uploads.bind_tables`),
 then look the table up in the cache (computing it at most once), and send bytes prepared once per
 (table, format, tensors) or a zero-copy view.
 

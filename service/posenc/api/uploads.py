@@ -1,4 +1,8 @@
-"""`/v1/uploads`: learned position tables, uploaded once and then named by content key.
+"""`/v1/uploads`: checkpoint weight tables, uploaded once and then named by content key.
+
+Any weight table a spec can name (`posenc.encodings.weights`): a `learned` position table E
+(N, D), or a `relative_index` bias table E (num_relative_distance, H), Swin's or BEiT's
+`relative_position_bias_table`.
 
 - `POST /v1/uploads`: the body is one table E (N, D), or a checkpoint's (1, N, D), as safetensors
   or `.npy`. The format is `?format=` (`safetensors`, `npy`), else `Content-Type`
@@ -7,14 +11,16 @@
   Answers 201 `{"table_key", "shape", "dtype", "nbytes", "url"}` with `Location: url`.
 - `GET /v1/uploads/{table_key}`: the same description; 404 `unknown_table` when not stored.
 
-Tables are kept as float32 in the server's `TableStore` (`posenc.encodings.learned`, created in
+Tables are kept as float32 in the server's `TableStore` (`posenc.encodings.weights`, created in
 the lifespan, `table_store_bytes`, least recently used dropped first) under
-`learned.table_key`, a sha256 of the shape and the float32 values that any client can compute:
-uploading the same values again gives the same key and keeps one copy. A `learned` spec then
-names the table with `table_key` and `table_shape`; `bind_tables` binds the stored table to it
-before anything is computed (an inline `table` is stored on the way, so that its canonical,
-key-only spec works afterwards). Bodies are capped by `max_upload_bytes`: from `Content-Length`
-before any of the body is read, and while it streams (`BodyLimitMiddleware`).
+`weights.table_key`, a sha256 of the shape and the float32 values that any client can compute:
+uploading the same values again gives the same key and keeps one copy. A spec then names the
+table by key and shape (`learned`: `table_key`, `table_shape`; `relative_index`:
+`relative_position_bias_table_key`, `relative_position_bias_table_shape`); `bind_tables` binds
+the stored table to it before anything is computed (an inline table is stored on the way, so that
+its canonical, key-only spec works afterwards). A key the store does not hold is 404
+`unknown_table` naming the spec's key field. Bodies are capped by `max_upload_bytes`: from
+`Content-Length` before any of the body is read, and while it streams (`BodyLimitMiddleware`).
 """
 
 from __future__ import annotations
@@ -34,10 +40,10 @@ from posenc.api.errors import ApiError, spec_problems
 from posenc.api.jsonio import json_response
 from posenc.api.state import app_state
 from posenc.encodings import FieldProblem, SpecBase, SpecError, canonical_dict
-from posenc.encodings.learned import (
-    LearnedSpec,
+from posenc.encodings.weights import (
     TableStore,
     UnknownTableError,
+    WeightTableSpec,
     resolve_tables,
 )
 from posenc.runtime import OFFLOAD_BYTES, TableCache
@@ -56,7 +62,7 @@ UPLOAD_FORMATS: dict[str, tuple[str, ...]] = {
 
 NPY_MAGIC = b"\x93NUMPY"
 NPY_DTYPES = frozenset({"float16", "float32", "float64", "int32", "int64"})
-"""The .npy dtypes a table may have (stored as float32, as the resampling computes)."""
+"""The .npy dtypes a table may have (stored as float32, as every family computes)."""
 STORED_DTYPE = "float32"
 
 
@@ -176,29 +182,33 @@ def describe_upload(key: str, shape: list[int]) -> dict[str, Any]:
     }
 
 
-def unknown_table(key: str) -> UnknownTableError:
-    """The error for a table key the store does not hold (404 `unknown_table`)."""
+def unknown_table(key: str, field: str = "table_key") -> UnknownTableError:
+    """The error for a table key the store does not hold (404 `unknown_table`), naming `field`
+    (the spec's key field: `table_key`, `relative_position_bias_table_key`)."""
     return UnknownTableError(
         f"no uploaded table has key {key!r} here (never uploaded, or dropped from the table "
         "store): upload it to /v1/uploads again",
-        [FieldProblem("table_key", "no such table in the store", key)],
+        [FieldProblem(field, "no such table in the store", key)],
     )
 
 
 def stored_tables(store: TableStore, spec: SpecBase) -> SpecBase:
-    """`spec` with its learned table bound from `store` (an inline table is stored); other kinds
-    pass through. Raises `UnknownTableError` (404) when the store does not hold the key."""
+    """`spec` with the weight table it names bound from `store` (an inline table is stored);
+    specs naming none pass through. Raises `UnknownTableError` (404) naming the spec's key field
+    when the store does not hold the key."""
     try:
         return resolve_tables(spec, store)
     except UnknownTableError:
-        raise unknown_table(str(getattr(spec, "table_key", ""))) from None
+        if not isinstance(spec, WeightTableSpec):
+            raise
+        raise unknown_table(str(spec.named_key), spec.table_fields.key) from None
 
 
 def bind_tables(cache: TableCache, store: TableStore, spec: SpecBase, key: str) -> SpecBase:
     """`spec` (content key `key`) ready for the cache: `stored_tables`, except that a key-only
     spec whose table is resident in `cache` needs no binding (its upload may have left the store
     since)."""
-    if not isinstance(spec, LearnedSpec):
+    if not isinstance(spec, WeightTableSpec) or spec.named_table_shape() is None:
         return spec
     if spec.bound is None and cache.peek(cache.key_for(spec, key)) is not None:
         return spec
@@ -207,15 +217,15 @@ def bind_tables(cache: TableCache, store: TableStore, spec: SpecBase, key: str) 
 
 def unbound(spec: SpecBase) -> SpecBase:
     """`spec` without a bound table, to be remembered by key (the store holds the values)."""
-    if isinstance(spec, LearnedSpec) and spec.bound is not None:
-        return LearnedSpec.model_validate(canonical_dict(spec))
+    if isinstance(spec, WeightTableSpec) and spec.bound is not None:
+        return type(spec).model_validate(canonical_dict(spec))
     return spec
 
 
 @router.post(
     "/uploads",
     status_code=201,
-    summary="Upload a learned position table (safetensors or .npy); answers its content key",
+    summary="Upload a weight table (learned positions, relative_index bias; safetensors or .npy)",
     responses={
         201: {"description": '{"table_key", "shape", "dtype", "nbytes", "url"}'},
         400: {"description": "Not one real (N, D) table (error_type invalid_table, ...)"},

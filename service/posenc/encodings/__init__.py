@@ -5,6 +5,7 @@ Public API:
 - `compute(spec, device=...) -> Table`: `Table.tensors` (named torch tensors) and `Table.meta`.
 - `from_hf_config(config, **overrides) -> list[Spec]`: specs a transformers config.json needs.
 - `canonical_json(spec)`, `content_key(spec)`: canonical form and its stable sha256 key.
+- `weights`: checkpoint tables specs name by content key (`TableStore`, `resolve_tables`).
 """
 
 from posenc.encodings import (
@@ -16,6 +17,7 @@ from posenc.encodings import (
     sinusoidal,
     sinusoidal_2d,
     t5_bias,
+    weights,
     xpos,
 )
 from posenc.encodings.base import (
@@ -71,5 +73,6 @@ __all__ = [
     "sinusoidal",
     "sinusoidal_2d",
     "t5_bias",
+    "weights",
     "xpos",
 ]

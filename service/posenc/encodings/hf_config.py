@@ -952,7 +952,8 @@ def _swin(view: _View) -> list[_Entry]:
     heads = view.get("num_heads")
     notes: dict[str, Any] = {
         "bias": "each block has its own ((2W-1)^2, num_heads) relative_position_bias_table "
-        "(checkpoint weights); pass one as relative_position_bias_table for that block's bias",
+        "(checkpoint weights); pass one as relative_position_bias_table for that block's bias, "
+        "or upload it and pass relative_position_bias_table_key and _shape",
         "transformers": "SwinRelativePositionBias.relative_position_index: this (N, N) index "
         "flattened; the shifted-window mask (SW-MSA) is separate and not a position table",
         "window_clamp": "SwinLayer uses min(resolution) as the window (and no shift) for stages "
@@ -1002,7 +1003,8 @@ def _beit(view: _View) -> list[_Entry]:
         notes: dict[str, Any] = {
             "bias": f"{' plus '.join(tables)}: ((2Wh-1)(2Ww-1)+3, num_attention_heads={heads}) "
             "relative_position_bias_table checkpoint weights; pass one as "
-            "relative_position_bias_table for its bias (transformers adds both when both are set)",
+            "relative_position_bias_table (or upload it and pass relative_position_bias_table_key "
+            "and _shape) for its bias (transformers adds both when both are set)",
             "transformers": "generate_relative_position_index(window_size), window_size = "
             "image_size // patch_size; class token at row/column 0",
             "resolution": "other image sizes: override window_size [height // patch_size, "

@@ -49,50 +49,37 @@ The table itself (`table_key`)
 A spec carries the table either inline (`table`, nested lists, at most `MAX_INLINE_ENTRIES`) or by
 `table_key`, the content key of a table uploaded earlier, with its `table_shape` [N, D] so that
 `outputs()` needs no lookup. The canonical form always names the table by key: an inline table and
-the same table uploaded share one spec key, and canonical JSON stays small. The key is
-
-    sha256(b"posenc-table:float32:{N}x{D}\\n" + E.astype("<f4").tobytes())   (64 hex digits)
-
-over the row-major little-endian float32 values (`table_key`); any client can compute it. Tables
-are held as float32, the precision every method computes in.
-
-Tables referenced by key live in a `TableStore`, a small thread-safe, byte-bounded, content-
-addressed LRU that the runtime creates and owns (nothing here is global, nothing reads the
-environment): an upload calls `store.put(tensor)` (or `store.register(key, tensor)`, which checks
-the key), and before computing, `resolve_tables(spec, store)` binds the table to the spec (and puts
-an inline table into the store, so that a client may later send the canonical, key-only spec). A
-bound table travels with the spec object as private state, excluded from the canonical form; it is
-fully determined by the key. Computing a key-only spec that was never bound raises
-`UnknownTableError` (error_type `unknown_table`).
+the same table uploaded share one spec key, and canonical JSON stays small. The key, the
+`TableStore` of uploaded tables and the binding (`resolve_tables`) are shared with the other
+families that read checkpoint weights: `posenc.encodings.weights`. Computing a key-only spec that
+was never bound raises `UnknownTableError` (error_type `unknown_table`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
-import threading
-from collections import OrderedDict
-from dataclasses import dataclass
-from typing import Annotated, Any, Literal, NoReturn, Self
+from typing import Annotated, Any, ClassVar, Literal, NoReturn, Self
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field, PrivateAttr, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from posenc.encodings.base import DTYPES, SpecBase, TensorInfo, register_family
+from posenc.encodings.base import DTYPES, TensorInfo, register_family
 from posenc.encodings.errors import FieldProblem, SpecError
+from posenc.encodings.weights import (
+    MAX_DIM,
+    MAX_ROWS,
+    MAX_TABLE_ENTRIES,
+    TableFields,
+    TableKeyField,
+    TableShapeField,
+    WeightTableSpec,
+)
 
 MAX_INLINE_ENTRIES = 1 << 20
 """Cap on N * D of an inline `table` (nested JSON lists); larger tables go through the store."""
-MAX_TABLE_ENTRIES = 1 << 26
-"""Cap on N * D of any table (256 MiB as float32)."""
-MAX_ROWS = 1 << 20
-MAX_DIM = 1 << 16
 MAX_SIDE = 4096
 MAX_NEW_POSITIONS = 1 << 20
-DEFAULT_STORE_BYTES = 1 << 28
-
-KEY_PATTERN = r"^[0-9a-f]{64}$"
 
 Method = Literal["timm", "hf_vit", "dinov2_legacy", "linear_1d"]
 Interpolation = Literal["bicubic", "bilinear"]
@@ -119,144 +106,11 @@ Side = Annotated[int, Field(ge=1, le=MAX_SIDE)]
 Grid = Annotated[list[Side], Field(min_length=2, max_length=2)]
 
 
-@dataclass
-class UnknownTableError(SpecError):
-    """A `table_key` names no table in the store (never uploaded, or evicted): upload it again."""
-
-    error_type = "unknown_table"
-
-
 def _bad(field: str, message: str, value: Any) -> NoReturn:
     raise SpecError("invalid learned spec", [FieldProblem(field, message, value)])
 
 
-def table_key(table: torch.Tensor) -> str:
-    """The content key of a (N, D) table: sha256 over a shape header and its row-major
-    little-endian float32 bytes (module docstring), 64 hex digits."""
-    t = table.detach().to(device="cpu", dtype=torch.float32).contiguous()
-    n, d = t.shape
-    digest = hashlib.sha256(f"posenc-table:float32:{n}x{d}\n".encode())
-    digest.update(t.numpy().astype("<f4", copy=False).tobytes())
-    return digest.hexdigest()
-
-
-def as_table(table: torch.Tensor, field: str = "table") -> torch.Tensor:
-    """A checked (N, D) float32 CPU contiguous copy of `table` ((N, D) or a checkpoint's
-    (1, N, D)); raises `SpecError` naming `field` for a bad shape, size or non-finite values."""
-    t = table.detach()
-    if t.dim() == 3 and t.shape[0] == 1:
-        t = t[0]
-    if t.dim() != 2 or t.shape[0] < 1 or t.shape[1] < 1:
-        _bad(field, "must be a 2-D (N, D) table (or (1, N, D))", list(table.shape))
-    n, d = t.shape
-    if n > MAX_ROWS or d > MAX_DIM or n * d > MAX_TABLE_ENTRIES:
-        _bad(
-            field,
-            f"at most {MAX_ROWS} rows, {MAX_DIM} columns and {MAX_TABLE_ENTRIES} entries",
-            [n, d],
-        )
-    if not (t.is_floating_point() or t.dtype in (torch.int32, torch.int64)):
-        _bad(field, "must hold real numbers", str(t.dtype))
-    out = t.to(device="cpu", dtype=torch.float32).contiguous().clone()
-    if not bool(torch.isfinite(out).all()):
-        _bad(field, "must hold finite float32 values (no NaN or infinity)", None)
-    return out
-
-
-class BoundTable:
-    """A table bound to a spec: its content key and the (N, D) float32 CPU tensor.
-
-    Compared and hashed by key (the key determines the tensor), so specs stay comparable.
-    """
-
-    __slots__ = ("key", "tensor")
-
-    def __init__(self, key: str, tensor: torch.Tensor) -> None:
-        self.key = key
-        self.tensor = tensor
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, BoundTable) and other.key == self.key
-
-    def __hash__(self) -> int:
-        return hash(self.key)
-
-    def __repr__(self) -> str:
-        return f"BoundTable({self.key[:12]}..., shape={list(self.tensor.shape)})"
-
-
-class TableStore:
-    """Content-addressed, byte-bounded LRU store of learned tables: key -> (N, D) float32 CPU.
-
-    Created and owned by the runtime (one per server), shared by request handlers and the
-    compute threads, hence the lock. `put` returns the key; storing a table that is already there
-    only refreshes it; a table larger than the whole budget is refused (`SpecError`, 'table').
-    """
-
-    def __init__(self, max_bytes: int = DEFAULT_STORE_BYTES) -> None:
-        if max_bytes < 0:
-            raise ValueError("max_bytes must be >= 0")
-        self.max_bytes = max_bytes
-        self._tables: OrderedDict[str, torch.Tensor] = OrderedDict()
-        self._bytes = 0
-        self._lock = threading.Lock()
-
-    def put(self, table: torch.Tensor) -> str:
-        """Store `table` ((N, D) or (1, N, D), any real dtype, converted to float32) and return
-        its content key; evicts least-recently-used tables to stay within `max_bytes`."""
-        t = as_table(table)
-        key = table_key(t)
-        self._insert(key, t)
-        return key
-
-    def register(self, key: str, table: torch.Tensor) -> str:
-        """Store `table` under `key`, checking that `key` is its content key (`SpecError` naming
-        'table_key' otherwise)."""
-        t = as_table(table)
-        actual = table_key(t)
-        if actual != key:
-            _bad("table_key", f"is not the content key of this table ({actual})", key)
-        self._insert(key, t)
-        return key
-
-    def lookup(self, key: str) -> torch.Tensor | None:
-        """The table stored under `key` (marked recently used), or None."""
-        with self._lock:
-            t = self._tables.get(key)
-            if t is not None:
-                self._tables.move_to_end(key)
-            return t
-
-    def _insert(self, key: str, t: torch.Tensor) -> None:
-        size = t.numel() * t.element_size()
-        if size > self.max_bytes:
-            _bad("table", f"{size} bytes exceed the table store's {self.max_bytes}", size)
-        with self._lock:
-            if key in self._tables:
-                self._tables.move_to_end(key)
-                return
-            self._tables[key] = t
-            self._bytes += size
-            while self._bytes > self.max_bytes:
-                _, old = self._tables.popitem(last=False)
-                self._bytes -= old.numel() * old.element_size()
-
-    def __contains__(self, key: object) -> bool:
-        with self._lock:
-            return key in self._tables
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._tables)
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes held by the stored tensors."""
-        with self._lock:
-            return self._bytes
-
-
-class LearnedSpec(SpecBase):
+class LearnedSpec(WeightTableSpec):
     """A learned absolute table (N, D) resampled per `method`; see the module docstring.
 
     Give exactly one of `table` (inline nested lists) or `table_key` with `table_shape`. Fields of
@@ -264,13 +118,13 @@ class LearnedSpec(SpecBase):
     table by its key.
     """
 
+    table_fields: ClassVar[TableFields] = TableFields("table", "table_key", "table_shape")
+
     kind: Literal["learned"] = "learned"
     method: Method
     table: list[list[float]] | None = None
-    table_key: Annotated[str | None, Field(pattern=KEY_PATTERN)] = None
-    table_shape: (
-        Annotated[list[Annotated[int, Field(ge=1)]], Field(min_length=2, max_length=2)] | None
-    ) = None
+    table_key: TableKeyField = None
+    table_shape: TableShapeField = None
     num_prefix_tokens: Annotated[int | None, Field(ge=0, le=MAX_ROWS)] = None
     grid: Grid | None = None
     new_grid: Grid | None = None
@@ -280,8 +134,6 @@ class LearnedSpec(SpecBase):
     align_corners: bool | None = None
     interpolate_offset: Annotated[float | None, Field(gt=0.0, lt=1.0)] = None
     dtype: FloatDtype = "float32"
-
-    _bound: BoundTable | None = PrivateAttr(default=None)
 
     @field_validator("table", mode="before")
     @classmethod
@@ -341,9 +193,7 @@ class LearnedSpec(SpecBase):
             shape = [len(self.table), len(self.table[0])]
             if self.table_shape is not None and self.table_shape != shape:
                 _bad("table_shape", f"does not match the inline table's shape {shape}", None)
-            if self._bound is None:
-                tensor = as_table(torch.tensor(self.table, dtype=torch.float32))
-                self._bound = BoundTable(table_key(tensor), tensor)
+            self._bind_inline(self.table)
             return
         if self.table_shape is None:
             _bad("table_shape", "required with table_key: [N, D] of the uploaded table", None)
@@ -395,6 +245,10 @@ class LearnedSpec(SpecBase):
         n, d = self.table_shape or (0, 0)
         return n, d
 
+    def named_table_shape(self) -> tuple[int, int]:
+        """(N, D): a learned spec always names its table."""
+        return self.shape()
+
     def prefix(self) -> int:
         """num_prefix_tokens with the method's default."""
         if self.num_prefix_tokens is not None:
@@ -420,13 +274,7 @@ class LearnedSpec(SpecBase):
         nh, nw = self.new_grid or (0, 0)
         return self.prefix() + nh * nw
 
-    @property
-    def bound(self) -> BoundTable | None:
-        """The table bound to this spec (inline, or by `resolve_tables`), or None."""
-        return self._bound
-
     def canonical(self) -> Self:
-        n, d = self.shape()
         values: dict[str, Any] = dict.fromkeys(OPTIONAL_FIELDS)
         if self.method == "linear_1d":
             values["new_length"] = self.new_length
@@ -440,54 +288,13 @@ class LearnedSpec(SpecBase):
                 values["align_corners"] = bool(self.align_corners)
             elif self.method == "dinov2_legacy":
                 values["interpolate_offset"] = self.offset()
-        key = self._bound.key if self._bound is not None else self.table_key
         return self.model_copy(
-            update={
-                **values,
-                "table": None,
-                "table_key": key,
-                "table_shape": [n, d],
-                "num_prefix_tokens": self.prefix(),
-            }
+            update={**values, **self._canonical_table(), "num_prefix_tokens": self.prefix()}
         )
 
     def outputs(self) -> dict[str, TensorInfo]:
         _, d = self.shape()
         return {"embedding": TensorInfo((self.new_rows(), d), self.dtype, row_axis=0)}
-
-    def with_table(self, bound: BoundTable) -> Self:
-        """A copy of this spec with `bound` attached (its shape must match `table_shape`)."""
-        shape = list(bound.tensor.shape)
-        if self.table_key is not None and bound.key != self.table_key:
-            _bad("table_key", f"the bound table has key {bound.key}", self.table_key)
-        if shape != list(self.shape()):
-            _bad("table_shape", f"the stored table has shape {shape}", list(self.shape()))
-        copy = self.model_copy()
-        copy._bound = bound
-        return copy
-
-
-def resolve_tables(spec: SpecBase, store: TableStore) -> SpecBase:
-    """Bind the table a learned spec names, from `store`; other specs pass through unchanged.
-
-    An inline table is put into the store (a later key-only spec then finds it); a `table_key`
-    is looked up, raising `UnknownTableError` when the store does not hold it and `SpecError`
-    ('table_shape') when the stored shape differs from the spec's.
-    """
-    if not isinstance(spec, LearnedSpec):
-        return spec
-    if spec.bound is not None:
-        if spec.bound.key not in store:
-            store.register(spec.bound.key, spec.bound.tensor)
-        return spec
-    key = str(spec.table_key)
-    tensor = store.lookup(key)
-    if tensor is None:
-        raise UnknownTableError(
-            "unknown table_key",
-            [FieldProblem("table_key", "no such table in the store: upload it first", key)],
-        )
-    return spec.with_table(BoundTable(key, tensor))
 
 
 def _grid_resample(
@@ -550,19 +357,7 @@ def compute_learned(
     spec: LearnedSpec, device: torch.device
 ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """`embedding` (N', D): the bound table resampled per `method`, cast to `dtype` last."""
-    bound = spec.bound
-    if bound is None:
-        raise UnknownTableError(
-            "table_key not resolved",
-            [
-                FieldProblem(
-                    "table_key",
-                    "no table bound to this spec: upload it, then resolve the spec against "
-                    "the table store (resolve_tables)",
-                    spec.table_key,
-                )
-            ],
-        )
+    bound = spec.require_bound()
     out = resample(spec, bound.tensor.to(device))
     facts: dict[str, Any] = {"table_key": bound.key, "source_rows": int(bound.tensor.shape[0])}
     if spec.method != "linear_1d":

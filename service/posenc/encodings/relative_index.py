@@ -24,25 +24,39 @@ Schemes (`scheme`), each an integer table `index` whose entries address rows of 
   `encoder_max_relative_position`): the other sign and an asymmetric clip,
   `index[i, j] = clip(p_i - j, -k, k - 1) + k`. Shape (Q, K); num_relative_distance = 2k.
 
-With `relative_position_bias_table` E (num_relative_distance, H) the output also holds
+With a bias table E (num_relative_distance, H) the output also holds
 `bias[h, a, b] = E[index[a, b], h]` (H, rows, cols): exactly timm's and transformers'
 `table[index.view(-1)].view(rows, cols, -1).permute(2, 0, 1)` (a gather of the fp32 weights,
 cast to `dtype` last). Shaw's paper adds learned vectors, not scalars, per clipped distance; a
 (2k + 1, H) table gives its per-head scalar form. For `shaw`/`speecht5` give `key_length` and/or
 `query_length`: the missing one defaults to `key_length = query_offset + query_length` or
 `query_length = key_length - query_offset`.
+
+The bias table (checkpoint weights, `posenc.encodings.weights`) is given inline as
+`relative_position_bias_table` (nested lists, bound at validation) or by
+`relative_position_bias_table_key`, the content key of a table uploaded earlier
+(`POST /v1/uploads`), with `relative_position_bias_table_shape` [num_relative_distance, H]; at most
+one of the two, neither for the index alone. The canonical form names the table by key and shape,
+never by its values: an inline table and its uploaded twin share one content key, and the key of
+a BEiT-base spec (732 x 12 weights) is a hash of a few hundred bytes of JSON.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, NoReturn, Self
+from typing import Annotated, Any, ClassVar, Literal, NoReturn, Self
 
 import torch
 from pydantic import Field, field_validator, model_validator
 
 from posenc.encodings._lengths import MAX_POSITIONS, check_lengths, resolve_lengths
-from posenc.encodings.base import DTYPES, SpecBase, TensorInfo, register_family
+from posenc.encodings.base import DTYPES, TensorInfo, register_family
 from posenc.encodings.errors import FieldProblem, SpecError
+from posenc.encodings.weights import (
+    TableFields,
+    TableKeyField,
+    TableShapeField,
+    WeightTableSpec,
+)
 
 MAX_SIDE = 1024
 MAX_WINDOW_AREA = 4096
@@ -50,23 +64,30 @@ MAX_WINDOW_AREA = 4096
 MAX_DISTANCE = 1 << 20
 MAX_HEADS = 4096
 MAX_WEIGHTS = 1 << 20
-"""Cap on num_relative_distance * H entries of the inline `relative_position_bias_table`."""
+"""Cap on num_relative_distance * H entries of the bias table (inline or by key)."""
 
 Scheme = Literal["swin", "beit", "shaw", "speecht5"]
 FloatDtype = Literal["float32", "float16", "bfloat16"]
 
 WINDOW_SCHEMES = frozenset({"swin", "beit"})
 SEQUENCE_FIELDS = ("max_relative_position", "query_length", "key_length")
+TABLE = "relative_position_bias_table"
+TABLE_KEY = "relative_position_bias_table_key"
+TABLE_SHAPE = "relative_position_bias_table_shape"
 
 
 def _bad(field: str, message: str, value: Any) -> NoReturn:
     raise SpecError("invalid relative_index spec", [FieldProblem(field, message, value)])
 
 
-class RelativeIndexSpec(SpecBase):
+class RelativeIndexSpec(WeightTableSpec):
     """Relative position `index` (int64) and, with a bias table, `bias` (H, rows, cols); module
     docstring. `window_size` is [Wh, Ww] (an int means a square window), as timm's `window_size`
-    and transformers' `config.window_size` (Swin) or `image_size // patch_size` (BEiT)."""
+    and transformers' `config.window_size` (Swin) or `image_size // patch_size` (BEiT). The bias
+    table is `relative_position_bias_table` inline or `relative_position_bias_table_key` with
+    `relative_position_bias_table_shape` [num_relative_distance, H] (at most one of the two)."""
+
+    table_fields: ClassVar[TableFields] = TableFields(TABLE, TABLE_KEY, TABLE_SHAPE)
 
     kind: Literal["relative_index"] = "relative_index"
     scheme: Scheme
@@ -79,6 +100,8 @@ class RelativeIndexSpec(SpecBase):
     key_length: Annotated[int | None, Field(ge=1, le=MAX_POSITIONS)] = None
     query_offset: Annotated[int, Field(ge=0, lt=MAX_POSITIONS)] = 0
     relative_position_bias_table: list[list[float]] | None = None
+    relative_position_bias_table_key: TableKeyField = None
+    relative_position_bias_table_shape: TableShapeField = None
     dtype: FloatDtype = "float32"
 
     @field_validator("window_size", mode="before")
@@ -133,15 +156,34 @@ class RelativeIndexSpec(SpecBase):
 
     def _check_table(self) -> None:
         table = self.relative_position_bias_table
-        if table is None:
+        key = self.relative_position_bias_table_key
+        if table is not None and key is not None:
+            _bad(
+                TABLE,
+                f"give at most one of {TABLE} (inline) or {TABLE_KEY} (uploaded)",
+                None,
+            )
+        if table is None and key is None:
+            if self.relative_position_bias_table_shape is not None:
+                _bad(
+                    TABLE_SHAPE,
+                    f"only with {TABLE_KEY} (the shape of the uploaded table it names)",
+                    self.relative_position_bias_table_shape,
+                )
             if self.dtype != "float32":
                 _bad(
                     "dtype",
                     "dtype is the bias dtype (the index is int64): give "
-                    "relative_position_bias_table",
+                    f"relative_position_bias_table (or {TABLE_KEY})",
                     self.dtype,
                 )
             return
+        if table is not None:
+            self._check_inline(table)
+        else:
+            self._check_shape()
+
+    def _check_inline(self, table: list[list[float]]) -> None:
         rows = self.num_relative_distance()
         if len(table) != rows:
             _bad(
@@ -166,6 +208,37 @@ class RelativeIndexSpec(SpecBase):
                 f"at most {MAX_WEIGHTS} entries (num_relative_distance * num_heads)",
                 rows * heads,
             )
+        shape = self.relative_position_bias_table_shape
+        if shape is not None and shape != [rows, heads]:
+            _bad(TABLE_SHAPE, f"does not match the inline table's shape {[rows, heads]}", shape)
+        self._bind_inline(table)
+
+    def _check_shape(self) -> None:
+        rows = self.num_relative_distance()
+        shape = self.relative_position_bias_table_shape
+        if shape is None:
+            _bad(
+                TABLE_SHAPE,
+                f"required with {TABLE_KEY}: [num_relative_distance={rows}, num_heads] of the "
+                "uploaded table",
+                None,
+            )
+        got, heads = shape
+        if got != rows:
+            _bad(
+                TABLE_SHAPE,
+                f"must have num_relative_distance={rows} rows for this scheme and size "
+                "([num_relative_distance, num_heads])",
+                shape,
+            )
+        if not 1 <= heads <= MAX_HEADS:
+            _bad(TABLE_SHAPE, f"num_heads must be in 1..{MAX_HEADS}", shape)
+        if rows * heads > MAX_WEIGHTS:
+            _bad(
+                TABLE_SHAPE,
+                f"at most {MAX_WEIGHTS} entries (num_relative_distance * num_heads)",
+                shape,
+            )
 
     def window(self) -> tuple[int, int]:
         """(Wh, Ww) for the window schemes."""
@@ -189,17 +262,32 @@ class RelativeIndexSpec(SpecBase):
             return n, n
         return resolve_lengths(self.query_length, self.key_length, self.query_offset)
 
+    def named_table_shape(self) -> tuple[int, int] | None:
+        """(num_relative_distance, H) of the bias table (inline or by key), or None without one."""
+        table = self.relative_position_bias_table
+        if table is not None:
+            return len(table), len(table[0])
+        shape = self.relative_position_bias_table_shape
+        if self.relative_position_bias_table_key is None or shape is None:
+            return None
+        return shape[0], shape[1]
+
     @property
     def num_heads(self) -> int | None:
         """H, the width of the bias table, or None without one."""
-        t = self.relative_position_bias_table
-        return None if t is None else len(t[0])
+        shape = self.named_table_shape()
+        return None if shape is None else shape[1]
 
     def canonical(self) -> Self:
-        if self.scheme in WINDOW_SCHEMES:
-            return self
-        q, k = self.shape()
-        return self.model_copy(update={"query_length": q, "key_length": k})
+        """Lengths resolved (sequence schemes) and the bias table named by key and shape."""
+        update: dict[str, Any] = {}
+        if self.scheme not in WINDOW_SCHEMES:
+            q, k = self.shape()
+            if (self.query_length, self.key_length) != (q, k):
+                update.update(query_length=q, key_length=k)
+        if self.relative_position_bias_table is not None:
+            update.update(self._canonical_table())
+        return self.model_copy(update=update) if update else self
 
     def outputs(self) -> dict[str, TensorInfo]:
         shape = self.shape()
@@ -268,11 +356,13 @@ def compute_relative_index(
     """`index` (rows, cols) int64 and, with a table E (num_relative_distance, H),
     `bias = E[index].permute(2, 0, 1)` (H, rows, cols) in `dtype`: gathered head-major from E's
     transpose (H, num_relative_distance) straight into the (H, rows * cols) layout, one pass with
-    no permuting copy (a gather selects values: bit-identical), then cast."""
+    no permuting copy (a gather selects values: bit-identical), then cast. E is the bound float32
+    table (inline, or from the table store by key: `weights.resolve_tables`); a key-only spec
+    never bound raises `UnknownTableError`."""
     index = relative_index(spec, device)
     tensors = {"index": index}
-    if spec.relative_position_bias_table is not None:
-        table = torch.tensor(spec.relative_position_bias_table, dtype=torch.float32, device=device)
+    if spec.named_table_shape() is not None:
+        table = spec.require_bound().tensor.to(device)  # (num_relative_distance, H) float32
         heads = table.shape[1]
         by_head = table.t().contiguous()  # (H, num_relative_distance)
         bias = torch.index_select(by_head, 1, index.reshape(-1)).view(heads, *index.shape)

@@ -1,7 +1,7 @@
 """What the /v2 models need from the running service: the table cache and store, limits, readiness.
 
 `OipContext` is built per request from the service's own objects (the `TableCache` of
-`posenc.runtime`, the `TableStore` of uploaded learned tables and the settings' limits) and
+`posenc.runtime`, the `TableStore` of uploaded weight tables and the settings' limits) and
 handed to the model. It is where a model gets a
 whole table (through the cache: one computation per key) or rows computed for exactly the asked
 positions (never cached, so a stream of decode steps cannot churn the cache), and where heavy work
@@ -21,7 +21,7 @@ import torch
 from posenc.api.oip.codec import bad_request
 from posenc.api.uploads import bind_tables
 from posenc.encodings import SpecBase, Table, compute
-from posenc.encodings.learned import TableStore
+from posenc.encodings.weights import TableStore
 from posenc.runtime import OFFLOAD_BYTES, TableCache, is_out_of_memory
 from posenc.runtime.device import release_cached_memory
 
@@ -34,7 +34,8 @@ class OipContext:
 
     Args:
         cache: the service's table cache (its device is where rows are gathered).
-        tables: the service's store of uploaded learned tables (`learned` specs by key).
+        tables: the service's store of uploaded weight tables (`learned` and `relative_index`
+            specs by key).
         max_response_bytes: cap on one response's output bytes (checked before computing).
         json_max_elements: cap on the elements sent as JSON in one response.
         max_body_bytes: cap on one infer request body (`max_infer_body_bytes`).
@@ -61,7 +62,7 @@ class OipContext:
         return nbytes <= self.cache.max_bytes
 
     def bind(self, spec: SpecBase, key: str) -> SpecBase:
-        """`spec` (content key `key`) ready to compute: a `learned` spec's uploaded table bound
+        """`spec` (content key `key`) ready to compute: the uploaded weight table it names bound
         from the store (`uploads.bind_tables`; 404 `unknown_table` when it holds none)."""
         return bind_tables(self.cache, self.tables, spec, key)
 

@@ -7,7 +7,7 @@
     POST /v2/models/{model}[/versions/{version}]/infer
 
 Every error is `{"error": message}` (what tritonclient decodes) with 400 (bad input), 404 (unknown
-model or version, or a `learned` table_key not uploaded), 413 (a body over
+model or version, or a weight table key not uploaded), 413 (a body over
 `max_infer_body_bytes`) or 503 (model readiness while warming up or draining, a server starting or
 stopping, too many computations in flight: with Retry-After); the mapping is
 `error_response` below, the only one for /v2. The infer route reads the raw body: tritonclient's
@@ -40,7 +40,7 @@ from posenc.api.oip.codec import (
 from posenc.api.oip.context import OipContext
 from posenc.api.oip.models import MODELS, VERSION, OipModel
 from posenc.encodings import PosencError
-from posenc.encodings.learned import UnknownTableError
+from posenc.encodings.weights import UnknownTableError
 from posenc.runtime import Busy
 
 log = logging.getLogger("posenc.api.oip")

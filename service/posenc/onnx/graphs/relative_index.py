@@ -2,8 +2,10 @@
 learned table, [1, H, rows, cols] (`posenc.encodings.relative_index`).
 
 bias[0, h, a, b] = E[index[a, b], h] with E = `relative_position_bias_table`
-(num_relative_distance, H): an initializer when the spec carries the weights, else a float32
-graph input (the consumer model's parameter), exactly timm's and transformers'
+(num_relative_distance, H): an initializer when the spec names a table (inline, or by
+`relative_position_bias_table_key` once bound: `weights.resolve_tables` with the table store; an
+unbound key is refused with `unknown_table`), else a float32 graph input (the consumer model's
+parameter), exactly timm's and transformers'
 `table[index.view(-1)].view(rows, cols, -1).permute(2, 0, 1)` followed by `unsqueeze(0)`.
 
 - mode `table` (every scheme): the core's index is embedded as an int64 initializer; the graph has
@@ -56,9 +58,10 @@ def _sequence_index(g: Graph, spec: RelativeIndexSpec, style: str) -> ir.Value:
 
 
 def _weights(spec: RelativeIndexSpec) -> torch.Tensor:
-    """The spec's table as float32, or random (num_relative_distance, SAMPLE_HEADS) weights."""
-    if spec.relative_position_bias_table is not None:
-        return torch.tensor(spec.relative_position_bias_table, dtype=torch.float32)
+    """The spec's bound float32 table (`UnknownTableError` when it names one by key that was
+    never bound), or random (num_relative_distance, SAMPLE_HEADS) weights when it names none."""
+    if spec.named_table_shape() is not None:
+        return spec.require_bound().tensor
     gen = torch.Generator().manual_seed(0)
     return torch.randn(spec.num_relative_distance(), SAMPLE_HEADS, generator=gen)
 
@@ -109,7 +112,7 @@ class RelativeIndexBias(GraphExporter):
             index = _sequence_index(g, spec, str(options.inputs))  # [Q, K]
             rows, cols = "Q", "K"
         weights: ir.Value
-        if spec.relative_position_bias_table is None:
+        if spec.named_table_shape() is None:
             weights = g.input(
                 "relative_position_bias_table",
                 "float32",
@@ -131,7 +134,7 @@ class RelativeIndexBias(GraphExporter):
     def samples(self, spec: RelativeIndexSpec, options: ExportOptions) -> list[Sample]:
         weights = _weights(spec)
         extra: dict[str, torch.Tensor] = {}
-        if spec.relative_position_bias_table is None:
+        if spec.named_table_shape() is None:
             extra = {"relative_position_bias_table": weights}
         if options.mode == "table":
             return [Sample(feeds=extra, expected=_expected(spec, weights), label="table")]
@@ -175,12 +178,16 @@ class RelativeIndexBias(GraphExporter):
 
 
 def _with(spec: RelativeIndexSpec, **update: Any) -> RelativeIndexSpec:
-    return RelativeIndexSpec.model_validate({**spec.model_dump(), **update}).canonical()
+    """The canonical spec with `update` applied, its bound table kept."""
+    out = RelativeIndexSpec.model_validate({**spec.canonical().model_dump(), **update}).canonical()
+    if spec.bound is not None and out.bound is None:
+        out = out.with_table(spec.bound)
+    return out
 
 
 def _expected(spec: RelativeIndexSpec, weights: torch.Tensor) -> dict[str, torch.Tensor]:
     """The core's index and bias [1, H, rows, cols] (with `weights` when the spec has none)."""
-    if spec.relative_position_bias_table is None:
+    if spec.named_table_shape() is None:
         spec = _with(spec, relative_position_bias_table=weights.tolist())
     table = compute(spec).tensors
     return {"index": table["index"], "bias": table["bias"][None]}

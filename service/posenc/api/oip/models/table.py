@@ -2,8 +2,10 @@
 
 No inputs: the spec (request parameters, `/v1` schema) is the whole request, and every tensor of
 its table is an output (the names `/v1` uses), from the cache like `/v1/tables`. A `learned`
-spec names an uploaded table by `table_key` (`POST /v1/uploads`) or carries it inline. Datatypes and
-shapes follow the spec, so the metadata declares none; `config` carries the spec schema.
+spec names an uploaded table by `table_key` (`POST /v1/uploads`) or carries it inline, and a
+`relative_index` spec its bias table by `relative_position_bias_table_key` (or inline): bound from
+the table store as `/v1` binds them (`OipContext.bind`). Datatypes and shapes follow the spec, so
+the metadata declares none; `config` carries the spec schema.
 """
 
 from __future__ import annotations
