@@ -1,14 +1,18 @@
 """Table memory (`encodings/memory.py`) and Toeplitz layout (`encodings/_toeplitz.py`).
 
-Large CPU tables live in their own huge-page-advised mappings: they must behave as torch.empty
-tensors (shape, dtype, contiguity, writes, views outliving the base) and go back to the system
-when the last view dies. Toeplitz tables are written by numpy through a row-reversed view: they
-must equal the definition `out[..., i, j] = d[..., Q - 1 - i + j]` for every shape and dtype.
+CPU tables from 128 KiB live in mappings of their own, populated up front: they must behave as
+torch.empty tensors (shape, dtype, contiguity, writes, views outliving the base), be resident
+before the first write, go back to the system when the last view dies, and come from torch's
+allocator when the kernel refuses a mapping. Toeplitz tables are written by numpy through a
+row-reversed view: they must equal the definition `out[..., i, j] = d[..., Q - 1 - i + j]` for
+every shape and dtype.
 """
 
 from __future__ import annotations
 
 import gc
+import mmap
+import sys
 
 import pytest
 import torch
@@ -86,3 +90,29 @@ def test_toeplitz_reads_strided_diagonals_and_checks_their_count() -> None:
     assert torch.equal(toeplitz(d, 2, 4), reference_toeplitz(d.contiguous(), 2, 4))
     with pytest.raises(ValueError, match="Q \\+ K - 1"):
         toeplitz(d, 3, 4)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="MAP_POPULATE is Linux's")
+def test_own_mappings_are_populated_before_the_first_write() -> None:
+    size = 32 << 20
+    before = _rss_bytes()
+    t = empty((size // 4,), torch.float32)
+    # resident already: the kernel mapped every page in the mmap call, none faults on the write
+    assert _rss_bytes() - before >= size * 0.9
+    del t
+    gc.collect()
+
+
+def test_a_refused_mapping_falls_back_to_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: object, **kwargs: object) -> mmap.mmap:
+        raise OSError(12, "Cannot allocate memory")  # ENOMEM, as at vm.max_map_count
+
+    monkeypatch.setattr(mmap, "mmap", refuse)
+    t = empty((OWN_MAPPING_BYTES // 4, 2), torch.float32)
+    assert (t.shape, t.dtype, t.is_contiguous()) == (
+        (OWN_MAPPING_BYTES // 4, 2),
+        torch.float32,
+        True,
+    )
+    t.fill_(2.0)
+    assert float(t.sum()) == 2.0 * t.numel()
