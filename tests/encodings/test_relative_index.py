@@ -27,7 +27,7 @@ from posenc.encodings.relative_index import MAX_HEADS, MAX_WEIGHTS, RelativeInde
 from posenc.encodings.weights import TableStore, UnknownTableError, resolve_tables, table_key
 from tests.encodings.timm_support import timm_layer
 
-WINDOWS = [(7, 7), (12, 12), (3, 5), (1, 4), (2, 1), (1, 1)]
+WINDOWS = [(7, 7), (12, 12), (24, 24), (12, 7), (3, 5), (1, 4), (2, 1), (1, 1)]
 
 
 def spec(**kw: Any) -> RelativeIndexSpec:
@@ -117,6 +117,17 @@ def test_swin_bias_equals_the_module(window: tuple[int, int]) -> None:
     )
     assert torch.equal(out["bias"], module()[0].detach())
     assert torch.equal(by_key(table, scheme="swin", window_size=list(window))["bias"], out["bias"])
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_swin_bias_is_cast_last(dtype: str) -> None:
+    torch.manual_seed(2)
+    module = SwinRelativePositionBias(num_heads=4, window_size=(12, 12))  # 4 x 144 x 144: 324 KiB
+    with torch.no_grad():
+        module.relative_position_bias_table.normal_()
+    table = module.relative_position_bias_table.detach().tolist()
+    out = tensors(scheme="swin", window_size=12, relative_position_bias_table=table, dtype=dtype)
+    assert torch.equal(out["bias"], module()[0].detach().to(getattr(torch, dtype)))
 
 
 @pytest.mark.parametrize("side", [2, 5, 7])

@@ -66,6 +66,7 @@ from pydantic import Field, field_validator, model_validator
 
 from posenc.encodings.base import DTYPES, TensorInfo, register_family
 from posenc.encodings.errors import FieldProblem, SpecError
+from posenc.encodings.memory import empty
 from posenc.encodings.weights import (
     MAX_DIM,
     MAX_ROWS,
@@ -311,6 +312,14 @@ def _grid_resample(
     return y.permute(0, 2, 3, 1).reshape(-1, d)
 
 
+def _joined(parts: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    """The rows of `parts` stacked (`torch.cat` on axis 0) into a new contiguous table
+    (`memory.empty`: a mapping of its own when large)."""
+    rows = sum(int(p.shape[0]) for p in parts)
+    out = empty((rows, int(parts[0].shape[1])), parts[0].dtype, parts[0].device)
+    return torch.cat(parts, dim=0, out=out)
+
+
 def resample(spec: LearnedSpec, table: torch.Tensor) -> torch.Tensor:
     """The resampled (N', D) float32 table for a canonical spec and its (N, D) float32 source."""
     prefix = spec.prefix()
@@ -318,16 +327,16 @@ def resample(spec: LearnedSpec, table: torch.Tensor) -> torch.Tensor:
     if spec.method == "linear_1d":
         length = int(spec.new_length or 0)
         if length == rows.shape[0]:
-            return table.clone()
+            return _joined((table,))
         x = rows.t()[None]
         y = F.interpolate(x, size=length, mode="linear", align_corners=bool(spec.align_corners))
-        return torch.cat((head, y[0].t()), dim=0)
+        return _joined((head, y[0].t()))
     old = spec.source_grid()
     nh, nw = spec.new_grid or (0, 0)
     new = (nh, nw)
     if new == old:
         # timm and transformers return the table itself when the grid does not change.
-        return table.clone()
+        return _joined((table,))
     if spec.method == "timm":
         body = _grid_resample(
             rows,
@@ -345,7 +354,7 @@ def resample(spec: LearnedSpec, table: torch.Tensor) -> torch.Tensor:
         off = spec.offset()
         scale = (float((new[0] + off) / m), float((new[1] + off) / m))
         body = _grid_resample(rows, old, new, scale_factor=scale, mode="bicubic")
-    return torch.cat((head, body), dim=0)
+    return _joined((head, body))
 
 
 @register_family(
@@ -362,4 +371,7 @@ def compute_learned(
     facts: dict[str, Any] = {"table_key": bound.key, "source_rows": int(bound.tensor.shape[0])}
     if spec.method != "linear_1d":
         facts["source_grid"] = list(spec.source_grid())
-    return {"embedding": out.to(DTYPES[spec.dtype]).contiguous()}, facts
+    dtype = DTYPES[spec.dtype]
+    if dtype != torch.float32:  # cast last (`copy_` rounds as `.to`)
+        out = empty(tuple(out.shape), dtype, out.device).copy_(out)
+    return {"embedding": out}, facts

@@ -45,12 +45,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal, NoReturn, Self
 
+import numpy as np
 import torch
 from pydantic import Field, field_validator, model_validator
 
 from posenc.encodings._lengths import MAX_POSITIONS, check_lengths, resolve_lengths
+from posenc.encodings._toeplitz import toeplitz
 from posenc.encodings.base import DTYPES, TensorInfo, register_family
 from posenc.encodings.errors import FieldProblem, SpecError
+from posenc.encodings.memory import empty
 from posenc.encodings.weights import (
     TableFields,
     TableKeyField,
@@ -297,51 +300,68 @@ class RelativeIndexSpec(WeightTableSpec):
         return out
 
 
+def _window_rows(wh: int, ww: int, device: torch.device | str) -> tuple[torch.Tensor, int]:
+    """Per-token offsets r_t = h_t (2 Ww - 1) + w_t (N,) and the constant C of Swin's index.
+
+    `index[a, b] = (h_a - h_b + Wh - 1)(2 Ww - 1) + (w_a - w_b + Ww - 1) = (r_a + C) - r_b` with
+    C = (Wh - 1)(2 Ww - 1) + Ww - 1: one broadcast subtraction of exact integers per entry.
+    """
+    m = 2 * ww - 1
+    # N <= 4096 values: numpy builds them without torch's per-op overhead, one copy moves them
+    r = (np.arange(wh, dtype=np.int64)[:, None] * m + np.arange(ww, dtype=np.int64)).reshape(-1)
+    return torch.from_numpy(r).to(device), (wh - 1) * m + (ww - 1)
+
+
 def window_index(wh: int, ww: int, device: torch.device | str = "cpu") -> torch.Tensor:
     """Swin's relative position index (N, N) int64 for a Wh x Ww window, N = Wh * Ww (timm
-    `gen_relative_position_index(q_size)`)."""
-    hh, wv = torch.meshgrid(
-        torch.arange(wh, dtype=torch.int64, device=device),
-        torch.arange(ww, dtype=torch.int64, device=device),
-        indexing="ij",
-    )
-    h, w = hh.reshape(-1), wv.reshape(-1)
-    dh = h[:, None] - h[None, :] + (wh - 1)
-    dw = w[:, None] - w[None, :] + (ww - 1)
-    return dh * (2 * ww - 1) + dw
+    `gen_relative_position_index(q_size)`): `(r_a + C) - r_b` written in one pass
+    (`_window_rows`), equal to the references' meshgrid arithmetic entry for entry."""
+    r, c = _window_rows(wh, ww, device)
+    n = r.shape[0]
+    out = empty((n, n), torch.int64, device)
+    return torch.sub((r + c)[:, None], r[None, :], out=out)
 
 
-def class_token_index(index: torch.Tensor, num_window_distances: int) -> torch.Tensor:
-    """BEiT's (N + 1, N + 1) index from Swin's (N, N): class token at row/column 0 with indices
-    D (cls -> patch), D + 1 (patch -> cls), D + 2 (cls -> cls), D = `num_window_distances`."""
-    n = index.shape[0]
-    out = torch.empty((n + 1, n + 1), dtype=index.dtype, device=index.device)
-    out[1:, 1:] = index
-    out[0, 1:] = num_window_distances
-    out[1:, 0] = num_window_distances + 1
-    out[0, 0] = num_window_distances + 2
+def class_token_index(wh: int, ww: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """BEiT's (N + 1, N + 1) index: Swin's (N, N) written straight into rows and columns 1..N,
+    the class token at row/column 0 with indices D (cls -> patch), D + 1 (patch -> cls), D + 2
+    (cls -> cls), D = (2 Wh - 1)(2 Ww - 1) (timm `gen_relative_position_index(class_token=True)`,
+    transformers `BeitRelativePositionBias.generate_relative_position_index`)."""
+    r, c = _window_rows(wh, ww, device)
+    n = r.shape[0]
+    d = (2 * wh - 1) * (2 * ww - 1)
+    out = empty((n + 1, n + 1), torch.int64, device)
+    torch.sub((r + c)[:, None], r[None, :], out=out[1:, 1:])
+    out[0, 1:] = d
+    out[1:, 0] = d + 1
+    out[0, 0] = d + 2
     return out
 
 
 def sequence_index(spec: RelativeIndexSpec, device: torch.device | str = "cpu") -> torch.Tensor:
-    """Shaw's or SpeechT5's clipped index (Q, K) int64 for a canonical spec."""
+    """Shaw's or SpeechT5's clipped index (Q, K) int64 for a canonical spec.
+
+    Both depend on r = j - i only: the Q + K - 1 clipped values (r from -(Q - 1) to K - 1) are
+    computed once and laid out as a Toeplitz matrix (`_toeplitz.toeplitz`), the same integers
+    as clipping the (Q, K) grid.
+    """
     q, kl = spec.shape()
     k = int(spec.max_relative_position or 0)
-    i = torch.arange(q, dtype=torch.int64, device=device)[:, None] + spec.query_offset
-    j = torch.arange(kl, dtype=torch.int64, device=device)[None, :]
-    if spec.scheme == "shaw":
-        return (j - i).clamp(-k, k) + k
-    return (i - j).clamp(-k, k - 1) + k
+    r = torch.arange(-(q - 1), kl, dtype=torch.int64, device=device)
+    if spec.scheme == "shaw":  # clip(j - p_i, -k, k) + k, p_i = query_offset + i
+        diagonals = (r - spec.query_offset).clamp(-k, k) + k
+    else:  # clip(p_i - j, -k, k - 1) + k
+        diagonals = (spec.query_offset - r).clamp(-k, k - 1) + k
+    return toeplitz(diagonals, q, kl)
 
 
 def relative_index(spec: RelativeIndexSpec, device: torch.device | str = "cpu") -> torch.Tensor:
     """The `index` table of a canonical spec (module docstring)."""
     if spec.scheme in WINDOW_SCHEMES:
         wh, ww = spec.window()
-        index = window_index(wh, ww, device)
         if spec.scheme == "beit":
-            index = class_token_index(index, (2 * wh - 1) * (2 * ww - 1))
-        return index
+            return class_token_index(wh, ww, device)
+        return window_index(wh, ww, device)
     return sequence_index(spec, device)
 
 
@@ -365,7 +385,12 @@ def compute_relative_index(
         table = spec.require_bound().tensor.to(device)  # (num_relative_distance, H) float32
         heads = table.shape[1]
         by_head = table.t().contiguous()  # (H, num_relative_distance)
-        bias = torch.index_select(by_head, 1, index.reshape(-1)).view(heads, *index.shape)
-        tensors["bias"] = bias.to(DTYPES[spec.dtype])
+        gathered = empty((heads, index.numel()), torch.float32, device)
+        torch.index_select(by_head, 1, index.reshape(-1), out=gathered)
+        bias = gathered.view(heads, *index.shape)
+        dtype = DTYPES[spec.dtype]
+        if dtype != torch.float32:  # cast last, as the references do (`copy_` rounds as `.to`)
+            bias = empty(tuple(bias.shape), dtype, device).copy_(bias)
+        tensors["bias"] = bias
     facts: dict[str, Any] = {"num_relative_distance": spec.num_relative_distance()}
     return tensors, facts
