@@ -114,6 +114,36 @@ def test_vit_bit_exact(side: int, new: tuple[int, int]) -> None:
     assert torch.equal(resampled(table, method="hf_vit", new_grid=list(new)), ref)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_vit_base_to_384_bit_exact(dtype: str) -> None:
+    # vit-base's (197, 768) table to 24 x 24: a 1.7 MiB output, in a mapping of its own
+    # (`memory.empty`) that the bicubic kernel writes through its channels-last view
+    module = vit_embeddings(14, 768, seed=3)
+    emb = torch.zeros(1, 1 + 24 * 24, 768)
+    with torch.no_grad():
+        ref = module.interpolate_pos_encoding(emb, height=48, width=48)[0]
+    table = module.position_embeddings.detach()[0]
+    ours = resampled(table, method="hf_vit", new_grid=[24, 24], dtype=dtype)
+    assert ours.is_contiguous()
+    assert torch.equal(ours, ref.to(getattr(torch, dtype)))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize(
+    "extra",
+    [{}, {"antialias": False}, {"interpolation": "bilinear"}, {"align_corners": True}],
+)
+def test_timm_on_cuda_equals_the_same_calls_on_cuda(
+    timm_pos_embed: types.ModuleType, extra: dict[str, Any]
+) -> None:
+    table = random_table(1 + 16 * 16, 64, seed=5)
+    ref = timm_pos_embed.resample_abs_pos_embed(
+        table[None].cuda(), new_size=[24, 20], num_prefix_tokens=1, **extra
+    )[0]
+    s = spec(table=table.tolist(), method="timm", new_grid=[24, 20], **extra)
+    assert torch.equal(compute(s, "cuda").tensors["embedding"], ref)
+
+
 @pytest.mark.parametrize(("side", "new"), [(4, (6, 6)), (6, (4, 9)), (8, (3, 3))])
 def test_dinov2_transformers_is_hf_vit(side: int, new: tuple[int, int]) -> None:
     config = Dinov2Config(image_size=side * 2, patch_size=2, hidden_size=16)

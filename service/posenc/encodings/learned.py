@@ -298,63 +298,94 @@ class LearnedSpec(WeightTableSpec):
         return {"embedding": TensorInfo((self.new_rows(), d), self.dtype, row_axis=0)}
 
 
+_GRID_KERNELS = {
+    ("bicubic", False): torch.ops.aten.upsample_bicubic2d.out,
+    ("bicubic", True): torch.ops.aten._upsample_bicubic2d_aa.out,
+    ("bilinear", False): torch.ops.aten.upsample_bilinear2d.out,
+    ("bilinear", True): torch.ops.aten._upsample_bilinear2d_aa.out,
+}
+"""The `out=` forms of the kernels `F.interpolate` runs on a 4-D CPU input, per (mode,
+antialias): `(input, output_size, align_corners, scales_h, scales_w, out=)`."""
+
+
 def _grid_resample(
+    out: torch.Tensor,
     rows: torch.Tensor,
     old: tuple[int, int],
-    new: tuple[int, int],
-    **interpolate: Any,
-) -> torch.Tensor:
-    """(h*w, D) rows -> (h'*w', D) with the references' reshape/permute/interpolate sequence
-    (the same strides reach `F.interpolate`, so the same kernel path runs)."""
-    d = rows.shape[-1]
+    *,
+    mode: str,
+    align_corners: bool = False,
+    antialias: bool = False,
+    scale: tuple[float, float] | None = None,
+) -> None:
+    """(h*w, D) rows resampled into `out` (h', w', D), contiguous, with the references'
+    reshape/permute/interpolate sequence: the (1, D, h, w) channels-last view of the rows goes
+    through the kernel `F.interpolate(x, size=(h', w'))` (or `scale_factor=scale`) runs, so the
+    same kernel path computes the same values.
+
+    On the CPU the kernel writes straight into `out`'s (1, D, h', w') channels-last view (its
+    `out=` form, given the sizes and scales `F.interpolate` would pass it): no intermediate
+    tensor and no copy. Elsewhere `F.interpolate` runs and its result is copied into `out`.
+    """
+    nh, nw, d = out.shape
     x = rows[None].reshape(1, old[0], old[1], d).permute(0, 3, 1, 2)
-    y = F.interpolate(x, **interpolate)
-    return y.permute(0, 2, 3, 1).reshape(-1, d)
-
-
-def _joined(parts: tuple[torch.Tensor, ...]) -> torch.Tensor:
-    """The rows of `parts` stacked (`torch.cat` on axis 0) into a new contiguous table
-    (`memory.empty`: a mapping of its own when large)."""
-    rows = sum(int(p.shape[0]) for p in parts)
-    out = empty((rows, int(parts[0].shape[1])), parts[0].dtype, parts[0].device)
-    return torch.cat(parts, dim=0, out=out)
+    dst = out[None].permute(0, 3, 1, 2)  # (1, D, h', w'), channels-last over `out`
+    if out.device.type == "cpu":
+        sh, sw = (None, None) if scale is None else scale
+        _GRID_KERNELS[(mode, antialias)](x, (nh, nw), align_corners, sh, sw, out=dst)
+        return
+    if scale is None:
+        y = F.interpolate(
+            x, size=(nh, nw), mode=mode, align_corners=align_corners, antialias=antialias
+        )
+    else:
+        y = F.interpolate(
+            x, scale_factor=scale, mode=mode, align_corners=align_corners, antialias=antialias
+        )
+    dst.copy_(y)
 
 
 def resample(spec: LearnedSpec, table: torch.Tensor) -> torch.Tensor:
-    """The resampled (N', D) float32 table for a canonical spec and its (N, D) float32 source."""
+    """The resampled (N', D) float32 table for a canonical spec and its (N, D) float32 source,
+    in a new contiguous tensor (`memory.empty`: a mapping of its own when large)."""
     prefix = spec.prefix()
     head, rows = table[:prefix], table[prefix:]
+    d = int(table.shape[1])
+    out = empty((spec.new_rows(), d), torch.float32, table.device)
     if spec.method == "linear_1d":
         length = int(spec.new_length or 0)
         if length == rows.shape[0]:
-            return _joined((table,))
+            return out.copy_(table)
         x = rows.t()[None]
         y = F.interpolate(x, size=length, mode="linear", align_corners=bool(spec.align_corners))
-        return _joined((head, y[0].t()))
+        out[:prefix] = head
+        out[prefix:] = y[0].t()
+        return out
     old = spec.source_grid()
     nh, nw = spec.new_grid or (0, 0)
     new = (nh, nw)
     if new == old:
         # timm and transformers return the table itself when the grid does not change.
-        return _joined((table,))
+        return out.copy_(table)
+    out[:prefix] = head
+    body = out[prefix:].view(nh, nw, d)
     if spec.method == "timm":
-        body = _grid_resample(
+        _grid_resample(
+            body,
             rows,
             old,
-            new,
-            size=new,
             mode=spec.interpolation or "bicubic",
             align_corners=bool(spec.align_corners),
             antialias=bool(spec.antialias),
         )
     elif spec.method == "hf_vit":
-        body = _grid_resample(rows, old, new, size=new, mode="bicubic", align_corners=False)
+        _grid_resample(body, rows, old, mode="bicubic")
     else:
         m = old[0]
         off = spec.offset()
         scale = (float((new[0] + off) / m), float((new[1] + off) / m))
-        body = _grid_resample(rows, old, new, scale_factor=scale, mode="bicubic")
-    return _joined((head, body))
+        _grid_resample(body, rows, old, mode="bicubic", scale=scale)
+    return out
 
 
 @register_family(
