@@ -75,9 +75,10 @@ COPY deploy/docker/healthcheck.py /opt/posenc/healthcheck.py
 # Inside a container the server must listen beyond the loopback; every other setting keeps the
 # service's default and can be overridden by an env file, a ConfigMap or a flag. The root
 # filesystem may be read-only (Kubernetes, compose): caches go to /tmp, a writable volume there.
-# MALLOC_MMAP_THRESHOLD_: tables of 2 MiB and more have mappings of their own; a fixed 128 KiB
-# threshold returns the smaller ones to the system too, so RSS under cache churn stays at 1.00x
-# the cache budget (1.07-1.13x with glibc's adaptive threshold; bench/scale.py, docs/benchmarks.md).
+# MALLOC_MMAP_THRESHOLD_: tables and bodies from 128 KiB have mappings of their own; a fixed
+# 128 KiB threshold returns the computations' temporaries to the system too, so RSS under cache
+# churn stays at 1.00x the cache budget (1.07-1.16x with glibc's adaptive threshold;
+# bench/scale.py, docs/benchmarks.md).
 ENV POSENC_HOST=0.0.0.0 \
     POSENC_PORT=8000 \
     HOME=/home/posenc \
