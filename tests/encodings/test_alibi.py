@@ -444,3 +444,20 @@ def test_bias_is_bounded_by_slope_times_distance(
     if not live.all():
         fill = float("-inf") if masked_value == "-inf" else torch.finfo(getattr(torch, dtype)).min
         assert (bias[~live] == fill).all()
+
+
+@pytest.mark.parametrize("form", ["row_constant", "mpt"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize(("heads", "k"), [(1, 1), (12, 777), (32, 4096), (112, 4096)])
+def test_single_rows_are_the_fp32_products_bit_for_bit(
+    form: str, dtype: str, heads: int, k: int
+) -> None:
+    # (H, 1, K) rows: float32 ones are multiplied by numpy into the output, others by torch.mul;
+    # both must give torch's fp32 product of the served slopes and the key distances, rounded once
+    out = table(
+        num_heads=heads, bias=form, query_length=1, key_length=k, query_offset=k - 1, dtype=dtype
+    )
+    first = 0 if form == "row_constant" else 1 - k
+    dist = torch.arange(first, first + k, dtype=torch.float32)
+    expected = (out["slopes"][:, None] * dist[None, :]).to(getattr(torch, dtype))
+    assert torch.equal(out["bias"], expected[:, None, :])
