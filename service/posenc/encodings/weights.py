@@ -164,6 +164,12 @@ class TableStore:
         self._insert(key, t, field)
         return key
 
+    def keep(self, bound: BoundTable, field: str = "table") -> None:
+        """Store a table already bound to a spec: checked (`as_table`) and keyed (`table_key`)
+        when it was bound, so neither is done again; over the whole budget it is refused naming
+        `field`."""
+        self._insert(bound.key, bound.tensor, field)
+
     def lookup(self, key: str) -> torch.Tensor | None:
         """The table stored under `key` (marked recently used), or None."""
         with self._lock:
@@ -310,7 +316,7 @@ def resolve_tables(spec: SpecBase, store: TableStore) -> SpecBase:
     names = spec.table_fields
     if spec.bound is not None:
         if spec.bound.key not in store:
-            store.register(spec.bound.key, spec.bound.tensor, names.inline)
+            store.keep(spec.bound, names.inline)
         return spec
     key = str(spec.named_key)
     tensor = store.lookup(key)

@@ -40,7 +40,7 @@ import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -170,6 +170,26 @@ class _Types:
     def rank(self, name: str) -> int | None:
         shape = self.shape(name)
         return None if shape is None else len(shape)
+
+
+_C = TypeVar("_C", "RopeConsumer", "AlibiConsumer")
+
+
+def _selected(consumers: list[_C], nodes: Iterable[str] | None, what: str, none: str) -> list[_C]:
+    """`consumers` restricted to the node names `nodes` (all when None); `IncompatibleModelError`
+    for a name the model lacks (`what`: how such a node is called) or when none is left
+    (`none`: the message)."""
+    if nodes is not None:
+        wanted = set(nodes)
+        unknown = wanted - {c.node for c in consumers}
+        if unknown:
+            raise IncompatibleModelError(
+                f"no {what} named {sorted(unknown)}; the model has {[c.node for c in consumers]}"
+            )
+        consumers = [c for c in consumers if c.node in wanted]
+    if not consumers:
+        raise IncompatibleModelError(none)
+    return consumers
 
 
 @dataclass(frozen=True)
@@ -412,21 +432,13 @@ def attach_rope_caches(
         )
     rows, width = int(cos.shape[0]), int(cos.shape[1])
     table_dtype = dtype_name(cos.dtype)
-    consumers = find_rope_consumers(proto)
-    if nodes is not None:
-        wanted = set(nodes)
-        unknown = wanted - {c.node for c in consumers}
-        if unknown:
-            raise IncompatibleModelError(
-                f"no RoPE consumer named {sorted(unknown)}; the model has "
-                f"{[c.node for c in consumers]}"
-            )
-        consumers = [c for c in consumers if c.node in wanted]
-    if not consumers:
-        raise IncompatibleModelError(
-            "the model has no RoPE consumer (RotaryEmbedding, com.microsoft.RotaryEmbedding, "
-            "com.microsoft.GroupQueryAttention with do_rotary=1)"
-        )
+    consumers = _selected(
+        find_rope_consumers(proto),
+        nodes,
+        "RoPE consumer",
+        "the model has no RoPE consumer (RotaryEmbedding, com.microsoft.RotaryEmbedding, "
+        "com.microsoft.GroupQueryAttention with do_rotary=1)",
+    )
     inputs, inits, produced = _sources(proto.graph)
     problems: list[str] = []
     targets: dict[str, tuple[Array, str]] = {}
@@ -661,21 +673,13 @@ def attach_alibi_bias(
         raise IncompatibleModelError("the subgraph has no output named 'bias'")
     sub_value = _Types._from_type(out.type)
     sub_heads = sub_value.shape[1] if sub_value.shape and len(sub_value.shape) == 4 else None
-    consumers = find_alibi_consumers(proto)
-    if nodes is not None:
-        wanted = set(nodes)
-        unknown = wanted - {c.node for c in consumers}
-        if unknown:
-            raise IncompatibleModelError(
-                f"no attention node named {sorted(unknown)}; the model has "
-                f"{[c.node for c in consumers]}"
-            )
-        consumers = [c for c in consumers if c.node in wanted]
-    if not consumers:
-        raise IncompatibleModelError(
-            "the model has no node taking an additive bias (Attention, "
-            "com.microsoft.MultiHeadAttention, com.microsoft.GroupQueryAttention)"
-        )
+    consumers = _selected(
+        find_alibi_consumers(proto),
+        nodes,
+        "attention node",
+        "the model has no node taking an additive bias (Attention, "
+        "com.microsoft.MultiHeadAttention, com.microsoft.GroupQueryAttention)",
+    )
     graph_inputs, inits, produced = _sources(proto.graph)
     problems: list[str] = []
     targets: list[str] = []
