@@ -7,8 +7,9 @@
 #
 # Layout: `python-base` (interpreter + empty venv) -> `build-cpu` / `build-cuda` (dependencies in
 # their own layers, then the source) -> `runtime` (non-root user, health check, entry point) ->
-# `cuda` / `cpu` (the runtime plus one built venv). Dependencies are installed from pyproject.toml
-# before the source is copied, so a code change reuses the torch layer.
+# `cuda` / `cpu` (the runtime plus one built venv). Dependencies are installed from the target's lock
+# file (requirements/image-*.txt, hashes checked) before the source is copied, so a code change
+# reuses the dependency layer, and the image built tomorrow holds the packages tested today.
 #
 # The CUDA image needs no CUDA base: torch's PyPI wheels for Linux carry the CUDA 13 runtime,
 # cuBLAS and cuDNN 9 as pip packages, and onnxruntime-gpu is built against the same CUDA major and
@@ -30,39 +31,32 @@ RUN python -m venv /opt/venv
 
 
 FROM python-base AS build-cpu
-ARG TORCH_VERSION=2.13.0
-ARG ONNXRUNTIME_VERSION=1.31.1
-# The CPU-only torch build (about 200 MB instead of several GB of CUDA libraries).
+# The CPU-only torch build (about 200 MB instead of several GB of CUDA libraries) comes from this
+# index; every other package from the package index. requirements/image-cpu.txt pins each one with
+# its hashes (make lock): nothing is resolved at build time.
 ARG TORCH_CPU_INDEX=https://download.pytorch.org/whl/cpu
+COPY requirements/image-cpu.txt /tmp/build/requirements.txt
 RUN --mount=type=cache,target=/root/.cache/pip \
-    pip install --index-url "${TORCH_CPU_INDEX}" "torch==${TORCH_VERSION}" \
- && pip install "onnxruntime==${ONNXRUNTIME_VERSION}"
-COPY pyproject.toml deploy/docker/requirements.py /tmp/build/
-RUN --mount=type=cache,target=/root/.cache/pip \
-    python /tmp/build/requirements.py /tmp/build/pyproject.toml cpu > /tmp/build/requirements.txt \
- && pip install --requirement /tmp/build/requirements.txt
+    pip install --require-hashes --no-deps --extra-index-url "${TORCH_CPU_INDEX}" \
+        --requirement /tmp/build/requirements.txt
 COPY pyproject.toml README* /src/
 COPY service /src/service
 RUN --mount=type=cache,target=/root/.cache/pip \
-    pip install --no-deps /src \
+    pip install --no-deps --no-build-isolation /src \
  && python -c "import posenc, torch, onnxruntime; print('posenc', posenc.__version__, 'torch', torch.__version__)"
 
 
 FROM python-base AS build-cuda
-ARG TORCH_VERSION=2.13.0
-ARG ONNXRUNTIME_GPU_VERSION=1.31.1
 # torch's default Linux wheels on PyPI are the CUDA 13 build; onnxruntime-gpu's `cuda` and `cudnn`
 # extras resolve to the same CUDA 13 / cuDNN 9 pip packages torch pins, so one copy is installed.
+# requirements/image-cuda.txt pins them all with their hashes (make lock).
+COPY requirements/image-cuda.txt /tmp/build/requirements.txt
 RUN --mount=type=cache,target=/root/.cache/pip \
-    pip install "torch==${TORCH_VERSION}" "onnxruntime-gpu[cuda,cudnn]==${ONNXRUNTIME_GPU_VERSION}"
-COPY pyproject.toml deploy/docker/requirements.py /tmp/build/
-RUN --mount=type=cache,target=/root/.cache/pip \
-    python /tmp/build/requirements.py /tmp/build/pyproject.toml gpu > /tmp/build/requirements.txt \
- && pip install --requirement /tmp/build/requirements.txt
+    pip install --require-hashes --no-deps --requirement /tmp/build/requirements.txt
 COPY pyproject.toml README* /src/
 COPY service /src/service
 RUN --mount=type=cache,target=/root/.cache/pip \
-    pip install --no-deps /src \
+    pip install --no-deps --no-build-isolation /src \
  && python -c "import posenc, torch, onnxruntime; print('posenc', posenc.__version__, 'torch', torch.__version__, 'cuda', torch.version.cuda)"
 
 

@@ -1,26 +1,56 @@
-# One entry point for every habit. Every target creates .venv when missing:
-# torch==2.13.0 first (the CPU build from the local wheel cache, so pip never pulls a CUDA build),
-# then the project with the cpu and test extras.
+# One entry point for every habit. Every target creates .venv when missing, from the lock file
+# alone: requirements/suite.txt pins every package of the suite's environment with its hashes
+# (docs/dependencies.md), torch's CPU build among them, so pip never resolves anything and never
+# pulls a CUDA build. `make lock` regenerates the lock files; `make drift` tries the newest releases.
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8000
+# Where pip finds torch's CPU build: this machine's wheel cache (pip's configured find-links) by
+# default; elsewhere TORCH_INDEX=https://download.pytorch.org/whl/cpu.
+TORCH_INDEX ?=
+TORCH_INDEX_ARG := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
 
-.PHONY: venv nginx wrk serve test check bench clean
+.PHONY: venv lock drift nginx wrk serve test check bench clean
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml clients/python/pyproject.toml Makefile
+# --no-deps: the lock is the whole environment (timm's torchvision requirement is resolved in the
+# lock for consistency but not installed: it has no CPU build here and the tests import only
+# timm.layers). The two projects are installed editable without build isolation, so their build
+# backend comes from the lock too.
+$(STAMP): requirements/suite.txt pyproject.toml clients/python/pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[cpu,test]'
-	$(BIN)/pip install --quiet -e clients/python
-	# timm is a test reference only; --no-deps because its torchvision requirement has no CPU
-	# build here (the tests import timm.layers.pos_embed_sincos, which needs no torchvision).
-	$(BIN)/pip install --quiet --no-deps timm==1.0.31
+	$(BIN)/pip install --quiet --require-hashes --no-deps $(TORCH_INDEX_ARG) -r requirements/suite.txt
+	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e . -e clients/python
 	touch $(STAMP)
+
+# Regenerates every lock file from pyproject.toml's ranges and requirements/*.in, resolving the
+# newest releases that fit (uv, pinned in the suite's lock). The suite's lock comes first and
+# constrains the others, so the images ship the releases the suite tests (torch aside: each
+# environment names its own build). Then: make test, and record the upgrade (docs/dependencies.md,
+# service/posenc/verified.py).
+LOCK := $(BIN)/uv pip compile --quiet --generate-hashes --python-version 3.11 \
+	--python-platform x86_64-manylinux_2_28 --find-links $(or $(TORCH_FIND_LINKS),/opt/wheels) \
+	$(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX) --index-strategy unsafe-best-match)
+SUITE_PINS := $(VENV)/suite-pins.txt
+lock: $(STAMP)
+	$(LOCK) pyproject.toml clients/python/pyproject.toml requirements/suite.in \
+	  --extra cpu --extra test --extra onnx --no-emit-package torchvision -o requirements/suite.txt
+	grep -E '^[A-Za-z0-9][A-Za-z0-9._-]*==' requirements/suite.txt | sed 's/ *\\$$//' \
+	  | grep -v '^torch==' > $(SUITE_PINS)
+	$(LOCK) pyproject.toml requirements/image-cpu.in --extra cpu -c $(SUITE_PINS) \
+	  -o requirements/image-cpu.txt
+	$(LOCK) pyproject.toml requirements/image-cuda.in -c $(SUITE_PINS) -o requirements/image-cuda.txt
+	$(LOCK) clients/python/pyproject.toml requirements/client.in -c $(SUITE_PINS) \
+	  -o requirements/client.txt
+
+# The newest releases of the references in a throwaway environment (.venv-drift), running the
+# reference and interop tests there; writes docs/compatibility.md. Never part of `make test`.
+drift:
+	$(PY) tools/drift.py
 
 serve: $(STAMP)
 	$(BIN)/posenc serve --host $(HOST) --port $(PORT)
@@ -46,8 +76,8 @@ test: $(STAMP) nginx
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
 check: $(STAMP)
-	$(BIN)/ruff format --check service tests bench deploy clients/python
-	$(BIN)/ruff check service tests bench deploy clients/python
+	$(BIN)/ruff format --check service tests bench deploy tools clients/python
+	$(BIN)/ruff check service tests bench deploy tools clients/python
 	$(BIN)/hadolint --config .hadolint.yaml Dockerfile
 	$(BIN)/mypy
 	$(BIN)/mypy --strict clients/python/src
@@ -60,4 +90,4 @@ bench: $(STAMP) nginx wrk
 	set -e; for b in $(BENCHES); do echo "== bench.$$b"; $(BIN)/python -m bench.$$b; done
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-drift .pytest_cache .mypy_cache .ruff_cache

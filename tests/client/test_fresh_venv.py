@@ -1,7 +1,8 @@
 """posenc-client alone: a plain virtual environment (no system site-packages) with only httpx,
-numpy, ml-dtypes (from the package index) and the client wheel (built from this tree, installed
-with --no-deps) imports `posenc_client` without torch or onnx, fetches a table from the live
-server, and runs its console script. Takes ~30 s (mostly pip); it runs in the default suite."""
+numpy, ml-dtypes (from the package index, as pinned in requirements/client.txt) and the client
+wheel (built from this tree, installed with --no-deps) imports `posenc_client` without torch or
+onnx, fetches a table from the live server, and runs its console script. Takes ~30 s (mostly pip);
+it runs in the default suite."""
 
 from __future__ import annotations
 
@@ -39,7 +40,8 @@ def test_client_alone_in_a_fresh_venv(server: ServerHandle, tmp_path: Path) -> N
     _run(base, "-m", "venv", str(venv))
     python = venv / "bin" / "python"
     assert "include-system-site-packages = false" in (venv / "pyvenv.cfg").read_text()
-    _run(str(python), "-m", "pip", "install", "--quiet", "httpx", "numpy", "ml-dtypes")
+    _run(str(python), "-m", "pip", "install", "--quiet", "--require-hashes", "--no-deps",
+         "-r", str(CLIENT.parents[1] / "requirements" / "client.txt"))  # fmt: skip
     _run(str(python), "-m", "pip", "install", "--quiet", "--no-deps", str(wheel))
 
     check = textwrap.dedent(

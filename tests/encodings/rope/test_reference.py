@@ -30,7 +30,7 @@ from transformers.models.gemma4.modeling_gemma4 import Gemma4TextRotaryEmbedding
 from transformers.models.gpt_neox.modeling_gpt_neox import GPTNeoXRotaryEmbedding
 from transformers.models.gpt_oss.modeling_gpt_oss import GptOssRotaryEmbedding
 from transformers.models.gptj.modeling_gptj import (
-    GPTJAttention,
+    GPTJRotaryEmbedding,
     apply_rotary_pos_emb,
     create_sinusoidal_positions,
 )
@@ -329,9 +329,14 @@ def _rotate_every_two_full(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
 
 def test_gptj_interleaved_layout() -> None:
     """GPT-J: `create_sinusoidal_positions` gives [sin | cos] (P, rotary_dim) and
-    `apply_rotary_pos_emb` repeat_interleaves them: our interleaved half and full tables."""
+    `apply_rotary_pos_emb` repeat_interleaves them: our interleaved half and full tables.
+
+    Read through the model's rotary module's public forward (sin, cos for position ids), not the
+    buffer it keeps: transformers 5.24 moved that buffer from the attention into the module."""
     config = hf.gptj()
-    embed = GPTJAttention(config, layer_idx=0).embed_positions
+    rotary = GPTJRotaryEmbedding(config)
+    sin_all, cos_all = rotary(torch.zeros(1), torch.arange(2048)[None])  # (1, 2048, 32) each
+    embed = torch.cat((sin_all[0], cos_all[0]), dim=-1)  # (2048, 64): [sin | cos]
     assert torch.equal(embed, create_sinusoidal_positions(2048, 64))
     spec = {"head_dim": 256, "rotary_dim": 64, "max_positions": 2048, "interleaved": True}
     half = ours(width="half", **spec).tensors
@@ -344,7 +349,7 @@ def test_gptj_interleaved_layout() -> None:
     generator = torch.Generator().manual_seed(0)
     positions = torch.arange(0, 2048, 7)
     q = torch.randn(1, len(positions), 4, 64, generator=generator)  # (batch, seq, heads, rot)
-    sin_g, cos_g = torch.split(embed[positions][None], 32, dim=-1)  # (1, S, 32) each
+    sin_g, cos_g = rotary(q, positions[None])  # (1, S, 32) each
     expected = apply_rotary_pos_emb(q, sin_g, cos_g)
     cos_h, sin_h = half["cos"][positions][None, :, None], half["sin"][positions][None, :, None]
     assert torch.equal(_rotate_pairs(q, cos_h, sin_h), expected)
