@@ -11,9 +11,9 @@ from fastapi import APIRouter
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.responses import Response
 
+from posenc.api.deps import State
 from posenc.api.errors import error_response
 from posenc.api.jsonio import json_response
-from posenc.api.state import State
 
 router = APIRouter(tags=["health"])
 
