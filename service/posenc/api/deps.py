@@ -57,7 +57,7 @@ def oip_context(request: Request) -> OipContext:
     """The `OipContext` of the app serving `request` (503 while it starts or stops)."""
     state = app_state(request)
     cache = state.require_cache()
-    life = state.lifecycle
+    lifecycle = state.lifecycle
     counter = _infer_counter(state.metrics.registry)
     settings = state.settings
     return OipContext(
@@ -66,6 +66,6 @@ def oip_context(request: Request) -> OipContext:
         max_response_bytes=settings.max_response_bytes,
         json_max_elements=settings.json_max_elements,
         max_body_bytes=settings.max_infer_body_bytes,
-        ready=lambda: life.ready and not life.draining,
+        ready=lambda: lifecycle.ready and not lifecycle.draining,
         observe=lambda model, source: counter.labels(model, source).inc(),
     )
