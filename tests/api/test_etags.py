@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from posenc.api.formats import negotiate, parse_rows, select
-from posenc.api.tables import representation_etag
+from posenc.api.serving import representation_etag
 from posenc.encodings import parse_spec
 
 SPEC = {"kind": "rope", "head_dim": 32, "max_positions": 40, "rope_theta": 4321.0}

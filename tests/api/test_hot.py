@@ -182,10 +182,11 @@ def test_dispatched_routes_are_counted_under_their_templates(
 
 
 def test_the_app_dispatches_every_hot_route() -> None:
-    from posenc.api import tables
-    from posenc.api.oip import app_context, build_router
+    from posenc.api.deps import oip_context
+    from posenc.api.routes import tables
+    from posenc.api.routes.oip import build_router
 
-    _, models = build_router(app_context)
+    _, models = build_router(oip_context)
     found = hot_routes(tables.router, models)
     assert {(m, r.path) for r in found for m in r.methods} == set(HOT_ROUTES)
     with pytest.raises(ValueError, match="hot routes"):

@@ -9,8 +9,8 @@ import httpx
 import numpy as np
 import pytest
 
-from posenc.api import tables
 from posenc.api.memo import JsonMemo
+from posenc.api.routes import tables
 from posenc.encodings.weights import WeightTableSpec
 
 

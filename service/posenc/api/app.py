@@ -3,7 +3,8 @@
 Everything stateful is built per app: the metrics registry, the key index and the presets in
 `create_app`; the device, the cache and the table store (uploaded weight tables) in the lifespan
 (never at import), which then warms the configured presets in the background and flips readiness
-when done. Routers are composed here, in one place: `/v1`, `/v2`, health and metrics;
+when done. Routers are composed here, in one place, from the route modules (`posenc.api.routes`:
+`/v1`, `/v2`, health and metrics);
 `ApiKeyMiddleware` guards `/v1` and `/v2/models`; `BodyLimitMiddleware` caps request bodies per
 route (`body_limits`).
 """
@@ -20,12 +21,13 @@ from fastapi import APIRouter, FastAPI
 from fastapi.routing import APIRoute
 
 from posenc import __version__
-from posenc.api import catalog, health, oip, routes_onnx, tables, uploads
 from posenc.api.auth import ApiKeyMiddleware
+from posenc.api.deps import oip_context
 from posenc.api.errors import install_error_handlers
 from posenc.api.hot import HotRoutes
 from posenc.api.metrics import Metrics, MetricsMiddleware
 from posenc.api.middleware import BodyLimitMiddleware, RouteLimit
+from posenc.api.routes import health, kinds, oip, onnx, presets, resolve, tables, uploads
 from posenc.api.settings import Settings
 from posenc.api.state import AppState, KeyIndex, Lifecycle
 from posenc.encodings.weights import TableStore
@@ -150,14 +152,14 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 def create_app(settings: Settings | None = None) -> FastAPI:
     """A posenc FastAPI app for `settings` (read from the environment when omitted)."""
     settings = settings or Settings()
-    presets = load_presets()
-    _warm_list(settings, list(presets))  # fail fast on unknown names
+    curated = load_presets()
+    _warm_list(settings, list(curated))  # fail fast on unknown names
     metrics = Metrics()
     index = KeyIndex(settings.known_keys)
-    for preset in presets.values():
+    for preset in curated.values():
         for part in preset.parts:
             index.pin(part.key, part.spec)
-    state = AppState(settings, metrics, presets, Lifecycle(), index)
+    state = AppState(settings, metrics, curated, Lifecycle(), index)
 
     app = FastAPI(
         title="posenc",
@@ -169,14 +171,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.posenc = state
     install_error_handlers(app)
     # routes are matched router by router, in this order: the hot ones first
-    app.include_router(tables.router)
-    app.include_router(health.router)
-    app.include_router(uploads.router)
-    oip_server, oip_models = oip.build_router(oip.app_context)
-    app.include_router(oip_models)
-    app.include_router(oip_server)
-    app.include_router(catalog.router)
-    app.include_router(routes_onnx.router)
+    oip_server, oip_models = oip.build_router(oip_context)
+    for router in (
+        tables.router,
+        health.router,
+        uploads.router,
+        oip_models,
+        oip_server,
+        kinds.router,
+        presets.router,
+        resolve.router,
+        onnx.router,
+    ):
+        app.include_router(router)
     # the last added is the outermost: metrics see every request, refused ones included
     if settings.hot_routes:
         app.add_middleware(HotRoutes, routes=hot_routes(tables.router, oip_models))

@@ -2,11 +2,11 @@
 
 A small cache hit spends most of its time outside posenc: FastAPI 0.165 matches the path through
 its included-router contexts (every router, then every route), solves the (empty) dependency set
-and opens two `AsyncExitStack`s per request; in process that is about 100 of the ~175 µs of a
-hit (`docs/benchmarks.md`, section 2). `HotRoutes` is a pure ASGI middleware, the innermost of
-the app's own, that matches the few routes every client calls per request (`GET /v1/tables/{key}`,
-`POST /v1/tables`, `POST /v2/models/{model}[/versions/{version}]/infer`) itself and calls their
-endpoints directly; every other request goes on to FastAPI.
+and opens two `AsyncExitStack`s per request, about half of a small hit in process
+(`docs/benchmarks.md`, section 2, has the figures). `HotRoutes` is a pure ASGI middleware, the
+innermost of the app's own, that matches the few routes every client calls per request
+(`GET /v1/tables/{key}`, `POST /v1/tables`, `POST /v2/models/{model}[/versions/{version}]/infer`)
+itself and calls their endpoints directly; every other request goes on to FastAPI.
 
 The routes stay declared once, as FastAPI routes (they are what OpenAPI documents and what the
 dispatcher reads: path regex, methods, endpoint), and the dispatcher only accepts routes that

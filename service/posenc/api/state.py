@@ -1,8 +1,9 @@
-"""Per-app state built by `create_app` and its lifespan, and the dependencies routes use.
+"""Per-app state built by `create_app` and its lifespan.
 
-`AppState` lives on `app.state.posenc`. The cache, the device and the table store (uploaded
-weight tables) exist only between lifespan start and shutdown; routes reach them through
-`AppState.require_cache` and `AppState.require_tables`, which answer 503 outside that window.
+`AppState` lives on `app.state.posenc` (routes get it through `posenc.api.deps`). The cache, the
+device and the table store (uploaded weight tables) exist only between lifespan start and
+shutdown; routes reach them through `AppState.require_cache` and `AppState.require_tables`, which
+answer 503 outside that window.
 """
 
 from __future__ import annotations
@@ -10,10 +11,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Annotated
 
 import torch
-from fastapi import Depends, Request
 
 from posenc.api.errors import ApiError
 from posenc.api.metrics import Metrics
@@ -109,17 +108,3 @@ def _starting() -> ApiError:
     return ApiError(
         503, "starting", "the server is starting or stopping", None, {"Retry-After": "1"}
     )
-
-
-def app_state(request: Request) -> AppState:
-    """This app's `AppState`."""
-    state: AppState = request.app.state.posenc
-    return state
-
-
-async def get_state(request: Request) -> AppState:
-    """Dependency: this app's `AppState` (async: FastAPI runs sync dependencies in threads)."""
-    return app_state(request)
-
-
-State = Annotated[AppState, Depends(get_state)]

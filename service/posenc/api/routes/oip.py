@@ -1,4 +1,4 @@
-"""Routes of the Open Inference Protocol (KServe v2); health routes live with the service's.
+"""`/v2`: the routes of the Open Inference Protocol (KServe v2); health routes are in `health`.
 
     GET  /v2                                         server metadata
     GET  /v2/models/{model}[/versions/{version}]     model metadata
@@ -140,7 +140,7 @@ def build_router(context: ContextGetter) -> tuple[APIRouter, APIRouter]:
     """(server router: `GET /v2`, model router: `/v2/models/...`). API keys, when set, guard
     the model routes through the app's `ApiKeyMiddleware` (`/v2/models` prefix); `/v2` is open.
 
-    `context(request)` returns the app's `OipContext`.
+    `context(request)` returns the app's `OipContext` (`posenc.api.deps.oip_context`).
     """
     server = APIRouter(tags=["v2"])
     models = APIRouter(prefix="/v2/models", tags=["v2"])
@@ -175,10 +175,10 @@ def build_router(context: ContextGetter) -> tuple[APIRouter, APIRouter]:
             found = _model(model, version)
             # like /v1, inference is served while presets warm and while draining (readiness
             # tells load balancers); only a server without its cache answers 503
-            ctx = context(request)
-            body = await _read_body(request, ctx.max_body_bytes)
+            service = context(request)
+            body = await _read_body(request, service.max_body_bytes)
             parsed = parse_infer_request(body, request.headers.get(HEADER_LENGTH))
-            result = await found.infer(ctx, parsed)
+            result = await found.infer(service, parsed)
             outputs = [
                 OutputTensor(name, t, parsed.binary(name)) for name, t in result.tensors.items()
             ]
@@ -188,14 +188,14 @@ def build_router(context: ContextGetter) -> tuple[APIRouter, APIRouter]:
                 for o, t in zip(outputs, result.tensors.values(), strict=True)
                 if not o.binary or t.device.type != "cpu"
             )
-            encoded = await ctx.offload(
+            encoded = await service.offload(
                 lambda: encode_infer_response(
                     found.name, VERSION, parsed.id, outputs, result.parameters
                 ),
                 work,
             )
-            if ctx.observe is not None:
-                ctx.observe(found.name, str(result.parameters.get("posenc_source", "")))
+            if service.observe is not None:
+                service.observe(found.name, str(result.parameters.get("posenc_source", "")))
             return PartsResponse(encoded.parts, encoded.headers, encoded.media_type)
 
         return await _guarded(run)

@@ -1,9 +1,22 @@
-"""`/v1/tables`: compute (or find) a table and send it in the negotiated format.
+"""Shared serving helpers of the routes: sending a table, ETags, binding uploaded weight tables.
 
-Order of work per request, cheapest first: parse and canonicalise the spec, compute its size from
-`spec.outputs()` (413 over the limit: nothing allocated), validate format, tensor and rows, answer
-304 to a matching `If-None-Match` (GET), bind an uploaded weight table (`uploads.bind_tables`),
-then look the table up in the cache (computing it at most once), and send bytes prepared once per
+Route modules never import each other; what several of them need lives here:
+
+- `serve_table`: negotiate the format, check limits, look the table up in the cache (computing it
+  at most once) and send it (`POST /v1/tables`, `GET /v1/tables/{key}`,
+  `GET /v1/presets/{name}/{part}/table`), with `TABLE_PARAMETERS` and `TABLE_RESPONSES` for
+  their OpenAPI and `table_params` reading the query;
+- `etag_matches`, `representation_etag`, `IMMUTABLE`: the validators and caching of immutable
+  resources (tables, ONNX models);
+- `bind_tables`, `stored_tables`, `unbound`, `unknown_table`: the uploaded weight tables a spec
+  names (`learned`, `relative_index`), bound from the table store before anything is computed
+  (`/v1/tables`, `/v1/onnx`, the `/v2` models);
+- `describe_spec`: a canonical spec as the catalog shows it (presets, `/v1/resolve`).
+
+Order of work per table request, cheapest first: parse and canonicalise the spec (the route),
+compute its size from `spec.outputs()` (413 over the limit: nothing allocated), validate format,
+tensor and rows, answer 304 to a matching `If-None-Match` (GET), bind an uploaded weight table
+(`bind_tables`), then look the table up in the cache and send bytes prepared once per
 (table, format, tensors) or a zero-copy view.
 
 Each representation has its own strong ETag (`representation_etag`): `"<key>"` for the default,
@@ -22,7 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 import orjson
-from fastapi import APIRouter, Request
+from fastapi import Request
 from starlette.responses import Response
 
 from posenc.api.errors import ApiError
@@ -43,20 +56,26 @@ from posenc.api.formats import (
     selected_infos,
     selected_tensors,
 )
-from posenc.api.jsonio import read_json_object
-from posenc.api.memo import JsonMemo
-from posenc.api.specs import spec_from_body
-from posenc.api.state import AppState, app_state
-from posenc.api.uploads import bind_tables, unbound
-from posenc.encodings import SpecBase, Table, TensorInfo, canonical_json
-from posenc.runtime import OFFLOAD_BYTES, Buffer, CacheEntry
-
-router = APIRouter(prefix="/v1", tags=["tables"])
+from posenc.api.state import AppState
+from posenc.encodings import (
+    FieldProblem,
+    SpecBase,
+    Table,
+    TensorInfo,
+    canonical_dict,
+    canonical_json,
+    content_key,
+)
+from posenc.encodings.weights import (
+    TableStore,
+    UnknownTableError,
+    WeightTableSpec,
+    resolve_tables,
+)
+from posenc.runtime import OFFLOAD_BYTES, Buffer, CacheEntry, TableCache
 
 IMMUTABLE = "public, max-age=31536000, immutable"
-
-SPECS: JsonMemo[tuple[SpecBase, str]] = JsonMemo()
-"""POST bodies -> (canonical spec, key), once per distinct body."""
+"""`Cache-Control` of content-addressed resources (`/v1/tables/{key}`, `/v1/onnx/{key}`)."""
 
 TABLE_PARAMETERS: list[dict[str, Any]] = [
     {
@@ -88,8 +107,8 @@ per-parameter validation costs more than the rest of a cache hit); this document
 
 def table_params(request: Request) -> tuple[str | None, str | None, str | None]:
     """(format, tensor, rows) from the query string."""
-    q = request.query_params
-    return q.get("format"), q.get("tensor"), q.get("rows")
+    query = request.query_params
+    return query.get("format"), query.get("tensor"), query.get("rows")
 
 
 TABLE_RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -110,44 +129,6 @@ TABLE_RESPONSES: dict[int | str, dict[str, Any]] = {
     503: {"description": "Too many computations in flight (Retry-After)"},
 }
 
-SPEC_BODY = {
-    "required": True,
-    "content": {
-        "application/json": {
-            "schema": {
-                "type": "object",
-                "description": "A spec (`kind` selects the family; see GET /v1/kinds) or "
-                '{"hf_config": {...config.json...}, "kind"?, "layer_type"?, ...overrides}.',
-            },
-            "examples": {
-                "rope": {
-                    "summary": "Llama 3.1 RoPE, 8192 positions",
-                    "value": {
-                        "kind": "rope",
-                        "head_dim": 128,
-                        "rope_theta": 500000.0,
-                        "max_positions": 8192,
-                        "rope_scaling": {"rope_type": "llama3", "factor": 8.0},
-                    },
-                },
-                "alibi": {"summary": "ALiBi slopes", "value": {"kind": "alibi", "num_heads": 12}},
-                "hf_config": {
-                    "summary": "from a config.json",
-                    "value": {
-                        "hf_config": {
-                            "model_type": "llama",
-                            "hidden_size": 4096,
-                            "num_attention_heads": 32,
-                            "max_position_embeddings": 4096,
-                            "rope_theta": 10000.0,
-                        }
-                    },
-                },
-            },
-        }
-    },
-}
-
 
 def etag_matches(header: str | None, etag: str) -> bool:
     """True when an `If-None-Match` header lists `etag` (quoted; compared weakly, as RFC 9110
@@ -162,7 +143,7 @@ def etag_matches(header: str | None, etag: str) -> bool:
 
 
 def representation_etag(
-    key: str, fmt: Format, sel: Selection, names: tuple[str, ...], device: str = "cpu"
+    key: str, fmt: Format, selection: Selection, names: tuple[str, ...], device: str = "cpu"
 ) -> str:
     """The strong ETag of one representation of table `key` (`names`: all its tensors) built on
     `device`.
@@ -173,14 +154,14 @@ def representation_etag(
     both), so equal bytes have one tag and different bytes never share one. Off the CPU (the
     reference device) the device follows: `"<key>@cuda:0"`.
     """
-    whole = sel.names == names
+    whole = selection.names == names
     tag = key
-    if not (fmt.name == DEFAULT_FORMAT and whole and sel.rows is None):
+    if not (fmt.name == DEFAULT_FORMAT and whole and selection.rows is None):
         parts = [key, fmt.name]
         if not whole:
-            parts.extend(sel.names)
-        if sel.rows is not None:
-            parts.append(f"{sel.rows[0]}-{sel.rows[1]}")
+            parts.extend(selection.names)
+        if selection.rows is not None:
+            parts.append(f"{selection.rows[0]}-{selection.rows[1]}")
         tag = ".".join(parts)
     if device != "cpu":
         tag = f"{tag}@{device}"
@@ -200,22 +181,22 @@ def _check_size(state: AppState, outputs: dict[str, TensorInfo]) -> None:
         )
 
 
-def _metadata(table: Table, entry: CacheEntry, sel: Selection) -> dict[str, Any]:
+def _metadata(table: Table, entry: CacheEntry, selection: Selection) -> dict[str, Any]:
     meta = dict(table.meta)
     if entry.fallback:
         meta["fallback"] = entry.fallback
-    if sel.rows is not None:
-        meta["rows"] = list(sel.rows)
+    if selection.rows is not None:
+        meta["rows"] = list(selection.rows)
     return meta
 
 
 def _builder(
-    kind: str, key: str, spec: SpecBase, fmt: Format, sel: Selection, entry: CacheEntry
+    kind: str, key: str, spec: SpecBase, fmt: Format, selection: Selection, entry: CacheEntry
 ) -> Callable[[Table], Buffer]:
     """A function from the table to the response body for this format and selection."""
 
     def build(table: Table) -> Buffer:
-        meta = _metadata(table, entry, sel)
+        meta = _metadata(table, entry, selection)
         if fmt.name == "safetensors":  # copies GPU tensors straight into the body
             header = {
                 "format": "pt",
@@ -226,8 +207,8 @@ def _builder(
                 "device": entry.device,
                 "meta": orjson.dumps(meta).decode(),
             }
-            return build_safetensors(selected_tensors(table.tensors, sel), header)
-        tensors = cpu_tensors(table.tensors, sel)
+            return build_safetensors(selected_tensors(table.tensors, selection), header)
+        tensors = cpu_tensors(table.tensors, selection)
         if fmt.name == "npz":
             return build_npz(tensors)
         if fmt.name == "npy":
@@ -247,20 +228,20 @@ async def _body(
     key: str,
     spec: SpecBase,
     fmt: Format,
-    sel: Selection,
+    selection: Selection,
     entry: CacheEntry,
     nbytes: int,
 ) -> Buffer:
     """The response body: a zero-copy view for raw on the CPU, else bytes prepared once per
     whole-table variant (row slices are built per request, off the loop when large)."""
     if fmt.name == "raw":
-        name = sel.names[0]
+        name = selection.names[0]
         tensor = entry.table.tensors[name]
         if tensor.device.type == "cpu":
-            return raw_view(cpu_tensors({name: tensor}, sel)[name])
-    build = _builder(spec.kind, key, spec, fmt, sel, entry)
-    if sel.rows is None:
-        return await state.require_cache().prepare(entry, (fmt.name, sel.names), build)
+            return raw_view(cpu_tensors({name: tensor}, selection)[name])
+    build = _builder(spec.kind, key, spec, fmt, selection, entry)
+    if selection.rows is None:
+        return await state.require_cache().prepare(entry, (fmt.name, selection.names), build)
     if nbytes > OFFLOAD_BYTES:
         return await asyncio.to_thread(build, entry.table)
     return build(entry.table)
@@ -281,8 +262,8 @@ async def serve_table(
     fmt = negotiate(format, request.headers.get("accept"))
     outputs = state.index.outputs(key, spec)  # shapes only: nothing allocated before the check
     _check_size(state, outputs)
-    sel = select(spec.kind, outputs, fmt, tensor, parse_rows(rows))
-    infos = selected_infos(outputs, sel)
+    selection = select(spec.kind, outputs, fmt, tensor, parse_rows(rows))
+    infos = selected_infos(outputs, selection)
     if fmt.name == "json":
         elements = sum(i.numel for i in infos.values())
         limit = state.settings.json_max_elements
@@ -299,7 +280,7 @@ async def serve_table(
     # the device of the bytes: the resident entry's (a CUDA OOM falls back to the CPU), else
     # where the cache computes
     device = resident.device if resident is not None else str(cache.device)
-    etag = representation_etag(key, fmt, sel, tuple(outputs), device)
+    etag = representation_etag(key, fmt, selection, tuple(outputs), device)
     headers = {
         "ETag": etag,
         "Content-Location": f"/v1/tables/{key}",
@@ -315,9 +296,11 @@ async def serve_table(
     spec = bind_tables(cache, state.require_tables(), spec, key)
     entry, outcome = await cache.get(spec, key)
     if entry.device != device:
-        etag = headers["ETag"] = representation_etag(key, fmt, sel, tuple(outputs), entry.device)
+        etag = headers["ETag"] = representation_etag(
+            key, fmt, selection, tuple(outputs), entry.device
+        )
     nbytes = sum(i.nbytes for i in infos.values())
-    body = await _body(state, key, spec, fmt, sel, entry, nbytes)
+    body = await _body(state, key, spec, fmt, selection, entry, nbytes)
     headers["X-Posenc-Device"] = entry.device
     headers["X-Posenc-Cache"] = outcome
     if entry.fallback:
@@ -325,10 +308,10 @@ async def serve_table(
     headers["Content-Disposition"] = f'inline; filename="{key}.{fmt.suffix}"'
     status = 200
     if fmt.single:
-        name = sel.names[0]
+        name = selection.names[0]
         headers["X-Posenc-Tensor"] = name
     if fmt.name == "raw":
-        info = infos[sel.names[0]]
+        info = infos[selection.names[0]]
         headers["X-Posenc-Dtype"] = info.dtype
         headers["X-Posenc-Shape"] = ",".join(str(d) for d in info.shape)
         headers["Accept-Ranges"] = "bytes"
@@ -363,50 +346,57 @@ def _apply_range(
     return memoryview(body)[first : last + 1], 206
 
 
-@router.post(
-    "/tables",
-    summary="Compute (or fetch from the cache) the table for a spec or a config.json",
-    responses=TABLE_RESPONSES,
-    openapi_extra={"requestBody": SPEC_BODY, "parameters": TABLE_PARAMETERS},
-)
-async def post_table(request: Request) -> Response:
-    """The table for the spec in the body; its stable URL is in `Content-Location`."""
-    state = app_state(request)
-    body = await read_json_object(request)
-    spec, key = SPECS.get(body, lambda: spec_from_body(body))
-    state.index.remember(key, unbound(spec))
-    return await serve_table(request, state, spec, key, *table_params(request), cache_control=None)
-
-
-@router.get(
-    "/tables/{key}",
-    summary="A table by content key (any key this server resolved, or a preset's)",
-    responses={**TABLE_RESPONSES, 304: {"description": "Not modified (If-None-Match)"}},
-    openapi_extra={
-        "parameters": [
-            {
-                "name": "key",
-                "in": "path",
-                "required": True,
-                "schema": {"type": "string"},
-                "description": "64 hex digits, from X-Posenc-Key or an ETag",
-            },
-            *TABLE_PARAMETERS,
-        ]
-    },
-)
-async def get_table(request: Request) -> Response:
-    """The table for `key`: immutable, so cacheable forever; 304 on a matching If-None-Match."""
-    state = app_state(request)
-    key: str = request.path_params["key"]
-    spec = state.index.get(key)
-    if spec is None:
-        raise ApiError(
-            404,
-            "unknown_key",
-            f"no table with key {key!r} is known here: POST its spec to /v1/tables first",
-            {"key": key},
-        )
-    return await serve_table(
-        request, state, spec, key, *table_params(request), cache_control=IMMUTABLE
+def unknown_table(key: str, field: str = "table_key") -> UnknownTableError:
+    """The error for a table key the store does not hold (404 `unknown_table`), naming `field`
+    (the spec's key field: `table_key`, `relative_position_bias_table_key`)."""
+    return UnknownTableError(
+        f"no uploaded table has key {key!r} here (never uploaded, or dropped from the table "
+        "store): upload it to /v1/uploads again",
+        [FieldProblem(field, "no such table in the store", key)],
     )
+
+
+def stored_tables(store: TableStore, spec: SpecBase) -> SpecBase:
+    """`spec` with the weight table it names bound from `store` (an inline table is stored);
+    specs naming none pass through. Raises `UnknownTableError` (404) naming the spec's key field
+    when the store does not hold the key."""
+    try:
+        return resolve_tables(spec, store)
+    except UnknownTableError:
+        if not isinstance(spec, WeightTableSpec):
+            raise
+        raise unknown_table(str(spec.named_key), spec.table_fields.key) from None
+
+
+def bind_tables(cache: TableCache, store: TableStore, spec: SpecBase, key: str) -> SpecBase:
+    """`spec` (content key `key`) ready for the cache: `stored_tables`, except that a key-only
+    spec whose table is resident in `cache` needs no binding (its upload may have left the store
+    since)."""
+    if not isinstance(spec, WeightTableSpec) or spec.named_table_shape() is None:
+        return spec
+    if spec.bound is None and cache.peek(cache.key_for(spec, key)) is not None:
+        return spec
+    return stored_tables(store, spec)
+
+
+def unbound(spec: SpecBase) -> SpecBase:
+    """`spec` without a bound table, to be remembered by key (the store holds the values)."""
+    if isinstance(spec, WeightTableSpec) and spec.bound is not None:
+        return type(spec).model_validate(canonical_dict(spec))
+    return spec
+
+
+def describe_spec(spec: SpecBase, key: str | None = None) -> dict[str, Any]:
+    """A canonical spec as the catalog shows it: kind, key, table URL, spec, outputs, bytes."""
+    key = key or content_key(spec)
+    return {
+        "kind": spec.kind,
+        "key": key,
+        "url": f"/v1/tables/{key}",
+        "spec": canonical_dict(spec),
+        "outputs": {
+            name: {"shape": list(info.shape), "dtype": info.dtype}
+            for name, info in spec.outputs().items()
+        },
+        "bytes": spec.output_bytes(),
+    }

@@ -16,11 +16,12 @@ the lifespan, `table_store_bytes`, least recently used dropped first) under
 `weights.table_key`, a sha256 of the shape and the float32 values that any client can compute:
 uploading the same values again gives the same key and keeps one copy. A spec then names the
 table by key and shape (`learned`: `table_key`, `table_shape`; `relative_index`:
-`relative_position_bias_table_key`, `relative_position_bias_table_shape`); `bind_tables` binds
-the stored table to it before anything is computed (an inline table is stored on the way, so that
-its canonical, key-only spec works afterwards). A key the store does not hold is 404
-`unknown_table` naming the spec's key field. Bodies are capped by `max_upload_bytes`: from
-`Content-Length` before any of the body is read, and while it streams (`BodyLimitMiddleware`).
+`relative_position_bias_table_key`, `relative_position_bias_table_shape`);
+`serving.bind_tables` binds the stored table to it before anything is computed (an inline table
+is stored on the way, so that its canonical, key-only spec works afterwards). A key the store
+does not hold is 404 `unknown_table` naming the spec's key field. Bodies are capped by
+`max_upload_bytes`: from `Content-Length` before any of the body is read, and while it streams
+(`BodyLimitMiddleware`).
 """
 
 from __future__ import annotations
@@ -36,17 +37,13 @@ from safetensors import SafetensorError
 from safetensors.torch import load as safetensors_load
 from starlette.responses import Response
 
+from posenc.api.deps import State
 from posenc.api.errors import ApiError, spec_problems
 from posenc.api.jsonio import json_response
-from posenc.api.state import app_state
-from posenc.encodings import FieldProblem, SpecBase, SpecError, canonical_dict
-from posenc.encodings.weights import (
-    TableStore,
-    UnknownTableError,
-    WeightTableSpec,
-    resolve_tables,
-)
-from posenc.runtime import OFFLOAD_BYTES, TableCache
+from posenc.api.serving import unknown_table
+from posenc.encodings import SpecError
+from posenc.encodings.weights import TableStore
+from posenc.runtime import OFFLOAD_BYTES
 
 router = APIRouter(prefix="/v1", tags=["uploads"])
 
@@ -182,46 +179,6 @@ def describe_upload(key: str, shape: list[int]) -> dict[str, Any]:
     }
 
 
-def unknown_table(key: str, field: str = "table_key") -> UnknownTableError:
-    """The error for a table key the store does not hold (404 `unknown_table`), naming `field`
-    (the spec's key field: `table_key`, `relative_position_bias_table_key`)."""
-    return UnknownTableError(
-        f"no uploaded table has key {key!r} here (never uploaded, or dropped from the table "
-        "store): upload it to /v1/uploads again",
-        [FieldProblem(field, "no such table in the store", key)],
-    )
-
-
-def stored_tables(store: TableStore, spec: SpecBase) -> SpecBase:
-    """`spec` with the weight table it names bound from `store` (an inline table is stored);
-    specs naming none pass through. Raises `UnknownTableError` (404) naming the spec's key field
-    when the store does not hold the key."""
-    try:
-        return resolve_tables(spec, store)
-    except UnknownTableError:
-        if not isinstance(spec, WeightTableSpec):
-            raise
-        raise unknown_table(str(spec.named_key), spec.table_fields.key) from None
-
-
-def bind_tables(cache: TableCache, store: TableStore, spec: SpecBase, key: str) -> SpecBase:
-    """`spec` (content key `key`) ready for the cache: `stored_tables`, except that a key-only
-    spec whose table is resident in `cache` needs no binding (its upload may have left the store
-    since)."""
-    if not isinstance(spec, WeightTableSpec) or spec.named_table_shape() is None:
-        return spec
-    if spec.bound is None and cache.peek(cache.key_for(spec, key)) is not None:
-        return spec
-    return stored_tables(store, spec)
-
-
-def unbound(spec: SpecBase) -> SpecBase:
-    """`spec` without a bound table, to be remembered by key (the store holds the values)."""
-    if isinstance(spec, WeightTableSpec) and spec.bound is not None:
-        return type(spec).model_validate(canonical_dict(spec))
-    return spec
-
-
 @router.post(
     "/uploads",
     status_code=201,
@@ -257,9 +214,8 @@ def unbound(spec: SpecBase) -> SpecBase:
         ],
     },
 )
-async def post_upload(request: Request) -> Response:
+async def post_upload(request: Request, state: State) -> Response:
     """Store one table under its content key (idempotent: the same values, the same key)."""
-    state = app_state(request)
     store = state.require_tables()
     body = b"".join([chunk async for chunk in request.stream()])
     if not body:
@@ -281,9 +237,9 @@ async def post_upload(request: Request) -> Response:
     summary="An uploaded table's description (404 when the store does not hold it)",
     responses={404: {"description": "error_type unknown_table"}},
 )
-async def get_upload(request: Request, table_key: str) -> Response:
+async def get_upload(state: State, table_key: str) -> Response:
     """Shape, dtype and size of a stored table."""
-    table = app_state(request).require_tables().lookup(table_key)
+    table = state.require_tables().lookup(table_key)
     if table is None:
         raise unknown_table(table_key)
     return json_response(describe_upload(table_key, list(table.shape)))

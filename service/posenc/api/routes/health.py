@@ -11,9 +11,9 @@ from fastapi import APIRouter
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.responses import Response
 
+from posenc.api.deps import State
 from posenc.api.errors import error_response
 from posenc.api.jsonio import json_response
-from posenc.api.state import State
 
 router = APIRouter(tags=["health"])
 
@@ -31,15 +31,15 @@ async def live() -> Response:
 )
 async def ready(state: State) -> Response:
     """200 once warm-up is done; 503 before that and while draining after SIGTERM."""
-    life = state.lifecycle
-    if life.ready and not life.draining and state.cache is not None:
+    lifecycle = state.lifecycle
+    if lifecycle.ready and not lifecycle.draining and state.cache is not None:
         return json_response({"ready": True})
-    reason = "draining" if life.draining else "warming up"
+    reason = "draining" if lifecycle.draining else "warming up"
     return error_response(
         503,
         "not_ready",
         f"not ready: {reason}",
-        {"draining": life.draining, "warm": life.ready},
+        {"draining": lifecycle.draining, "warm": lifecycle.ready},
         {"Retry-After": "1"},
     )
 

@@ -20,23 +20,23 @@ import asyncio
 import logging
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 
+from posenc.api.deps import State
 from posenc.api.errors import ApiError
 from posenc.api.jsonio import json_response, read_json_object
+from posenc.api.serving import IMMUTABLE, bind_tables, etag_matches, stored_tables, unbound
 from posenc.api.specs import canonical_spec, guarded, spec_from_body
-from posenc.api.state import AppState, app_state
-from posenc.api.tables import IMMUTABLE, etag_matches
-from posenc.api.uploads import bind_tables, stored_tables, unbound
+from posenc.api.state import AppState
 from posenc.encodings import FieldProblem, SpecBase, SpecError, content_key
 
 if TYPE_CHECKING:
     from posenc.onnx import Resolved
 
-# The ONNX stack (onnx_ir, onnxscript, onnxruntime: ~0.8 s of a 3.2 s start, docs/benchmarks.md
+# The ONNX stack (onnx_ir, onnxscript, onnxruntime: a large share of start-up, docs/benchmarks.md
 # section 4) is imported by the handlers below on the first /v1/onnx request, not at start-up.
 
 log = logging.getLogger("posenc.api")
@@ -73,13 +73,16 @@ class OnnxIndex:
             self.tableless.popitem(last=False)
 
 
-def onnx_index(request: Request) -> OnnxIndex:
-    """This app's `OnnxIndex` (created on first use: it holds no resources)."""
+async def onnx_index(request: Request) -> OnnxIndex:
+    """Dependency: this app's `OnnxIndex` (created on first use: it holds no resources)."""
     index: OnnxIndex | None = getattr(request.app.state, "posenc_onnx", None)
     if index is None:
         index = OnnxIndex()
         request.app.state.posenc_onnx = index
     return index
+
+
+Models = Annotated[OnnxIndex, Depends(onnx_index)]
 
 
 def _request_from_body(body: dict[str, Any]) -> Resolved:
@@ -181,7 +184,12 @@ async def _built(index: OnnxIndex, request: Resolved) -> tuple[bytes, str]:
 
 
 async def _serve(
-    request: Request, state: AppState, resolved: Resolved, *, cache_control: str | None
+    request: Request,
+    state: AppState,
+    index: OnnxIndex,
+    resolved: Resolved,
+    *,
+    cache_control: str | None,
 ) -> Response:
     key = resolved.key
     exporter = resolved.exporter
@@ -209,7 +217,7 @@ async def _serve(
             "positions (mode compute reads max_positions as its verification range only)",
             {"size_bytes": size, "max_bytes": limit},
         )
-    data, outcome = await _model_bytes(state, onnx_index(request), resolved)
+    data, outcome = await _model_bytes(state, index, resolved)
     headers["X-Posenc-Cache"] = outcome
     return Response(data, media_type=MEDIA_TYPE, headers=headers)
 
@@ -235,12 +243,11 @@ async def list_graphs() -> Response:
         503: {"description": "Too many computations in flight (Retry-After)"},
     },
 )
-async def post_onnx(request: Request) -> Response:
+async def post_onnx(request: Request, state: State, index: Models) -> Response:
     """The model for the spec and options in the body; its stable URL is in Content-Location."""
-    state = app_state(request)
     resolved = _request_from_body(await read_json_object(request))
-    onnx_index(request).remember(replace(resolved, spec=unbound(resolved.spec)))
-    return await _serve(request, state, resolved, cache_control=None)
+    index.remember(replace(resolved, spec=unbound(resolved.spec)))
+    return await _serve(request, state, index, resolved, cache_control=None)
 
 
 @router.get(
@@ -252,11 +259,10 @@ async def post_onnx(request: Request) -> Response:
         404: {"description": "Unknown key: POST the request to /v1/onnx first"},
     },
 )
-async def get_onnx(request: Request) -> Response:
+async def get_onnx(request: Request, state: State, index: Models) -> Response:
     """The model for `key`: immutable, so cacheable forever; 304 on a matching If-None-Match."""
-    state = app_state(request)
     key: str = request.path_params["key"]
-    resolved = onnx_index(request).recent.get(key)
+    resolved = index.recent.get(key)
     if resolved is None:
         raise ApiError(
             404,
@@ -264,4 +270,4 @@ async def get_onnx(request: Request) -> Response:
             f"no ONNX model with key {key!r} is known here: POST its request to /v1/onnx first",
             {"key": key},
         )
-    return await _serve(request, state, resolved, cache_control=IMMUTABLE)
+    return await _serve(request, state, index, resolved, cache_control=IMMUTABLE)

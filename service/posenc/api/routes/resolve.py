@@ -1,0 +1,50 @@
+"""`/v1/resolve`: a transformers config.json -> the specs, keys and URLs the model needs.
+
+The body is a config.json, or `{"hf_config": {...}, "kind"?, "layer_type"?, ...overrides}`
+(`specs.resolve_config`); the answer has one entry per distinct table (per layer type where they
+differ) with its runtime notes, and each key is remembered so that `GET /v1/tables/{key}`
+answers afterwards.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from posenc.api.deps import State
+from posenc.api.jsonio import json_response, read_json_object
+from posenc.api.serving import describe_spec
+from posenc.api.specs import resolve_config
+from posenc.encodings import content_key
+
+router = APIRouter(prefix="/v1", tags=["catalog"])
+
+
+@router.post(
+    "/resolve",
+    summary="A transformers config.json -> the specs, keys and URLs the model needs",
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {
+                    "schema": {
+                        "type": "object",
+                        "description": "a config.json, or "
+                        '{"hf_config": {...}, "kind"?, "layer_type"?, ...overrides}',
+                    }
+                }
+            },
+        }
+    },
+)
+async def resolve(request: Request, state: State) -> Response:
+    """One entry per distinct table (per layer type where they differ) with runtime notes."""
+    body = await read_json_object(request)
+    specs = []
+    for item in resolve_config(body):
+        spec = item.spec.canonical()
+        key = content_key(spec)
+        state.index.remember(key, spec)
+        specs.append({"name": item.name, **describe_spec(spec, key), "notes": item.notes})
+    return json_response({"specs": specs})

@@ -1,0 +1,122 @@
+"""`/v1/tables`: compute (or find) a table and send it in the negotiated format.
+
+- `POST /v1/tables`: the body is a spec (`kind` selects the family) or `{"hf_config": {...},
+  "kind"?, "layer_type"?, ...overrides}`; parsed, canonicalised and keyed once per distinct body
+  (`SPECS`), and remembered in the key index so that its stable URL answers afterwards.
+- `GET /v1/tables/{key}`: the table of any key this server resolved, or a preset's; immutable.
+
+Both are hot routes (`posenc.api.hot`: no FastAPI dependencies, the query read from the request);
+sending a table (limits, format, ETags, 304, the cache) is `serving.serve_table`.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from posenc.api.deps import app_state
+from posenc.api.errors import ApiError
+from posenc.api.jsonio import read_json_object
+from posenc.api.memo import JsonMemo
+from posenc.api.serving import (
+    IMMUTABLE,
+    TABLE_PARAMETERS,
+    TABLE_RESPONSES,
+    serve_table,
+    table_params,
+    unbound,
+)
+from posenc.api.specs import spec_from_body
+from posenc.encodings import SpecBase
+
+router = APIRouter(prefix="/v1", tags=["tables"])
+
+SPECS: JsonMemo[tuple[SpecBase, str]] = JsonMemo()
+"""POST bodies -> (canonical spec, key), once per distinct body."""
+
+SPEC_BODY = {
+    "required": True,
+    "content": {
+        "application/json": {
+            "schema": {
+                "type": "object",
+                "description": "A spec (`kind` selects the family; see GET /v1/kinds) or "
+                '{"hf_config": {...config.json...}, "kind"?, "layer_type"?, ...overrides}.',
+            },
+            "examples": {
+                "rope": {
+                    "summary": "Llama 3.1 RoPE, 8192 positions",
+                    "value": {
+                        "kind": "rope",
+                        "head_dim": 128,
+                        "rope_theta": 500000.0,
+                        "max_positions": 8192,
+                        "rope_scaling": {"rope_type": "llama3", "factor": 8.0},
+                    },
+                },
+                "alibi": {"summary": "ALiBi slopes", "value": {"kind": "alibi", "num_heads": 12}},
+                "hf_config": {
+                    "summary": "from a config.json",
+                    "value": {
+                        "hf_config": {
+                            "model_type": "llama",
+                            "hidden_size": 4096,
+                            "num_attention_heads": 32,
+                            "max_position_embeddings": 4096,
+                            "rope_theta": 10000.0,
+                        }
+                    },
+                },
+            },
+        }
+    },
+}
+
+
+@router.post(
+    "/tables",
+    summary="Compute (or fetch from the cache) the table for a spec or a config.json",
+    responses=TABLE_RESPONSES,
+    openapi_extra={"requestBody": SPEC_BODY, "parameters": TABLE_PARAMETERS},
+)
+async def post_table(request: Request) -> Response:
+    """The table for the spec in the body; its stable URL is in `Content-Location`."""
+    state = app_state(request)
+    body = await read_json_object(request)
+    spec, key = SPECS.get(body, lambda: spec_from_body(body))
+    state.index.remember(key, unbound(spec))
+    return await serve_table(request, state, spec, key, *table_params(request), cache_control=None)
+
+
+@router.get(
+    "/tables/{key}",
+    summary="A table by content key (any key this server resolved, or a preset's)",
+    responses={**TABLE_RESPONSES, 304: {"description": "Not modified (If-None-Match)"}},
+    openapi_extra={
+        "parameters": [
+            {
+                "name": "key",
+                "in": "path",
+                "required": True,
+                "schema": {"type": "string"},
+                "description": "64 hex digits, from X-Posenc-Key or an ETag",
+            },
+            *TABLE_PARAMETERS,
+        ]
+    },
+)
+async def get_table(request: Request) -> Response:
+    """The table for `key`: immutable, so cacheable forever; 304 on a matching If-None-Match."""
+    state = app_state(request)
+    key: str = request.path_params["key"]
+    spec = state.index.get(key)
+    if spec is None:
+        raise ApiError(
+            404,
+            "unknown_key",
+            f"no table with key {key!r} is known here: POST its spec to /v1/tables first",
+            {"key": key},
+        )
+    return await serve_table(
+        request, state, spec, key, *table_params(request), cache_control=IMMUTABLE
+    )
