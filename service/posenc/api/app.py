@@ -27,7 +27,17 @@ from posenc.api.errors import install_error_handlers
 from posenc.api.hot import HotRoutes
 from posenc.api.metrics import Metrics, MetricsMiddleware
 from posenc.api.middleware import BodyLimitMiddleware, RouteLimit
-from posenc.api.routes import health, kinds, oip, onnx, presets, resolve, tables, uploads
+from posenc.api.routes import (
+    health,
+    kinds,
+    oip,
+    onnx,
+    presets,
+    resolve,
+    tables,
+    uploads,
+    version,
+)
 from posenc.api.settings import Settings
 from posenc.api.state import AppState, KeyIndex, Lifecycle
 from posenc.encodings.weights import TableStore
@@ -182,6 +192,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         presets.router,
         resolve.router,
         onnx.router,
+        version.router,
     ):
         app.include_router(router)
     # the last added is the outermost: metrics see every request, refused ones included

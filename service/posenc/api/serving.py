@@ -73,6 +73,7 @@ from posenc.encodings.weights import (
     resolve_tables,
 )
 from posenc.runtime import OFFLOAD_BYTES, Buffer, CacheEntry, TableCache
+from posenc.verified import verified_against_text
 
 IMMUTABLE = "public, max-age=31536000, immutable"
 """`Cache-Control` of content-addressed resources (`/v1/tables/{key}`, `/v1/onnx/{key}`)."""
@@ -206,6 +207,7 @@ def _builder(
                 "algorithm_version": str(meta.get("algorithm_version", "")),
                 "device": entry.device,
                 "meta": orjson.dumps(meta).decode(),
+                "verified_against": verified_against_text(),
             }
             return build_safetensors(selected_tensors(table.tensors, selection), header)
         tensors = cpu_tensors(table.tensors, selection)

@@ -42,6 +42,7 @@ from posenc.api.oip.models import MODELS, VERSION, OipModel
 from posenc.encodings import PosencError
 from posenc.encodings.weights import UnknownTableError
 from posenc.runtime import Busy
+from posenc.verified import VERIFIED_AGAINST
 
 log = logging.getLogger("posenc.api.oip")
 
@@ -147,7 +148,14 @@ def build_router(context: ContextGetter) -> tuple[APIRouter, APIRouter]:
 
     @server.get("/v2", summary="Server metadata (KServe v2)")
     async def server_metadata() -> Response:
-        return _json({"name": "posenc", "version": posenc.__version__, "extensions": EXTENSIONS})
+        return _json(
+            {
+                "name": "posenc",
+                "version": posenc.__version__,
+                "extensions": EXTENSIONS,
+                "verified_against": dict(VERIFIED_AGAINST),
+            }
+        )
 
     async def metadata(request: Request, model: str, version: str | None = None) -> Response:
         async def run() -> Response:
