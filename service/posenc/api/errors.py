@@ -66,18 +66,42 @@ class ApiError(Exception):
         self.headers = headers or {}
 
 
+_TEXT_EXCERPT = 120
+"""Characters of a string value kept in an error (the rest is counted, never echoed)."""
+_ITEMS_EXCERPT = 8
+"""Elements of a list, or keys of an object, kept in an error."""
+_MESSAGE_MAX = 1024
+"""Characters of an error message kept: an error stays a few KiB whatever the input."""
+
+
+def excerpt(text: str, limit: int = _TEXT_EXCERPT) -> str:
+    """`text` itself when short, else its start and its length: `"abc... (500000 characters)"`."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
 def jsonable(value: Any) -> Any:
-    """`value` made safe for strict JSON: non-finite floats and unknown types become strings."""
-    if value is None or isinstance(value, (bool, int, str)):
+    """`value` made safe and short for strict JSON: non-finite floats, integers past 64 bits and
+    unknown types become strings; long strings, lists and objects are cut to an excerpt that
+    states their size, so an error never amplifies its input."""
+    if value is None or isinstance(value, bool):
         return value
+    if isinstance(value, int):
+        # orjson writes 64-bit integers only; str() of a huge one is itself a cost (and limited)
+        return value if -(2**63) <= value < 2**64 else f"({value.bit_length()}-bit integer)"
+    if isinstance(value, str):
+        return excerpt(value)
     if isinstance(value, float):
         return value if math.isfinite(value) else repr(value)
     if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
+        items = list(value.items())
+        out = {excerpt(str(k)): jsonable(v) for k, v in items[:_ITEMS_EXCERPT]}
+        if len(items) > _ITEMS_EXCERPT:
+            out["..."] = f"({len(items)} keys)"
+        return out
     if isinstance(value, (list, tuple)):
-        return [jsonable(v) for v in value]
-    text = repr(value)
-    return text if len(text) <= 200 else text[:197] + "..."
+        head = [jsonable(v) for v in value[:_ITEMS_EXCERPT]]
+        return head if len(value) <= _ITEMS_EXCERPT else [*head, f"... ({len(value)} items)"]
+    return excerpt(repr(value) if not isinstance(value, bytes) else f"({len(value)} bytes)")
 
 
 def error_response(
@@ -88,7 +112,11 @@ def error_response(
     headers: dict[str, str] | None = None,
 ) -> Response:
     """The JSON error body of the contract with `status` and extra `headers`."""
-    body = {"error": message, "error_type": error_type, "detail": jsonable(detail)}
+    body = {
+        "error": excerpt(message, _MESSAGE_MAX),
+        "error_type": error_type,
+        "detail": jsonable(detail),
+    }
     return Response(
         orjson.dumps(body), status_code=status, media_type="application/json", headers=headers
     )

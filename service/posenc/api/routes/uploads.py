@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import math
 from typing import Any
 
 import numpy as np
@@ -105,16 +106,38 @@ def upload_format(param: str | None, content_type: str | None, body: bytes) -> s
 def _from_npy(body: bytes) -> torch.Tensor:
     if not body.startswith(NPY_MAGIC):
         raise _invalid("not a .npy file (it must start with \\x93NUMPY)")
+    # The header is read and checked against the body's length before any array exists: a
+    # header may claim any shape, and numpy would allocate it before noticing the data is short.
+    stream = io.BytesIO(body)
+    try:
+        version = np.lib.format.read_magic(stream)
+        if version == (1, 0):
+            shape, _, dtype = np.lib.format.read_array_header_1_0(stream)
+        elif version == (2, 0):
+            shape, _, dtype = np.lib.format.read_array_header_2_0(stream)
+        else:
+            raise ValueError(f"format version {version[0]}.{version[1]} (1.0 and 2.0 are read)")
+    except (ValueError, TypeError, OSError, EOFError, SyntaxError) as err:
+        raise _invalid(f"not a readable .npy file: {err}") from None
+    if dtype.name not in NPY_DTYPES:
+        raise _invalid(
+            f"a table's dtype must be one of {sorted(NPY_DTYPES)}, got {dtype}",
+            "dtype",
+            str(dtype),
+        )
+    claimed = math.prod(shape) * dtype.itemsize
+    present = len(body) - stream.tell()
+    if claimed != present:
+        raise _invalid(
+            f"the .npy header claims shape {tuple(shape)} {dtype} ({claimed} bytes) but the body "
+            f"holds {present} bytes of data",
+            "shape",
+            list(shape),
+        )
     try:
         array = np.load(io.BytesIO(body), allow_pickle=False)
     except (ValueError, TypeError, OSError, EOFError) as err:
         raise _invalid(f"not a readable .npy file: {err}") from None
-    if array.dtype.name not in NPY_DTYPES:
-        raise _invalid(
-            f"a table's dtype must be one of {sorted(NPY_DTYPES)}, got {array.dtype}",
-            "dtype",
-            str(array.dtype),
-        )
     native = array.astype(array.dtype.newbyteorder("="), copy=False)
     return torch.from_numpy(np.ascontiguousarray(native))
 
