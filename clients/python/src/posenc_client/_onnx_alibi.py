@@ -97,7 +97,7 @@ class _AlibiBias(Patcher[AlibiConsumer]):
         self, subgraph: onnx.ModelProto, inputs: Mapping[str, str] | None, prefix: str
     ) -> None:
         self.subgraph = subgraph
-        self.metadata = {prop.key: prop.value for prop in subgraph.metadata_props}
+        self.metadata = {item.key: item.value for item in subgraph.metadata_props}
         graph_name = self.metadata.get("posenc.graph")
         if graph_name is not None and graph_name != "alibi/bias":
             raise IncompatibleModelError(f"expected the alibi/bias subgraph, got {graph_name}")

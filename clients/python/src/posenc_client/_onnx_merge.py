@@ -96,31 +96,34 @@ def merge_subgraph(
     unknown names, clashing opsets, or a failed conversion.
     """
     base = load_model(model)
-    sub = _align(base, load_model(subgraph))
+    producer = _align(base, load_model(subgraph))
     pairs = list(io_map.items()) if isinstance(io_map, Mapping) else list(io_map)
-    sub_outputs = {output.name for output in sub.graph.output}
+    producer_outputs = {output.name for output in producer.graph.output}
     model_inputs = {value.name for value in base.graph.input}
-    bad = [f"subgraph output {output!r}" for output, _ in pairs if output not in sub_outputs]
+    bad = [f"subgraph output {output!r}" for output, _ in pairs if output not in producer_outputs]
     bad += [f"model input {value!r}" for _, value in pairs if value not in model_inputs]
     if bad:
         raise IncompatibleModelError(
             f"io_map names unknown values: {', '.join(bad)} (subgraph outputs: "
-            f"{sorted(sub_outputs)}; model inputs: {sorted(model_inputs)})"
+            f"{sorted(producer_outputs)}; model inputs: {sorted(model_inputs)})"
         )
-    ir_version = max(base.ir_version, sub.ir_version)
-    base.ir_version = sub.ir_version = ir_version
-    sub_meta = {prop.key: prop.value for prop in sub.metadata_props}
-    del sub.metadata_props[:]
-    keep_meta = {prop.key: prop.value for prop in base.metadata_props}
+    ir_version = max(base.ir_version, producer.ir_version)
+    base.ir_version = producer.ir_version = ir_version
+    producer_metadata = {item.key: item.value for item in producer.metadata_props}
+    del producer.metadata_props[:]
+    model_metadata = {item.key: item.value for item in base.metadata_props}
     del base.metadata_props[:]
     try:
         merged = onnx.compose.merge_models(
-            sub, base, io_map=pairs, prefix1=prefix, name=base.graph.name
+            producer, base, io_map=pairs, prefix1=prefix, name=base.graph.name
         )
     except ValueError as err:
         raise IncompatibleModelError(f"cannot merge the subgraph: {err}") from err
     _keep_model_identity(merged, base)
     del merged.metadata_props[:]
-    props = {**keep_meta, **{f"{prefix}{key}": value for key, value in sub_meta.items()}}
-    onnx.helper.set_model_props(merged, props)
+    properties = {
+        **model_metadata,
+        **{f"{prefix}{key}": value for key, value in producer_metadata.items()},
+    }
+    onnx.helper.set_model_props(merged, properties)
     return merged

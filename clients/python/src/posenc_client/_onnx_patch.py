@@ -77,12 +77,12 @@ def node_input(node: onnx.NodeProto, index: int) -> str:
     return node.input[index] if len(node.input) > index else ""
 
 
-S = TypeVar("S")
+SlotT = TypeVar("SlotT")
 
 
 def matching_nodes(
-    graph: onnx.GraphProto, slots: Mapping[tuple[str, str], S]
-) -> Iterator[tuple[int, onnx.NodeProto, S]]:
+    graph: onnx.GraphProto, slots: Mapping[tuple[str, str], SlotT]
+) -> Iterator[tuple[int, onnx.NodeProto, SlotT]]:
     """(index, node, what `slots` holds for it) for every node of `graph` whose
     `(domain, op_type)` `slots` lists, in graph order."""
     for index, node in enumerate(graph.node):
@@ -224,16 +224,16 @@ def place_initializer(graph: onnx.GraphProto, name: str, array: Array) -> None:
 def record_metadata(model: onnx.ModelProto, key: str, entries: Mapping[str, str]) -> None:
     """Merge `entries` into the JSON object stored in metadata property `key`."""
     current: dict[str, Any] = {}
-    props = [prop for prop in model.metadata_props if prop.key != key]
-    for prop in model.metadata_props:
-        if prop.key == key:
+    properties = [item for item in model.metadata_props if item.key != key]
+    for item in model.metadata_props:
+        if item.key == key:
             try:
-                current = dict(json.loads(prop.value))
+                current = dict(json.loads(item.value))
             except (ValueError, TypeError):
                 current = {}
     current.update(entries)
     del model.metadata_props[:]
-    model.metadata_props.extend(props)
+    model.metadata_props.extend(properties)
     entry = model.metadata_props.add()
     entry.key, entry.value = key, json.dumps(current, sort_keys=True)
 
