@@ -192,8 +192,8 @@ class Client(BaseClient):
 
     def _send(self, call: Call) -> Reply:
         attempt = 0
+        wait: float | None
         while True:
-            wait: float | None
             request = self._build_request(self._http, call)
             try:
                 response = self._http.send(request, stream=True)
@@ -381,8 +381,8 @@ class AsyncClient(BaseClient):
 
     async def _send(self, call: Call) -> Reply:
         attempt = 0
+        wait: float | None
         while True:
-            wait: float | None
             request = self._build_request(self._http, call)
             try:
                 response = await self._http.send(request, stream=True)

@@ -52,8 +52,8 @@ config.json writes them."""
 
 class RopeOptions(RopeScalingOptions, total=False):
     """The keywords of `Client.rope` / `AsyncClient.rope` after `head_dim` and `max_positions`,
-    named as in transformers' configs (None: the server's default). The flat scaling keys are
-    `RopeScalingOptions`'; `type` is transformers' old alias of `rope_type`."""
+    named as in transformers' configs (None: the server's default): the flat scaling keys it
+    inherits from `RopeScalingOptions`, and `type`, transformers' old alias of `rope_type`."""
 
     rope_theta: float | None
     partial_rotary_factor: float | None
