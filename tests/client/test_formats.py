@@ -115,7 +115,7 @@ def test_onnx_metadata_matches_onnx() -> None:
 
 
 def test_etags_name_the_device_of_the_bytes() -> None:
-    from posenc_client._client import Reply, _reply_key
+    from posenc_client._core import Reply, reply_key
 
     key = "ab" * 32
     arrays = {"x": np.zeros(2, np.float32)}
@@ -124,4 +124,4 @@ def test_etags_name_the_device_of_the_bytes() -> None:
     assert Tables(key, "rope", {}, {"device": "cuda:0"}, arrays).etag == f'"{key}@cuda:0"'
     for tag in (f'"{key}"', f'"{key}@cuda:0"', f'W/"{key}.raw.cos@cuda:1"'):
         reply = Reply(200, httpx.Headers({"etag": tag}), bytearray())
-        assert _reply_key(reply) == key
+        assert reply_key(reply) == key

@@ -12,7 +12,8 @@ unless used. The exception tree is drawn in `posenc_client._exceptions`.
 """
 
 from posenc_client._cache import DiskCache, default_cache_dir
-from posenc_client._client import AsyncClient, Client, Retries
+from posenc_client._client import AsyncClient, Client
+from posenc_client._core import Retries
 from posenc_client._exceptions import (
     AmbiguousConfigError,
     APIError,

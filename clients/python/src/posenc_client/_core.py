@@ -1,0 +1,548 @@
+"""The sans-I/O core that `Client` and `AsyncClient` share: request building, caching, response
+decoding and error mapping, without sending anything.
+
+Every call is a *flow*: a generator method of `Core` that yields `Call`s (method, path, body,
+headers) and receives `Reply`s (status, headers, body), deciding everything else itself: the
+request body, the disk cache and its revalidation, the offline fallback, parsing and error
+mapping. The clients (`_client.py`) only drive flows: they send each call through httpx (sync or
+async), retry connection errors and 503s as `Core.retry_after_error` / `retry_after_reply` decide,
+stream bodies with a progress callback, and throw a `TransportError` into the flow when the
+retries are spent, so that the flow may fall back to its cache.
+
+Wire format: tables are always requested as safetensors (every tensor, bfloat16 native, the
+canonical spec, key and metadata in the header) and parsed with numpy (`_formats.py`).
+
+Rows (`rows=(start, end)`): positions [start, end) of every tensor with a position axis. The disk
+cache holds whole tables only: a cached whole table is sliced here without a request; otherwise
+the rows come from the server (`?rows=START:END`) and are not cached (unless the range covered
+the whole table, which the server then sends as the whole table).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Generator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import httpx
+
+from posenc_client._cache import DiskCache, request_id, valid_key
+from posenc_client._exceptions import (
+    APIError,
+    CacheMissError,
+    ConnectError,
+    DecodeError,
+    RequestTimeoutError,
+    TransportError,
+    error_class,
+    parse_retry_after,
+)
+from posenc_client._models import (
+    JSON,
+    AlibiOptions,
+    OnnxModel,
+    OnnxOptions,
+    Preset,
+    ResolvedSpec,
+    RopeOptions,
+    Rows,
+    SinusoidalOptions,
+    T5BiasOptions,
+    Tables,
+    family_spec,
+    load_config,
+    onnx_body,
+    onnx_metadata,
+    rope_spec,
+    rows_arg,
+    rows_param,
+    slice_rows,
+)
+from posenc_client._version import __version__
+
+log = logging.getLogger("posenc_client")
+
+T = TypeVar("T")
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+SAFETENSORS = {"format": "safetensors"}
+
+ConfigLike = str | os.PathLike[str] | Mapping[str, Any]
+CacheOption = bool | str | os.PathLike[str] | DiskCache | None
+
+
+@dataclass(frozen=True)
+class Retries:
+    """Retry policy for connection errors, timeouts and 503 answers (every posenc request is
+    idempotent: tables are pure functions of their spec).
+
+    Attempt n (0-based) waits `min(backoff * 2**n, max_backoff)` seconds, or the server's
+    Retry-After (capped at `max_retry_after`) when a 503 carries one. `total` retries follow the
+    first attempt; `Retries(total=0)` disables retrying.
+    """
+
+    total: int = 3
+    backoff: float = 0.25
+    max_backoff: float = 8.0
+    max_retry_after: float = 60.0
+
+    def delay(self, attempt: int, retry_after: float | None = None) -> float:
+        """Seconds to wait before retry number `attempt + 1`."""
+        if retry_after is not None:
+            return min(retry_after, self.max_retry_after)
+        return float(min(self.backoff * 2**attempt, self.max_backoff))
+
+
+@dataclass(frozen=True)
+class Call:
+    """One HTTP request a flow wants sent (relative to the base URL)."""
+
+    method: str
+    path: str
+    json: Any = None
+    params: dict[str, str] | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    retry: bool = True
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One HTTP answer, body fully read (a writable buffer, so parsed arrays are writable)."""
+
+    status: int
+    headers: httpx.Headers
+    content: bytearray
+
+    def json(self) -> Any:
+        try:
+            return json.loads(self.content)
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise DecodeError(f"the server's answer is not JSON: {err}") from None
+
+
+Flow = Generator[Call, Reply, T]
+
+RETRYABLE = (httpx.NetworkError, httpx.TimeoutException, httpx.RemoteProtocolError)
+
+
+def transport_error(err: httpx.HTTPError, call: Call) -> TransportError:
+    """The client exception for an httpx transport failure (chained by the caller)."""
+    where = f"{call.method} {call.path}"
+    if isinstance(err, httpx.TimeoutException):
+        return RequestTimeoutError(f"{where}: timed out ({type(err).__name__}: {err})")
+    if isinstance(err, httpx.ConnectError):
+        return ConnectError(f"{where}: cannot connect ({err})")
+    return TransportError(f"{where}: {type(err).__name__}: {err}")
+
+
+def api_error(reply: Reply) -> APIError:
+    """The typed exception for an error answer, carrying the server's message and detail."""
+    error_type, message, detail = "http_error", "", None
+    try:
+        body = json.loads(reply.content)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        body = None
+    if isinstance(body, dict) and "error" in body:
+        message = str(body.get("error", ""))
+        error_type = str(body.get("error_type") or error_type)
+        detail = body.get("detail")
+    else:
+        text = bytes(reply.content[:200]).decode("utf-8", "replace").strip()
+        message = f"HTTP {reply.status}" + (f": {text}" if text else "")
+    cls = error_class(reply.status, error_type)
+    return cls(
+        message or f"HTTP {reply.status}",
+        status=reply.status,
+        error_type=error_type,
+        detail=detail,
+        headers=dict(reply.headers),
+    )
+
+
+def reply_key(reply: Reply) -> str | None:
+    """The content key an answer names: X-Posenc-Key, else its strong ETag's key part (an ETag is
+    `"<key>[.<format>...][@<device>]"`)."""
+    key = str(reply.headers.get("x-posenc-key", "")).strip()
+    if key:
+        return key
+    etag = str(reply.headers.get("etag", "")).strip().removeprefix("W/").strip('"')
+    return etag.partition("@")[0].partition(".")[0] or None
+
+
+def disk_cache(cache: CacheOption) -> DiskCache | None:
+    """The `cache=` argument as a `DiskCache`: True the default folder, a folder, a `DiskCache`
+    as is, None or False none."""
+    if cache is None or cache is False:
+        return None
+    if cache is True:
+        return DiskCache()
+    if isinstance(cache, DiskCache):
+        return cache
+    return DiskCache(cache)
+
+
+class Core:
+    """Request building, caching and response decoding shared by `Client` and `AsyncClient`:
+    one flow per client method, no I/O."""
+
+    def __init__(
+        self,
+        base_url: str | None,
+        api_key: str | None,
+        retries: int | Retries,
+        cache: CacheOption,
+        offline: bool,
+        revalidate: bool,
+        headers: Mapping[str, str] | None,
+    ) -> None:
+        self.base_url = (base_url or os.environ.get("POSENC_URL") or DEFAULT_URL).rstrip("/")
+        key = api_key if api_key is not None else os.environ.get("POSENC_API_KEY")
+        self.retries = retries if isinstance(retries, Retries) else Retries(total=retries)
+        self.cache = disk_cache(cache)
+        self.offline = offline
+        self.revalidate = revalidate
+        # Tables barely compress (~9% for fp32 trig values) and cost ~40 ms/MiB to gzip.
+        self.headers = {
+            "User-Agent": f"posenc-client/{__version__}",
+            "Accept-Encoding": "identity",
+        }
+        if key:
+            self.headers["Authorization"] = f"Bearer {key}"
+        self.headers.update(headers or {})
+
+    # retries ---------------------------------------------------------------------------------
+
+    def retry_after_reply(self, call: Call, reply: Reply, attempt: int) -> float | None:
+        """Seconds to wait before retrying this answer, or None to hand it to the flow."""
+        if reply.status != 503 or not call.retry or attempt >= self.retries.total:
+            return None
+        retry_after = parse_retry_after(reply.headers.get("retry-after"))
+        return self.retries.delay(attempt, retry_after)
+
+    def retry_after_error(self, call: Call, err: httpx.HTTPError, attempt: int) -> float | None:
+        """Seconds to wait before retrying after this transport error, or None to give up."""
+        if not isinstance(err, RETRYABLE) or not call.retry or attempt >= self.retries.total:
+            return None
+        return self.retries.delay(attempt)
+
+    # tables ----------------------------------------------------------------------------------
+
+    def _parse_table(self, reply: Reply, name: str | None = None) -> Tables:
+        if reply.status != 200:
+            raise api_error(reply)
+        tables = Tables.from_safetensors(reply.content, name=name)
+        key = reply_key(reply)
+        if key is not None and key != tables.key:
+            raise DecodeError(f"the answer names key {key} but carries table {tables.key}")
+        return tables
+
+    def _from_cache(self, key: str, name: str | None) -> Tables | None:
+        data = self.cache.load("tables", key) if self.cache is not None else None
+        if data is None:
+            return None
+        try:
+            tables = Tables.from_safetensors(data, name=name)
+        except DecodeError:
+            log.warning("ignoring a corrupt cache entry for %s", key)
+            return None
+        return tables if tables.key == key and "rows" not in tables.meta else None
+
+    def _store(self, tables: Tables, data: bytearray) -> None:
+        if self.cache is not None:
+            self.cache.store("tables", tables.key, data)
+
+    def _cached_table(self, key: str, name: str | None) -> Flow[tuple[Tables | None, bool]]:
+        """A cached table, revalidated: (tables, known). `known` is False when the server
+        answered 404 `unknown_key` (it forgot the key: restarted or upgraded)."""
+        cached = self._from_cache(key, name)
+        if cached is None:
+            return None, True
+        if self.offline or not self.revalidate:
+            return cached, True
+        try:
+            reply = yield Call(
+                "GET",
+                f"/v1/tables/{key}",
+                params=SAFETENSORS,
+                headers={"If-None-Match": cached.etag},
+            )
+        except TransportError as err:
+            log.info("using the cached table %s: %s", key[:12], err)
+            return cached, True
+        if reply.status == 304:
+            return cached, True
+        if reply.status == 404 and api_error(reply).error_type == "unknown_key":
+            return cached, False
+        if reply.status >= 500:  # busy or failing after the retries: the copy is still exact
+            log.info("using the cached table %s: the server answered %d", key[:12], reply.status)
+            return cached, True
+        tables = self._parse_table(reply, name)
+        self._store(tables, reply.content)
+        return tables, True
+
+    def _cached_rows(
+        self, key: str, name: str | None, span: tuple[int, int | None]
+    ) -> Tables | None:
+        """Rows of the cached whole table `key`, sliced without a request (content keys never
+        change meaning, so there is nothing to revalidate), or None: not cached, or a kind
+        this client cannot slice itself (offline: `CacheMissError`)."""
+        whole = self._from_cache(key, name)
+        if whole is None:
+            return None
+        part = slice_rows(whole, *span)
+        if part is None and self.offline:
+            raise CacheMissError(
+                f"offline, and this client cannot slice rows of a {whole.kind} table itself"
+            )
+        return part
+
+    def _rows_reply(
+        self,
+        reply: Reply,
+        name: str | None,
+        span: tuple[int, int | None],
+        record_id: str | None,
+    ) -> Tables:
+        """The answer to a `?rows=` request. Rows are not cached; an answer without
+        `meta["rows"]` is the whole table (the range covered every position), which is."""
+        tables = self._parse_table(reply, name)
+        got = tables.meta.get("rows")
+        if got is None:
+            self._store(tables, reply.content)
+            if record_id is not None and self.cache is not None:
+                self.cache.remember(record_id, {"ns": "tables", "key": tables.key})
+            return slice_rows(tables, *span) or tables
+        start, end = span
+        if not (
+            isinstance(got, list)
+            and len(got) == 2
+            and got[0] == start
+            and (end is None or got[1] == end)
+        ):
+            raise DecodeError(f"asked for rows {rows_param(*span)}, the server sent rows {got}")
+        return tables
+
+    def table(
+        self, spec: Mapping[str, Any], name: str | None = None, rows: Rows | None = None
+    ) -> Flow[Tables]:
+        """POST /v1/tables, or the cached table this request resolved to before; with `rows`,
+        only those positions (sliced from the cached whole table when there is one)."""
+        span = None if rows is None else rows_arg(rows)
+        body = dict(spec)
+        record_id = request_id(self.base_url, "POST /v1/tables", body)
+        record = self.cache.lookup(record_id) if self.cache is not None else None
+        if span is not None:
+            if record is not None and record.get("ns") == "tables":
+                part = self._cached_rows(str(record["key"]), name, span)
+                if part is not None:
+                    return part
+            if self.offline:
+                raise CacheMissError("offline, and no cached table for this spec")
+            params = {**SAFETENSORS, "rows": rows_param(*span)}
+            reply = yield Call("POST", "/v1/tables", json=body, params=params)
+            return self._rows_reply(reply, name, span, record_id)
+        if record is not None and record.get("ns") == "tables":
+            cached, known = yield from self._cached_table(str(record["key"]), name)
+            if cached is not None and known:
+                return cached
+        if self.offline:
+            raise CacheMissError("offline, and no cached table for this spec")
+        reply = yield Call("POST", "/v1/tables", json=body, params=SAFETENSORS)
+        tables = self._parse_table(reply, name)
+        self._store(tables, reply.content)
+        if self.cache is not None:
+            self.cache.remember(record_id, {"ns": "tables", "key": tables.key})
+        return tables
+
+    def table_by_key(
+        self,
+        key: str,
+        name: str | None = None,
+        spec: Mapping[str, Any] | None = None,
+        rows: Rows | None = None,
+    ) -> Flow[Tables]:
+        """GET /v1/tables/{key} (cache first). A key the server does not know is served from the
+        cache when held (content keys never change meaning), else recomputed from `spec`. With
+        `rows`, only those positions (sliced from the cached whole table when there is one)."""
+        if not valid_key(key):
+            raise ValueError(f"not a content key (64 hex digits): {key!r}")
+        if rows is not None:
+            span = rows_arg(rows)
+            part = self._cached_rows(key, name, span)
+            if part is not None:
+                return part
+            if self.offline:
+                raise CacheMissError(f"offline, and table {key} is not in the cache")
+            params = {**SAFETENSORS, "rows": rows_param(*span)}
+            reply = yield Call("GET", f"/v1/tables/{key}", params=params)
+            if reply.status == 404 and spec is not None:
+                tables = yield from self.table(spec, name, span)
+                return tables
+            return self._rows_reply(reply, name, span, None)
+        cached, _ = yield from self._cached_table(key, name)
+        if cached is not None:
+            return cached
+        if self.offline:
+            raise CacheMissError(f"offline, and table {key} is not in the cache")
+        reply = yield Call("GET", f"/v1/tables/{key}", params=SAFETENSORS)
+        if reply.status == 404 and spec is not None:
+            tables = yield from self.table(spec, name)
+            return tables
+        tables = self._parse_table(reply, name)
+        self._store(tables, reply.content)
+        return tables
+
+    # the convenience methods: a spec from their keywords, then `table` ------------------------
+
+    def rope(
+        self,
+        head_dim: int,
+        max_positions: int | None,
+        options: RopeOptions,
+        rows: Rows | None,
+    ) -> Flow[Tables]:
+        """`table` for the `rope` spec of transformers-style keywords (`rope_spec`)."""
+        spec = rope_spec(head_dim=head_dim, max_positions=max_positions, **options)
+        return self.table(spec, rows=rows)
+
+    def alibi(self, num_heads: int, options: AlibiOptions, rows: Rows | None) -> Flow[Tables]:
+        """`table` for an `alibi` spec."""
+        return self.table(family_spec("alibi", num_heads=num_heads, **options), rows=rows)
+
+    def sinusoidal(
+        self,
+        dim: int,
+        max_positions: int | None,
+        options: SinusoidalOptions,
+        rows: Rows | None,
+    ) -> Flow[Tables]:
+        """`table` for a `sinusoidal` spec."""
+        spec = family_spec("sinusoidal", dim=dim, max_positions=max_positions, **options)
+        return self.table(spec, rows=rows)
+
+    def t5_bias(self, query_length: int, options: T5BiasOptions, rows: Rows | None) -> Flow[Tables]:
+        """`table` for a `t5_bias` spec."""
+        spec = family_spec("t5_bias", query_length=query_length, **options)
+        return self.table(spec, rows=rows)
+
+    # discovery -------------------------------------------------------------------------------
+
+    def get_json(self, path: str) -> Flow[Any]:
+        if self.offline:
+            raise CacheMissError(f"offline: GET {path} needs the server")
+        reply = yield Call("GET", path)
+        if reply.status != 200:
+            raise api_error(reply)
+        return reply.json()
+
+    def resolve(self, config: ConfigLike, overrides: Mapping[str, Any]) -> Flow[list[ResolvedSpec]]:
+        """POST /v1/resolve; the answer is remembered so that it also works offline."""
+        body = {
+            "hf_config": load_config(config),
+            **{k: v for k, v in overrides.items() if v is not None},
+        }
+        record_id = request_id(self.base_url, "POST /v1/resolve", body)
+        record = self.cache.lookup(record_id) if self.cache is not None else None
+        specs: Any = None
+        if self.offline:
+            if record is None:
+                raise CacheMissError("offline, and this config was never resolved here")
+            specs = record.get("specs")
+        else:
+            try:
+                reply = yield Call("POST", "/v1/resolve", json=body)
+            except TransportError:
+                if record is None:
+                    raise
+                specs = record.get("specs")
+            else:
+                if reply.status != 200:
+                    raise api_error(reply)
+                specs = reply.json().get("specs")
+                if self.cache is not None:
+                    self.cache.remember(record_id, {"ns": "resolve", "specs": specs})
+        if not isinstance(specs, list):
+            raise DecodeError("the resolve answer has no `specs` list")
+        return [ResolvedSpec.from_json(spec) for spec in specs]
+
+    def tables_for_model(
+        self, config: ConfigLike, overrides: Mapping[str, Any]
+    ) -> Flow[dict[str, Tables]]:
+        specs = yield from self.resolve(config, overrides)
+        out: dict[str, Tables] = {}
+        for item in specs:
+            tables = yield from self.table_by_key(item.key, item.name, item.spec)
+            out[item.name] = tables.with_notes(item.notes, item.name)
+        return out
+
+    def presets(self) -> Flow[list[Preset]]:
+        data = yield from self.get_json("/v1/presets")
+        return [Preset.from_json(preset) for preset in data.get("presets", [])]
+
+    def preset(self, name: str) -> Flow[Preset]:
+        data = yield from self.get_json(f"/v1/presets/{name}")
+        return Preset.from_json(data)
+
+    def preset_tables(self, name: str) -> Flow[dict[str, Tables]]:
+        preset = yield from self.preset(name)
+        out: dict[str, Tables] = {}
+        for part in preset.parts:
+            out[part.name] = yield from self.table_by_key(part.key, part.name, part.spec)
+        return out
+
+    def kinds(self) -> Flow[list[JSON]]:
+        data = yield from self.get_json("/v1/kinds")
+        return list(data.get("kinds", []))
+
+    def ready(self) -> Flow[bool]:
+        try:
+            reply = yield Call("GET", "/v2/health/ready", retry=False)
+        except TransportError:
+            return False
+        return reply.status == 200
+
+    # onnx ------------------------------------------------------------------------------------
+
+    def _parse_onnx(self, reply: Reply) -> OnnxModel:
+        if reply.status != 200:
+            raise api_error(reply)
+        data = bytes(reply.content)
+        metadata = onnx_metadata(data)
+        key = reply_key(reply) or metadata.get("export_key", "")
+        return OnnxModel(key=key, data=data, metadata=metadata)
+
+    def onnx(self, spec: Mapping[str, Any], graph: str, options: OnnxOptions) -> Flow[OnnxModel]:
+        """POST /v1/onnx (cache first, revalidated against GET /v1/onnx/{key})."""
+        body = onnx_body(spec, graph, options)
+        record_id = request_id(self.base_url, "POST /v1/onnx", body)
+        record = self.cache.lookup(record_id) if self.cache is not None else None
+        if record is not None and record.get("ns") == "onnx" and self.cache is not None:
+            key = str(record["key"])
+            data = self.cache.load("onnx", key)
+            if data is not None:
+                model = OnnxModel(key=key, data=bytes(data), metadata=onnx_metadata(bytes(data)))
+                if self.offline or not self.revalidate:
+                    return model
+                try:
+                    reply = yield Call(
+                        "GET", f"/v1/onnx/{key}", headers={"If-None-Match": f'"{key}"'}
+                    )
+                except TransportError:
+                    return model
+                if reply.status == 304:
+                    return model
+                if reply.status == 200:
+                    fresh = self._parse_onnx(reply)
+                    self.cache.store("onnx", fresh.key, fresh.data)
+                    return fresh
+        if self.offline:
+            raise CacheMissError("offline, and no cached ONNX model for this request")
+        reply = yield Call("POST", "/v1/onnx", json=dict(body))
+        model = self._parse_onnx(reply)
+        if self.cache is not None and valid_key(model.key):
+            self.cache.store("onnx", model.key, model.data)
+            self.cache.remember(record_id, {"ns": "onnx", "key": model.key})
+        return model

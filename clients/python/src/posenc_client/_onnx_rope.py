@@ -1,0 +1,305 @@
+"""RoPE caches into ONNX models: `find_rope_consumers` and `attach_rope_caches`, a `Patcher`
+(find, check, apply) whose consumers are the nodes reading cos/sin caches. What each consumer
+needs is tabled in `posenc_client.onnx`'s module docstring."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import onnx
+
+from posenc_client._exceptions import IncompatibleModelError
+from posenc_client._formats import Array, dtype_name
+from posenc_client._models import Tables
+from posenc_client._onnx_patch import (
+    MICROSOFT,
+    GraphSources,
+    ModelLike,
+    Patcher,
+    ValueTypes,
+    attribute,
+    cast_array,
+    domain,
+    label,
+    load_model,
+    matching_nodes,
+    node_input,
+    op_name,
+    patch,
+    place_initializer,
+    record_metadata,
+)
+
+
+@dataclass(frozen=True)
+class RopeConsumer:
+    """A node that reads cos/sin caches, and what it requires of them.
+
+    `op` is `RotaryEmbedding`, `com.microsoft.RotaryEmbedding` or
+    `com.microsoft.GroupQueryAttention`; `rotary_dim` is the rotated width d when it can be read
+    from the attributes or the declared shapes (None when unknown); `dtype` the activation dtype
+    (None when unknown); `rows` the cache rows the model declares (None when dynamic)."""
+
+    node: str
+    op: str
+    cos: str
+    sin: str
+    interleaved: bool
+    dtype: str | None
+    head_size: int | None
+    rotary_dim: int | None
+    rows: int | None
+    has_position_ids: bool
+
+
+@dataclass(frozen=True)
+class _RopeSlots:
+    """Where a RoPE consumer reads its activation, caches and pairing."""
+
+    activation: int
+    cos: int
+    sin: int
+    interleaved_attribute: str
+
+
+_ROPE_SLOTS: dict[tuple[str, str], _RopeSlots] = {
+    ("", "RotaryEmbedding"): _RopeSlots(0, 1, 2, "interleaved"),
+    (MICROSOFT, "RotaryEmbedding"): _RopeSlots(0, 2, 3, "interleaved"),
+    (MICROSOFT, "GroupQueryAttention"): _RopeSlots(0, 7, 8, "rotary_interleaved"),
+}
+
+
+def _head_size(node: onnx.NodeProto, activation: str, types: ValueTypes) -> int | None:
+    """Head size of a RoPE consumer from its activation's declared shape and attributes."""
+    rank = types.rank(activation)
+    if node.op_type == "GroupQueryAttention":
+        hidden = types.dim(activation, -1)
+        heads = int(attribute(node, "num_heads", 0) or 0)
+        kv_heads = int(attribute(node, "kv_num_heads", 0) or 0)
+        if hidden is None or heads <= 0:
+            return None
+        if not node_input(node, 1):  # packed QKV: (num_heads + 2 * kv_num_heads) * head_size
+            heads += 2 * kv_heads
+        return hidden // heads if hidden % heads == 0 else None
+    if rank == 4:
+        return types.dim(activation, 3)
+    if rank == 3:
+        hidden = types.dim(activation, 2)
+        heads = int(attribute(node, "num_heads", 0) or 0)
+        if hidden is not None and heads > 0 and hidden % heads == 0:
+            return hidden // heads
+    return None
+
+
+def _rope_consumer(
+    index: int, node: onnx.NodeProto, slots: _RopeSlots, types: ValueTypes
+) -> RopeConsumer:
+    activation = node_input(node, slots.activation)
+    cos, sin = node_input(node, slots.cos), node_input(node, slots.sin)
+    head = _head_size(node, activation, types)
+    if node.op_type == "GroupQueryAttention":
+        width = types.dim(cos, 1)
+        rotary_dim = 2 * width if width is not None else None
+    else:
+        rotary_dim = int(attribute(node, "rotary_embedding_dim", 0) or 0) or head
+    return RopeConsumer(
+        node=label(node, index),
+        op=op_name(node),
+        cos=cos,
+        sin=sin,
+        interleaved=bool(attribute(node, slots.interleaved_attribute, 0)),
+        dtype=types.dtype(activation),
+        head_size=head,
+        rotary_dim=rotary_dim,
+        rows=types.dim(cos, 0),
+        has_position_ids=bool(node_input(node, 3)) if domain(node) == "" else True,
+    )
+
+
+def find_rope_consumers(model: ModelLike) -> list[RopeConsumer]:
+    """Every node of the main graph that reads cos/sin caches (GroupQueryAttention only with
+    `do_rotary=1`), with its requirements, in graph order."""
+    proto = model if isinstance(model, onnx.ModelProto) else load_model(model)
+    types = ValueTypes(proto)
+    return [
+        _rope_consumer(index, node, slots, types)
+        for index, node, slots in matching_nodes(proto.graph, _ROPE_SLOTS)
+        if node.op_type != "GroupQueryAttention" or attribute(node, "do_rotary", 0)
+    ]
+
+
+class _RopeCaches(Patcher[RopeConsumer]):
+    """Served half-width cos/sin caches into every RoPE consumer's cache inputs (graph inputs
+    become initializers, initializers are replaced)."""
+
+    consumer_name = "RoPE consumer"
+    no_consumer = (
+        "the model has no RoPE consumer (RotaryEmbedding, com.microsoft.RotaryEmbedding, "
+        "com.microsoft.GroupQueryAttention with do_rotary=1)"
+    )
+    action = "attach the RoPE caches"
+
+    def __init__(self, tables: Tables, *, cast: bool, check_pairing: bool) -> None:
+        if tables.kind != "rope":
+            raise IncompatibleModelError(
+                f"attach_rope_caches takes a rope table, got {tables.kind}"
+            )
+        if "cos" not in tables or "sin" not in tables:
+            raise IncompatibleModelError(
+                f"the table packs its caches as {list(tables)}; ONNX consumers need separate "
+                "cos and sin: fetch with profile='onnx' or 'ort_gqa' (packing='separate', "
+                "width='half')"
+            )
+        cos, sin = tables["cos"], tables["sin"]
+        if tables.spec.get("width", "half") != "half" or cos.ndim != 2 or cos.shape != sin.shape:
+            raise IncompatibleModelError(
+                f"ONNX consumers take half-width caches (P, d/2); this table is "
+                f"{tables.spec.get('width')} width {list(cos.shape)}: fetch with profile='onnx' "
+                "or 'ort_gqa' (width='half')"
+            )
+        self.tables = tables
+        self.cos, self.sin = cos, sin
+        self.rows, self.width = int(cos.shape[0]), int(cos.shape[1])
+        self.dtype = dtype_name(cos.dtype)
+        self.cast = cast
+        self.check_pairing = check_pairing
+        self.targets: dict[str, tuple[Array, str]] = {}
+        """Cache name -> (values, dtype) to write, filled by `check`."""
+
+    def find(self, model: onnx.ModelProto) -> list[RopeConsumer]:
+        return find_rope_consumers(model)
+
+    def check(self, consumer: RopeConsumer, sources: GraphSources) -> list[str]:
+        found = [
+            *self._width_problems(consumer),
+            *self._rows_dtype_pairing_problems(consumer),
+            *self._slot_problems(consumer, sources),
+        ]
+        return found or self._claim(consumer)
+
+    def _width_problems(self, consumer: RopeConsumer) -> list[str]:
+        """What the consumer's op needs of the rotated width d = 2 * the table's width."""
+        rotated = 2 * self.width
+        problems: list[str] = []
+        where = f"{consumer.op} node {consumer.node!r}"
+        if consumer.op == "RotaryEmbedding" and not consumer.has_position_ids:
+            problems.append(
+                f"{where} has no position_ids input, so its caches are per batch (B, S, d/2), "
+                "not position tables: give the node position_ids"
+            )
+        if consumer.op == f"{MICROSOFT}.GroupQueryAttention":
+            if self.width % 8:
+                problems.append(
+                    f"{where} needs rotary_dim/2 to be a multiple of 8; the table has "
+                    f"d/2 = {self.width}"
+                )
+            if consumer.head_size is not None:
+                if consumer.head_size % 16:
+                    problems.append(
+                        f"{where} needs a head size that is a multiple of 16 with do_rotary=1, "
+                        f"got {consumer.head_size}"
+                    )
+                if rotated > consumer.head_size:
+                    problems.append(
+                        f"{where}: the table rotates d = {rotated} dims, more than head_size "
+                        f"{consumer.head_size}"
+                    )
+        elif consumer.rotary_dim is not None and consumer.rotary_dim != rotated:
+            problems.append(
+                f"{where} rotates {consumer.rotary_dim} dims (rotary_embedding_dim or head "
+                f"size), the table has d = {rotated} (width {self.width}): fetch the table for "
+                "this model's head_dim/rotary dim"
+            )
+        return problems
+
+    def _rows_dtype_pairing_problems(self, consumer: RopeConsumer) -> list[str]:
+        """The cache rows the model declares, its activation dtype and its pairing."""
+        problems: list[str] = []
+        where = f"{consumer.op} node {consumer.node!r}"
+        if consumer.rows is not None and self.rows < consumer.rows:
+            problems.append(
+                f"{where}: the model declares {consumer.rows} cache rows, the table has "
+                f"{self.rows}: fetch with max_positions >= {consumer.rows}"
+            )
+        if consumer.dtype is not None and consumer.dtype != self.dtype and not self.cast:
+            problems.append(
+                f"{where} computes in {consumer.dtype} and needs caches of the same dtype; the "
+                f"table is {self.dtype}: fetch with dtype={consumer.dtype!r} (or pass cast=True)"
+            )
+        table_interleaved = bool(self.tables.spec.get("interleaved", False))
+        if self.check_pairing and consumer.interleaved != table_interleaved:
+            node_pairs = "interleaved" if consumer.interleaved else "half-split"
+            table_pairs = "interleaved" if table_interleaved else "half-split"
+            problems.append(
+                f"{where} rotates {node_pairs} pairs but the table was resolved for "
+                f"{table_pairs} pairs (the model's config and the graph disagree; pass "
+                "check_pairing=False if the graph is right: half-width values are the same for "
+                "both)"
+            )
+        return problems
+
+    def _slot_problems(self, consumer: RopeConsumer, sources: GraphSources) -> list[str]:
+        """Whether the consumer's cache inputs are values this patcher can replace."""
+        problems: list[str] = []
+        where = f"{consumer.op} node {consumer.node!r}"
+        for name in (consumer.cos, consumer.sin):
+            if not name:
+                problems.append(f"{where} has no cache input to fill")
+            elif name in sources.produced and name not in sources.initializers:
+                problems.append(
+                    f"{where}: {name!r} is computed by node {sources.produced[name]!r}; "
+                    "only graph inputs and initializers can be replaced"
+                )
+            elif name not in sources.inputs and name not in sources.initializers:
+                problems.append(f"{where}: no graph input or initializer {name!r}")
+        if consumer.cos == consumer.sin and consumer.cos:
+            problems.append(f"{where} reads one tensor {consumer.cos!r} as both cos and sin")
+        return problems
+
+    def _claim(self, consumer: RopeConsumer) -> list[str]:
+        """Record the consumer's caches in `targets`; a cache another consumer reads in
+        another dtype is a problem."""
+        dtype = consumer.dtype if (self.cast and consumer.dtype) else self.dtype
+        problems: list[str] = []
+        for name, array in ((consumer.cos, self.cos), (consumer.sin, self.sin)):
+            previous = self.targets.get(name)
+            if previous is not None and previous[1] != dtype:
+                problems.append(f"{name!r} is read in both {previous[1]} and {dtype}")
+            self.targets[name] = (array, dtype)
+        return problems
+
+    def apply(self, model: onnx.ModelProto, consumers: list[RopeConsumer]) -> onnx.ModelProto:
+        for name, (array, dtype) in self.targets.items():
+            value = array if dtype == self.dtype else cast_array(array, dtype)
+            place_initializer(model.graph, name, value)
+        record_metadata(model, "posenc.tables", {name: self.tables.key for name in self.targets})
+        return model
+
+
+def attach_rope_caches(
+    model: ModelLike,
+    tables: Tables,
+    *,
+    nodes: Iterable[str] | None = None,
+    cast: bool = False,
+    check_pairing: bool = True,
+) -> onnx.ModelProto:
+    """A copy of `model` whose RoPE consumers read the served `cos`/`sin` caches.
+
+    Args:
+        model: the model; its consumers' cos/sin caches must be graph inputs (they become
+            initializers) or initializers (replaced).
+        tables: a `rope` table with separate half-width caches: fetch it with `profile="onnx"`
+            (RotaryEmbedding) or `profile="ort_gqa"` (GroupQueryAttention), and the model's
+            activation dtype (`dtype=`).
+        nodes: only these node names (default: every consumer).
+        cast: convert the caches to the activation dtype instead of refusing (rounding once, as
+            the server would when computing in fp32 and casting last).
+        check_pairing: refuse a table resolved for the other pairing (see the module doc).
+
+    Records `{cos_name: key, sin_name: key}` in metadata property `posenc.tables`. Raises
+    `IncompatibleModelError` listing every problem found.
+    """
+    proto = load_model(model)
+    return patch(proto, _RopeCaches(tables, cast=cast, check_pairing=check_pairing), nodes)
