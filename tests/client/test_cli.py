@@ -1,5 +1,6 @@
 """`posenc-client`: every command against the real server, --help everywhere, and the documented
-exit codes (0 ok, 2 usage, 3 server refused, 4 no connection, 5 offline miss, 6 incompatible)."""
+exit codes (0 ok, 2 usage, 3 server refused, 4 no connection, 5 offline miss, 6 incompatible,
+7 corrupt cache files)."""
 
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ def cli(server: ServerHandle, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 
 
 def test_help_on_every_command(capsys: pytest.CaptureFixture[str]) -> None:
-    commands = ["fetch", "resolve", "presets", "kinds", "onnx", "plug"]
+    commands = ["fetch", "resolve", "presets", "kinds", "onnx", "plug", "cache"]
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command")
     assert isinstance(sub.choices, dict)

@@ -11,7 +11,9 @@ Route modules never import each other; what several of them need lives here:
 - `bind_tables`, `stored_tables`, `unbound`, `unknown_table`: the uploaded weight tables a spec
   names (`learned`, `relative_index`), bound from the table store before anything is computed
   (`/v1/tables`, `/v1/onnx`, the `/v2` models);
-- `describe_spec`: a canonical spec as the catalog shows it (presets, `/v1/resolve`).
+- `describe_spec`: a canonical spec as the catalog shows it (presets, `/v1/resolve`);
+- `repr_digest`, `entry_digest`: the RFC 9530 `Repr-Digest` of a representation, computed once
+  per cached body and kept on its cache entry (tables, ONNX models).
 
 Order of work per table request, cheapest first: parse and canonicalise the spec (the route),
 compute its size from `spec.outputs()` (413 over the limit: nothing allocated), validate format,
@@ -31,7 +33,9 @@ strong ETag for different bytes. `Vary: Accept` is sent whenever the format was 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import base64
+import hashlib
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import orjson
@@ -167,6 +171,25 @@ def representation_etag(
     if device != "cpu":
         tag = f"{tag}@{device}"
     return f'"{tag}"'
+
+
+def repr_digest(body: Buffer) -> str:
+    """The RFC 9530 `Repr-Digest` field value of `body`: `sha-256=:<base64 of the sha256>:`
+    (a structured-field dictionary holding one byte sequence)."""
+    digest = hashlib.sha256(body).digest()
+    return f"sha-256=:{base64.b64encode(digest).decode()}:"
+
+
+async def entry_digest(entry: CacheEntry, variant: Hashable, body: Buffer) -> str:
+    """`repr_digest(body)` for the whole representation `variant` of `entry`, computed once and
+    kept on the entry (in a worker thread above `OFFLOAD_BYTES`: hashlib releases the GIL)."""
+    known = entry.digests.get(variant)
+    if known is not None:
+        return known
+    size = body.nbytes if isinstance(body, memoryview) else len(body)
+    value = await asyncio.to_thread(repr_digest, body) if size > OFFLOAD_BYTES else repr_digest(body)
+    entry.digests[variant] = value
+    return value
 
 
 def _check_size(state: AppState, outputs: dict[str, TensorInfo]) -> None:
@@ -308,6 +331,9 @@ async def serve_table(
     if entry.fallback:
         headers["X-Posenc-Fallback"] = entry.fallback
     headers["Content-Disposition"] = f'inline; filename="{key}.{fmt.suffix}"'
+    if selection.rows is None:
+        # row slices are built per request (and never cached by clients): no digest for them
+        headers["Repr-Digest"] = await entry_digest(entry, (fmt.name, selection.names), body)
     status = 200
     if fmt.single:
         name = selection.names[0]

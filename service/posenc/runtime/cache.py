@@ -72,6 +72,9 @@ class CacheEntry:
     table_bytes: int
     prepared: dict[Hashable, Buffer] = field(default_factory=dict)
     prepared_bytes: int = 0
+    digests: dict[Hashable, str] = field(default_factory=dict)
+    """Digests of whole representations (the API's `Repr-Digest` values), one per variant, kept
+    with the entry so that each is computed once."""
 
     @property
     def nbytes(self) -> int:

@@ -4,7 +4,9 @@ Layout under the root (default `$POSENC_CACHE_DIR`, else `$XDG_CACHE_HOME/posenc
 `~/.cache/posenc`):
 
     tables/<key>.safetensors     a table exactly as the server sent it (metadata included)
-    onnx/<key>.onnx              an exported subgraph
+    tables/<key>.digest          its digest: the server's `Repr-Digest` (RFC 9530,
+                                 `sha-256=:<base64>:`), checked against the body on arrival
+    onnx/<key>.onnx              an exported subgraph (and `onnx/<key>.digest`)
     requests/<sha256>.json       what a request (server URL + route + canonical JSON body)
                                  resolved to: {"ns", "key"} for tables and models, {"ns":
                                  "resolve", "specs"} for resolve, so that a spec call can
@@ -16,15 +18,23 @@ changes under its key, so the cache needs no expiry. Entries are revalidated wit
 cannot be reached. Writes go to a temporary file and are renamed into place, so concurrent
 processes never read half a file. Only 64-hex-digit keys are stored (the names come from the
 network).
+
+Integrity: every read checks the file against its stored digest (`load`); a file that does not
+match (a flipped bit, bytes appended or cut) or has no digest raises `CorruptEntryError` naming
+the file, which the client answers by fetching the entry again (offline: an error naming the
+file). `verify` checks every entry, `clear` deletes them all (`posenc-client cache verify|clear`).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import json
 import os
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +42,51 @@ from posenc_client._formats import Buffer, write_atomic
 
 KEY_RE = re.compile(r"^[0-9a-f]{64}$")
 SUFFIXES = {"tables": ".safetensors", "onnx": ".onnx"}
+DIGEST_SUFFIX = ".digest"
+_SHA256_MEMBER = re.compile(r"(?:^|,)\s*sha-256\s*=\s*:([A-Za-z0-9+/=]+):\s*(?:;[^,]*)?(?=,|$)")
+
+
+def repr_digest(data: Buffer) -> str:
+    """The RFC 9530 `Repr-Digest` value of `data`: `sha-256=:<base64 of its sha256>:`."""
+    return f"sha-256=:{base64.b64encode(hashlib.sha256(data).digest()).decode()}:"
+
+
+def sha256_of(header: str | None) -> bytes | None:
+    """The sha-256 member of a `Repr-Digest` field value (a structured-field dictionary; other
+    algorithms are ignored), or None when there is none or it is malformed."""
+    match = _SHA256_MEMBER.search(header or "")
+    if match is None:
+        return None
+    try:
+        digest = base64.b64decode(match.group(1), validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    return digest if len(digest) == 32 else None
+
+
+def digest_matches(header: str | None, data: Buffer) -> bool:
+    """True when `header` holds a sha-256 digest equal to `data`'s."""
+    expected = sha256_of(header)
+    return expected is not None and hashlib.sha256(data).digest() == expected
+
+
+class CorruptEntryError(Exception):
+    """A cached file that does not match its stored digest (or has none): `.path` names it."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class EntryCheck:
+    """The outcome of checking one cached file: `problem` is None when it matches its digest."""
+
+    ns: str
+    key: str
+    path: Path
+    problem: str | None
 
 
 def default_cache_dir() -> Path:
@@ -77,26 +132,66 @@ class DiskCache:
             raise ValueError(f"not a content key: {key!r}")
         return self.root / ns / f"{key}{SUFFIXES[ns]}"
 
+    def digest_path(self, ns: str, key: str) -> Path:
+        """Where the stored digest of `key` in namespace `ns` lives."""
+        return self.path(ns, key).with_suffix(DIGEST_SUFFIX)
+
     def load(self, ns: str, key: str) -> bytearray | None:
-        """The stored bytes of `key` (a writable buffer), or None."""
+        """The stored bytes of `key` (a writable buffer), checked against their stored digest;
+        None when not stored. Raises `CorruptEntryError` naming the file when they differ or the
+        digest is missing or unreadable."""
         if not valid_key(key):
             return None
+        path = self.path(ns, key)
         try:
-            with open(self.path(ns, key), "rb") as f:
+            with open(path, "rb") as f:
                 size = os.fstat(f.fileno()).st_size
                 data = bytearray(size)
                 f.readinto(data)
-                return data
         except FileNotFoundError:
             return None
+        try:
+            stored = self.digest_path(ns, key).read_text(encoding="ascii")
+        except (FileNotFoundError, UnicodeDecodeError):
+            raise CorruptEntryError(path, "no stored digest to check it against") from None
+        if sha256_of(stored) is None:
+            raise CorruptEntryError(path, "its stored digest is unreadable")
+        if not digest_matches(stored, data):
+            raise CorruptEntryError(path, f"its {size} bytes do not match the stored digest")
+        return data
 
     def has(self, ns: str, key: str) -> bool:
         return valid_key(key) and self.path(ns, key).is_file()
 
-    def store(self, ns: str, key: str, data: Buffer) -> None:
-        """Store `data` under `key` (atomically); invalid keys are ignored."""
-        if valid_key(key):
-            write_atomic(self.path(ns, key), data)
+    def store(self, ns: str, key: str, data: Buffer, digest: str | None = None) -> None:
+        """Store `data` under `key` with its digest (atomically). `digest` is a `Repr-Digest`
+        value the caller has checked against `data` (`checked_digest`); computed when None.
+        Invalid keys are ignored."""
+        if not valid_key(key):
+            return
+        if digest is None or sha256_of(digest) is None:
+            digest = repr_digest(data)
+        # the digest first: a reader that sees the new file also sees its digest
+        write_atomic(self.digest_path(ns, key), digest.encode("ascii"))
+        write_atomic(self.path(ns, key), data)
+
+    def discard(self, ns: str, key: str) -> None:
+        """Delete the file of `key` and its digest, if present."""
+        for path in (self.path(ns, key), self.digest_path(ns, key)):
+            path.unlink(missing_ok=True)
+
+    def verify(self) -> list[EntryCheck]:
+        """Check every stored file against its digest, tables then ONNX models."""
+        checks = []
+        for ns in SUFFIXES:
+            for key in self.keys(ns):
+                try:
+                    self.load(ns, key)
+                    problem = None
+                except CorruptEntryError as err:
+                    problem = err.reason
+                checks.append(EntryCheck(ns, key, self.path(ns, key), problem))
+        return checks
 
     def lookup(self, rid: str) -> dict[str, Any] | None:
         """The record of what request `rid` resolved to (`{"ns", "key"}` or `{"ns", "specs"}`),
@@ -128,11 +223,15 @@ class DiskCache:
             if p.name.endswith(suffix) and valid_key(p.name.removesuffix(suffix))
         )
 
-    def clear(self) -> None:
-        """Delete every cached file and request record (the folders stay)."""
+    def clear(self) -> int:
+        """Delete every cached file, digest and request record (the folders stay); returns how
+        many files were deleted."""
+        count = 0
         for ns in (*SUFFIXES, "requests"):
             folder = self.root / ns
             if folder.is_dir():
                 for p in folder.iterdir():
                     if p.is_file():
                         p.unlink()
+                        count += 1
+        return count

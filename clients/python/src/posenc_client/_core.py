@@ -12,6 +12,11 @@ retries are spent, so that the flow may fall back to its cache.
 Wire format: tables are always requested as safetensors (every tensor, bfloat16 native, the
 canonical spec, key and metadata in the header) and parsed with numpy (`_formats.py`).
 
+Integrity: an answer carrying `Repr-Digest` (RFC 9530; the server sends one with every whole
+table and ONNX model) must match it (else `DecodeError`), and the digest is stored with the cache
+entry; every cache read checks the file against it (`DiskCache.load`). A cached file that fails
+is fetched again (offline: `CorruptCacheError` naming the file).
+
 Rows (`rows=(start, end)`): positions [start, end) of every tensor with a position axis. The disk
 cache holds whole tables only: a cached whole table is sliced here without a request; otherwise
 the rows come from the server (`?rows=START:END`) and are not cached (unless the range covered
@@ -29,11 +34,19 @@ from typing import Any, TypeVar
 
 import httpx
 
-from posenc_client._cache import DiskCache, request_id, valid_key
+from posenc_client._cache import (
+    CorruptEntryError,
+    DiskCache,
+    digest_matches,
+    repr_digest,
+    request_id,
+    valid_key,
+)
 from posenc_client._exceptions import (
     APIError,
     CacheMissError,
     ConnectError,
+    CorruptCacheError,
     DecodeError,
     RequestTimeoutError,
     TransportError,
@@ -162,6 +175,23 @@ def api_error(reply: Reply) -> APIError:
     )
 
 
+def checked_digest(reply: Reply) -> None:
+    """Check the answer's body against its `Repr-Digest`, when it has one (`DecodeError` when
+    they differ: the bytes changed on the way)."""
+    header = reply.headers.get("repr-digest")
+    if header is not None and not digest_matches(header, reply.content):
+        raise DecodeError(
+            f"the {len(reply.content)}-byte answer does not match its Repr-Digest {header!r}"
+        )
+
+
+def stored_digest(reply: Reply) -> str:
+    """The digest to store with a checked answer: its `Repr-Digest`, else (an older server) the
+    body's own."""
+    header = reply.headers.get("repr-digest")
+    return str(header) if header is not None else repr_digest(reply.content)
+
+
 def reply_key(reply: Reply) -> str | None:
     """The content key an answer names: X-Posenc-Key, else its strong ETag's key part (an ETag is
     `"<key>[.<format>...][@<device>]"`)."""
@@ -233,14 +263,34 @@ class Core:
     def _parse_table(self, reply: Reply, name: str | None = None) -> Tables:
         if reply.status != 200:
             raise api_error(reply)
+        checked_digest(reply)
         tables = Tables.from_safetensors(reply.content, name=name)
         key = reply_key(reply)
         if key is not None and key != tables.key:
             raise DecodeError(f"the answer names key {key} but carries table {tables.key}")
         return tables
 
+    def _load(self, ns: str, key: str) -> bytearray | None:
+        """The cached file of `key`, checked against its digest; None when absent or corrupt
+        (deleted, so that it is fetched again); offline, a corrupt file raises
+        `CorruptCacheError` naming it."""
+        if self.cache is None:
+            return None
+        try:
+            return self.cache.load(ns, key)
+        except CorruptEntryError as err:
+            if self.offline:
+                raise CorruptCacheError(
+                    f"offline, and the cached file {err.path} is corrupt ({err.reason}): "
+                    "fetch it again online, or `posenc-client cache verify --remove`",
+                    str(err.path),
+                ) from None
+            log.warning("fetching %s again: the cached file %s", key[:12], err)
+            self.cache.discard(ns, key)
+            return None
+
     def _from_cache(self, key: str, name: str | None) -> Tables | None:
-        data = self.cache.load("tables", key) if self.cache is not None else None
+        data = self._load("tables", key)
         if data is None:
             return None
         try:
@@ -250,9 +300,9 @@ class Core:
             return None
         return tables if tables.key == key and "rows" not in tables.meta else None
 
-    def _store(self, tables: Tables, data: bytearray) -> None:
+    def _store(self, tables: Tables, reply: Reply) -> None:
         if self.cache is not None:
-            self.cache.store("tables", tables.key, data)
+            self.cache.store("tables", tables.key, reply.content, stored_digest(reply))
 
     def _cached_table(self, key: str, name: str | None) -> Flow[tuple[Tables | None, bool]]:
         """A cached table, revalidated: (tables, known). `known` is False when the server
@@ -280,7 +330,7 @@ class Core:
             log.info("using the cached table %s: the server answered %d", key[:12], reply.status)
             return cached, True
         tables = self._parse_table(reply, name)
-        self._store(tables, reply.content)
+        self._store(tables, reply)
         return tables, True
 
     def _cached_rows(
@@ -311,7 +361,7 @@ class Core:
         tables = self._parse_table(reply, name)
         got = tables.meta.get("rows")
         if got is None:
-            self._store(tables, reply.content)
+            self._store(tables, reply)
             if record_id is not None and self.cache is not None:
                 self.cache.remember(record_id, {"ns": "tables", "key": tables.key})
             return slice_rows(tables, *span) or tables
@@ -352,7 +402,7 @@ class Core:
             raise CacheMissError("offline, and no cached table for this spec")
         reply = yield Call("POST", "/v1/tables", json=body, params=SAFETENSORS)
         tables = self._parse_table(reply, name)
-        self._store(tables, reply.content)
+        self._store(tables, reply)
         if self.cache is not None:
             self.cache.remember(record_id, {"ns": "tables", "key": tables.key})
         return tables
@@ -392,7 +442,7 @@ class Core:
             tables = yield from self.table(spec, name)
             return tables
         tables = self._parse_table(reply, name)
-        self._store(tables, reply.content)
+        self._store(tables, reply)
         return tables
 
     # the convenience methods: a spec from their keywords, then `table` ------------------------
@@ -509,6 +559,7 @@ class Core:
     def _parse_onnx(self, reply: Reply) -> OnnxModel:
         if reply.status != 200:
             raise api_error(reply)
+        checked_digest(reply)
         data = bytes(reply.content)
         metadata = onnx_metadata(data)
         key = reply_key(reply) or metadata.get("export_key", "")
@@ -521,7 +572,7 @@ class Core:
         record = self.cache.lookup(record_id) if self.cache is not None else None
         if record is not None and record.get("ns") == "onnx" and self.cache is not None:
             key = str(record["key"])
-            data = self.cache.load("onnx", key)
+            data = self._load("onnx", key)
             if data is not None:
                 model = OnnxModel(key=key, data=bytes(data), metadata=onnx_metadata(bytes(data)))
                 if self.offline or not self.revalidate:
@@ -536,13 +587,13 @@ class Core:
                     return model
                 if reply.status == 200:
                     fresh = self._parse_onnx(reply)
-                    self.cache.store("onnx", fresh.key, fresh.data)
+                    self.cache.store("onnx", fresh.key, fresh.data, stored_digest(reply))
                     return fresh
         if self.offline:
             raise CacheMissError("offline, and no cached ONNX model for this request")
         reply = yield Call("POST", "/v1/onnx", json=dict(body))
         model = self._parse_onnx(reply)
         if self.cache is not None and valid_key(model.key):
-            self.cache.store("onnx", model.key, model.data)
+            self.cache.store("onnx", model.key, model.data, stored_digest(reply))
             self.cache.remember(record_id, {"ns": "onnx", "key": model.key})
         return model

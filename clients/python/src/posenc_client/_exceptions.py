@@ -6,6 +6,7 @@
     │   └── RequestTimeoutError ................ connected, but no answer in time
     ├── DecodeError ............................ an answer that is not a valid table/model/JSON
     ├── CacheMissError ......................... offline, and the disk cache lacks the table
+    │   └── CorruptCacheError .................. offline, and the cached file fails its digest
     ├── IncompatibleModelError ................. posenc_client.onnx: the model cannot take it
     └── APIError ............................... the server answered {"error", "error_type",
         │                                        "detail"}: .status .error_type .message .detail
@@ -65,6 +66,15 @@ class DecodeError(PosencError):
 
 class CacheMissError(PosencError):
     """The client is offline and its disk cache does not hold the requested table."""
+
+
+class CorruptCacheError(CacheMissError):
+    """Offline, and the cached file does not match its stored digest (a flipped bit, bytes
+    appended or cut): `.path` names the file. Online the client fetches the entry again."""
+
+    def __init__(self, message: str, path: str) -> None:
+        super().__init__(message)
+        self.path = path
 
 
 class IncompatibleModelError(PosencError, ValueError):

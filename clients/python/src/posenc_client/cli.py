@@ -9,6 +9,8 @@ Commands (each has --help):
     kinds                                          families and their required fields
     onnx    [KIND] [FIELD=VALUE ...] | --hf-config config.json  --graph G [--opset N] -o out.onnx
     plug    model.onnx --hf-config config.json -o patched.onnx
+    cache   verify [--remove] | clear              check the disk cache against the stored
+                                                   digests (RFC 9530), or empty it
 
 FIELD=VALUE pairs are spec fields, the values read as JSON when they parse (`factor=8`,
 `interleaved=false`, `short_factor=[1,2]`) and as strings otherwise (`rope_type=llama3`);
@@ -24,6 +26,7 @@ Exit codes (stable, for scripts):
     4  no answer: connection refused, DNS, TLS or timeout, after the retries
     5  offline (--offline) and the cache lacks what was asked
     6  the model cannot take the tables (plug: shape, dtype, pairing, consumer constraints)
+    7  cache verify found files that do not match their digests (each one is printed)
 
 Environment: POSENC_URL, POSENC_API_KEY, POSENC_CACHE_DIR (else $XDG_CACHE_HOME/posenc).
 """
@@ -54,6 +57,7 @@ EXIT_SERVER = 3
 EXIT_CONNECTION = 4
 EXIT_OFFLINE = 5
 EXIT_INCOMPATIBLE = 6
+EXIT_CORRUPT = 7
 
 PROGRESS_MIN_BYTES = 1 << 20
 
@@ -257,6 +261,29 @@ def cmd_onnx(client: Client, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_cache(client: Client, args: argparse.Namespace) -> int:
+    cache = client.cache
+    if cache is None:
+        raise UsageError("cache commands need the disk cache (drop --no-cache)")
+    if args.action == "clear":
+        removed = cache.clear()
+        print(f"removed {removed} files from {cache.root}", file=sys.stderr)
+        return EXIT_OK
+    checks = cache.verify()
+    bad = [c for c in checks if c.problem is not None]
+    for check in bad:
+        print(f"corrupt: {check.path}: {check.problem}")
+        if args.remove:
+            cache.discard(check.ns, check.key)
+    verb = "removed" if args.remove else "found"
+    print(
+        f"{len(checks) - len(bad)} of {len(checks)} cached files match their digests"
+        + (f"; {verb} {len(bad)} corrupt" if bad else ""),
+        file=sys.stderr,
+    )
+    return EXIT_CORRUPT if bad and not args.remove else EXIT_OK
+
+
 def _model_dtype(dtypes: set[str | None], override: str | None) -> str | None:
     if override:
         return override
@@ -341,7 +368,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Fetch exact position tables and ONNX subgraphs from a posenc server, and "
         "plug them into ONNX models.",
         epilog="Exit codes: 0 ok, 1 bug, 2 usage, 3 server refused/bad answer, 4 no connection, "
-        "5 offline cache miss, 6 model incompatible.",
+        "5 offline cache miss, 6 model incompatible, 7 corrupt cache files (cache verify).",
     )
     parser.add_argument("--version", action="version", version=f"posenc-client {__version__}")
     parser.add_argument(
@@ -454,6 +481,18 @@ def build_parser() -> argparse.ArgumentParser:
         "(query_positions, key_positions) or lengths (past_length, query_length)",
     )
     p.set_defaults(run=cmd_plug)
+
+    p = sub.add_parser(
+        "cache",
+        help="verify or clear the disk cache",
+        description="verify: check every cached table and model against the digest stored with "
+        "it (the server's Repr-Digest), printing each file that fails (exit 7 when one does, "
+        "unless --remove deletes them: they are fetched again when next used). clear: delete "
+        "every cached file.",
+    )
+    p.add_argument("action", choices=("verify", "clear"))
+    p.add_argument("--remove", action="store_true", help="verify: delete the corrupt files")
+    p.set_defaults(run=cmd_cache)
     return parser
 
 

@@ -28,7 +28,14 @@ from starlette.responses import Response
 from posenc.api.deps import State
 from posenc.api.errors import ApiError
 from posenc.api.jsonio import json_response, read_json_object
-from posenc.api.serving import IMMUTABLE, bind_tables, etag_matches, stored_tables, unbound
+from posenc.api.serving import (
+    IMMUTABLE,
+    bind_tables,
+    etag_matches,
+    repr_digest,
+    stored_tables,
+    unbound,
+)
 from posenc.api.specs import canonical_spec, guarded, spec_from_body
 from posenc.api.state import AppState
 from posenc.encodings import FieldProblem, SpecBase, SpecError, content_key
@@ -56,8 +63,8 @@ class OnnxIndex:
     the builds in flight (one per key)."""
 
     recent: OrderedDict[str, Resolved] = field(default_factory=OrderedDict)
-    flights: dict[str, asyncio.Task[bytes]] = field(default_factory=dict)
-    tableless: OrderedDict[str, bytes] = field(default_factory=OrderedDict)
+    flights: dict[str, asyncio.Task[tuple[bytes, str]]] = field(default_factory=dict)
+    tableless: OrderedDict[str, tuple[bytes, str]] = field(default_factory=OrderedDict)
 
     def remember(self, request: Resolved) -> None:
         self.recent[request.key] = request
@@ -65,11 +72,12 @@ class OnnxIndex:
         while len(self.recent) > INDEX_CAPACITY:
             self.recent.popitem(last=False)
 
-    def keep(self, key: str, data: bytes) -> None:
-        """Keep a graph-only model, evicting the least recently used past `TABLELESS_BYTES`."""
-        self.tableless[key] = data
+    def keep(self, key: str, data: bytes, digest: str) -> None:
+        """Keep a graph-only model and its digest, evicting the least recently used past
+        `TABLELESS_BYTES`."""
+        self.tableless[key] = (data, digest)
         self.tableless.move_to_end(key)
-        while sum(map(len, self.tableless.values())) > TABLELESS_BYTES and self.tableless:
+        while sum(len(d) for d, _ in self.tableless.values()) > TABLELESS_BYTES:
             self.tableless.popitem(last=False)
 
 
@@ -128,43 +136,50 @@ def _request_from_body(body: dict[str, Any]) -> Resolved:
     return resolve(spec, options)
 
 
-def _build_verified(request: Resolved) -> bytes:
-    """Worker thread: the model, verified, serialised."""
+def _build_verified(request: Resolved) -> tuple[bytes, str]:
+    """Worker thread: the model, verified, serialised, and its `Repr-Digest`."""
     from posenc.onnx import build, verify
 
     model = build(request)
     verify(model, request.spec)
     data: bytes = model.SerializeToString()
-    return data
+    return data, repr_digest(data)
 
 
-async def _model_bytes(state: AppState, index: OnnxIndex, request: Resolved) -> tuple[bytes, str]:
-    """(verified model bytes, cache outcome): from the table entry's prepared variants (or the
-    graph-only LRU), else built once in a thread and kept there."""
+async def _model_bytes(
+    state: AppState, index: OnnxIndex, request: Resolved
+) -> tuple[bytes, str, str]:
+    """(verified model bytes, their `Repr-Digest`, cache outcome): from the table entry's
+    prepared variants (or the graph-only LRU), else built once in a thread and kept there, the
+    digest beside the bytes (computed once, with the build)."""
     from posenc.onnx import ONNX_SPECS
 
     if request.spec.kind in ONNX_SPECS:
         kept = index.tableless.get(request.key)
         if kept is not None:
             index.tableless.move_to_end(request.key)
-            return kept, "hit"
-        data, outcome = await _built(index, request)
-        index.keep(request.key, data)
-        return data, outcome
+            return *kept, "hit"
+        (data, digest), outcome = await _built(index, request)
+        index.keep(request.key, data, digest)
+        return data, digest, outcome
     cache, store = state.require_cache(), state.require_tables()
     spec_key = content_key(request.spec)
     entry, _ = await cache.get(bind_tables(cache, store, request.spec, spec_key), spec_key)
     variant = ("onnx", request.key)
     ready = entry.prepared.get(variant)
-    if isinstance(ready, bytes):
-        return ready, "hit"
+    known = entry.digests.get(variant)
+    if isinstance(ready, bytes) and known is not None:
+        return ready, known, "hit"
     # learned and relative_index graphs embed their weights: the build needs the uploaded values
-    data, outcome = await _built(index, replace(request, spec=stored_tables(store, request.spec)))
+    (data, digest), outcome = await _built(
+        index, replace(request, spec=stored_tables(store, request.spec))
+    )
+    entry.digests[variant] = digest
     await cache.prepare(entry, variant, lambda _table: data)
-    return data, outcome
+    return data, digest, outcome
 
 
-async def _built(index: OnnxIndex, request: Resolved) -> tuple[bytes, str]:
+async def _built(index: OnnxIndex, request: Resolved) -> tuple[tuple[bytes, str], str]:
     """The verified model, built in a thread once per export key however many ask at once."""
     from posenc.onnx import ExportError
 
@@ -217,8 +232,9 @@ async def _serve(
             "positions (mode compute reads max_positions as its verification range only)",
             {"size_bytes": size, "max_bytes": limit},
         )
-    data, outcome = await _model_bytes(state, index, resolved)
+    data, digest, outcome = await _model_bytes(state, index, resolved)
     headers["X-Posenc-Cache"] = outcome
+    headers["Repr-Digest"] = digest
     return Response(data, media_type=MEDIA_TYPE, headers=headers)
 
 

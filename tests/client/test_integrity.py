@@ -1,0 +1,221 @@
+"""Integrity end to end (issue 23, item 4): the server's `Repr-Digest` (RFC 9530) on every whole
+table and ONNX model, the client checking it on arrival, storing it with each cache entry and
+checking every read against it, online (the entry is fetched again) and offline (an error naming
+the file), and `posenc-client cache verify|clear`.
+
+Corruption is made the way it happens: bytes of the cached file changed on disk (a flipped bit
+inside the tensor data, junk appended), or bytes changed on the way (a transport that flips one).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from pathlib import Path
+
+import httpx
+import pytest
+
+from posenc_client import Client, CorruptCacheError, DecodeError, DiskCache
+from posenc_client.cli import EXIT_CORRUPT, EXIT_OFFLINE, EXIT_OK, main
+from tests.conftest import ServerHandle
+
+SPEC = {"kind": "rope", "head_dim": 64, "max_positions": 256, "profile": "onnx"}
+ONNX_SPEC = {"kind": "alibi", "num_heads": 4, "bias": "causal", "key_length": 4}
+
+
+def sha256_field(body: bytes) -> str:
+    return f"sha-256=:{base64.b64encode(hashlib.sha256(body).digest()).decode()}:"
+
+
+class Recorder(httpx.HTTPTransport):
+    """A real transport recording (method, path, status); `flip` flips one bit of the next
+    200 body (bytes changed on the way)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.log: list[tuple[str, str, int]] = []
+        self.flip = False
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        response = super().handle_request(request)
+        self.log.append((request.method, request.url.path, response.status_code))
+        if self.flip and response.status_code == 200:
+            self.flip = False
+            body = bytearray(response.read())
+            body[len(body) // 2] ^= 0x10
+            return httpx.Response(200, headers=response.headers, content=bytes(body))
+        return response
+
+
+def flip_bit_in_data(path: Path) -> None:
+    """Flip one bit in the last tensor's data (past the safetensors header: still parses)."""
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def append_junk(path: Path) -> None:
+    with path.open("ab") as f:
+        f.write(b"\x00junk!\xff\x01")
+
+
+def test_server_sends_repr_digest_of_each_representation(client: httpx.Client) -> None:
+    posted = client.post("/v1/tables", json=SPEC)
+    assert posted.status_code == 200
+    assert posted.headers["repr-digest"] == sha256_field(posted.content)
+    key = posted.headers["x-posenc-key"]
+    for query in ({}, {"format": "npz"}, {"format": "raw", "tensor": "cos"}, {"format": "json"}):
+        got = client.get(f"/v1/tables/{key}", params=query)
+        assert got.status_code == 200
+        assert got.headers["repr-digest"] == sha256_field(got.content), query
+    whole = client.get(f"/v1/tables/{key}", params={"format": "raw", "tensor": "cos"})
+    ranged = client.get(
+        f"/v1/tables/{key}",
+        params={"format": "raw", "tensor": "cos"},
+        headers={"Range": "bytes=0-99"},
+    )
+    assert ranged.status_code == 206
+    # Repr-Digest names the whole representation, whatever part of it the body carries
+    assert ranged.headers["repr-digest"] == whole.headers["repr-digest"]
+    rows = client.get(f"/v1/tables/{key}", params={"rows": "0:8"})
+    assert rows.status_code == 200 and "repr-digest" not in rows.headers
+    model = client.post("/v1/onnx", json={"spec": ONNX_SPEC, "graph": "bias", "opset": 19})
+    assert model.status_code == 200
+    assert model.headers["repr-digest"] == sha256_field(model.content)
+    again = client.get(f"/v1/onnx/{model.headers['x-posenc-key']}")
+    assert again.headers["repr-digest"] == model.headers["repr-digest"]
+
+
+def test_digest_is_kept_on_the_cache_entry(server: ServerHandle, client: httpx.Client) -> None:
+    spec = {**SPEC, "max_positions": 96}
+    key = client.post("/v1/tables", json=spec).headers["x-posenc-key"]
+    client.get(f"/v1/tables/{key}", params={"format": "npz"})
+    cache = server.state.require_cache()
+    spec_of_key = server.state.index.get(key)
+    assert spec_of_key is not None
+    entry = cache.peek(cache.key_for(spec_of_key, key))
+    assert entry is not None
+    assert set(entry.digests) >= {("safetensors", ("cos", "sin", "inv_freq")), ("npz", ("cos", "sin", "inv_freq"))}
+    first = entry.digests[("npz", ("cos", "sin", "inv_freq"))]
+    client.get(f"/v1/tables/{key}", params={"format": "npz"})
+    assert entry.digests[("npz", ("cos", "sin", "inv_freq"))] is first  # computed once, not per request
+
+
+@pytest.mark.parametrize("damage", [flip_bit_in_data, append_junk], ids=["flipped", "appended"])
+def test_corrupt_table_is_fetched_again_online(
+    server: ServerHandle, cache_dir: Path, damage: object
+) -> None:
+    recorder = Recorder()
+    with Client(server.url, cache=cache_dir, retries=0, transport=recorder) as client:
+        good = client.table(SPEC)
+    path = DiskCache(cache_dir).path("tables", good.key)
+    assert path.with_suffix(".digest").read_text() == sha256_field(path.read_bytes())
+    pristine = path.read_bytes()
+    damage(path)  # type: ignore[operator]
+    recorder.log.clear()
+    with Client(server.url, cache=cache_dir, retries=0, transport=recorder) as client:
+        again = client.table(SPEC)
+        by_key = client.table_by_key(good.key)
+    # no 304 for the damaged copy: it was fetched again, and the good copy then revalidated
+    assert recorder.log == [
+        ("POST", "/v1/tables", 200),
+        ("GET", f"/v1/tables/{good.key}", 304),
+    ]
+    assert path.read_bytes() == pristine
+    for tables in (again, by_key):
+        for name in good:
+            assert (tables[name] == good[name]).all()
+
+
+@pytest.mark.parametrize("damage", [flip_bit_in_data, append_junk], ids=["flipped", "appended"])
+def test_corrupt_table_offline_names_the_file(
+    server: ServerHandle, cache_dir: Path, damage: object
+) -> None:
+    with Client(server.url, cache=cache_dir, retries=0) as client:
+        good = client.table(SPEC)
+    path = DiskCache(cache_dir).path("tables", good.key)
+    damage(path)  # type: ignore[operator]
+    with Client(server.url, cache=cache_dir, offline=True) as client:
+        for call in (lambda: client.table(SPEC), lambda: client.table_by_key(good.key)):
+            with pytest.raises(CorruptCacheError) as info:
+                call()
+            assert info.value.path == str(path)
+            assert str(path) in str(info.value)
+        with pytest.raises(CorruptCacheError):
+            client.table_by_key(good.key, rows=(0, 4))
+    code = main(["--url", server.url, "--cache-dir", str(cache_dir), "--offline",
+                 "fetch", "--key", good.key])  # fmt: skip
+    assert code == EXIT_OFFLINE
+
+
+def test_missing_digest_counts_as_corrupt(server: ServerHandle, cache_dir: Path) -> None:
+    with Client(server.url, cache=cache_dir, retries=0) as client:
+        good = client.table(SPEC)
+    DiskCache(cache_dir).digest_path("tables", good.key).unlink()
+    with Client(server.url, cache=cache_dir, offline=True) as client:
+        with pytest.raises(CorruptCacheError, match="no stored digest"):
+            client.table(SPEC)
+    with Client(server.url, cache=cache_dir, retries=0) as client:
+        assert client.table(SPEC).key == good.key
+    assert DiskCache(cache_dir).verify()[0].problem is None
+
+
+def test_corrupt_onnx_model_online_and_offline(server: ServerHandle, cache_dir: Path) -> None:
+    recorder = Recorder()
+    with Client(server.url, cache=cache_dir, retries=0, transport=recorder) as client:
+        first = client.onnx(ONNX_SPEC, graph="bias", opset=19)
+    path = DiskCache(cache_dir).path("onnx", first.key)
+    append_junk(path)
+    with Client(server.url, cache=cache_dir, offline=True) as client:
+        with pytest.raises(CorruptCacheError) as info:
+            client.onnx(ONNX_SPEC, graph="bias", opset=19)
+        assert info.value.path == str(path)
+    recorder.log.clear()
+    with Client(server.url, cache=cache_dir, retries=0, transport=recorder) as client:
+        again = client.onnx(ONNX_SPEC, graph="bias", opset=19)
+    assert again.data == first.data
+    assert recorder.log == [("POST", "/v1/onnx", 200)]
+    assert path.read_bytes() == first.data
+
+
+def test_body_changed_on_the_way_is_refused(server: ServerHandle, cache_dir: Path) -> None:
+    recorder = Recorder()
+    recorder.flip = True
+    with Client(server.url, cache=cache_dir, retries=0, transport=recorder) as client:
+        with pytest.raises(DecodeError, match="Repr-Digest"):
+            client.table({**SPEC, "max_positions": 40})
+        assert DiskCache(cache_dir).keys() == []  # nothing stored
+        recorder.flip = True
+        with pytest.raises(DecodeError, match="Repr-Digest"):
+            client.onnx(ONNX_SPEC, graph="bias", opset=18)
+        assert client.table({**SPEC, "max_positions": 40}).key
+
+
+def test_cli_cache_verify_and_clear(
+    server: ServerHandle, cache_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def cli(*args: str) -> tuple[int, str, str]:
+        code = main(["--url", server.url, "--cache-dir", str(cache_dir), *args])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    with Client(server.url, cache=cache_dir, retries=0) as client:
+        good = client.table(SPEC)
+        other = client.alibi(6)
+        client.onnx(ONNX_SPEC, graph="bias", opset=19)
+    assert cli("cache", "verify") == (EXIT_OK, "", "3 of 3 cached files match their digests\n")
+    path = DiskCache(cache_dir).path("tables", good.key)
+    flip_bit_in_data(path)
+    code, out, err = cli("cache", "verify")
+    assert code == EXIT_CORRUPT
+    assert out.startswith(f"corrupt: {path}: ") and out.count("\n") == 1
+    assert "2 of 3" in err
+    code, out, err = cli("cache", "verify", "--remove")
+    assert code == EXIT_OK and "removed 1 corrupt" in err
+    assert not path.exists() and DiskCache(cache_dir).keys() == [other.key]
+    assert cli("cache", "verify")[0] == EXIT_OK
+    code, _, err = cli("cache", "clear")
+    assert code == EXIT_OK and "removed" in err
+    assert DiskCache(cache_dir).verify() == []
+    assert cli("--no-cache", "cache", "verify")[0] == 2
