@@ -102,3 +102,93 @@ def test_jsonable_states_sizes() -> None:
     assert jsonable(list(range(100)))[-1] == "... (100 items)"
     assert jsonable({str(i): i for i in range(20)})["..."] == "(20 keys)"
     assert jsonable(float("nan")) == "nan"
+
+
+@pytest.mark.parametrize("rows", ["١:٢", "１:２", "+1:2", " 1:2", "1_0:20", "0x1:2", "1:2 "])
+def test_rows_take_ascii_digits_only(healthy: httpx.Client, rows: str) -> None:
+    key = healthy.post("/v1/tables", json={"kind": "rope", "head_dim": 8, "max_positions": 32})
+    r = healthy.get(f"/v1/tables/{key.headers['x-posenc-key']}", params={"rows": rows})
+    _assert_contract(r, 400, "invalid_rows")
+
+
+def test_range_with_other_digits_is_ignored(healthy: httpx.Client) -> None:
+    key = healthy.post("/v1/tables", json={"kind": "rope", "head_dim": 8, "max_positions": 32})
+    url = f"/v1/tables/{key.headers['x-posenc-key']}?format=raw&tensor=cos"
+    whole = healthy.get(url)
+    r = healthy.get(url, headers={"Range": "bytes=٠-٣".encode()})
+    assert r.status_code == 200
+    assert r.content == whole.content
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        ({"kind": "rope", "head_dim": "64", "max_positions": 8}, "head_dim"),
+        ({"kind": "rope", "head_dim": 64, "max_positions": "8"}, "max_positions"),
+        ({"kind": "rope", "head_dim": 64.0, "max_positions": 8}, "head_dim"),
+        ({"kind": "rope", "head_dim": True, "max_positions": 8}, "head_dim"),
+        ({"kind": "rope", "head_dim": 64, "max_positions": 8, "rope_theta": "1e4"}, "rope_theta"),
+        (
+            {"kind": "rope", "head_dim": 64, "max_positions": 8, "interleaved": "true"},
+            "interleaved",
+        ),
+        ({"kind": "rope", "head_dim": 64, "max_positions": 8, "interleaved": 1}, "interleaved"),
+        (
+            {
+                "kind": "rope",
+                "head_dim": 64,
+                "max_positions": 8,
+                "rope_scaling": {"rope_type": "linear", "factor": "8"},
+            },
+            "rope_scaling.factor",
+        ),
+        ({"kind": "alibi", "num_heads": "12"}, "num_heads"),
+        ({"kind": "sinusoidal", "dim": 64, "max_positions": "١٢"}, "max_positions"),
+    ],
+)
+def test_no_string_to_number_coercion(
+    healthy: httpx.Client, spec: dict[str, object], field: str
+) -> None:
+    r = healthy.post("/v1/tables", json=spec)
+    _assert_contract(r, 422, "invalid_spec")
+    assert [p["field"] for p in r.json()["detail"]] == [field]
+    onnx = healthy.post("/v1/onnx", json={"spec": spec})
+    _assert_contract(onnx, 422, "invalid_spec")
+
+
+def test_strict_everywhere_else(healthy: httpx.Client) -> None:
+    rope = {"kind": "rope", "head_dim": 8, "max_positions": 8}
+    r = healthy.post("/v1/onnx", json={"spec": rope, "graph": "cos_sin", "opset": "19"})
+    _assert_contract(r, 422)
+    assert r.json()["detail"][0]["field"] == "opset"
+    ids = [{"name": "position_ids", "shape": [1], "datatype": "INT64", "data": [0]}]
+    v2 = healthy.post(
+        "/v2/models/rope/infer", json={"inputs": ids, "parameters": {"head_dim": "8"}}
+    )
+    assert v2.status_code == 400
+    assert "head_dim" in v2.json()["error"]
+    section = {"head_dim": 8, "mrope_section": "١,1,2"}
+    v2 = healthy.post("/v2/models/rope/infer", json={"inputs": ids, "parameters": section})
+    assert v2.status_code == 400
+    body = b'{"inputs": []}'
+    v2 = healthy.post(
+        "/v2/models/rope/infer",
+        content=body,
+        headers={"Inference-Header-Content-Length": "١٤".encode()},
+    )
+    assert v2.status_code == 400
+
+
+@pytest.mark.parametrize(
+    "path", ["/v1/tables", "/v1/resolve", "/v1/onnx", "/v1/uploads", "/v2/models/rope/infer"]
+)
+def test_content_encoding_is_refused(healthy: httpx.Client, path: str) -> None:
+    body = b'{"kind": "alibi", "num_heads": 4}'
+    for encoding in ("gzip", "br", "deflate, gzip"):
+        r = healthy.post(path, content=body, headers={"Content-Encoding": encoding})
+        assert r.status_code == 415, (path, encoding, r.text[:300])
+        assert "Content-Encoding" in r.json()["error"]
+        if path.startswith("/v1"):
+            _assert_contract(r, 415, "unsupported_media_type")
+    plain = healthy.post(path, content=body, headers={"Content-Encoding": "identity"})
+    assert plain.status_code != 415

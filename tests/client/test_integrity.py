@@ -79,7 +79,8 @@ def test_server_sends_repr_digest_of_each_representation(client: httpx.Client) -
     # Repr-Digest names the whole representation, whatever part of it the body carries
     assert ranged.headers["repr-digest"] == whole.headers["repr-digest"]
     rows = client.get(f"/v1/tables/{key}", params={"rows": "0:8"})
-    assert rows.status_code == 200 and "repr-digest" not in rows.headers
+    assert rows.status_code == 200
+    assert "repr-digest" not in rows.headers
     model = client.post("/v1/onnx", json={"spec": ONNX_SPEC, "graph": "bias", "opset": 19})
     assert model.status_code == 200
     assert model.headers["repr-digest"] == sha256_field(model.content)
@@ -96,10 +97,15 @@ def test_digest_is_kept_on_the_cache_entry(server: ServerHandle, client: httpx.C
     assert spec_of_key is not None
     entry = cache.peek(cache.key_for(spec_of_key, key))
     assert entry is not None
-    assert set(entry.digests) >= {("safetensors", ("cos", "sin", "inv_freq")), ("npz", ("cos", "sin", "inv_freq"))}
+    assert set(entry.digests) >= {
+        ("safetensors", ("cos", "sin", "inv_freq")),
+        ("npz", ("cos", "sin", "inv_freq")),
+    }
     first = entry.digests[("npz", ("cos", "sin", "inv_freq"))]
     client.get(f"/v1/tables/{key}", params={"format": "npz"})
-    assert entry.digests[("npz", ("cos", "sin", "inv_freq"))] is first  # computed once, not per request
+    assert (
+        entry.digests[("npz", ("cos", "sin", "inv_freq"))] is first
+    )  # computed once, not per request
 
 
 @pytest.mark.parametrize("damage", [flip_bit_in_data, append_junk], ids=["flipped", "appended"])
@@ -153,9 +159,11 @@ def test_missing_digest_counts_as_corrupt(server: ServerHandle, cache_dir: Path)
     with Client(server.url, cache=cache_dir, retries=0) as client:
         good = client.table(SPEC)
     DiskCache(cache_dir).digest_path("tables", good.key).unlink()
-    with Client(server.url, cache=cache_dir, offline=True) as client:
-        with pytest.raises(CorruptCacheError, match="no stored digest"):
-            client.table(SPEC)
+    with (
+        Client(server.url, cache=cache_dir, offline=True) as client,
+        pytest.raises(CorruptCacheError, match="no stored digest"),
+    ):
+        client.table(SPEC)
     with Client(server.url, cache=cache_dir, retries=0) as client:
         assert client.table(SPEC).key == good.key
     assert DiskCache(cache_dir).verify()[0].problem is None
@@ -209,13 +217,17 @@ def test_cli_cache_verify_and_clear(
     flip_bit_in_data(path)
     code, out, err = cli("cache", "verify")
     assert code == EXIT_CORRUPT
-    assert out.startswith(f"corrupt: {path}: ") and out.count("\n") == 1
+    assert out.startswith(f"corrupt: {path}: ")
+    assert out.count("\n") == 1
     assert "2 of 3" in err
     code, out, err = cli("cache", "verify", "--remove")
-    assert code == EXIT_OK and "removed 1 corrupt" in err
-    assert not path.exists() and DiskCache(cache_dir).keys() == [other.key]
+    assert code == EXIT_OK
+    assert "removed 1 corrupt" in err
+    assert not path.exists()
+    assert DiskCache(cache_dir).keys() == [other.key]
     assert cli("cache", "verify")[0] == EXIT_OK
     code, _, err = cli("cache", "clear")
-    assert code == EXIT_OK and "removed" in err
+    assert code == EXIT_OK
+    assert "removed" in err
     assert DiskCache(cache_dir).verify() == []
     assert cli("--no-cache", "cache", "verify")[0] == 2

@@ -18,6 +18,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -126,31 +127,26 @@ class Selection:
     axes: tuple[int | None, ...]
 
 
+ROWS_PATTERN = re.compile(r"([0-9]*):([0-9]*)")
+RANGE_PATTERN = re.compile(r"[Bb][Yy][Tt][Ee][Ss][ \t]*=[ \t]*([0-9]*)[ \t]*-[ \t]*([0-9]*)")
+"""`START:END` in ASCII digits only (`int()` would also take `١:٢`, `+1`, ` 1`, `1_0`)."""
+
+
 def parse_rows(text: str | None) -> tuple[int, int] | None:
-    """`START:END` (either may be empty) -> (start, end-or--1); 400 on any other spelling."""
+    """`START:END` (either may be empty; ASCII digits only) -> (start, end-or--1); 400 on any
+    other spelling."""
     if text is None:
         return None
-    start_text, sep, end_text = text.strip().partition(":")
-    try:
-        if not sep:
-            raise ValueError
-        start = int(start_text) if start_text.strip() else 0
-        end = int(end_text) if end_text.strip() else -1
-    except ValueError:
+    match = ROWS_PATTERN.fullmatch(text)
+    if match is None:
         raise ApiError(
             400,
             "invalid_rows",
-            f"rows must be START:END with integers, got {text!r}",
-            [{"field": "rows", "message": "expected START:END", "value": text}],
-        ) from None
-    if start < 0 or (end != -1 and end < 0):
-        raise ApiError(
-            400,
-            "invalid_rows",
-            f"rows must be non-negative, got {text!r}",
-            [{"field": "rows", "message": "START and END must be >= 0", "value": text}],
+            f"rows must be START:END with non-negative integers in ASCII digits, got {text!r}",
+            [{"field": "rows", "message": "expected START:END ([0-9]*:[0-9]*)", "value": text}],
         )
-    return start, end
+    start_text, end_text = match.groups()
+    return int(start_text or 0), int(end_text) if end_text else -1
 
 
 def select(
@@ -340,22 +336,19 @@ def content_range(header: str | None, size: int) -> tuple[int, int] | bool | Non
     header (absent, malformed or multi-range), False when unsatisfiable (416)."""
     if not header:
         return None
-    unit, _, spec = header.strip().partition("=")
-    if unit.strip().lower() != "bytes" or "," in spec:
+    match = RANGE_PATTERN.fullmatch(header.strip())
+    if match is None:  # another unit, several ranges, or not ASCII digits: ignored
         return None
-    first_text, dash, last_text = spec.strip().partition("-")
-    if not dash:
-        return None
-    try:
-        if not first_text.strip():
-            suffix = int(last_text)
-            if suffix <= 0:
-                return False
-            return max(0, size - suffix), size - 1
-        first = int(first_text)
-        last = int(last_text) if last_text.strip() else max(first, size - 1)
-    except ValueError:
-        return None
+    first_text, last_text = match.groups()
+    if not first_text:
+        if not last_text:
+            return None
+        suffix = int(last_text)
+        if suffix <= 0:
+            return False
+        return max(0, size - suffix), size - 1
+    first = int(first_text)
+    last = int(last_text) if last_text else max(first, size - 1)
     if first < 0 or last < first:
         return None
     if first >= size:

@@ -1,4 +1,6 @@
-"""JSON in and out: request bodies parsed strictly with orjson, responses serialised by it."""
+"""JSON in and out: request bodies parsed strictly with orjson, responses serialised by it;
+`check_content_encoding`, the one check of request bodies' `Content-Encoding` (every route that
+reads a body calls it first)."""
 
 from __future__ import annotations
 
@@ -16,12 +18,28 @@ def json_response(data: Any, status: int = 200, headers: dict[str, str] | None =
     return Response(orjson.dumps(data), status, headers, media_type="application/json")
 
 
+def check_content_encoding(request: Request) -> None:
+    """Refuse a body with any `Content-Encoding` but `identity` (415 `unsupported_media_type`):
+    posenc decodes no compressed request bodies, and ignoring the header would read gzip bytes
+    as JSON or tensors (RFC 9110 section 15.5.16)."""
+    encoding = request.headers.get("content-encoding")
+    if encoding is not None and encoding.strip().lower() not in ("", "identity"):
+        raise ApiError(
+            415,
+            "unsupported_media_type",
+            f"Content-Encoding {encoding!r} is not supported: send the body uncompressed",
+            [{"field": "Content-Encoding", "message": "only identity", "value": encoding}],
+        )
+
+
 async def read_json_object(request: Request) -> dict[str, Any]:
     """The request body parsed as a JSON object (orjson: NaN/Infinity literals are invalid).
 
     Content-Type is not checked (clients such as tritonclient send none). Raises `ApiError` 400
-    `invalid_json` for an empty or malformed body or one that is not an object.
+    `invalid_json` for an empty or malformed body or one that is not an object, 415 for a
+    `Content-Encoding` (`check_content_encoding`).
     """
+    check_content_encoding(request)
     raw = await request.body()
     if not raw.strip():
         raise ApiError(400, "invalid_json", "the request body is empty; send a JSON object")

@@ -187,7 +187,9 @@ async def entry_digest(entry: CacheEntry, variant: Hashable, body: Buffer) -> st
     if known is not None:
         return known
     size = body.nbytes if isinstance(body, memoryview) else len(body)
-    value = await asyncio.to_thread(repr_digest, body) if size > OFFLOAD_BYTES else repr_digest(body)
+    value = (
+        await asyncio.to_thread(repr_digest, body) if size > OFFLOAD_BYTES else repr_digest(body)
+    )
     entry.digests[variant] = value
     return value
 

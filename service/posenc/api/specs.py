@@ -1,14 +1,24 @@
-"""Request bodies -> canonical specs: a spec dict, or a transformers config.json to resolve.
+"""Request bodies -> canonical specs: the one spec language of every route and protocol.
 
-The only place the API turns wire JSON into specs. Anything the core raises for bad input
-surfaces as a `SpecError` (422); a config that needs more than one table answers 400
-`ambiguous_config` naming the choices for `layer_type`.
+A *spec object* is one of three spellings, accepted alike by `POST /v1/tables` (the body),
+`POST /v1/onnx` (`{"spec": <spec object>, ...export options}`), the `/v2` models (the `spec`
+parameter; flat parameters override its fields), the Python client and its CLI:
+
+- fields: `{"kind": ..., ...fields}` (`GET /v1/kinds` has each family's schema);
+- a config: `{"hf_config": {...config.json...}, "kind"?, "layer_type"?, ...overrides}`;
+- a preset: `{"preset": NAME, "part"?: PART, ...overrides}` (`GET /v1/presets`).
+
+`spec_fields` turns any of them into the fields form, `spec_from_object` into the canonical spec
+and its content key: the only place the API turns wire JSON into specs. Anything the core raises
+for bad input surfaces as a `SpecError` (422); a config or preset that needs more than one table
+answers 400 `ambiguous_config` naming the choices (`layer_type`, `part`); an unknown preset is
+404 `unknown_preset`, an unknown part 404 `unknown_preset_part`.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from posenc.api.errors import ApiError
@@ -19,10 +29,12 @@ from posenc.encodings import (
     PosencError,
     SpecBase,
     SpecError,
+    canonical_dict,
     content_key,
     parse_spec,
 )
 from posenc.encodings.hf_config import resolve_hf_config
+from posenc.presets import load_presets
 
 log = logging.getLogger("posenc.api")
 
@@ -88,19 +100,79 @@ def resolve_config(body: dict[str, Any]) -> list[NamedSpec]:
     return named
 
 
-def spec_from_body(body: dict[str, Any]) -> tuple[SpecBase, str]:
-    """POST /v1/tables body -> (canonical spec, key): a spec, or an `hf_config` naming one table."""
+def _ambiguous(what: str, field: str, names: list[str], hint: str) -> ApiError:
+    return ApiError(
+        400,
+        "ambiguous_config",
+        f"this {what} needs {len(names)} tables ({', '.join(names)}): pick one with {field}" + hint,
+        [{"field": field, "message": f"one of {names}", "value": None}],
+    )
+
+
+def _preset_fields(body: Mapping[str, Any]) -> dict[str, Any]:
+    """`{"preset": NAME, "part"?: PART, ...overrides}` -> the part's canonical fields with the
+    overrides laid over them."""
+    name = _optional_str(dict(body), "preset")
+    part_name = _optional_str(dict(body), "part")
+    overrides = {k: v for k, v in body.items() if k not in ("preset", "part")}
+    presets = load_presets()
+    preset = presets.get(name or "")
+    if preset is None:
+        raise ApiError(
+            404,
+            "unknown_preset",
+            f"no preset {name!r}: GET /v1/presets lists them",
+            [{"field": "preset", "message": f"one of {sorted(presets)}", "value": name}],
+        )
+    if part_name is None:
+        if len(preset.parts) > 1:
+            raise _ambiguous("preset", "part", [p.name for p in preset.parts], "")
+        part = preset.parts[0]
+    else:
+        found = preset.part(part_name)
+        if found is None:
+            names = [p.name for p in preset.parts]
+            raise ApiError(
+                404,
+                "unknown_preset_part",
+                f"preset {preset.name!r} has no part {part_name!r}; it has {names}",
+                [{"field": "part", "message": f"one of {names}", "value": part_name}],
+            )
+        part = found
+    fields = canonical_dict(part.spec)
+    if "kind" in overrides and overrides["kind"] != part.spec.kind:
+        raise SpecError(
+            f"preset {preset.name!r} part {part.name!r} is a {part.spec.kind} table",
+            [FieldProblem("kind", f"must be {part.spec.kind!r} (or left out)", overrides["kind"])],
+        )
+    return {**fields, **overrides}
+
+
+def spec_fields(body: Mapping[str, Any]) -> dict[str, Any]:
+    """Any spec object (fields, `hf_config` plus overrides, or a preset plus overrides) -> its
+    fields form `{"kind": ..., ...}`; raises `SpecError`/`ConfigError` (422), `ApiError` (400
+    `ambiguous_config`, 404 `unknown_preset`/`unknown_preset_part`)."""
+    if not isinstance(body, Mapping):
+        raise SpecError(
+            "a spec must be a JSON object",
+            [FieldProblem("(spec)", "expected an object", type(body).__name__)],
+        )
+    if "hf_config" in body and "preset" in body:
+        raise SpecError(
+            "give hf_config or preset, not both",
+            [FieldProblem("preset", "not allowed with hf_config", body["preset"])],
+        )
+    if "preset" in body:
+        return _preset_fields(body)
     if "hf_config" not in body:
-        return canonical_spec(body)
-    named = resolve_config(body)
+        return dict(body)
+    named = resolve_config(dict(body))
     if len(named) > 1:
         names = [n.name.partition(":")[2] or n.name for n in named]
-        raise ApiError(
-            400,
-            "ambiguous_config",
-            f"this config needs {len(named)} tables ({', '.join(names)}): pick one with "
-            "layer_type, or POST it to /v1/resolve",
-            [{"field": "layer_type", "message": f"one of {names}", "value": None}],
-        )
-    spec = named[0].spec.canonical()
-    return spec, content_key(spec)
+        raise _ambiguous("config", "layer_type", names, ", or POST it to /v1/resolve")
+    return canonical_dict(named[0].spec)
+
+
+def spec_from_object(body: Mapping[str, Any]) -> tuple[SpecBase, str]:
+    """Any spec object -> (canonical spec, content key): `canonical_spec(spec_fields(body))`."""
+    return canonical_spec(spec_fields(body))

@@ -71,7 +71,7 @@ class SpecBase(BaseModel):
         extra="forbid",
         allow_inf_nan=False,
         validate_default=True,
-        strict=False,
+        strict=True,
     )
 
     kind: str

@@ -52,7 +52,7 @@ class ExportOptions(BaseModel):
     - `role`: xpos/rotary only, required (no default): `query` (scale s) or `key` (scale 1/s).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
     graph: str
     opset: Annotated[int, Field(ge=MIN_OPSET, le=MAX_OPSET)] = DEFAULT_OPSET

@@ -9,6 +9,7 @@ only on `posenc.encodings`.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from importlib import resources
@@ -61,8 +62,10 @@ def _parse(doc: dict[str, Any], filename: str) -> Preset:
     )
 
 
+@functools.cache
 def load_presets() -> MappingProxyType[str, Preset]:
-    """Every preset shipped with posenc, by name (sorted). Raises ValueError on a bad file."""
+    """Every preset shipped with posenc, by name (sorted), read once per process (presets are
+    frozen). Raises ValueError on a bad file."""
     found: dict[str, Preset] = {}
     for entry in sorted(resources.files(__package__).iterdir(), key=lambda e: e.name):
         if not entry.name.endswith(".json"):

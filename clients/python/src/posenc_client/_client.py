@@ -228,8 +228,9 @@ class Client(BaseClient):
             return result
 
     def table(self, spec: Mapping[str, Any], *, rows: Rows | None = None) -> Tables:
-        """The table for a spec dict (`kind` selects the family; see `kinds()`), or for
-        `{"hf_config": {...}, ...overrides}` when the config needs exactly one table.
+        """The table for a spec object, the server's one spec language: fields (`kind` selects
+        the family; see `kinds()`), `{"hf_config": {...}, "layer_type"?, ...overrides}` when the
+        config needs exactly one table, or `{"preset": NAME, "part"?: PART, ...overrides}`.
 
         `rows=(start, end)` (or `slice(start, end)`; `end=None`: to the last position) returns
         only positions [start, end) of every tensor with a position axis (axis 0 of RoPE and
@@ -324,8 +325,8 @@ class Client(BaseClient):
         self, spec: Mapping[str, Any], *, graph: str, **options: Unpack[OnnxOptions]
     ) -> OnnxModel:
         """The verified ONNX subgraph `graph` (`cos_sin`, `rotary`, `bias`, `embedding`) for a
-        spec, at `opset` (17..23), `mode` (`table`/`compute`), `op` (`decomposed`/`onnx`/
-        `contrib`), `inputs` (`positions`/`lengths`) (`OnnxOptions`)."""
+        spec object (as in `table`), at `opset` (17..23), `mode` (`table`/`compute`), `op`
+        (`decomposed`/`onnx`/`contrib`), `inputs` (`positions`/`lengths`) (`OnnxOptions`)."""
         return self._run(self._core.onnx(spec, graph, options))
 
     def ready(self) -> bool:

@@ -2,12 +2,13 @@
 
 Commands (each has --help):
 
-    fetch   [KIND] [FIELD=VALUE ...] | --hf-config config.json | --key KEY | --preset NAME
-            -> .safetensors / .npz / .npy (-o), or a JSON summary on stdout
+    fetch   [KIND] [FIELD=VALUE ...] | --spec JSON|@FILE | --hf-config config.json | --key KEY
+            | --preset NAME -> .safetensors / .npz / .npy (-o), or a JSON summary on stdout
     resolve config.json [FIELD=VALUE ...]          the tables a model needs, as JSON
     presets [NAME]                                 curated released models
     kinds                                          families and their required fields
-    onnx    [KIND] [FIELD=VALUE ...] | --hf-config config.json  --graph G [--opset N] -o out.onnx
+    onnx    [KIND] [FIELD=VALUE ...] | --spec JSON|@FILE | --hf-config config.json  --graph G
+            [--opset N] -o out.onnx
     plug    model.onnx --hf-config config.json -o patched.onnx
     cache   verify [--remove] | clear              check the disk cache against the stored
                                                    digests (RFC 9530), or empty it
@@ -16,6 +17,11 @@ FIELD=VALUE pairs are spec fields, the values read as JSON when they parse (`fac
 `interleaved=false`, `short_factor=[1,2]`) and as strings otherwise (`rope_type=llama3`);
 `a.b=1` sets a nested field. For `rope`, flat scaling keys go into `rope_scaling`, as with
 `Client.rope`. With --hf-config they are overrides (`profile=onnx max_positions=4096`).
+
+--spec takes a spec object, the one spec language of the server (docs/service.md): fields
+(`{"kind": "rope", ...}`), `{"hf_config": {...}, "layer_type"?: ..., ...overrides}` or
+`{"preset": NAME, "part"?: PART, ...overrides}`, as JSON text or `@file.json`; FIELD=VALUE
+pairs are laid over it.
 
 Exit codes (stable, for scripts):
     0  success
@@ -60,6 +66,10 @@ EXIT_INCOMPATIBLE = 6
 EXIT_CORRUPT = 7
 
 PROGRESS_MIN_BYTES = 1 << 20
+SPEC_HELP = (
+    'a spec object: {"kind": ...} fields, {"hf_config": {...}, ...overrides} or '
+    '{"preset": NAME, "part"?: PART, ...overrides}; JSON text or @file.json'
+)
 
 
 class UsageError(Exception):
@@ -127,6 +137,21 @@ def _spec(kind: str, fields: JSON) -> JSON:
     return rope_spec(**fields) if kind == "rope" else family_spec(kind, **fields)
 
 
+def _spec_object(text: str, fields: JSON) -> JSON:
+    """--spec (JSON text, or @path of a JSON file) with the FIELD=VALUE pairs laid over it."""
+    try:
+        if text.startswith("@"):
+            with open(text[1:], encoding="utf-8") as f:
+                data = json.load(f)
+        else:
+            data = json.loads(text)
+    except (OSError, ValueError) as err:
+        raise UsageError(f"cannot read the spec {text!r}: {err}") from err
+    if not isinstance(data, dict):
+        raise UsageError(f"--spec must be a JSON object, got {type(data).__name__}")
+    return {**data, **fields}
+
+
 def _config(path: str) -> JSON:
     try:
         return load_config(path)
@@ -161,7 +186,9 @@ def _one(found: dict[str, Tables], what: str) -> Tables:
 
 def cmd_fetch(client: Client, args: argparse.Namespace) -> int:
     kind, fields = _kind_and_fields(args)
-    if args.key:
+    if args.spec:
+        tables = client.table(_spec_object(args.spec, fields))
+    elif args.key:
         tables = client.table_by_key(args.key)
     elif args.preset:
         name, _, part = args.preset.partition("/")
@@ -178,7 +205,9 @@ def cmd_fetch(client: Client, args: argparse.Namespace) -> int:
     elif kind:
         tables = client.table(_spec(kind, fields))
     else:
-        raise UsageError("give a KIND with FIELD=VALUE pairs, --hf-config, --key or --preset")
+        raise UsageError(
+            "give a KIND with FIELD=VALUE pairs, --spec, --hf-config, --key or --preset"
+        )
     if args.output:
         try:
             tables.save(args.output, tensor=args.tensor)
@@ -230,7 +259,9 @@ def cmd_kinds(client: Client, args: argparse.Namespace) -> int:
 
 def cmd_onnx(client: Client, args: argparse.Namespace) -> int:
     kind, fields = _kind_and_fields(args)
-    if args.hf_config:
+    if args.spec:
+        spec = _spec_object(args.spec, fields)
+    elif args.hf_config:
         overrides = {**fields, "layer_type": args.layer_type, "kind": kind}
         specs = client.resolve(_config(args.hf_config), **overrides)
         if len(specs) != 1:
@@ -243,7 +274,7 @@ def cmd_onnx(client: Client, args: argparse.Namespace) -> int:
     elif kind:
         spec = _spec(kind, fields)
     else:
-        raise UsageError("give a KIND with FIELD=VALUE pairs, or --hf-config")
+        raise UsageError("give a KIND with FIELD=VALUE pairs, --spec or --hf-config")
     model = client.onnx(
         spec,
         graph=args.graph,
@@ -398,6 +429,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("kind", nargs="?", help="family: rope, alibi, sinusoidal, t5_bias, ...")
     _fields_arg(p, fields_help)
+    p.add_argument("--spec", metavar="JSON|@FILE", help=SPEC_HELP)
     p.add_argument("--hf-config", metavar="PATH", help="a transformers config.json (or folder)")
     p.add_argument("--layer-type", help="the table of this layer type (sliding_attention, ...)")
     p.add_argument("--key", help="a content key (64 hex digits)")
@@ -440,6 +472,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("kind", nargs="?", help="family (or with --hf-config: keep only this family)")
     _fields_arg(p, fields_help)
+    p.add_argument("--spec", metavar="JSON|@FILE", help=SPEC_HELP)
     p.add_argument("--hf-config", metavar="PATH", help="a transformers config.json (or folder)")
     p.add_argument("--layer-type", help="the table of this layer type")
     p.add_argument("--graph", required=True, help="cos_sin, rotary, bias, embedding")

@@ -234,12 +234,10 @@ def parse_infer_request(body: bytes, header_length: str | None) -> InferRequest:
     if header_length is None:
         json_end = size
     else:
-        try:
-            json_end = int(header_length)
-        except ValueError:
-            raise bad_request(
-                f"{HEADER_LENGTH} must be an integer, got {header_length!r}"
-            ) from None
+        text = header_length.strip()
+        if not (text.isascii() and text.isdigit()):
+            raise bad_request(f"{HEADER_LENGTH} must be an integer, got {header_length!r}")
+        json_end = int(text)
         if not 0 < json_end <= size:
             raise bad_request(f"{HEADER_LENGTH} {json_end} is outside the body of {size} bytes")
     try:

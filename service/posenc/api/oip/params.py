@@ -2,7 +2,8 @@
 
 Two spellings, combinable (flat keys override the JSON):
 
-- `spec`: a JSON string (or, from a JSON client, an object) holding a `/v1` spec;
+- `spec`: a JSON string (or, from a JSON client, an object) holding a spec object, the same as
+  `/v1` takes (`api/specs.py`: fields, `hf_config` plus overrides, or a preset plus overrides);
 - flat keys: one parameter per spec field (`head_dim`, `rope_theta`, `num_heads`, ...). Protocol
   parameters carry scalars only, so list or object values travel as JSON strings
   (`"mrope_section": "[16, 24, 24]"`).
@@ -20,6 +21,7 @@ from typing import Any
 import orjson
 
 from posenc.api.oip.codec import bad_request
+from posenc.api.specs import spec_fields
 
 PROTOCOL_PARAMETERS = frozenset(
     {
@@ -75,7 +77,7 @@ def spec_parameters(
 
 def _spec(value: Any) -> dict[str, Any]:
     if isinstance(value, dict):
-        return dict(value)
+        return spec_fields(value)
     if not isinstance(value, str):
         raise bad_request("parameter 'spec' must be a JSON object in a string")
     try:
@@ -84,7 +86,7 @@ def _spec(value: Any) -> dict[str, Any]:
         raise bad_request(f"parameter 'spec' is not valid JSON: {exc}") from None
     if not isinstance(decoded, dict):
         raise bad_request("parameter 'spec' must be a JSON object")
-    return dict(decoded)
+    return spec_fields(decoded)
 
 
 def merged_spec(kind: str, parameters: Mapping[str, Any]) -> dict[str, Any]:

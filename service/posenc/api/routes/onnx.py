@@ -1,9 +1,10 @@
 """`/v1/onnx`: verified ONNX subgraphs of the tables, cached and content-addressed like them.
 
 - `GET /v1/onnx`: the graphs posenc exports and what each supports.
-- `POST /v1/onnx` with `{"spec": {...}}` or `{"hf_config": {...}, "kind"?, "layer_type"?,
-  ...overrides}` plus the export options `graph`, `opset`, `mode`, `op`, `num_heads`, `inputs`,
-  `role` -> the model bytes; its stable URL is in `Content-Location`.
+- `POST /v1/onnx` with `{"spec": <spec object>}` (fields, `hf_config` plus overrides, or a
+  preset: `api/specs.py`; the last two may also stand at the top level) plus the export options
+  `graph`, `opset`, `mode`, `op`, `num_heads`, `inputs`, `role` -> the model bytes; its stable
+  URL is in `Content-Location`.
 - `GET /v1/onnx/{key}`: the model by export key, immutable (ETag, 304 on If-None-Match).
 
 A model is built and verified (checker, shape inference, one onnxruntime run against the torch
@@ -36,7 +37,7 @@ from posenc.api.serving import (
     stored_tables,
     unbound,
 )
-from posenc.api.specs import canonical_spec, guarded, spec_from_body
+from posenc.api.specs import guarded, spec_from_object
 from posenc.api.state import AppState
 from posenc.encodings import FieldProblem, SpecBase, SpecError, content_key
 
@@ -106,23 +107,18 @@ def _request_from_body(body: dict[str, Any]) -> Resolved:
                 "unknown fields next to spec",
                 [FieldProblem(name, "unknown field", rest[name]) for name in extra],
             )
-        if not isinstance(rest["spec"], dict):
-            raise SpecError(
-                "spec must be a JSON object",
-                [FieldProblem("spec", "expected an object", type(rest["spec"]).__name__)],
-            )
         data = rest["spec"]
-        if data.get("kind") in ONNX_SPECS:
-            spec = guarded("spec", lambda: parse_export_spec(data).canonical())
-        else:
-            spec, _ = canonical_spec(data)
-    elif "hf_config" in rest:
-        spec, _ = spec_from_body(rest)
+    elif rest:
+        data = rest  # a spec object at the top level: hf_config or preset (and overrides)
     else:
         raise SpecError(
-            "give spec or hf_config",
-            [FieldProblem("spec", "required (or hf_config)", None)],
+            "give spec (or hf_config, or preset)",
+            [FieldProblem("spec", "required", None)],
         )
+    if isinstance(data, dict) and data.get("kind") in ONNX_SPECS:
+        spec = guarded("spec", lambda: parse_export_spec(data).canonical())
+    else:
+        spec, _ = spec_from_object(data)
     graph = body.get("graph")
     if graph is None:
         known = graphs_for(spec.kind)

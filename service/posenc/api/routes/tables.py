@@ -26,7 +26,7 @@ from posenc.api.serving import (
     table_params,
     unbound,
 )
-from posenc.api.specs import spec_from_body
+from posenc.api.specs import spec_from_object
 from posenc.encodings import SpecBase
 
 router = APIRouter(prefix="/v1", tags=["tables"])
@@ -83,7 +83,7 @@ async def post_table(request: Request) -> Response:
     """The table for the spec in the body; its stable URL is in `Content-Location`."""
     state = app_state(request)
     body = await read_json_object(request)
-    spec, key = SPECS.get(body, lambda: spec_from_body(body))
+    spec, key = SPECS.get(body, lambda: spec_from_object(body))
     state.index.remember(key, unbound(spec))
     return await serve_table(request, state, spec, key, *table_params(request), cache_control=None)
 

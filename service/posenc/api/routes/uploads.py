@@ -40,7 +40,7 @@ from starlette.responses import Response
 
 from posenc.api.deps import State
 from posenc.api.errors import ApiError, spec_problems
-from posenc.api.jsonio import json_response
+from posenc.api.jsonio import check_content_encoding, json_response
 from posenc.api.serving import unknown_table
 from posenc.encodings import SpecError
 from posenc.encodings.weights import TableStore
@@ -240,6 +240,7 @@ def describe_upload(key: str, shape: list[int]) -> dict[str, Any]:
 async def post_upload(request: Request, state: State) -> Response:
     """Store one table under its content key (idempotent: the same values, the same key)."""
     store = state.require_tables()
+    check_content_encoding(request)
     body = b"".join([chunk async for chunk in request.stream()])
     if not body:
         raise _invalid("the body is empty: send one table as safetensors or .npy")

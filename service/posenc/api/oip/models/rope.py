@@ -132,11 +132,15 @@ def _section(value: Any, rotary_dim: int) -> list[int] | None:
     if value is None:
         return None
     if isinstance(value, str):
-        value = [part.strip() for part in value.split(",")]
-    try:
-        section = [int(v) for v in value]
-    except (TypeError, ValueError):
-        raise bad_request(f"mrope_section must be three integers, got {value!r}") from None
+        parts = [part.strip() for part in value.split(",")]
+        if not all(p.isascii() and p.isdigit() for p in parts):
+            raise bad_request(f"mrope_section must be three integers, got {value!r}")
+        value = [int(p) for p in parts]
+    if not isinstance(value, list) or not all(
+        isinstance(v, int) and not isinstance(v, bool) for v in value
+    ):
+        raise bad_request(f"mrope_section must be three integers, got {value!r}")
+    section: list[int] = value
     if len(section) != 3 or any(s < 0 for s in section):
         raise bad_request(f"mrope_section must be three non-negative integers, got {section}")
     if sum(section) != rotary_dim // 2:

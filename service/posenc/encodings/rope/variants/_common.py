@@ -50,7 +50,7 @@ def field_error(issues: Sequence[Issue], title: str = "rope") -> ValidationError
 class ScalingBase(BaseModel):
     """Base of the `rope_scaling` parameter models: frozen, unknown keys rejected."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False, strict=True)
 
     rope_type: str
 

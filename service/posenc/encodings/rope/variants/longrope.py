@@ -14,7 +14,7 @@ import math
 from typing import Annotated, Literal, Self
 
 import torch
-from pydantic import Field, model_validator
+from pydantic import BeforeValidator, Field, model_validator
 
 from posenc.encodings.rope.variants._common import (
     Issue,
@@ -28,10 +28,18 @@ from posenc.encodings.rope.variants._common import (
 PositiveFloat = Annotated[float, Field(gt=0.0)]
 
 
+def _as_tuple(value: object) -> object:
+    """JSON arrays arrive as lists; specs are strict (no coercion) but keep factors as tuples."""
+    return tuple(value) if isinstance(value, list) else value
+
+
+Factors = Annotated[tuple[PositiveFloat, ...], BeforeValidator(_as_tuple)]
+
+
 class LongRopeScaling(ScalingBase):
     rope_type: Literal["longrope"] = "longrope"
-    short_factor: tuple[PositiveFloat, ...]
-    long_factor: tuple[PositiveFloat, ...]
+    short_factor: Factors
+    long_factor: Factors
     # >= 2: the default A divides by ln(original_max_position_embeddings)
     original_max_position_embeddings: Annotated[int, Field(ge=2)]
     factor: Annotated[float | None, Field(gt=0.0)] = None
