@@ -5,8 +5,9 @@ Everything stateful is built per app: the metrics registry, the key index and th
 (never at import), which then warms the configured presets in the background and flips readiness
 when done. Routers are composed here, in one place, from the route modules (`posenc.api.routes`:
 `/v1`, `/v2`, health and metrics);
-`ApiKeyMiddleware` guards `/v1` and `/v2/models`; `BodyLimitMiddleware` caps request bodies per
-route (`body_limits`).
+`ApiKeyMiddleware` guards `/v1` and `/v2/models` (and `/metrics` and the OpenAPI pages with
+`protect_docs_and_metrics`); `api/openapi.py` completes the OpenAPI document;
+`BodyLimitMiddleware` caps request bodies per route (`body_limits`).
 """
 
 from __future__ import annotations
@@ -21,12 +22,13 @@ from fastapi import APIRouter, FastAPI
 from fastapi.routing import APIRoute
 
 from posenc import __version__
-from posenc.api.auth import ApiKeyMiddleware
+from posenc.api.auth import DOCS_PREFIXES, PROTECTED_PREFIXES, ApiKeyMiddleware
 from posenc.api.deps import oip_context
 from posenc.api.errors import install_error_handlers
 from posenc.api.hot import HotRoutes
 from posenc.api.metrics import Metrics, MetricsMiddleware
 from posenc.api.middleware import BodyLimitMiddleware, RouteLimit
+from posenc.api.openapi import install_openapi
 from posenc.api.routes import (
     health,
     kinds,
@@ -202,6 +204,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         BodyLimitMiddleware, max_bytes=settings.max_body_bytes, routes=body_limits(settings)
     )
     keys = [k.get_secret_value() for k in settings.api_keys]
-    app.add_middleware(ApiKeyMiddleware, keys=keys)
+    guarded = PROTECTED_PREFIXES + (DOCS_PREFIXES if settings.protect_docs_and_metrics else ())
+    app.add_middleware(ApiKeyMiddleware, keys=keys, prefixes=guarded)
+    install_openapi(app, settings, guarded)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     return app

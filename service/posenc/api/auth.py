@@ -3,8 +3,9 @@
 Active only when `POSENC_API_KEYS` is set. A pure ASGI middleware (no per-route dependency to
 forget, nothing run in a thread) checks `Authorization: Bearer <key>` with `hmac.compare_digest`
 against every configured key without an early exit, so timing does not reveal which key nearly
-matched. Health (`/v2/health/*`), server metadata (`/v2`), `/metrics` and the OpenAPI pages stay
-open. Refusals are the error contract's 401 `unauthorized` with `WWW-Authenticate: Bearer`.
+matched. Health (`/v2/health/*`) and server metadata (`/v2`) stay open; `/metrics` and the
+OpenAPI pages too unless `protect_docs_and_metrics` (`DOCS_PREFIXES`). Refusals are the error
+contract's 401 `unauthorized` with `WWW-Authenticate: Bearer`.
 """
 
 from __future__ import annotations
@@ -16,14 +17,19 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from posenc.api.errors import error_response
 
 PROTECTED_PREFIXES = ("/v1/", "/v2/models")
+DOCS_PREFIXES = ("/metrics", "/docs", "/redoc", "/openapi.json")
+"""Guarded too with `protect_docs_and_metrics`."""
 
 
 class ApiKeyMiddleware:
     """401 on protected paths unless the request carries one of `keys` as a bearer token."""
 
-    def __init__(self, app: ASGIApp, keys: list[str]) -> None:
+    def __init__(
+        self, app: ASGIApp, keys: list[str], prefixes: tuple[str, ...] = PROTECTED_PREFIXES
+    ) -> None:
         self.app = app
         self.keys = [k.encode() for k in keys]
+        self.prefixes = prefixes
 
     def _authorised(self, scope: Scope) -> bool | None:
         """True/False for a valid/invalid token, None when there is no bearer token at all."""
@@ -40,11 +46,7 @@ class ApiKeyMiddleware:
         return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (
-            scope["type"] != "http"
-            or not self.keys
-            or not scope["path"].startswith(PROTECTED_PREFIXES)
-        ):
+        if scope["type"] != "http" or not self.keys or not scope["path"].startswith(self.prefixes):
             await self.app(scope, receive, send)
             return
         verdict = self._authorised(scope)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from typing import Any
 
 import orjson
@@ -25,6 +26,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
+from starlette.routing import Route, compile_path
 
 from posenc.encodings import PosencError, SpecError
 from posenc.encodings.weights import UnknownTableError
@@ -127,8 +129,31 @@ def spec_problems(err: SpecError) -> list[dict[str, Any]]:
     return [{"field": p.field, "message": p.message, "value": p.value} for p in err.problems]
 
 
-def to_response(exc: Exception) -> Response:
-    """Map any exception to its contract response (the one mapping in the service)."""
+def allowed_methods(request: Request) -> list[str]:
+    """Every method the app takes at this request's path (a 405's `Allow`): the OpenAPI
+    document's operations (and HEAD beside GET) plus Starlette's own routes (`/docs`...).
+    Starlette's 405 names only the first route matching the path, and `GET /v1/onnx` and
+    `POST /v1/onnx` are two routes. Built once per app."""
+    app = request.app
+    table: list[tuple[re.Pattern[str], set[str]]] | None = getattr(app.state, "posenc_allow", None)
+    if table is None:
+        table = []
+        for template, item in app.openapi().get("paths", {}).items():
+            methods = {m.upper() for m in item}
+            table.append(
+                (compile_path(template)[0], methods | ({"HEAD"} if "GET" in methods else set()))
+            )
+        for route in app.router.routes:
+            if isinstance(route, Route):
+                table.append((route.path_regex, set(route.methods or ())))
+        app.state.posenc_allow = table
+    path = request.url.path
+    return sorted({m for regex, methods in table if regex.match(path) for m in methods})
+
+
+def to_response(exc: Exception, request: Request | None = None) -> Response:
+    """Map any exception to its contract response (the one mapping in the service); `request`
+    gives a 405 its `Allow`."""
     if isinstance(exc, ApiError):
         return error_response(exc.status, exc.error_type, exc.message, exc.detail, exc.headers)
     if isinstance(exc, SpecError):
@@ -157,15 +182,19 @@ def to_response(exc: Exception) -> Response:
         return error_response(422, "invalid_request", "invalid request parameters", detail)
     if isinstance(exc, StarletteHTTPException):
         error_type = _STATUS_TYPES.get(exc.status_code, "http_error")
-        return error_response(
-            exc.status_code, error_type, str(exc.detail), None, dict(exc.headers or {})
-        )
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405 and request is not None:
+            allowed = allowed_methods(request)
+            headers["Allow"] = ", ".join(allowed)
+            message = f"{request.method} is not allowed here; allowed: {', '.join(allowed)}"
+            return error_response(405, error_type, message, None, headers)
+        return error_response(exc.status_code, error_type, str(exc.detail), None, headers)
     log.exception("unhandled error", exc_info=exc)
     return error_response(500, "internal_error", "internal server error")
 
 
 async def _handle(request: Request, exc: Exception) -> Response:
-    return to_response(exc)
+    return to_response(exc, request)
 
 
 def install_error_handlers(app: FastAPI) -> None:

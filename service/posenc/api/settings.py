@@ -53,6 +53,11 @@ class Settings(BaseSettings):
         default_factory=list, description="preset names to compute at start-up, or 'all'"
     )
     api_keys: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list)
+    protect_docs_and_metrics: bool = Field(
+        False,
+        description="with api_keys: /metrics, /docs, /redoc and /openapi.json need a key too "
+        "(health and GET /v2 stay open)",
+    )
     log_format: Literal["text", "json"] = "text"
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     drain_seconds: Annotated[float, Field(ge=0.0)] = 5.0
@@ -86,4 +91,6 @@ class Settings(BaseSettings):
     def _keys(self) -> Settings:
         if any(not k.get_secret_value() for k in self.api_keys):
             raise ValueError("api_keys must not contain empty keys")
+        if self.protect_docs_and_metrics and not self.api_keys:
+            raise ValueError("protect_docs_and_metrics needs api_keys (there is no key to ask)")
         return self

@@ -115,7 +115,7 @@ def _request_from_body(body: dict[str, Any]) -> Resolved:
             "give spec (or hf_config, or preset)",
             [FieldProblem("spec", "required", None)],
         )
-    if isinstance(data, dict) and data.get("kind") in ONNX_SPECS:
+    if isinstance(data, dict) and isinstance(data.get("kind"), str) and data["kind"] in ONNX_SPECS:
         spec = guarded("spec", lambda: parse_export_spec(data).canonical())
     else:
         spec, _ = spec_from_object(data)

@@ -73,7 +73,7 @@ def _invalid(message: str, field: str = "(body)", value: Any = None) -> ApiError
 def upload_format(param: str | None, content_type: str | None, body: bytes) -> str:
     """The format of an upload: `?format=`, else `Content-Type`, else the magic bytes."""
     if param is not None:
-        name = param.strip().lower()
+        name = param
         if name not in UPLOAD_FORMATS:
             raise ApiError(
                 400,
@@ -217,6 +217,7 @@ def describe_upload(key: str, shape: list[int]) -> dict[str, Any]:
             "content": {
                 "application/vnd.safetensors": {"schema": {"type": "string", "format": "binary"}},
                 "application/x-npy": {"schema": {"type": "string", "format": "binary"}},
+                "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
             },
         },
         "parameters": [
