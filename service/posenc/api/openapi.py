@@ -120,8 +120,8 @@ OIP_ROUTE_ERRORS: dict[str, dict[int, str]] = {
     "ready": {**OIP_ERRORS, 503: "The server is not ready (warming up or draining)"},
     "infer": {
         **OIP_ERRORS,
-        **BODY_ERRORS,
-        400: "Malformed request, inputs or parameters (the message names them)",
+        400: "Malformed request, inputs or parameters (the message names them), or a body that "
+        "is not the gzip or deflate its Content-Encoding says (tritonclient's compression)",
         413: "Body over max_infer_body_bytes, or the outputs over max_response_bytes",
         503: "Too many computations in flight (Retry-After), or the server is starting",
     },

@@ -28,7 +28,6 @@ from starlette.types import Receive, Scope, Send
 
 import posenc
 from posenc.api.errors import ApiError
-from posenc.api.jsonio import check_content_encoding
 from posenc.api.oip.codec import (
     HEADER_LENGTH,
     OipError,
@@ -109,7 +108,6 @@ def _model(name: str, version: str | None) -> OipModel:
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
-    check_content_encoding(request)
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise OipError(413, f"request body of {declared} bytes exceeds the limit of {limit}")

@@ -113,7 +113,8 @@ class OipModel:
             "input": [d.config() for d in self.inputs],
             "output": [d.config() for d in self.outputs],
             "parameters": {
-                "spec": "the table spec as a JSON string, the /v1 schema below (kind implied)",
+                "spec": "a spec object as a JSON string: fields (the /v1 schema below, kind "
+                "implied), {hf_config, ...overrides} or {preset, part?, ...overrides}",
                 "flat keys": "any spec field as its own parameter; lists/objects as JSON strings",
                 **self.parameters,
             },
