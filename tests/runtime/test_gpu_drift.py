@@ -4,7 +4,7 @@ CUDA's `pow`/`exp` differ from the CPU's by an ulp or two on some elements of a 
 and an angle is position x frequency, so a GPU-computed frequency moved cos by 4.5e-4 at 131072
 positions. Every family computes its frequencies on the CPU (as the reference builds them) and
 only the per-position work on the device: the frequencies are then bit-identical, and cos/sin
-within 2 ulp of 1.0 at any position. CUDA only; skipped without a GPU.
+within 2 ulp of 1.0 at any position. The comparison needs CUDA (skipped without a GPU).
 """
 
 from __future__ import annotations
@@ -16,10 +16,7 @@ import torch
 
 from posenc.encodings import compute, parse_spec
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
-]
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 ULP_AT_ONE = 2.0**-23
 """float32's spacing just below 1.0 is 2**-24; trig tables are bounded by 1 (times A for RoPE)."""
@@ -37,7 +34,11 @@ LONG: list[dict[str, Any]] = [
         "kind": "rope",
         "head_dim": 64,
         "max_positions": 65536,
-        "rope_scaling": {"rope_type": "yarn", "factor": 4.0},
+        "rope_scaling": {
+            "rope_type": "yarn",
+            "factor": 4.0,
+            "original_max_position_embeddings": 16384,
+        },
     },
     {"kind": "sinusoidal", "dim": 1280, "max_positions": 32768, "convention": "whisper"},
     {"kind": "sinusoidal", "dim": 512, "max_positions": 32768, "convention": "marian"},
@@ -45,6 +46,14 @@ LONG: list[dict[str, Any]] = [
 ]
 
 
+@pytest.mark.parametrize("spec", LONG, ids=lambda s: f"{s['kind']}-{s.get('max_positions')}")
+def test_the_cases_are_valid_specs(spec: dict[str, Any]) -> None:
+    """Checked on every machine, so a CPU-only run catches a broken case list."""
+    assert parse_spec(spec).canonical().kind == spec["kind"]
+
+
+@pytest.mark.gpu
+@needs_cuda
 @pytest.mark.parametrize("spec", LONG, ids=lambda s: f"{s['kind']}-{s.get('max_positions')}")
 def test_gpu_tables_stay_within_an_ulp_of_the_cpu_at_every_position(spec: dict[str, Any]) -> None:
     parsed = parse_spec(spec)
