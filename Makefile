@@ -13,7 +13,7 @@ PORT ?= 8000
 TORCH_INDEX ?=
 TORCH_INDEX_ARG := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
 
-.PHONY: venv lock drift nginx wrk serve test check bench clean
+.PHONY: venv lock drift grpc-stubs nginx wrk serve test check bench clean
 
 venv: $(STAMP)
 
@@ -51,6 +51,12 @@ lock: $(STAMP)
 # reference and interop tests there; writes docs/compatibility.md. Never part of `make test`.
 drift:
 	$(PY) tools/drift.py
+
+# The gRPC stubs of the Open Inference Protocol (service/posenc/api/grpc/proto), generated with the
+# locked grpcio-tools from the vendored .proto files; tests/api/test_grpc_stubs.py checks that the
+# committed files are exactly what this writes.
+grpc-stubs: $(STAMP)
+	$(BIN)/python tools/grpc_stubs.py
 
 serve: $(STAMP)
 	$(BIN)/posenc serve --host $(HOST) --port $(PORT)
