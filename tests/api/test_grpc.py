@@ -22,6 +22,7 @@ import tritonclient.grpc as tgrpc
 import tritonclient.grpc.aio as tgrpc_aio
 import tritonclient.http as http
 from prometheus_client.parser import text_string_to_metric_families
+from tritonclient.grpc import model_config_pb2
 from tritonclient.utils import InferenceServerException
 
 from posenc.api.oip import EXTENSIONS, MODELS
@@ -410,8 +411,39 @@ def test_metadata_errors(triton_grpc: tgrpc.InferenceServerClient) -> None:
     status, message = _grpc_error(lambda: triton_grpc.get_model_metadata("nope"))
     assert status == "StatusCode.NOT_FOUND"
     assert message.startswith("unknown model 'nope'; models: [")
-    status, _ = _grpc_error(lambda: triton_grpc.get_model_config("rope"))
+    status, message = _grpc_error(lambda: triton_grpc.get_model_config("rope", "7"))
+    assert status == "StatusCode.NOT_FOUND"
+    assert message == "model 'rope' has no version '7'; versions: ['1']"
+    status, _ = _grpc_error(lambda: triton_grpc.get_model_repository_index())
     assert status == "StatusCode.UNIMPLEMENTED"
+
+
+@pytest.mark.parametrize("model", sorted(MODELS))
+def test_model_config_is_the_http_document(
+    triton_http: http.InferenceServerClient,
+    triton_grpc: tgrpc.InferenceServerClient,
+    model: str,
+) -> None:
+    """ModelConfig: Triton's message holding what `GET /v2/models/{model}/config` says (the
+    tensors' descriptions and accepted datatypes aside: the message has no field for them)."""
+    want = triton_http.get_model_config(model)
+    got = triton_grpc.get_model_config(model).config
+    assert (got.name, got.platform, got.backend) == (
+        want["name"],
+        want["platform"],
+        want["backend"],
+    )
+    assert list(got.version_policy.specific.versions) == [1]
+    assert got.max_batch_size == want["max_batch_size"] == 0
+    for tensors, declared in ((got.input, want["input"]), (got.output, want["output"])):
+        assert [(t.name, model_config_pb2.DataType.Name(t.data_type), list(t.dims))
+                for t in tensors] == [
+            (t["name"], t["data_type"], t["dims"]) for t in declared
+        ]  # fmt: skip
+    assert [t.optional for t in got.input] == [t["optional"] for t in want["input"]]
+    params = {k: v.string_value for k, v in got.parameters.items()}
+    assert json.loads(params.pop("posenc")) == want["posenc"]
+    assert params == want["parameters"]
 
 
 def test_malformed_requests_from_generated_stubs(server: ServerHandle) -> None:
@@ -517,6 +549,7 @@ def test_body_limit_and_api_keys() -> None:
             for call in (
                 lambda h=headers: client.infer("sinusoidal", small, parameters=params, headers=h),
                 lambda h=headers: client.get_model_metadata("rope", headers=h),
+                lambda h=headers: client.get_model_config("rope", headers=h),
                 lambda h=headers: client.is_model_ready("rope", headers=h),
             ):
                 status, message = _grpc_error(call)

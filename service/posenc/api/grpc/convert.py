@@ -8,6 +8,8 @@ tritonclient.grpc sends) or each in its typed `contents`; outputs always travel 
 `raw_output_contents`, in output order, as Triton sends them (so the JSON limits of HTTP never
 apply, and FP16/BF16 travel like any other datatype).
 
+`model_config` is the `/v2/models/{model}/config` document as Triton's `ModelConfig` message.
+
 Parameters (`map<string, InferParameter>`) become Python values: `bool_param`, `int64_param`,
 `uint64_param`, `double_param`, `string_param`; the response parameters go back the same way
 (strings stay strings, as the HTTP response's JSON has them).
@@ -18,9 +20,11 @@ from __future__ import annotations
 from collections.abc import Mapping, MutableMapping
 from typing import Any
 
+import orjson
 import torch
 
 from posenc.api.grpc.proto import grpc_service_pb2 as pb
+from posenc.api.grpc.proto import model_config_pb2 as mc
 from posenc.api.oip.codec import (
     DATATYPE_OF,
     InferRequest,
@@ -138,3 +142,43 @@ def fill_parameters(
     """Copy `parameters` into a protobuf parameter map."""
     for name, value in parameters.items():
         set_parameter(target[name], value)
+
+
+def model_config(config: Mapping[str, Any]) -> mc.ModelConfig:
+    """`/v2/models/{model}/config` (`OipModel.config`) as Triton's `ModelConfig`: name, platform,
+    backend, version policy, batch size, inputs and outputs (datatype, dims, optional), and the
+    `parameters` map; posenc's own block (spec schema, limits, device) is the JSON string of the
+    parameter `posenc`. The tensors' descriptions and accepted datatypes have no field in the
+    message: the HTTP document carries them."""
+    versions = config["version_policy"]["specific"]["versions"]
+    parameters = {
+        k: mc.ModelParameter(string_value=str(v)) for k, v in config["parameters"].items()
+    }
+    parameters["posenc"] = mc.ModelParameter(
+        string_value=orjson.dumps(config["posenc"], option=orjson.OPT_SORT_KEYS).decode()
+    )
+    return mc.ModelConfig(
+        name=config["name"],
+        platform=config["platform"],
+        backend=config["backend"],
+        version_policy=mc.ModelVersionPolicy(
+            specific=mc.ModelVersionPolicy.Specific(versions=versions)
+        ),
+        max_batch_size=config["max_batch_size"],
+        input=[
+            mc.ModelInput(
+                name=t["name"],
+                data_type=mc.DataType.Value(t["data_type"]),
+                dims=t["dims"],
+                optional=t["optional"],
+            )
+            for t in config["input"]
+        ],
+        output=[
+            mc.ModelOutput(
+                name=t["name"], data_type=mc.DataType.Value(t["data_type"]), dims=t["dims"]
+            )
+            for t in config["output"]
+        ],
+        parameters=parameters,
+    )

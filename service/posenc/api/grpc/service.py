@@ -12,12 +12,13 @@ computed once whichever protocol asked for it.
 | ServerMetadata           | name, version, extensions (`GET /v2`)                       |
 | ModelReady               | ready: known model (and version) and a ready server         |
 | ModelMetadata            | `GET /v2/models/{model}`                                    |
+| ModelConfig              | `GET /v2/models/{model}/config` as Triton's `ModelConfig`   |
 | ModelInfer               | `POST /v2/models/{model}/infer`, outputs as raw bytes       |
 | ModelStreamInfer         | ModelInfer per streamed request, in order; a failure is an  |
 |                          | `error_message` on the stream, which stays open (Triton's)  |
-| the others (ModelConfig, | UNIMPLEMENTED                                               |
-| repository, shared       |                                                             |
-| memory, statistics, ...) |                                                             |
+| the others (repository,  | UNIMPLEMENTED                                               |
+| shared memory,           |                                                             |
+| statistics, ...)         |                                                             |
 
 Errors carry the message `/v2` sends as `{"error": message}` (`posenc.api.oip.errors`) with the
 status code of its HTTP status: 400 INVALID_ARGUMENT, 401 UNAUTHENTICATED, 404 NOT_FOUND, 413
@@ -25,7 +26,8 @@ RESOURCE_EXHAUSTED, 503 UNAVAILABLE (with `retry-after` trailing metadata), 500 
 request message over `max_infer_body_bytes` is refused by gRPC itself before it is read
 (RESOURCE_EXHAUSTED, gRPC's message).
 
-API keys (`POSENC_API_KEYS`) guard the model calls as they guard `/v2/models`: the
+API keys (`POSENC_API_KEYS`) guard the model calls (ModelReady, ModelMetadata, ModelConfig,
+ModelInfer, ModelStreamInfer) as they guard `/v2/models`: the
 `authorization` metadata must be `Bearer <key>` (the check `posenc.api.auth.bearer_verdict`,
 constant time); health and server metadata stay open.
 """
@@ -193,6 +195,16 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
             )
 
         return await self._call("ModelMetadata", context, run, protected=True)
+
+    async def ModelConfig(  # noqa: N802
+        self, request: pb.ModelConfigRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.ModelConfigResponse:
+        async def run() -> pb.ModelConfigResponse:
+            model = find_model(request.name, _version(request.version))
+            config = model.config(context_for(self.state))
+            return pb.ModelConfigResponse(config=convert.model_config(config))
+
+        return await self._call("ModelConfig", context, run, protected=True)
 
     async def _infer(self, request: pb.ModelInferRequest) -> pb.ModelInferResponse:
         """One inference, as `POST /v2/models/{model}/infer` runs it."""
