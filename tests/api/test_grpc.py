@@ -10,14 +10,20 @@ import asyncio
 import io
 import json
 import signal
+import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import grpc
 import httpx
 import numpy as np
 import pytest
+import torch
 import tritonclient.grpc as tgrpc
 import tritonclient.grpc.aio as tgrpc_aio
 import tritonclient.http as http
@@ -26,6 +32,7 @@ from tritonclient.grpc import model_config_pb2
 from tritonclient.utils import InferenceServerException
 
 from posenc.api.oip import EXTENSIONS, MODELS
+from posenc.encodings import SpecBase, Table, compute
 from tests.api.v2client import NP_DATATYPES, url
 from tests.conftest import ServerHandle, start_server, start_server_process
 
@@ -557,8 +564,63 @@ def test_body_limit_and_api_keys() -> None:
                 assert message.startswith(expected)
         result = client.infer("sinusoidal", small, parameters=params, headers=auth)
         assert result.as_numpy("embedding").shape == (2, 8)
+        for headers, want in ((None, "refused"), (auth, "answered")):
+            got: list[tuple[Any, Any]] = []
+            stream = tgrpc.InferenceServerClient(srv.grpc_url)
+            stream.start_stream(
+                lambda result, error, got=got: got.append((result, error)), headers=headers
+            )
+            stream.async_stream_infer("sinusoidal", small, parameters=params)
+            deadline = time.monotonic() + 30
+            while not got and time.monotonic() < deadline:
+                time.sleep(0.01)
+            stream.stop_stream()
+            stream.close()
+            (answer, error), *_ = got
+            if want == "refused":
+                assert answer is None
+                assert "UNAUTHENTICATED" in str(error.status())
+                assert str(error.message()).startswith("this route needs an Authorization")
+            else:
+                assert error is None
+                assert answer.as_numpy("embedding").shape == (2, 8)
         assert client.is_model_ready("rope", headers={"authorization": "bearer k-one"})
         client.close()
+
+
+def test_busy_is_unavailable_with_retry_after(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Too many computations in flight: UNAVAILABLE with /v2's message and `retry-after` in the
+    trailing metadata (HTTP's Retry-After)."""
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+    with start_server(grpc_port=0, max_concurrent_computations=1, retry_after_seconds=3) as srv:
+        cache = srv.state.require_cache()
+
+        def slow(spec: SpecBase, device: torch.device) -> Table:
+            time.sleep(0.6)
+            return compute(spec, device)
+
+        monkeypatch.setattr(cache, "_compute", slow)
+
+        def request(max_positions: int) -> Any:
+            message = service_pb2.ModelInferRequest(model_name="rope")
+            message.parameters["head_dim"].int64_param = 8
+            message.parameters["max_positions"].int64_param = max_positions
+            message.inputs.add(name="position_ids", datatype="INT64", shape=[1])
+            message.raw_input_contents.append(np.array([0], np.int64).tobytes())
+            return message
+
+        with grpc.insecure_channel(srv.grpc_url) as channel:
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            with ThreadPoolExecutor(2) as pool:
+                first = pool.submit(stub.ModelInfer, request(10))
+                time.sleep(0.2)
+                with pytest.raises(grpc.RpcError) as info:
+                    stub.ModelInfer(request(11))
+                assert len(first.result().raw_output_contents) == 2
+        assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert info.value.details() == "1 computations already in flight; retry in 3s"
+        assert ("retry-after", "3") in tuple(info.value.trailing_metadata())
 
 
 def test_stream_infer_keeps_order_and_reports_errors(server: ServerHandle) -> None:
@@ -687,3 +749,21 @@ def test_sigterm_drains_grpc_alongside_http() -> None:
         client.close()
     finally:
         proc.stop()
+
+
+def test_serve_fails_cleanly_when_the_grpc_port_is_taken() -> None:
+    """A gRPC port in use is a failed start-up (exit 3, the address named), never a second
+    listener sharing the port."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        exe = Path(sys.executable).with_name("posenc")
+        result = subprocess.run(
+            [str(exe), "serve", "--port", "0", "--device", "cpu", "--grpc-port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert result.returncode == 3, result.stderr[-2000:]
+    assert f"127.0.0.1:{port}" in result.stderr

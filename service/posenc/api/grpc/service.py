@@ -235,10 +235,11 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
         """Each request's response (or its failure as `error_message`) in request order."""
 
-        async def authorise() -> None:
-            self._authorise(context)
+        async def opened() -> None:
+            return None
 
-        await self._call("ModelStreamInfer", context, authorise, protected=False)
+        # the key check (and its metric) once per stream; then each request's outcome
+        await self._call("ModelStreamInfer", context, opened, protected=True)
         async for request in request_iterator:
             start = time.perf_counter()
             try:
