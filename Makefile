@@ -13,7 +13,7 @@ PORT ?= 8000
 TORCH_INDEX ?=
 TORCH_INDEX_ARG := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
 
-.PHONY: venv lock drift nginx wrk serve test check bench clean
+.PHONY: venv lock drift grpc-stubs nginx wrk serve test check bench clean
 
 venv: $(STAMP)
 
@@ -52,6 +52,12 @@ lock: $(STAMP)
 drift:
 	$(PY) tools/drift.py
 
+# The gRPC stubs of the Open Inference Protocol (service/posenc/api/grpc/proto), generated with the
+# locked grpcio-tools from the vendored .proto files; tests/api/test_grpc_stubs.py checks that the
+# committed files are exactly what this writes.
+grpc-stubs: $(STAMP)
+	$(BIN)/python tools/grpc_stubs.py
+
 serve: $(STAMP)
 	$(BIN)/posenc serve --host $(HOST) --port $(PORT)
 
@@ -85,7 +91,7 @@ check: $(STAMP)
 
 # Each bench prints its results as markdown (docs/benchmarks.md records them, docs/img the plots);
 # BENCHES=serve runs one.
-BENCHES ?= compute serve scale startup v2_infer
+BENCHES ?= compute serve scale startup v2_infer grpc_infer
 bench: $(STAMP) nginx wrk
 	set -e; for b in $(BENCHES); do echo "== bench.$$b"; $(BIN)/python -m bench.$$b; done
 

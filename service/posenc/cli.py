@@ -1,4 +1,4 @@
-"""The `posenc` command line: `posenc serve [--host --port --device ...]`.
+"""The `posenc` command line: `posenc serve [--host --port --grpc-port --device ...]`.
 
 Flags override the matching `POSENC_*` environment variables (`posenc.api.Settings`).
 """
@@ -17,6 +17,7 @@ from posenc import __version__
 _FLAGS: tuple[tuple[str, type, str], ...] = (
     ("host", str, "interface to bind (POSENC_HOST, default 127.0.0.1)"),
     ("port", int, "TCP port (POSENC_PORT, default 8000)"),
+    ("grpc_port", int, "gRPC port of the Open Inference Protocol (POSENC_GRPC_PORT; off unset)"),
     ("device", str, "auto, cpu, cuda or cuda:N (POSENC_DEVICE, default auto)"),
     ("cache_bytes", int, "cache byte budget (POSENC_CACHE_BYTES)"),
     ("max_response_bytes", int, "largest table served (POSENC_MAX_RESPONSE_BYTES)"),
@@ -36,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="posenc", description=__doc__)
     parser.add_argument("--version", action="version", version=f"posenc {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
-    serve = commands.add_parser("serve", help="run the HTTP server")
+    serve = commands.add_parser("serve", help="run the HTTP (and, with --grpc-port, gRPC) server")
     for name, kind, text in _FLAGS:
         serve.add_argument("--" + name.replace("_", "-"), dest=name, type=kind, help=text)
     return parser

@@ -1,10 +1,10 @@
 """The app factory: `create_app(settings) -> FastAPI`.
 
 Everything stateful is built per app: the metrics registry, the key index and the presets in
-`create_app`; the device, the cache and the table store (uploaded weight tables) in the lifespan
-(never at import), which then warms the configured presets in the background and flips readiness
-when done. Routers are composed here, in one place, from the route modules (`posenc.api.routes`:
-`/v1`, `/v2`, health and metrics);
+`create_app`; the device, the cache, the table store (uploaded weight tables) and, with `grpc_port`,
+the gRPC service (`posenc.api.grpc`) in the lifespan (never at import), which then warms the
+configured presets in the background and flips readiness when done. Routers are composed here, in
+one place, from the route modules (`posenc.api.routes`: `/v1`, `/v2`, health and metrics);
 `ApiKeyMiddleware` guards `/v1` and `/v2/models`; `BodyLimitMiddleware` caps request bodies per
 route (`body_limits`).
 """
@@ -24,6 +24,7 @@ from posenc import __version__
 from posenc.api.auth import ApiKeyMiddleware
 from posenc.api.deps import oip_context
 from posenc.api.errors import install_error_handlers
+from posenc.api.grpc import GrpcServer
 from posenc.api.hot import HotRoutes
 from posenc.api.metrics import Metrics, MetricsMiddleware
 from posenc.api.middleware import BodyLimitMiddleware, RouteLimit
@@ -127,8 +128,8 @@ async def warm(state: AppState, names: list[str]) -> None:
 
 @contextlib.asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-    """Resolve the device, build the cache and the table store, warm presets in the background;
-    tear down on exit."""
+    """Resolve the device, build the cache and the table store, start the gRPC service when
+    `grpc_port` is set, warm presets in the background; tear down on exit."""
     state: AppState = app.state.posenc
     settings = state.settings
     device = resolve_device(settings.device)
@@ -145,10 +146,19 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     log.info(
         "posenc %s on %s, cache budget %d bytes", __version__, describe(device), cache.max_bytes
     )
+    grpc_server = None
+    if settings.grpc_port is not None:
+        grpc_server = GrpcServer(state)
+        state.grpc_port = await grpc_server.start(settings.host, settings.grpc_port)
     warming = asyncio.create_task(warm(state, _warm_list(settings, list(state.presets))))
     try:
         yield
     finally:
+        if grpc_server is not None:
+            # HTTP has stopped accepting and finished (uvicorn's graceful shutdown): gRPC now
+            # refuses new calls and gives those in flight the same grace
+            await grpc_server.stop(settings.grace_seconds)
+            state.grpc_port = None
         warming.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await warming

@@ -39,6 +39,11 @@ class Settings(BaseSettings):
 
     host: str = "127.0.0.1"
     port: Annotated[int, Field(ge=0, le=65535)] = 8000
+    grpc_port: Annotated[int | None, Field(ge=0, le=65535)] = Field(
+        None,
+        description="port of the Open Inference Protocol over gRPC (`inference."
+        "GRPCInferenceService`, on `host`); off when unset, 0 picks a free port",
+    )
     device: str = Field("auto", description="auto, cpu, cuda or cuda:N")
     cache_bytes: Annotated[int, Field(ge=0)] = 2 * GiB
     max_response_bytes: Annotated[int, Field(ge=1)] = 512 * MiB
