@@ -63,7 +63,9 @@ def test_preview_is_a_strided_sample_of_the_exact_table(
     response = client.get(f"/v1/tables/{key}/preview", params={"tensor": "cos", "max_points": 4096})
     assert response.status_code == 200, response.text
     body = response.json()
-    assert body["shape"] == [3000, 64] and body["row_axis"] == 0 and body["dtype"] == "float32"
+    assert body["shape"] == [3000, 64]
+    assert body["row_axis"] == 0
+    assert body["dtype"] == "float32"
     steps = [a["step"] for a in body["axes"]]
     counts = [a["count"] for a in body["axes"]]
     assert math.prod(counts) == len(body["data"]) <= 4096
@@ -101,7 +103,8 @@ def test_preview_of_a_bias_slices_queries_and_keeps_heads(
     ).json()
     assert body["row_axis"] == 1
     steps = [a["step"] for a in body["axes"]]
-    assert steps[0] == 1 and body["axes"][1]["start"] == 100
+    assert steps[0] == 1
+    assert body["axes"][1]["start"] == 100
     want = table[:, 100:300][:: steps[0], :: steps[1], :: steps[2]]
     got = torch.tensor(body["data"], dtype=torch.float32).reshape(want.shape)
     assert torch.equal(got, want)
@@ -154,8 +157,9 @@ LLAMA = {
 
 def test_preview_of_an_unknown_key(client: httpx.Client) -> None:
     response = client.get(f"/v1/tables/{'0' * 64}/preview", params={"tensor": "cos"})
-    assert_error_type = response.json()["error_type"]
-    assert response.status_code == 404 and assert_error_type == "unknown_key"
+    error_type = response.json()["error_type"]
+    assert response.status_code == 404
+    assert error_type == "unknown_key"
 
 
 def test_preview_limits_are_checked_before_computing() -> None:
@@ -168,7 +172,8 @@ def test_preview_limits_are_checked_before_computing() -> None:
         cache = srv.state.require_cache()
         before = cache.stats.computations
         response = c.get(f"/v1/tables/{big}/preview", params={"tensor": "cos", "max_points": 10})
-        assert response.status_code == 413 and response.json()["error_type"] == "too_large"
+        assert response.status_code == 413
+        assert response.json()["error_type"] == "too_large"
         assert response.json()["detail"]["max_bytes"] == 1 << 20
         assert cache.stats.computations == before
         small = key_of(c, {**ROPE, "max_positions": 100})
@@ -186,7 +191,8 @@ def test_ui_page_and_assets_are_served(client: httpx.Client) -> None:
     for name, media in (("explorer.js", "text/javascript"), ("explorer.css", "text/css")):
         assert f'src="ui/{name}"' in page.text or f'href="ui/{name}"' in page.text
         asset = client.get(f"/ui/{name}")
-        assert asset.status_code == 200 and asset.headers["content-type"].startswith(media)
+        assert asset.status_code == 200
+        assert asset.headers["content-type"].startswith(media)
         again = client.get(f"/ui/{name}", headers={"If-None-Match": asset.headers["ETag"]})
         assert again.status_code == 304
     # nothing but the page's own files: no other name, no path out of the package

@@ -68,9 +68,11 @@ def watched(browser: Browser) -> Iterator[Watched]:
     page.on("requestfailed", lambda r: out.problems.append(f"failed: {r.method} {r.url}"))
     page.on(
         "response",
-        lambda r: out.problems.append(f"{r.status}: {r.request.method} {r.url}")
-        if r.status >= 400
-        else None,
+        lambda r: (
+            out.problems.append(f"{r.status}: {r.request.method} {r.url}")
+            if r.status >= 400
+            else None
+        ),
     )
     yield out
     context.close()

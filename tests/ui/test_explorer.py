@@ -68,7 +68,7 @@ def test_preset_plots_zoom_compare_download(
     assert "on the ramp: pairs 29–34" in wave.inner_text()
     assert wave.locator("svg text", has_text="ramp").count() >= 1
     assert wave.locator("svg text", has_text="original context").count() == 1
-    shot(watched, "rope")
+    shot(watched, "rope", "#plots")
 
     # zoom to positions 1000..1064: every row, and the keyboard cursor reads the API's values
     heat.locator("input[name=row_start]").fill("1000")
@@ -104,7 +104,8 @@ def test_preset_plots_zoom_compare_download(
         card.get_by_role("link", name="cos.npy").click()
     got = Path(download.value.path()).read_bytes()
     want = client.get(f"/v1/tables/{key}", params={"format": "npy", "tensor": "cos"})
-    assert want.status_code == 200 and got == want.content
+    assert want.status_code == 200
+    assert got == want.content
     assert download.value.suggested_filename == f"{key}.npy"  # the server names it
     assert watched.problems == []
 
@@ -132,7 +133,8 @@ def test_gemma_config_layer_types_and_check(
         assert spec["name"] in card.locator("h3").inner_text()
         assert "(8192, 256)" in card.inner_text()
         curl, python = (card.locator("pre").nth(i).text_content() for i in (1, 2))
-        assert curl is not None and python is not None
+        assert curl is not None
+        assert python is not None
         assert f"curl -s {server.url}/v1/tables -o" in curl
         assert f"{server.url}/v1/tables/{spec['key']}?format=safetensors" in curl
         assert f'client.table_by_key("{spec["key"]}")' in python
@@ -141,7 +143,7 @@ def test_gemma_config_layer_types_and_check(
     watched.idle()
     wave = page.locator(".plot").filter(has_text="Wavelength per dimension")
     assert "scaled by 8 (no ramp)" in wave.inner_text()  # Gemma 3's global layers: linear x8
-    shot(watched, "gemma")
+    shot(watched, "gemma", "#tables")
 
     # check: the exact rows pass, a table off by 1e-3 from position 100 on is caught there
     rows = client.get(

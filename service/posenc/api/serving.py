@@ -44,6 +44,7 @@ from starlette.responses import Response
 from posenc.api.errors import ApiError
 from posenc.api.formats import (
     DEFAULT_FORMAT,
+    FORMATS,
     Format,
     Selection,
     build_json,
@@ -55,7 +56,6 @@ from posenc.api.formats import (
     negotiate,
     parse_rows,
     raw_view,
-    FORMATS,
     select,
     selected_infos,
     selected_tensors,

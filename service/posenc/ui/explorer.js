@@ -109,11 +109,12 @@
     }
     return facts;
   }
-  // /v1/resolve's notes: an object of runtime facts (or a list of sentences, for presets).
-  function noteLines(notes) {
+  // /v1/resolve's notes: an object of runtime facts (or a list of sentences, for presets);
+  // `spelledOut`: keys that specFacts says in words.
+  function noteLines(notes, spelledOut = []) {
     if (!notes) return [];
     if (Array.isArray(notes)) return notes;
-    return Object.entries(notes).map(([k, v]) => `${k}: ${Array.isArray(v) ? v.join(", ") : typeof v === "object" ? JSON.stringify(v) : v}`);
+    return Object.entries(notes).filter(([k]) => !spelledOut.includes(k)).map(([k, v]) => `${k}: ${Array.isArray(v) ? v.join(", ") : typeof v === "object" ? JSON.stringify(v) : v}`);
   }
   function metaFacts(meta) {
     return Object.entries(meta).filter(([k]) => !META_SKIP.has(k)).map(([k, v]) => `${k}: ${typeof v === "object" ? JSON.stringify(v) : fmt(v)}`);
@@ -215,7 +216,7 @@
     const left = 64;
     const top = 8;
     const bottom = 36;
-    const right = 74;
+    const right = 100;
     const plotW = Math.max(120, Math.min(720, cols * Math.max(1, Math.floor(720 / cols))));
     const plotH = Math.max(80, Math.min(360, rows * Math.max(1, Math.floor(360 / rows))));
     const canvas = el("canvas", {
@@ -259,18 +260,21 @@
       ctx.font = "11px system-ui, sans-serif";
       ctx.textAlign = "right";
       ctx.textBaseline = "middle";
-      for (let k = 0; k <= 4; k += 1) {
-        const r = Math.min(rows - 1, Math.round((k / 4) * (rows - 1)));
-        const y = top + ((r + 0.5) / rows) * plotH;
-        ctx.fillText(fmt(matrix.rowIndex(r)), left - 6, y);
+      // round index values, placed at the sampled row or column that holds them
+      const rowFirst = matrix.rowIndex(0);
+      const rowStep = matrix.rowStep;
+      for (const v of niceTicks(rowFirst, matrix.rowIndex(rows - 1), 5)) {
+        const y = top + (((v - rowFirst) / rowStep + 0.5) / rows) * plotH;
+        ctx.fillText(fmt(v), left - 6, y);
         ctx.fillRect(left - 4, y, 3, 1);
       }
       ctx.textAlign = "center";
       ctx.textBaseline = "top";
-      for (let k = 0; k <= 4; k += 1) {
-        const c = Math.min(cols - 1, Math.round((k / 4) * (cols - 1)));
-        const x = left + ((c + 0.5) / cols) * plotW;
-        ctx.fillText(fmt(matrix.colIndex(c)), x, top + plotH + 4);
+      const colFirst = matrix.colIndex(0);
+      const colStep = cols > 1 ? matrix.colIndex(1) - colFirst : 1;
+      for (const v of niceTicks(colFirst, matrix.colIndex(cols - 1), 6)) {
+        const x = left + (((v - colFirst) / colStep + 0.5) / cols) * plotW;
+        ctx.fillText(fmt(v), x, top + plotH + 4);
         ctx.fillRect(x, top + plotH + 1, 1, 3);
       }
       ctx.fillText(matrix.colName, left + plotW / 2, top + plotH + 20);
@@ -395,6 +399,7 @@
 
   // Round tick values (1, 2, 5 times a power of ten) inside [lo, hi].
   function niceTicks(lo, hi, count) {
+    if (!(hi > lo) || !Number.isFinite(hi - lo)) return Number.isFinite(lo) ? [lo] : [];
     const raw = (hi - lo) / Math.max(1, count);
     const power = 10 ** Math.floor(Math.log10(raw));
     const step = [1, 2, 5, 10].map((f) => f * power).find((s) => s >= raw) || 10 * power;
@@ -594,7 +599,7 @@
       onclick: () => plotEntry(entry) }, "Plot this table");
     return el("article", { class: "card", id: `table-${index}`, "data-key": entry.key },
       el("h3", {}, entry.name, el("span", { class: "kind" }, entry.kind)),
-      el("ul", { class: "notes" }, [...noteLines(entry.notes), ...specFacts(entry.spec)].map((n) => el("li", {}, n))),
+      el("ul", { class: "notes" }, [...noteLines(entry.notes, entry.kind === "rope" ? ["pairing", "rope_type"] : []), ...specFacts(entry.spec)].map((n) => el("li", {}, n))),
       el("dl", {},
         el("dt", {}, "key"), el("dd", {}, el("code", {}, entry.key)),
         el("dt", {}, "tensors"), el("dd", {}, outputs.map(([n, o]) => `${n} ${shapeText(o.shape)} ${o.dtype}`).join(" · ")),
