@@ -17,8 +17,9 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+from safetensors.numpy import save as safetensors_save
 
-from tests.conftest import ServerHandle
+from tests.conftest import ServerHandle, start_server
 from tests.ui.conftest import Watched
 
 pytestmark = pytest.mark.xdist_group("ui")
@@ -150,14 +151,20 @@ def test_gemma_config_layer_types_and_check(
         f"/v1/tables/{full['key']}", params={"format": "npy", "tensor": "cos", "rows": "0:256"}
     )
     table = np.load(io.BytesIO(rows.content))
+    drifted = np.where(np.arange(256)[:, None] >= 100, table + 1e-3, table).astype(np.float32)
     for name, values, verdict in (
+        ("exact.safetensors", table, "match"),
         ("exact.npy", table, "match"),
-        ("drifted.npy", np.where(np.arange(256)[:, None] >= 100, table + 1e-3, table), "departs"),
+        ("drifted.npy", drifted, "departs"),
     ):
-        buf = io.BytesIO()
-        np.save(buf, values.astype(np.float32))
+        if name.endswith(".npy"):
+            buf = io.BytesIO()
+            np.save(buf, values)
+            data = buf.getvalue()
+        else:  # a runtime's file: several tensors, the right one found by name
+            data = safetensors_save({"cos": values, "sin": np.zeros_like(values)})
         page.locator("#check-file").set_input_files(
-            files=[{"name": name, "mimeType": "application/x-npy", "buffer": buf.getvalue()}]
+            files=[{"name": name, "mimeType": "application/octet-stream", "buffer": data}]
         )
         watched.idle()
         result = page.locator(f"#check-result [data-verdict='{verdict}']")
@@ -190,5 +197,73 @@ def test_other_families_plot(
     for needle in expected:
         assert needle in text
     assert page.locator("#plot-area canvas, #plot-area svg").count() >= 1
-    shot(watched, preset.split("-")[0], "#plots")
+    assert watched.problems == []
+
+
+def test_vision_config_shows_the_2d_grid(server: ServerHandle, watched: Watched) -> None:
+    page = watched.page
+    page.goto(f"{server.url}/ui")
+    page.fill("textarea[name=config]", (CONFIGS / "facebook__vit-mae-base.json").read_text())
+    page.locator("#config-form button[type=submit]").click()
+    watched.idle()
+    no_error_shown(watched)
+    assert page.locator(".card").count() == 2  # the encoder's and the decoder's tables
+    grid = page.locator(".plot").filter(has_text="2-D grid")
+    assert "over the 14 × 14 grid" in grid.inner_text()
+    assert "after 1 class-token row" in grid.inner_text()
+    assert grid.locator("canvas").count() == 8
+    assert watched.problems == []
+
+
+def test_with_api_keys_the_page_sends_the_typed_key(watched: Watched) -> None:
+    api_key = "explorer-key-0123456789"
+    with start_server(api_keys=[api_key]) as srv, srv.client() as c:
+        page = watched.page
+        page.goto(f"{srv.url}/ui")  # the page itself is open
+        watched.idle()
+        assert "API key" in page.locator("#error").inner_text()
+        # its first /v1 call was refused, and that was all that went wrong
+        assert any("401" in p for p in watched.problems)
+        assert [p for p in watched.problems if "401" not in p] == []
+        watched.problems.clear()
+        page.fill("input[name=api_key]", api_key)
+        page.locator("#key-form button").click()
+        page.locator("select[name=preset] option[value='bloom-560m']").wait_for(state="attached")
+        page.select_option("select[name=preset]", "bloom-560m")
+        page.locator("#preset-form button").click()
+        watched.idle()
+        no_error_shown(watched)
+        card = page.locator(".card").first
+        assert 'Authorization: Bearer $POSENC_API_KEY"' in (
+            card.locator("pre").nth(1).text_content() or ""
+        )
+        # a link cannot carry the header: the page fetches with it and saves the bytes
+        with page.expect_download() as download:
+            card.get_by_role("link", name="slopes.npy").click()
+        key = card.get_attribute("data-key")
+        want = c.get(
+            f"/v1/tables/{key}",
+            params={"format": "npy", "tensor": "slopes"},
+            headers={"Authorization": f"Bearer {api_key}"},
+        )
+        assert want.status_code == 200
+        assert Path(download.value.path()).read_bytes() == want.content
+        assert watched.problems == []
+
+
+def test_t5_bias_per_head_from_pasted_weights(server: ServerHandle, watched: Watched) -> None:
+    page = watched.page
+    page.goto(f"{server.url}/ui")
+    page.locator("select[name=preset] option[value='t5-base']").wait_for(state="attached")
+    page.select_option("select[name=preset]", "t5-base")
+    page.locator("#preset-form button").click()
+    watched.idle()
+    weights = (np.arange(32 * 4, dtype=np.float64).reshape(32, 4) / 10).tolist()  # (buckets, H)
+    page.fill("textarea[name=relative_attention_bias]", json.dumps(weights))
+    page.get_by_role("button", name="Show the bias").click()
+    watched.idle()
+    no_error_shown(watched)
+    bias = page.locator(".plot").filter(has_text="Bias per head: heatmap").last
+    assert bias.locator("select[name=axis_0] option").count() == 4  # one per head
+    assert "bias (4, 512, 512) float32" in bias.inner_text()
     assert watched.problems == []

@@ -640,6 +640,8 @@
       else area.append(t5WeightsPanel(entry));
     } else {
       if (positional.length) area.append(heatmapPanel(target, entry.kind === "sinusoidal_2d" ? "2-D embedding" : "table"));
+      const grid = entry.spec.grid_height && entry.spec.grid_width && entry.outputs.embedding;
+      if (entry.kind === "sinusoidal_2d" && grid && grid.shape.length === 2) area.append(gridPanel(entry));
       for (const [name, o] of tensors) {
         if (o.shape.length === 1) area.append(vectorPanel(entry, name));
       }
@@ -730,28 +732,61 @@
     return panel(`${title}: heatmap`, controls, el("p", { class: "muted" }, "Drag over the heatmap to zoom to those positions; focus it and use the arrow keys to read values."), holder);
   }
 
-  // Small multiples of the first axis of a 3-D preview (2-D embedding channels, heads).
+  // One small image of a rows x cols grid of values, scaled to its own range.
+  function tinyImage(values, rows, cols, label) {
+    let lo = Infinity; let hi = -Infinity;
+    for (const v of values) { lo = Math.min(lo, v); hi = Math.max(hi, v); }
+    const c = el("canvas", { width: cols, height: rows, role: "img",
+      "aria-label": `${label}: ${rows} by ${cols}, values ${fmt(lo)} to ${fmt(hi)}` });
+    const ctx = c.getContext("2d");
+    const img = ctx.createImageData(cols, rows);
+    for (let i = 0; i < values.length; i += 1) {
+      const level = Math.round(((values[i] - lo) / (hi - lo || 1)) * 255) * 3;
+      img.data.set([VIRIDIS[level], VIRIDIS[level + 1], VIRIDIS[level + 2], 255], i * 4);
+    }
+    ctx.putImageData(img, 0, 0);
+    const scale = Math.max(1, Math.floor(112 / Math.max(rows, cols)));
+    c.style.width = `${cols * scale}px`;
+    c.style.height = `${rows * scale}px`;
+    return el("figure", {}, c, el("figcaption", {}, label, el("br"), `${fmt(lo)} to ${fmt(hi)}`));
+  }
+
+  // Small multiples of the first axis of a 3-D preview (DETR's channels over the H x W grid).
   function multiples(p) {
     const count = Math.min(8, p.axes[0].count);
     const figs = [];
     for (let k = 0; k < count; k += 1) {
       const idx = Math.round((k * (p.axes[0].count - 1)) / Math.max(1, count - 1));
       const m = previewMatrix(p, { 0: idx }, { 1: "y", 2: "x" });
-      let lo = Infinity; let hi = -Infinity;
-      for (const v of m.data) { lo = Math.min(lo, v); hi = Math.max(hi, v); }
-      const c = el("canvas", { width: m.cols, height: m.rows, role: "img",
-        "aria-label": `channel ${p.axes[0].start + idx * p.axes[0].step}: ${m.rows} by ${m.cols}, values ${fmt(lo)} to ${fmt(hi)}` });
-      const ctx = c.getContext("2d");
-      const img = ctx.createImageData(m.cols, m.rows);
-      for (let i = 0; i < m.data.length; i += 1) {
-        const level = Math.round(((m.data[i] - lo) / (hi - lo || 1)) * 255) * 3;
-        img.data.set([VIRIDIS[level], VIRIDIS[level + 1], VIRIDIS[level + 2], 255], i * 4);
-      }
-      ctx.putImageData(img, 0, 0);
-      c.style.width = `${Math.max(64, m.cols * Math.floor(96 / m.cols) || 96)}px`;
-      figs.push(el("figure", {}, c, el("figcaption", {}, `channel ${p.axes[0].start + idx * p.axes[0].step}`)));
+      figs.push(tinyImage(m.data, m.rows, m.cols, `channel ${p.axes[0].start + idx * p.axes[0].step}`));
     }
     return el("div", {}, el("p", { class: "muted" }, "Channels side by side (each scaled to its own range):"), el("div", { class: "multiples" }, figs));
+  }
+
+  // A (grid_height*grid_width [+ class rows], D) 2-D table (MAE, timm) as images: one
+  // dimension over the grid per image, rows after the class-token rows laid out row-major.
+  function gridPanel(entry) {
+    const holder = el("div");
+    const spec = entry.spec;
+    const [n, d] = entry.outputs.embedding.shape;
+    const gh = spec.grid_height;
+    const gw = spec.grid_width;
+    const offset = n - gh * gw;
+    working("Fetching the embedding", async () => {
+      const response = await call(tableUrl(entry.key, { format: "raw", tensor: "embedding" }));
+      const buffer = await response.arrayBuffer();
+      const values = typed(buffer, 0, buffer.byteLength, response.headers.get("X-Posenc-Dtype"));
+      const figs = [];
+      const dims = [...new Set(Array.from({ length: 8 }, (_, k) => Math.round((k * (d - 1)) / 7)))];
+      for (const dim of dims) {
+        const img = new Float64Array(gh * gw);
+        for (let i = 0; i < gh * gw; i += 1) img[i] = values[(offset + i) * d + dim];
+        figs.push(tinyImage(img, gh, gw, `dimension ${dim}`));
+      }
+      holder.append(el("p", { class: "muted" }, `Each image is one dimension over the ${gh} × ${gw} grid (y down, x across)${offset ? `, after ${offset} class-token row${offset > 1 ? "s" : ""}` : ""}; each scaled to its own range.`),
+        el("div", { class: "multiples" }, figs));
+    });
+    return panel("2-D grid", holder);
   }
 
   function vectorPanel(entry, name) {
