@@ -374,6 +374,8 @@
     else {
       rowAxis = p.row_axis !== null && p.row_axis !== undefined ? p.row_axis : nd - 2;
       colAxis = rowAxis === nd - 1 ? nd - 2 : nd - 1;
+      // a trailing (cos, sin) pair axis (packing "pairs") is chosen with a select instead
+      if (nd >= 3 && colAxis === nd - 1 && p.shape[nd - 1] === 2 && rowAxis !== nd - 2) colAxis = nd - 2;
     }
     const rows = rowAxis < 0 ? 1 : counts[rowAxis];
     const cols = counts[colAxis];
@@ -515,7 +517,11 @@
     let config;
     try { config = JSON.parse(text); } catch (err) { throw new Error(`the config is not valid JSON: ${err.message}`); }
     const maxPositions = $("#max-positions").value.trim();
-    const body = maxPositions ? { hf_config: config, max_positions: Number(maxPositions) } : config;
+    const profile = $("#profile").value;
+    const overrides = {};
+    if (maxPositions) overrides.max_positions = Number(maxPositions);
+    if (profile) overrides.profile = profile;
+    const body = Object.keys(overrides).length ? { hf_config: config, ...overrides } : config;
     const out = await getJSON("v1/resolve", { method: "POST", body });
     const name = (config.text_config && config.text_config.model_type) || config.model_type || "config.json";
     showModel({ title: `config.json (${name})`, notes: [], entries: out.specs, config: body });
@@ -683,16 +689,19 @@
       const selects = [];
       for (let axis = 0; axis < nd; axis += 1) {
         if (axis === m0.rowAxis || axis === m0.colAxis) continue;
-        const label = target.outputs && p.tensor === "bias" && axis === 0 ? "head" : `axis ${axis}`;
+        const pairAxis = p.tensor === "pairs" && axis === nd - 1;
+        const label = p.tensor === "bias" && axis === 0 ? "head" : pairAxis ? "cos or sin" : `axis ${axis}`;
         const sel = el("select", { "aria-label": label, name: `axis_${axis}`,
           onchange: () => { fixed[axis] = Number(sel.value); render(); } },
-          Array.from({ length: p.axes[axis].count }, (_, k) => el("option", { value: k }, `${label} ${p.axes[axis].start + k * p.axes[axis].step}`)));
+          Array.from({ length: p.axes[axis].count }, (_, k) => el("option", { value: k },
+            pairAxis ? ["cos", "sin"][k] : `${label} ${p.axes[axis].start + k * p.axes[axis].step}`)));
         sel.value = String(fixed[axis] || 0);
         selects.push(el("label", {}, `${label} `, sel));
       }
       const names = {};
       if (p.tensor === "bias" || p.tensor === "buckets") { names[m0.rowAxis] = "query"; names[m0.colAxis] = "key"; }
       if (p.kind === "sinusoidal_2d" && nd === 3) { names[1] = "y (row)"; names[2] = "x (column)"; }
+      if (p.tensor === "pairs") names[m0.colAxis] = "rotary pair";
       const m = previewMatrix(p, fixed, names);
       const sampled = p.axes.some((a) => a.step > 1);
       const note = `${p.tensor} ${shapeText(p.shape)} ${p.dtype}` + (sampled

@@ -6,7 +6,7 @@ API from the browser (same origin, so the same API keys: the page sends the key 
 `Authorization: Bearer`), and draws its plots itself on canvas and SVG. Nothing is fetched from
 anywhere else (a Content-Security-Policy of `'self'` says so), so it works offline.
 
-- `GET /ui`: the page; `GET /ui/{name}`: its assets (404 `unknown_asset` for any other name).
+- `GET /ui`: the page; `GET /ui/{name}`: its assets (404 `not_found` for any other name).
 
 The page and its assets are open, like the OpenAPI pages: they hold no data, and every table
 they show comes through the `/v1` routes, which `ApiKeyMiddleware` guards. Each response has a
@@ -66,11 +66,11 @@ async def page(request: Request) -> Response:
 
 @router.get("/ui/{name}")
 async def asset(request: Request, name: str) -> Response:
-    """One of the page's files (`MEDIA_TYPES`); 404 `unknown_asset` otherwise."""
+    """One of the page's files (`MEDIA_TYPES`); 404 `not_found` otherwise."""
     if name not in MEDIA_TYPES or name == "index.html":
         raise ApiError(
             404,
-            "unknown_asset",
+            "not_found",
             f"the explorer has no file {name!r}",
             [{"field": "name", "message": "one of explorer.js, explorer.css", "value": name}],
         )
