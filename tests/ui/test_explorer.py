@@ -267,3 +267,30 @@ def test_t5_bias_per_head_from_pasted_weights(server: ServerHandle, watched: Wat
     assert bias.locator("select[name=axis_0] option").count() == 4  # one per head
     assert "bias (4, 512, 512) float32" in bias.inner_text()
     assert watched.problems == []
+
+
+def test_keys_the_server_forgot_are_registered_again(watched: Watched) -> None:
+    # A server remembering one resolved key (as if the other had been resolved on another
+    # replica): Gemma 3's two tables and the unscaled comparison cannot all be known at once,
+    # so the page re-posts the spec of a key that answers 404 `unknown_key`, and goes on.
+    with start_server(known_keys=1) as srv:
+        page = watched.page
+        page.goto(f"{srv.url}/ui")
+        page.fill("textarea[name=config]", (CONFIGS / "google__gemma-3-4b-it.json").read_text())
+        page.fill("input[name=max_positions]", "2048")
+        page.locator("#config-form button[type=submit]").click()
+        watched.idle()
+        no_error_shown(watched)  # the first table's plots: its key was forgotten at once
+        assert "No scaling" in page.locator("#plot-area").inner_text()
+        page.locator(".plot-button").nth(1).click()
+        watched.idle()
+        no_error_shown(watched)
+        assert "scaled by 8 (no ramp)" in page.locator("#plot-area").inner_text()
+        assert (
+            page.locator(".plot").filter(has_text="cos/sin by position").locator("canvas").count()
+            == 1
+        )
+        forgotten = [p for p in watched.problems if "404" in p]
+        assert forgotten  # the situation did arise
+        assert all("/v1/tables/" in p or "responded with a status of 404" in p for p in forgotten)
+        assert [p for p in watched.problems if "404" not in p] == []

@@ -69,7 +69,19 @@
       headers["Content-Type"] = "application/json";
       init.body = typeof body === "string" ? body : JSON.stringify(body);
     }
-    const response = await fetch(path, init);
+    let response = await fetch(path, init);
+    // A key this server does not know (another replica resolved it, or it left the server's
+    // LRU of keys): POST its spec again, asking for one byte, and retry.
+    for (let attempt = 0; attempt < 3 && response.status === 404 && method === "GET"; attempt += 1) {
+      const found = /v1\/tables\/([0-9a-f]{64})/.exec(path);
+      const spec = found && knownSpecs.get(found[1]);
+      if (!spec) break;
+      const again = await fetch(`v1/tables?format=raw&tensor=${encodeURIComponent(spec.tensor)}`, {
+        method: "POST", body: JSON.stringify(spec.spec),
+        headers: { ...headers, "Content-Type": "application/json", Range: "bytes=0-0" } });
+      if (!again.ok) break;
+      response = await fetch(path, init);
+    }
     if (!response.ok) {
       let parsed = null;
       try { parsed = await response.json(); } catch (_) { parsed = null; }
@@ -78,6 +90,14 @@
     return response;
   }
   const getJSON = async (path, options) => (await call(path, options)).json();
+
+  // content key -> {spec, tensor (its smallest)}: what re-registers a key the server forgot
+  const knownSpecs = new Map();
+  function remember(key, spec, outputs) {
+    const sizes = Object.entries(outputs || {}).map(([n, o]) => [n, o.shape.reduce((a, b) => a * b, 1)]);
+    sizes.sort((a, b) => a[1] - b[1]);
+    if (sizes.length) knownSpecs.set(key, { spec, tensor: sizes[0][0] });
+  }
   const tableUrl = (key, params) => `v1/tables/${key}${params ? "?" + new URLSearchParams(params) : ""}`;
 
   async function preview(key, tensor, rows, maxPoints = PREVIEW_POINTS) {
@@ -126,20 +146,23 @@
     if (rows) params.rows = `${rows[0]}:${rows[1]}`;
     const response = await call(`v1/tables?${new URLSearchParams(params)}`, { method: "POST", body: spec });
     const body = await response.json();
-    return { key: response.headers.get("X-Posenc-Key"), tensor: body.tensors[tensor] };
+    const key = response.headers.get("X-Posenc-Key");
+    const shapes = body.meta && body.meta.shapes ? Object.fromEntries(Object.entries(body.meta.shapes).map(([n, shape]) => [n, { shape }])) : { [tensor]: { shape: [1] } };
+    remember(key, spec, shapes);
+    return { key, tensor: body.tensors[tensor] };
   }
 
   // --- status and errors ------------------------------------------------------------------
   let busy = 0;
   function setStatus(text) { $("#status").textContent = text; }
+  // Runs `job` with the page marked busy; its error, if any, stays shown until the user starts
+  // something else (see `bind`), so a later success elsewhere never hides it.
   async function working(label, job) {
     busy += 1;
     setStatus(`${label}…`);
     document.body.setAttribute("aria-busy", "true");
     try {
-      const out = await job();
-      clearError();
-      return out;
+      return await job();
     } catch (err) {
       showError(err);
       return undefined;
@@ -535,7 +558,10 @@
     intro.replaceChildren(
       el("strong", {}, m.title), `: ${m.entries.length} table${m.entries.length === 1 ? "" : "s"}. `,
       m.notes.length ? el("ul", { class: "notes" }, m.notes.map((n) => el("li", {}, n))) : "");
-    m.entries.forEach((entry, i) => list.append(tableCard(entry, i)));
+    m.entries.forEach((entry, i) => {
+      remember(entry.key, entry.spec, entry.outputs);
+      list.append(tableCard(entry, i));
+    });
     $("#tables").hidden = false;
     $("#check").hidden = false;
     if (m.entries.length) plotEntry(m.entries[0]);
@@ -1143,6 +1169,9 @@
   // --- start ----------------------------------------------------------------------------
   function bind() {
     $("#api-key").value = apiKey;
+    // every user action starts with a clean error box (capture: before the action's handler)
+    for (const type of ["submit", "change", "drop"]) document.addEventListener(type, clearError, true);
+    document.addEventListener("click", (ev) => { if (ev.target.closest("button, a")) clearError(); }, true);
     $("#key-form").addEventListener("submit", (ev) => {
       ev.preventDefault();
       apiKey = $("#api-key").value.trim();
