@@ -495,8 +495,12 @@ async def serve_preview(
     device = resident.device if resident is not None else str(cache.device)
     span = f".{first}-{last}" if selection.rows is not None else ""
     tag = f"{key}.preview.{tensor}{span}.{max_points}"
+
+    def etag(device: str) -> str:  # as representation_etag: off the CPU the device follows
+        return f'"{tag}"' if device == "cpu" else f'"{tag}@{device}"'
+
     headers = {
-        "ETag": f'"{tag}"' if device == "cpu" else f'"{tag}@{device}"',
+        "ETag": etag(device),
         "Cache-Control": IMMUTABLE,
         "X-Posenc-Key": key,
         "X-Posenc-Kind": spec.kind,
@@ -505,6 +509,7 @@ async def serve_preview(
         return Response(status_code=304, headers=headers)
     spec = bind_tables(cache, state.require_tables(), spec, key)
     entry, outcome = await cache.get(spec, key)
+    headers["ETag"] = etag(entry.device)  # a CUDA out-of-memory may have fallen back
     t = entry.table.tensors[tensor]
     if selection.rows is not None and info.row_axis is not None:
         t = t.narrow(info.row_axis, first, last - first)
