@@ -13,7 +13,7 @@ PORT ?= 8000
 TORCH_INDEX ?=
 TORCH_INDEX_ARG := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
 
-.PHONY: venv lock drift grpc-stubs nginx wrk serve test check bench clean
+.PHONY: venv lock drift grpc-stubs nginx chromium wrk serve test check bench screenshots clean
 
 venv: $(STAMP)
 
@@ -69,6 +69,13 @@ nginx:
 	  { apt-get update && { DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends nginx-light || \
 	    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends nginx; }; }
 
+# tests/ui drives the explorer page (/ui) in Debian's headless Chromium through Playwright, whose
+# own browser download is not used (tests/ui/conftest.py launches this executable).
+CHROMIUM ?= /usr/bin/chromium
+chromium:
+	@test -x $(CHROMIUM) || \
+	  { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium; }
+
 # bench.serve's throughput client for small bodies (Debian's wrk); without it the bench falls back
 # to Python socket clients, so a failed install only says so.
 wrk:
@@ -77,7 +84,7 @@ wrk:
 	  echo "wrk unavailable: bench.serve measures throughput with Python socket clients"
 
 # CI runs this target only, so it runs the static checks before the suite.
-test: $(STAMP) nginx
+test: $(STAMP) nginx chromium
 	$(MAKE) --no-print-directory check
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
 

@@ -4,7 +4,8 @@ Everything stateful is built per app: the metrics registry, the key index and th
 `create_app`; the device, the cache, the table store (uploaded weight tables) and, with `grpc_port`,
 the gRPC service (`posenc.api.grpc`) in the lifespan (never at import), which then warms the
 configured presets in the background and flips readiness when done. Routers are composed here, in
-one place, from the route modules (`posenc.api.routes`: `/v1`, `/v2`, health and metrics);
+one place, from the route modules (`posenc.api.routes`: `/v1`, `/v2`, health and metrics, and the
+explorer page at `/ui`);
 `ApiKeyMiddleware` guards `/v1` and `/v2/models`; `BodyLimitMiddleware` caps request bodies per
 route (`body_limits`).
 """
@@ -36,6 +37,7 @@ from posenc.api.routes import (
     presets,
     resolve,
     tables,
+    ui,
     uploads,
     version,
 )
@@ -203,6 +205,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         resolve.router,
         onnx.router,
         version.router,
+        ui.router,
     ):
         app.include_router(router)
     # the last added is the outermost: metrics see every request, refused ones included

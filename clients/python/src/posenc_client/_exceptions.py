@@ -11,7 +11,7 @@
         │                                        "detail"}: .status .error_type .message .detail
         ├── BadRequestError .................... 400 invalid_json unknown_format unknown_tensor
         │   │                                        tensor_required unsupported_dtype
-        │   │                                        invalid_table
+        │   │                                        invalid_table invalid_max_points
         │   ├── InvalidRowsError ............... 400 invalid_rows rows_unsupported (also a
         │   │                                        ValueError; raised before any request for
         │   │                                        a malformed `rows=` argument)
@@ -197,6 +197,7 @@ _BY_ERROR_TYPE: dict[str, type[APIError]] = {
     "invalid_rows": InvalidRowsError,
     "rows_unsupported": InvalidRowsError,
     "invalid_table": BadRequestError,
+    "invalid_max_points": BadRequestError,
     "ambiguous_config": AmbiguousConfigError,
     "unauthorized": AuthenticationError,
     "forbidden": AuthenticationError,
