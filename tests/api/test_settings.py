@@ -26,7 +26,11 @@ def test_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("POSENC_API_KEYS", "alpha, beta")
     monkeypatch.setenv("POSENC_WARM_PRESETS", json.dumps(["llama-3.1-8b", "t5-base"]))
     monkeypatch.setenv("POSENC_CACHE_BYTES", "1048576")
+    monkeypatch.setenv("POSENC_IN_FLIGHT_BYTES", str(1536 << 20))
+    monkeypatch.setenv("POSENC_MAX_CONNECTIONS", "50")
+    monkeypatch.setenv("POSENC_HEADER_TIMEOUT_SECONDS", "2.5")
     s = Settings()
+    assert (s.in_flight_bytes, s.max_connections, s.header_timeout_seconds) == (1536 << 20, 50, 2.5)
     assert s.device == "cuda:1"
     assert [k.get_secret_value() for k in s.api_keys] == ["alpha", "beta"]
     assert "alpha" not in repr(s)  # keys are secrets
@@ -43,6 +47,11 @@ def test_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         {"cache_bytes": -1},
         {"api_keys": [""]},
         {"log_format": "xml"},
+        {"in_flight_bytes": 1 << 20, "max_response_bytes": 2 << 20},
+        {"max_connections": 0},
+        {"header_timeout_seconds": 0},
+        {"body_timeout_seconds": -1},
+        {"send_timeout_seconds": 0},
     ],
 )
 def test_invalid(bad: dict[str, object]) -> None:

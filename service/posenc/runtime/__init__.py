@@ -3,6 +3,7 @@
 Imports only `posenc.encodings` and torch; `device.py` is the only module touching CUDA.
 """
 
+from posenc.runtime.budget import InFlightBudget, Lease, Overloaded
 from posenc.runtime.cache import (
     OFFLOAD_BYTES,
     Buffer,
@@ -22,6 +23,9 @@ __all__ = [
     "CacheKey",
     "CacheStats",
     "DeviceError",
+    "InFlightBudget",
+    "Lease",
+    "Overloaded",
     "TableCache",
     "describe",
     "is_out_of_memory",

@@ -41,7 +41,7 @@ from posenc.api.oip.context import OipContext
 from posenc.api.oip.models import MODELS, VERSION, OipModel
 from posenc.encodings import PosencError
 from posenc.encodings.weights import UnknownTableError
-from posenc.runtime import Busy
+from posenc.runtime import Busy, Overloaded
 from posenc.verified import VERIFIED_AGAINST
 
 log = logging.getLogger("posenc.api.oip")
@@ -58,7 +58,7 @@ def error_response(exc: Exception) -> Response:
         status, message, headers = exc.status, exc.message, exc.headers
     elif isinstance(exc, PosencError):
         status, message = 404 if isinstance(exc, UnknownTableError) else 400, str(exc)
-    elif isinstance(exc, Busy):
+    elif isinstance(exc, (Busy, Overloaded)):
         status, message = 503, str(exc)
         headers = {"Retry-After": str(max(1, math.ceil(exc.retry_after)))}
     else:
