@@ -32,9 +32,9 @@
             └── ExportError .................... 500 export (a graph failed verification)
 
 405 method_not_allowed, 406 not_acceptable, 408 request_timeout (the request's headers or body
-came too slowly), 415 unsupported_media_type and 416 range_not_satisfiable are `APIError` itself. An `error_type` this version does not know maps by
-status (400, 401/403, 404, 413, 422, 503, 5xx), else to `APIError`. `str(err)` is the server's
-message.
+came too slowly), 415 unsupported_media_type and 416 range_not_satisfiable are `APIError`
+itself. An `error_type` this version does not know maps by status (400, 401/403, 404, 413, 422,
+503, 5xx), else to `APIError`. `str(err)` is the server's message.
 """
 
 from __future__ import annotations
