@@ -120,6 +120,29 @@ def test_a_header_line_at_a_time_never_completes_a_request(srv: ServerHandle) ->
     healthy(srv)
 
 
+def test_a_keep_alive_request_sent_a_line_at_a_time_gets_408(srv: ServerHandle) -> None:
+    with connect(srv.url) as sock:
+        sock.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n")
+        first = sock.recv(65536)
+        assert first.startswith(b"HTTP/1.1 200")
+        sock.sendall(b"GET /v2/health/live HTTP/1.1\r\n")  # the next request, slowly
+        deadline = time.monotonic() + PATIENCE
+        sent = 0
+        while time.monotonic() < deadline:
+            readable, _, _ = select.select([sock], [], [], 0.1)
+            if readable:
+                break
+            try:
+                sock.sendall(f"X-Slow-{sent}: 1\r\n".encode())
+            except (BrokenPipeError, ConnectionResetError):
+                break
+            sent += 1
+        status, _, body = parse(read_until_closed(sock))
+    assert status == 408
+    assert_contract(body, "request_timeout")
+    assert sent >= 2
+
+
 def test_a_body_at_a_few_bytes_per_second_gets_408(srv: ServerHandle) -> None:
     body = json.dumps({"kind": "rope", "head_dim": 8, "max_positions": 16}).encode()
     head = (

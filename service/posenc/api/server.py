@@ -199,6 +199,7 @@ class GuardedProtocol(HttpToolsProtocol):
         self.header_timer: asyncio.TimerHandle | None = None
         self.body_timer: asyncio.TimerHandle | None = None
         self.send_timer: asyncio.TimerHandle | None = None
+        self.in_headers = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         """Accept, or (over the cap) serve only the 503; start the header timer."""
@@ -219,8 +220,14 @@ class GuardedProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        """uvicorn's; then, while a request body is still to come, the body timer runs."""
+        """uvicorn's; then, while a request's headers are incomplete, the header timer runs, and
+        while its body is still to come, the body timer (a request that arrives whole in one
+        read, the common case, starts neither)."""
         super().data_received(data)
+        if self.in_headers and self.header_timer is None and not self.transport.is_closing():
+            self.header_timer = self.loop.call_later(
+                self.limits.header_timeout, self._header_timeout
+            )
         cycle = self.cycle
         if (
             self.body_timer is None
@@ -232,15 +239,14 @@ class GuardedProtocol(HttpToolsProtocol):
             self.body_timer = self.loop.call_later(self.limits.body_timeout, self._body_timeout)
 
     def on_message_begin(self) -> None:
-        """A request's first byte: its headers are due within the header timeout."""
+        """A request's first byte: its headers are due within the header timeout (from the end
+        of this read, `data_received`)."""
         super().on_message_begin()
-        if self.header_timer is None:
-            self.header_timer = self.loop.call_later(
-                self.limits.header_timeout, self._header_timeout
-            )
+        self.in_headers = True
 
     def on_headers_complete(self) -> None:
         """The headers are in: the header timer stops."""
+        self.in_headers = False
         if self.header_timer is not None:
             self.header_timer.cancel()
             self.header_timer = None
