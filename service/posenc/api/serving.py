@@ -175,7 +175,7 @@ class BodyResponse(Response):
 
     def release(self) -> None:
         """Give the in-flight charges back (idempotent)."""
-        for lease in self.leases:
+        for lease in getattr(self, "leases", ()):
             lease.release()
 
     def __del__(self) -> None:

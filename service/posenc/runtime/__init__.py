@@ -1,4 +1,5 @@
-"""posenc.runtime: device resolution and the byte-bounded, single-flight table cache.
+"""posenc.runtime: device resolution, the byte-bounded, single-flight table cache and the in-flight
+byte budget beside it.
 
 Imports only `posenc.encodings` and torch; `device.py` is the only module touching CUDA.
 """

@@ -1,7 +1,8 @@
 """The in-flight byte budget: memory held outside the cache by work in progress.
 
 The cache's budget (`TableCache.max_bytes`) bounds what stays resident. Work in progress holds
-memory beside it: a table being computed (its output tensors exist before the cache takes them),
+memory beside it: a table being computed (its output and temporaries exist before the cache takes
+the table; charged by `TableCache.get`),
 a response body built per request (row slices, formats of a table too large to keep), and a
 cached table or prepared body that is still being sent when the cache evicts it (the send keeps
 the buffer alive). `InFlightBudget` counts those bytes and refuses new work that would take them
