@@ -25,6 +25,7 @@ _FLAGS: tuple[tuple[str, type, str], ...] = (
     ("max_body_bytes", int, "largest request body (POSENC_MAX_BODY_BYTES)"),
     ("max_concurrent_computations", int, "computations in flight before 503"),
     ("max_connections", int, "open connections before 503 (POSENC_MAX_CONNECTIONS)"),
+    ("max_header_bytes", int, "largest request line and headers before 431"),
     ("header_timeout_seconds", float, "seconds to receive a request's headers"),
     ("body_timeout_seconds", float, "seconds to receive a request's body after its headers"),
     ("idle_timeout_seconds", float, "seconds a keep-alive connection may idle"),

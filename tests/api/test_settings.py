@@ -49,6 +49,7 @@ def test_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         {"log_format": "xml"},
         {"in_flight_bytes": 1 << 20, "max_response_bytes": 2 << 20},
         {"max_connections": 0},
+        {"max_header_bytes": 100},
         {"header_timeout_seconds": 0},
         {"body_timeout_seconds": -1},
         {"send_timeout_seconds": 0},

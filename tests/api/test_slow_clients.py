@@ -143,6 +143,27 @@ def test_a_keep_alive_request_sent_a_line_at_a_time_gets_408(srv: ServerHandle) 
     assert sent >= 2
 
 
+def test_a_flood_of_headers_gets_431_and_is_closed(srv: ServerHandle) -> None:
+    # sent fast, within the header timeout: only the byte cap stops it
+    line = b"X-Junk: " + b"a" * 1000 + b"\r\n"
+    sent = 0
+    with connect(srv.url) as sock:
+        sock.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n")
+        try:
+            while sent < 64 << 20:
+                sock.sendall(line * 64)
+                sent += len(line) * 64
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        status, headers, body = parse(read_until_closed(sock))
+    assert status == 431
+    assert headers["connection"] == "close"
+    error = assert_contract(body, "headers_too_large")
+    assert error["detail"] == {"max_header_bytes": 64 * 1024}
+    assert sent < 64 << 20  # refused long before the client was done
+    healthy(srv)
+
+
 def test_a_body_at_a_few_bytes_per_second_gets_408(srv: ServerHandle) -> None:
     body = json.dumps({"kind": "rope", "head_dim": 8, "max_positions": 16}).encode()
     head = (

@@ -5,6 +5,9 @@ Connections (`GuardedProtocol`, uvicorn's httptools protocol with what it lacks 
 - at most `max_connections` open: one beyond is answered 503 `too_many_connections` (the error
   contract, `Retry-After`, `Connection: close`) as soon as its headers arrive, and closed; it gets
   `REFUSED_GRACE` seconds to send them, so refused sockets never pile up;
+- `max_header_bytes` of request line and headers per request: else 431 `headers_too_large` and
+  closed (httptools keeps every header in memory and has no limit of its own; counted per read,
+  so at most one read beyond the limit is taken in);
 - `header_timeout_seconds` from a connection's first byte (a silent socket: from its accept) or a
   keep-alive request's first byte to its last header line: else 408 `request_timeout` and closed
   (a header line every few seconds never completes a request);
@@ -139,6 +142,14 @@ class ConnectionLimits:
             f"the request body did not arrive within {self.body_timeout:g}s of its headers",
             {"body_timeout_seconds": self.body_timeout},
         )
+        self.max_header_bytes = settings.max_header_bytes
+        self.headers_431 = _error_bytes(
+            431,
+            "Request Header Fields Too Large",
+            "headers_too_large",
+            f"the request line and headers exceed {self.max_header_bytes} bytes",
+            {"max_header_bytes": self.max_header_bytes},
+        )
         self.refused_body = orjson.dumps(
             {
                 "error": f"{self.max_connections} connections are open, the most this server "
@@ -149,6 +160,7 @@ class ConnectionLimits:
         )
         self.refused = _Tally(f"connections over max_connections={self.max_connections} refused")
         self.header_timeouts = _Tally(f"header timeouts ({self.header_timeout:g}s)")
+        self.header_floods = _Tally(f"requests over max_header_bytes={self.max_header_bytes}")
         self.body_timeouts = _Tally(f"body timeouts ({self.body_timeout:g}s)")
         self.send_timeouts = _Tally(
             f"responses cut: client read nothing for {self.send_timeout:g}s"
@@ -200,6 +212,7 @@ class GuardedProtocol(HttpToolsProtocol):
         self.body_timer: asyncio.TimerHandle | None = None
         self.send_timer: asyncio.TimerHandle | None = None
         self.in_headers = False
+        self.header_bytes = 0
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         """Accept, or (over the cap) serve only the 503; start the header timer."""
@@ -223,7 +236,13 @@ class GuardedProtocol(HttpToolsProtocol):
         """uvicorn's; then, while a request's headers are incomplete, the header timer runs, and
         while its body is still to come, the body timer (a request that arrives whole in one
         read, the common case, starts neither)."""
+        continued = self.in_headers
         super().data_received(data)
+        if continued and self.in_headers:  # this whole read was header bytes
+            self.header_bytes += len(data)
+            if self.header_bytes > self.limits.max_header_bytes:
+                self._headers_too_large()
+                return
         if self.in_headers and self.header_timer is None and not self.transport.is_closing():
             self.header_timer = self.loop.call_later(
                 self.limits.header_timeout, self._header_timeout
@@ -243,6 +262,7 @@ class GuardedProtocol(HttpToolsProtocol):
         of this read, `data_received`)."""
         super().on_message_begin()
         self.in_headers = True
+        self.header_bytes = 0
 
     def on_headers_complete(self) -> None:
         """The headers are in: the header timer stops."""
@@ -272,6 +292,13 @@ class GuardedProtocol(HttpToolsProtocol):
         if self.send_timer is not None:
             self.send_timer.cancel()
             self.send_timer = None
+
+    def _headers_too_large(self) -> None:
+        self.limits.header_floods.note()
+        self.in_headers = False
+        if self.cycle is None or self.cycle.response_complete:
+            self.transport.write(self.limits.headers_431)
+        self.transport.close()
 
     def _header_timeout(self) -> None:
         self.header_timer = None

@@ -60,6 +60,9 @@ class Settings(BaseSettings):
     max_connections: Annotated[int, Field(ge=1)] = Field(
         1024, description="open connections; a connection beyond is answered 503 and closed"
     )
+    max_header_bytes: Annotated[int, Field(ge=1024)] = Field(
+        64 * 1024, description="request line and headers of one request; more answer 431"
+    )
     header_timeout_seconds: Annotated[float, Field(gt=0.0)] = Field(
         10.0, description="from a connection's (or request's) first byte to its complete headers"
     )

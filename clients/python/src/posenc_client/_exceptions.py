@@ -32,9 +32,10 @@
             └── ExportError .................... 500 export (a graph failed verification)
 
 405 method_not_allowed, 406 not_acceptable, 408 request_timeout (the request's headers or body
-came too slowly), 415 unsupported_media_type and 416 range_not_satisfiable are `APIError`
-itself. An `error_type` this version does not know maps by status (400, 401/403, 404, 413, 422,
-503, 5xx), else to `APIError`. `str(err)` is the server's message.
+came too slowly), 415 unsupported_media_type, 416 range_not_satisfiable and 431
+headers_too_large are `APIError` itself. An `error_type` this version does not know maps by
+status (400, 401/403, 404, 413, 422, 503, 5xx), else to `APIError`. `str(err)` is the server's
+message.
 """
 
 from __future__ import annotations
@@ -226,6 +227,7 @@ _BY_ERROR_TYPE: dict[str, type[APIError]] = {
     "method_not_allowed": APIError,
     "not_acceptable": APIError,
     "request_timeout": APIError,
+    "headers_too_large": APIError,
     "unsupported_media_type": APIError,
     "range_not_satisfiable": APIError,
     "http_error": APIError,
