@@ -1,7 +1,8 @@
 """Shared server fixtures: a real uvicorn serving posenc on loopback.
 
 - `start_server(**settings) -> ServerHandle`: uvicorn in a background thread on a free port
-  (the socket is bound before uvicorn starts, so parallel xdist workers never collide). The handle
+  (the socket is bound before uvicorn starts, so parallel xdist workers never collide), configured
+  as `posenc serve` configures it (`server_config`: connection cap and timeouts). The handle
   has `.url`, `.app`, `.state`, `.device`, `.client()` and `.stop()`, and is a context manager.
 - `server` (session scope, one per xdist worker, with its gRPC service on `.grpc_url`) and
   `client` (an httpx.Client on it).
@@ -33,6 +34,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from posenc.api import Settings, create_app
+from posenc.api.server import server_config
 from posenc.api.state import AppState
 
 START_TIMEOUT = 60.0
@@ -99,8 +101,9 @@ def start_server(wait_ready: bool = True, **settings: Any) -> ServerHandle:
     sock.bind(("127.0.0.1", 0))
     sock.listen(128)
     port = sock.getsockname()[1]
-    config = uvicorn.Config(
+    config = server_config(
         app,
+        config_settings,
         log_level=config_settings.log_level,
         lifespan="on",
         timeout_graceful_shutdown=5,

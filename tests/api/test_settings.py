@@ -36,6 +36,11 @@ def test_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("POSENC_GRPC_PORT", "8001")
     s = Settings()
     assert s.grpc_port == 8001
+    monkeypatch.setenv("POSENC_IN_FLIGHT_BYTES", str(1536 << 20))
+    monkeypatch.setenv("POSENC_MAX_CONNECTIONS", "50")
+    monkeypatch.setenv("POSENC_HEADER_TIMEOUT_SECONDS", "2.5")
+    s = Settings()
+    assert (s.in_flight_bytes, s.max_connections, s.header_timeout_seconds) == (1536 << 20, 50, 2.5)
     assert s.device == "cuda:1"
     assert [k.get_secret_value() for k in s.api_keys] == ["alpha", "beta"]
     assert "alpha" not in repr(s)  # keys are secrets
@@ -54,6 +59,12 @@ def test_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         {"cache_bytes": -1},
         {"api_keys": [""]},
         {"log_format": "xml"},
+        {"in_flight_bytes": 1 << 20, "max_response_bytes": 2 << 20},
+        {"max_connections": 0},
+        {"max_header_bytes": 100},
+        {"header_timeout_seconds": 0},
+        {"body_timeout_seconds": -1},
+        {"send_timeout_seconds": 0},
     ],
 )
 def test_invalid(bad: dict[str, object]) -> None:

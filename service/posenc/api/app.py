@@ -45,7 +45,7 @@ from posenc.api.settings import Settings
 from posenc.api.state import AppState, KeyIndex, Lifecycle
 from posenc.encodings.weights import TableStore
 from posenc.presets import load_presets
-from posenc.runtime import TableCache, describe, resolve_device
+from posenc.runtime import InFlightBudget, TableCache, describe, resolve_device
 
 log = logging.getLogger("posenc.api")
 
@@ -141,12 +141,17 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         max_concurrent=settings.max_concurrent_computations,
         retry_after=settings.retry_after_seconds,
         on_compute=state.metrics.observe_compute,
+        budget=InFlightBudget(settings.in_flight_bytes, settings.retry_after_seconds),
     )
     collector = state.metrics.watch(cache)
     state.device, state.cache = device, cache
     state.tables = TableStore(settings.table_store_bytes)
     log.info(
-        "posenc %s on %s, cache budget %d bytes", __version__, describe(device), cache.max_bytes
+        "posenc %s on %s, cache budget %d bytes, in-flight budget %d bytes",
+        __version__,
+        describe(device),
+        cache.max_bytes,
+        settings.in_flight_bytes,
     )
     grpc_server = None
     if settings.grpc_port is not None:

@@ -121,7 +121,7 @@ class CacheCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         """Yield the cache's counters and gauges."""
         s = self.cache.stats
-        counters = (
+        counters: tuple[tuple[str, str, int], ...] = (
             ("posenc_cache_hits", "Lookups served from a resident table", s.hits),
             ("posenc_cache_misses", "Lookups that started a computation", s.misses),
             ("posenc_cache_coalesced", "Lookups that joined a computation in flight", s.coalesced),
@@ -129,15 +129,30 @@ class CacheCollector(Collector):
             ("posenc_compute_rejected", "Computations refused: too many in flight", s.rejected),
             ("posenc_compute_fallbacks", "Computations redone on the CPU (CUDA OOM)", s.fallbacks),
         )
+        b = self.cache.budget
+        if b is not None:
+            counters += (
+                (
+                    "posenc_in_flight_refused",
+                    "Work refused: in-flight byte budget spent",
+                    b.refused,
+                ),
+            )
         for name, doc, value in counters:
             yield CounterMetricFamily(name, doc, value=value)
         c = self.cache
-        gauges = (
+        gauges: tuple[tuple[str, str, int], ...] = (
             ("posenc_cache_bytes", "Bytes of resident tables and prepared bodies", c.bytes_held),
             ("posenc_cache_max_bytes", "The cache byte budget", c.max_bytes),
             ("posenc_cache_entries", "Resident tables", len(c)),
             ("posenc_computations_in_flight", "Computations running now", c.in_flight),
         )
+        if b is not None:
+            gauges += (
+                ("posenc_in_flight_bytes", "Bytes charged to the in-flight budget", b.held),
+                ("posenc_in_flight_peak_bytes", "Most bytes ever charged to it", b.peak),
+                ("posenc_in_flight_max_bytes", "The in-flight byte budget", b.max_bytes),
+            )
         for name, doc, value in gauges:
             yield GaugeMetricFamily(name, doc, value=value)
 

@@ -21,6 +21,12 @@ tensor and rows, answer 304 to a matching `If-None-Match` (GET), bind an uploade
 (`bind_tables`), then look the table up in the cache and send bytes prepared once per
 (table, format, tensors) or a zero-copy view.
 
+Memory: before a body is built or sent, its bytes are charged to the cache's in-flight budget
+(`runtime.budget`; 503 `overloaded` when they do not fit) and the charge is held until the last
+byte is handed over (`BodyResponse`). Sends of one cached buffer share one charge (they share its
+memory); a body built per request (row slices, a table too large to keep) has its own; a table too
+large for the cache is charged while its bodies are sent, since they keep it alive.
+
 Each representation has its own strong ETag (`representation_etag`): `"<key>"` for the default,
 the whole table as safetensors, and `"<key>.<format>[.<tensor>][.<start>-<end>]"` otherwise, so a
 304 (or an `If-Range`) only ever validates the bytes the request would get. A table built on a
@@ -33,13 +39,14 @@ strong ETag for different bytes. `Vary: Accept` is sent whenever the format was 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import orjson
 import torch
 from fastapi import Request
 from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
 from posenc.api.errors import ApiError
 from posenc.api.formats import (
@@ -76,7 +83,7 @@ from posenc.encodings.weights import (
     WeightTableSpec,
     resolve_tables,
 )
-from posenc.runtime import OFFLOAD_BYTES, Buffer, CacheEntry, TableCache
+from posenc.runtime import OFFLOAD_BYTES, Buffer, CacheEntry, Lease, TableCache
 from posenc.runtime.rows import preview_steps
 from posenc.verified import verified_against_text
 
@@ -132,8 +139,123 @@ TABLE_RESPONSES: dict[int | str, dict[str, Any]] = {
     400: {"description": "Bad request (malformed JSON, unknown format/tensor, bad rows)"},
     413: {"description": "Table or body over the limit (detail names size and maximum)"},
     422: {"description": "Invalid spec: detail lists [{field, message, value}]"},
-    503: {"description": "Too many computations in flight (Retry-After)"},
+    503: {
+        "description": "Too many computations in flight (`busy`), or the in-flight byte budget "
+        "is spent (`overloaded`); Retry-After"
+    },
 }
+
+SEND_CHUNK = 1 << 20
+"""Bytes handed to the server per `http.response.body` message of a table body."""
+
+JSON_BYTES_PER_ELEMENT = 24
+"""What a `format=json` body is charged per element (orjson writes a float32 in at most ~16
+characters plus a separator; integers in fewer)."""
+
+
+class BodyResponse(Response):
+    """A table body sent as views of its buffer, `SEND_CHUNK` bytes at a time, holding its
+    in-flight `leases` until the send ends, however it ends (completed, client gone, cancelled).
+
+    Each view is handed to uvicorn, which waits for the transport to drain before the next one:
+    a slow client is paced by flow control instead of having the rest of a large body copied
+    into the transport's buffer, and nothing is copied from the cached buffer.
+    """
+
+    def __init__(
+        self,
+        body: Buffer,
+        status_code: int,
+        headers: dict[str, str],
+        media_type: str,
+        leases: list[Lease],
+        keep: object = None,
+    ) -> None:
+        super().__init__(None, status_code, headers, media_type)
+        view = memoryview(body)
+        self.view = view if view.format == "B" and view.ndim == 1 else view.cast("B")
+        self.leases = leases
+        self.keep = keep  # what the charges name (the entry) stays alive while they are held
+        self.headers["content-length"] = str(self.view.nbytes)
+
+    def release(self) -> None:
+        """Give the in-flight charges back (idempotent)."""
+        for lease in getattr(self, "leases", ()):
+            lease.release()
+
+    def __del__(self) -> None:
+        # a response dropped unsent (the request cancelled before it was called) must not keep
+        # its charges for the life of the process
+        self.release()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": self.status_code,
+                    "headers": self.raw_headers,
+                }
+            )
+            view, size = self.view, self.view.nbytes
+            start = 0
+            while True:
+                end = min(start + SEND_CHUNK, size)
+                await send(
+                    {"type": "http.response.body", "body": view[start:end], "more_body": end < size}
+                )
+                if end >= size:
+                    break
+                start = end
+        finally:
+            self.release()
+
+
+def _charges(
+    cache: TableCache,
+    entry: CacheEntry,
+    fmt: Format,
+    selection: Selection,
+    nbytes: int,
+) -> list[tuple[Hashable, int]]:
+    """What sending this representation of `entry` holds outside the cache budget, as
+    (charge name, bytes): the table's tensors for a zero-copy raw view, a prepared body (shared
+    by every send of it while the entry is resident), or a body built for this request alone;
+    plus the table itself when the cache does not keep it."""
+    entry_id = id(entry)
+    resident = cache.peek(entry.key) is entry
+    charges: list[tuple[Hashable, int]] = []
+    if not resident:
+        charges.append((("table", entry_id), entry.table_bytes))
+    size = nbytes
+    if fmt.name == "json":
+        size = max(nbytes, JSON_BYTES_PER_ELEMENT * (nbytes // 2))
+    if fmt.name == "raw" and entry.table.tensors[selection.names[0]].device.type == "cpu":
+        name = selection.names[0]
+        if resident:  # a view of the cached tensor, whatever the rows
+            tensor = entry.table.tensors[name]
+            charges.append((("tensor", entry_id, name), tensor.numel() * tensor.element_size()))
+    elif selection.rows is None and resident:
+        charges.append((("body", entry_id, fmt.name, selection.names), size))
+    else:
+        charges.append((object(), size))
+    return charges
+
+
+def _acquire(cache: TableCache, charges: list[tuple[Hashable, int]]) -> list[Lease]:
+    """Leases for every charge, or none (`Overloaded` raised, those taken given back)."""
+    budget = cache.budget
+    leases: list[Lease] = []
+    if budget is None:
+        return leases
+    try:
+        for name, size in charges:
+            leases.append(budget.acquire(name, size))
+    except BaseException:
+        for lease in leases:
+            lease.release()
+        raise
+    return leases
 
 
 def etag_matches(header: str | None, etag: str) -> bool:
@@ -307,23 +429,30 @@ async def serve_table(
             key, fmt, selection, tuple(outputs), entry.device
         )
     nbytes = sum(i.nbytes for i in infos.values())
-    body = await _body(state, key, spec, fmt, selection, entry, nbytes)
-    headers["X-Posenc-Device"] = entry.device
-    headers["X-Posenc-Cache"] = outcome
-    if entry.fallback:
-        headers["X-Posenc-Fallback"] = entry.fallback
-    headers["Content-Disposition"] = f'inline; filename="{key}.{fmt.suffix}"'
-    status = 200
-    if fmt.single:
-        name = selection.names[0]
-        headers["X-Posenc-Tensor"] = name
-    if fmt.name == "raw":
-        info = infos[selection.names[0]]
-        headers["X-Posenc-Dtype"] = info.dtype
-        headers["X-Posenc-Shape"] = ",".join(str(d) for d in info.shape)
-        headers["Accept-Ranges"] = "bytes"
-        body, status = _apply_range(request, etag, body, headers)
-    return Response(body, status_code=status, media_type=fmt.media_type, headers=headers)
+    # charged before the body is built (or a cached one is held by the send)
+    leases = _acquire(cache, _charges(cache, entry, fmt, selection, nbytes))
+    try:
+        body = await _body(state, key, spec, fmt, selection, entry, nbytes)
+        headers["X-Posenc-Device"] = entry.device
+        headers["X-Posenc-Cache"] = outcome
+        if entry.fallback:
+            headers["X-Posenc-Fallback"] = entry.fallback
+        headers["Content-Disposition"] = f'inline; filename="{key}.{fmt.suffix}"'
+        status = 200
+        if fmt.single:
+            name = selection.names[0]
+            headers["X-Posenc-Tensor"] = name
+        if fmt.name == "raw":
+            info = infos[selection.names[0]]
+            headers["X-Posenc-Dtype"] = info.dtype
+            headers["X-Posenc-Shape"] = ",".join(str(d) for d in info.shape)
+            headers["Accept-Ranges"] = "bytes"
+            body, status = _apply_range(request, etag, body, headers)
+    except BaseException:
+        for lease in leases:
+            lease.release()
+        raise
+    return BodyResponse(body, status, headers, fmt.media_type, leases, entry)
 
 
 def _apply_range(

@@ -8,6 +8,7 @@ the gRPC service (`posenc.api.grpc`, status codes).
 | `UnknownTableError` (weight table key)     | 404    |                  |
 | other `PosencError` (bad spec or input)    | 400    |                  |
 | `Busy` (too many computations in flight)   | 503    | Retry-After      |
+| `Overloaded` (in-flight byte budget full)  | 503    | Retry-After      |
 | anything else                              | None: the caller logs it and answers 500 |
 """
 
@@ -19,7 +20,7 @@ from posenc.api.errors import ApiError
 from posenc.api.oip.codec import OipError
 from posenc.encodings import PosencError
 from posenc.encodings.weights import UnknownTableError
-from posenc.runtime import Busy
+from posenc.runtime import Busy, Overloaded
 
 INTERNAL_MESSAGE = "internal server error"
 """The message of a failure nothing maps (the exception itself is logged, never sent)."""
@@ -33,6 +34,6 @@ def as_oip_error(exc: Exception) -> OipError | None:
         return OipError(exc.status, exc.message, exc.headers)
     if isinstance(exc, PosencError):
         return OipError(404 if isinstance(exc, UnknownTableError) else 400, str(exc))
-    if isinstance(exc, Busy):
+    if isinstance(exc, (Busy, Overloaded)):
         return OipError(503, str(exc), {"Retry-After": str(max(1, math.ceil(exc.retry_after)))})
     return None
