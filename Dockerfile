@@ -66,7 +66,8 @@ RUN groupadd --system --gid 10001 posenc \
  && useradd --system --no-log-init --uid 10001 --gid 10001 --home-dir /home/posenc --create-home \
         --shell /usr/sbin/nologin posenc
 COPY deploy/docker/healthcheck.py /opt/posenc/healthcheck.py
-# Inside a container the server must listen beyond the loopback; every other setting keeps the
+# Inside a container the server must listen beyond the loopback, and serves the Open Inference
+# Protocol over gRPC on 8001 beside HTTP on 8000 (Triton's ports); every other setting keeps the
 # service's default and can be overridden by an env file, a ConfigMap or a flag. The root
 # filesystem may be read-only (Kubernetes, compose): caches go to /tmp, a writable volume there.
 # MALLOC_MMAP_THRESHOLD_: tables and bodies from 128 KiB have mappings of their own; a fixed
@@ -75,13 +76,14 @@ COPY deploy/docker/healthcheck.py /opt/posenc/healthcheck.py
 # bench/scale.py, docs/benchmarks.md).
 ENV POSENC_HOST=0.0.0.0 \
     POSENC_PORT=8000 \
+    POSENC_GRPC_PORT=8001 \
     HOME=/home/posenc \
     TMPDIR=/tmp \
     XDG_CACHE_HOME=/tmp/.cache \
     MALLOC_MMAP_THRESHOLD_=131072
 WORKDIR /home/posenc
 USER 10001:10001
-EXPOSE 8000
+EXPOSE 8000 8001
 # The start period covers importing torch and warming presets; /v2/health/ready is 200 only after
 # warm-up and 503 while draining after SIGTERM.
 HEALTHCHECK --interval=10s --timeout=5s --start-period=120s --retries=3 \

@@ -13,7 +13,7 @@ PORT ?= 8000
 TORCH_INDEX ?=
 TORCH_INDEX_ARG := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
 
-.PHONY: venv lock drift nginx wrk serve test check bench clean
+.PHONY: venv lock drift grpc-stubs nginx chromium wrk serve test check bench screenshots clean
 
 venv: $(STAMP)
 
@@ -52,6 +52,12 @@ lock: $(STAMP)
 drift:
 	$(PY) tools/drift.py
 
+# The gRPC stubs of the Open Inference Protocol (service/posenc/api/grpc/proto), generated with the
+# locked grpcio-tools from the vendored .proto files; tests/api/test_grpc_stubs.py checks that the
+# committed files are exactly what this writes.
+grpc-stubs: $(STAMP)
+	$(BIN)/python tools/grpc_stubs.py
+
 serve: $(STAMP)
 	$(BIN)/posenc serve --host $(HOST) --port $(PORT)
 
@@ -63,6 +69,13 @@ nginx:
 	  { apt-get update && { DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends nginx-light || \
 	    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends nginx; }; }
 
+# tests/ui drives the explorer page (/ui) in Debian's headless Chromium through Playwright, whose
+# own browser download is not used (tests/ui/conftest.py launches this executable).
+CHROMIUM ?= /usr/bin/chromium
+chromium:
+	@test -x $(CHROMIUM) || \
+	  { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium; }
+
 # bench.serve's throughput client for small bodies (Debian's wrk); without it the bench falls back
 # to Python socket clients, so a failed install only says so.
 wrk:
@@ -71,7 +84,7 @@ wrk:
 	  echo "wrk unavailable: bench.serve measures throughput with Python socket clients"
 
 # CI runs this target only, so it runs the static checks before the suite.
-test: $(STAMP) nginx
+test: $(STAMP) nginx chromium
 	$(MAKE) --no-print-directory check
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
@@ -85,7 +98,7 @@ check: $(STAMP)
 
 # Each bench prints its results as markdown (docs/benchmarks.md records them, docs/img the plots);
 # BENCHES=serve runs one.
-BENCHES ?= compute serve scale startup v2_infer
+BENCHES ?= compute serve scale startup v2_infer grpc_infer load
 bench: $(STAMP) nginx wrk
 	set -e; for b in $(BENCHES); do echo "== bench.$$b"; $(BIN)/python -m bench.$$b; done
 

@@ -1,9 +1,11 @@
 """Shared server fixtures: a real uvicorn serving posenc on loopback.
 
 - `start_server(**settings) -> ServerHandle`: uvicorn in a background thread on a free port
-  (the socket is bound before uvicorn starts, so parallel xdist workers never collide). The handle
+  (the socket is bound before uvicorn starts, so parallel xdist workers never collide), configured
+  as `posenc serve` configures it (`server_config`: connection cap and timeouts). The handle
   has `.url`, `.app`, `.state`, `.device`, `.client()` and `.stop()`, and is a context manager.
-- `server` (session scope, one per xdist worker) and `client` (an httpx.Client on it).
+- `server` (session scope, one per xdist worker, with its gRPC service on `.grpc_url`) and
+  `client` (an httpx.Client on it).
 - `start_server_process(*args, env=...) -> ProcessHandle`: `posenc serve --port 0` in a
   subprocess, for tests that need real signals; its URL is read from uvicorn's start-up line.
 
@@ -32,6 +34,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from posenc.api import Settings, create_app
+from posenc.api.server import server_config
 from posenc.api.state import AppState
 
 START_TIMEOUT = 60.0
@@ -58,6 +61,13 @@ class ServerHandle:
         """The device the server computes on (resolved in its lifespan)."""
         assert self.state.device is not None
         return self.state.device
+
+    @property
+    def grpc_url(self) -> str:
+        """`host:port` of the server's gRPC service (started with `grpc_port=0`)."""
+        port = self.state.grpc_port
+        assert port is not None, "started without grpc_port"
+        return f"127.0.0.1:{port}"
 
     def client(self, **kwargs: Any) -> httpx.Client:
         """An httpx client on this server (no compression, generous timeout)."""
@@ -91,8 +101,9 @@ def start_server(wait_ready: bool = True, **settings: Any) -> ServerHandle:
     sock.bind(("127.0.0.1", 0))
     sock.listen(128)
     port = sock.getsockname()[1]
-    config = uvicorn.Config(
+    config = server_config(
         app,
+        config_settings,
         log_level=config_settings.log_level,
         lifespan="on",
         timeout_graceful_shutdown=5,
@@ -124,6 +135,7 @@ class ProcessHandle:
 
     proc: subprocess.Popen[str]
     url: str = ""
+    grpc_url: str = ""
     lines: list[str] = field(default_factory=list)
 
     def signal(self, sig: int = signal.SIGTERM) -> None:
@@ -138,7 +150,8 @@ class ProcessHandle:
 
 
 def start_server_process(*args: str, env: dict[str, str] | None = None) -> ProcessHandle:
-    """Run `posenc serve --port 0 ARGS` and wait until uvicorn reports its address."""
+    """Run `posenc serve --port 0 ARGS` and wait until uvicorn reports its address (and the gRPC
+    service its port, `grpc_url`, when ARGS hold `--grpc-port`)."""
     exe = Path(sys.executable).with_name("posenc")
     full_env = {**os.environ, **(env or {})}
     proc = subprocess.Popen(
@@ -151,11 +164,15 @@ def start_server_process(*args: str, env: dict[str, str] | None = None) -> Proce
     handle = ProcessHandle(proc)
     found = threading.Event()
     pattern = re.compile(r"Uvicorn running on (http://\S+)")
+    grpc_pattern = re.compile(r"gRPC \(\S+\) on (\S+:\d+)")
 
     def read() -> None:
         assert proc.stderr is not None
         for line in proc.stderr:
             handle.lines.append(line)
+            grpc_match = grpc_pattern.search(line)
+            if grpc_match:
+                handle.grpc_url = grpc_match.group(1)
             match = pattern.search(line)
             if match:
                 handle.url = match.group(1)
@@ -170,8 +187,10 @@ def start_server_process(*args: str, env: dict[str, str] | None = None) -> Proce
 
 @pytest.fixture(scope="session")
 def server() -> Iterator[ServerHandle]:
-    """One posenc server per test session (per xdist worker) with test-sized limits."""
+    """One posenc server per test session (per xdist worker) with test-sized limits, serving
+    gRPC too (`grpc_url`)."""
     with start_server(
+        grpc_port=0,
         cache_bytes=512 << 20,
         max_response_bytes=160 << 20,
         json_max_elements=100_000,

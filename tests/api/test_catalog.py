@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -89,7 +90,9 @@ def test_presets_match_published_configs(client: httpx.Client, preset: str, conf
     assert {s["key"] for s in resolved} <= preset_keys
 
 
-def test_multi_part_presets_are_addressable(server: ServerHandle, client: httpx.Client) -> None:
+def test_multi_part_presets_are_addressable(
+    server: ServerHandle, client: httpx.Client, etag_for: Callable[[str], str]
+) -> None:
     gemma = client.get("/v1/presets/gemma-3-27b/full_attention").json()
     assert gemma["spec"]["rope_theta"] == 1_000_000.0
     assert gemma["spec"]["rope_scaling"] == {"rope_type": "linear", "factor": 8.0}
@@ -105,7 +108,7 @@ def test_multi_part_presets_are_addressable(server: ServerHandle, client: httpx.
     want = compute(spec, server.device).tensors["buckets"][:4].cpu()
     assert torch.equal(decode(enc)["buckets"], want)
     key = enc.headers["x-posenc-key"]
-    r = client.get("/v1/presets/t5-base/encoder/table", headers={"If-None-Match": f'"{key}"'})
+    r = client.get("/v1/presets/t5-base/encoder/table", headers={"If-None-Match": etag_for(key)})
     assert r.status_code == 304
 
 

@@ -200,3 +200,11 @@ def test_v2_decodes_compressed_bodies_only(healthy: httpx.Client) -> None:
         )
         assert r.status_code == 400, (encoding, r.text[:300])
         assert set(r.json()) == {"error"}
+
+
+@pytest.mark.parametrize("max_points", ["١٢", " 12", "+12", "1_2", "12.0"])
+def test_preview_max_points_ascii_digits_only(healthy: httpx.Client, max_points: str) -> None:
+    key = healthy.post("/v1/tables", json={"kind": "rope", "head_dim": 8, "max_positions": 32})
+    url = f"/v1/tables/{key.headers['x-posenc-key']}/preview"
+    r = healthy.get(url, params={"tensor": "cos", "max_points": max_points})
+    _assert_contract(r, 400, "invalid_max_points")

@@ -163,6 +163,10 @@ INFERENCE_SERVICE = _resource(
                             "storageUri": {"type": "string"},
                             # The inlined Container fields posenc uses.
                             "env": {"type": "array", "items": k8s("io.k8s.api.core.v1.EnvVar")},
+                            "ports": {
+                                "type": "array",
+                                "items": k8s("io.k8s.api.core.v1.ContainerPort"),
+                            },
                             "resources": k8s("io.k8s.api.core.v1.ResourceRequirements"),
                         },
                     },

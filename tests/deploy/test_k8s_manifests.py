@@ -144,12 +144,13 @@ def test_termination_outlasts_the_drain(
 def test_probes_use_the_health_routes(base: dict[str, dict[str, Any]]) -> None:
     container = _container(_server(base), "posenc")
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"http": int(_config(base)["POSENC_PORT"])}
+    config = _config(base)
+    assert ports == {"http": int(config["POSENC_PORT"]), "grpc": int(config["POSENC_GRPC_PORT"])}
     assert container["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
     assert container["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
     assert container["startupProbe"]["httpGet"]["path"] == "/v2/health/live"
     for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
-        assert container[probe]["httpGet"]["port"] in ports
+        assert container[probe]["httpGet"]["port"] == "http"
 
 
 def test_server_pod_is_hardened_and_matches_the_image(base: dict[str, dict[str, Any]]) -> None:
@@ -184,8 +185,11 @@ def test_selectors_and_ports_line_up(base: dict[str, dict[str, Any]]) -> None:
     pod_labels = base["Deployment/posenc"]["spec"]["template"]["metadata"]["labels"]
     service = base["Service/posenc"]
     assert service["spec"]["selector"].items() <= pod_labels.items()
-    (port,) = service["spec"]["ports"]
-    assert port["targetPort"] == "http"
+    port, grpc = service["spec"]["ports"]
+    assert (port["name"], port["targetPort"], port["port"]) == ("http", "http", 8000)
+    # the Open Inference Protocol over gRPC on Triton's port, HTTP/2 without TLS
+    assert (grpc["name"], grpc["targetPort"], grpc["port"]) == ("grpc", "grpc", 8001)
+    assert grpc["appProtocol"] == "kubernetes.io/h2c"
     for selector in (
         base["Deployment/posenc"]["spec"]["selector"]["matchLabels"],
         base["PodDisruptionBudget/posenc"]["spec"]["selector"]["matchLabels"],
@@ -285,4 +289,24 @@ def test_kserve_example_speaks_v2() -> None:
     env = {e["name"]: e["value"] for e in container["env"]}
     assert [p["containerPort"] for p in container["ports"]] == [int(env["POSENC_PORT"])]
     assert container["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
+    assert service["enableServiceLinks"] is False
+
+
+def test_kserve_grpc_example_speaks_grpc_v2() -> None:
+    """The gRPC twin: one h2c port, the gRPC port the server is told, readiness from the image's
+    health check (the routed port speaks gRPC only)."""
+    objects = by_name(kustomize(K8S / "kserve"))
+    runtime = objects["ServingRuntime/posenc-grpc"]["spec"]
+    service = objects["InferenceService/posenc-grpc"]["spec"]["predictor"]
+    assert runtime["protocolVersions"] == ["grpc-v2"]
+    assert service["model"]["protocolVersion"] == "grpc-v2"
+    assert service["model"]["runtime"] == "posenc-grpc"
+    (container,) = runtime["containers"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    for ports in (container["ports"], service["model"]["ports"]):
+        assert [(p["name"], p["containerPort"]) for p in ports] == [
+            ("h2c", int(env["POSENC_GRPC_PORT"]))
+        ]
+    assert int(env["POSENC_GRPC_PORT"]) == 8001
+    assert container["readinessProbe"]["exec"]["command"][-1] == "/opt/posenc/healthcheck.py"
     assert service["enableServiceLinks"] is False

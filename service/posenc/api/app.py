@@ -1,10 +1,11 @@
 """The app factory: `create_app(settings) -> FastAPI`.
 
 Everything stateful is built per app: the metrics registry, the key index and the presets in
-`create_app`; the device, the cache and the table store (uploaded weight tables) in the lifespan
-(never at import), which then warms the configured presets in the background and flips readiness
-when done. Routers are composed here, in one place, from the route modules (`posenc.api.routes`:
-`/v1`, `/v2`, health and metrics);
+`create_app`; the device, the cache, the table store (uploaded weight tables) and, with `grpc_port`,
+the gRPC service (`posenc.api.grpc`) in the lifespan (never at import), which then warms the
+configured presets in the background and flips readiness when done. Routers are composed here, in
+one place, from the route modules (`posenc.api.routes`: `/v1`, `/v2`, health and metrics, and the
+explorer page at `/ui`);
 `ApiKeyMiddleware` guards `/v1` and `/v2/models` (and `/metrics` and the OpenAPI pages with
 `protect_docs_and_metrics`); `api/openapi.py` completes the OpenAPI document;
 `BodyLimitMiddleware` caps request bodies per route (`body_limits`).
@@ -25,6 +26,7 @@ from posenc import __version__
 from posenc.api.auth import DOCS_PREFIXES, PROTECTED_PREFIXES, ApiKeyMiddleware
 from posenc.api.deps import oip_context
 from posenc.api.errors import install_error_handlers
+from posenc.api.grpc import GrpcServer
 from posenc.api.hot import HotRoutes
 from posenc.api.metrics import Metrics, MetricsMiddleware
 from posenc.api.middleware import BodyLimitMiddleware, RouteLimit
@@ -37,6 +39,7 @@ from posenc.api.routes import (
     presets,
     resolve,
     tables,
+    ui,
     uploads,
     version,
 )
@@ -44,7 +47,7 @@ from posenc.api.settings import Settings
 from posenc.api.state import AppState, KeyIndex, Lifecycle
 from posenc.encodings.weights import TableStore
 from posenc.presets import load_presets
-from posenc.runtime import TableCache, describe, resolve_device
+from posenc.runtime import InFlightBudget, TableCache, describe, resolve_device
 
 log = logging.getLogger("posenc.api")
 
@@ -129,8 +132,8 @@ async def warm(state: AppState, names: list[str]) -> None:
 
 @contextlib.asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-    """Resolve the device, build the cache and the table store, warm presets in the background;
-    tear down on exit."""
+    """Resolve the device, build the cache and the table store, start the gRPC service when
+    `grpc_port` is set, warm presets in the background; tear down on exit."""
     state: AppState = app.state.posenc
     settings = state.settings
     device = resolve_device(settings.device)
@@ -140,17 +143,31 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         max_concurrent=settings.max_concurrent_computations,
         retry_after=settings.retry_after_seconds,
         on_compute=state.metrics.observe_compute,
+        budget=InFlightBudget(settings.in_flight_bytes, settings.retry_after_seconds),
     )
     collector = state.metrics.watch(cache)
     state.device, state.cache = device, cache
     state.tables = TableStore(settings.table_store_bytes)
     log.info(
-        "posenc %s on %s, cache budget %d bytes", __version__, describe(device), cache.max_bytes
+        "posenc %s on %s, cache budget %d bytes, in-flight budget %d bytes",
+        __version__,
+        describe(device),
+        cache.max_bytes,
+        settings.in_flight_bytes,
     )
+    grpc_server = None
+    if settings.grpc_port is not None:
+        grpc_server = GrpcServer(state)
+        state.grpc_port = await grpc_server.start(settings.host, settings.grpc_port)
     warming = asyncio.create_task(warm(state, _warm_list(settings, list(state.presets))))
     try:
         yield
     finally:
+        if grpc_server is not None:
+            # HTTP has stopped accepting and finished (uvicorn's graceful shutdown): gRPC now
+            # refuses new calls and gives those in flight the same grace
+            await grpc_server.stop(settings.grace_seconds)
+            state.grpc_port = None
         warming.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await warming
@@ -195,6 +212,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         resolve.router,
         onnx.router,
         version.router,
+        ui.router,
     ):
         app.include_router(router)
     # the last added is the outermost: metrics see every request, refused ones included

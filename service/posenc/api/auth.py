@@ -6,11 +6,13 @@ against every configured key without an early exit, so timing does not reveal wh
 matched. Health (`/v2/health/*`) and server metadata (`/v2`) stay open; `/metrics` and the
 OpenAPI pages too unless `protect_docs_and_metrics` (`DOCS_PREFIXES`). Refusals are the error
 contract's 401 `unauthorized` with `WWW-Authenticate: Bearer`.
+`bearer_verdict` is the check itself, shared with the gRPC service (`authorization` metadata).
 """
 
 from __future__ import annotations
 
 import hmac
+from collections.abc import Sequence
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -19,6 +21,26 @@ from posenc.api.errors import error_response
 PROTECTED_PREFIXES = ("/v1/", "/v2/models")
 DOCS_PREFIXES = ("/metrics", "/docs", "/redoc", "/openapi.json")
 """Guarded too with `protect_docs_and_metrics`."""
+
+
+MISSING_MESSAGE = "this route needs an Authorization: Bearer <key> header"
+INVALID_MESSAGE = "the bearer token is not a valid API key"
+
+
+def bearer_verdict(value: bytes | None, keys: Sequence[bytes]) -> bool | None:
+    """Whether an `Authorization` value (None: absent) carries one of `keys` as a bearer token:
+    True/False for a valid/invalid token, None when there is no bearer token at all. Every key is
+    compared (`hmac.compare_digest`, no early exit)."""
+    if value is None:
+        return None
+    scheme, _, token = value.partition(b" ")
+    token = token.strip()
+    if scheme.lower() != b"bearer" or not token:
+        return None
+    match = False
+    for key in keys:
+        match |= hmac.compare_digest(token, key)
+    return match
 
 
 class ApiKeyMiddleware:
@@ -35,14 +57,7 @@ class ApiKeyMiddleware:
         """True/False for a valid/invalid token, None when there is no bearer token at all."""
         for name, value in scope["headers"]:
             if name == b"authorization":
-                scheme, _, token = value.partition(b" ")
-                token = token.strip()
-                if scheme.lower() != b"bearer" or not token:
-                    return None
-                match = False
-                for key in self.keys:
-                    match |= hmac.compare_digest(token, key)
-                return match
+                return bearer_verdict(value, self.keys)
         return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -54,12 +69,9 @@ class ApiKeyMiddleware:
             await self.app(scope, receive, send)
             return
         if verdict is None:
-            message, challenge = "this route needs an Authorization: Bearer <key> header", ""
+            message, challenge = MISSING_MESSAGE, ""
         else:
-            message, challenge = (
-                "the bearer token is not a valid API key",
-                ', error="invalid_token"',
-            )
+            message, challenge = INVALID_MESSAGE, ', error="invalid_token"'
         response = error_response(
             401,
             "unauthorized",

@@ -5,7 +5,8 @@
 - `app_state(request)`: the same for the hot routes, which take no dependencies
   (`posenc.api.hot` serves them without FastAPI's dependency solving);
 - `oip_context(request)`: the `OipContext` the `/v2` models get from the service (its cache,
-  table store, limits and readiness), 503 while the app starts or stops.
+  table store, limits and readiness), 503 while the app starts or stops; `context_for(state)`
+  the same from the state alone (the gRPC service's way in).
 
 `oip_context` adds one counter to the app's metrics registry, `posenc_v2_infer_total{model,
 source}`: where the rows of each inference came from (`hit`, `miss`, `coalesced`: the cached
@@ -53,9 +54,9 @@ def _infer_counter(registry: CollectorRegistry) -> Counter:
     return counter
 
 
-def oip_context(request: Request) -> OipContext:
-    """The `OipContext` of the app serving `request` (503 while it starts or stops)."""
-    state = app_state(request)
+def context_for(state: AppState) -> OipContext:
+    """The `OipContext` of the app whose state is `state` (503 while it starts or stops): what
+    its `/v2` routes and its gRPC service (`posenc.api.grpc`) hand the models."""
     cache = state.require_cache()
     lifecycle = state.lifecycle
     counter = _infer_counter(state.metrics.registry)
@@ -69,3 +70,8 @@ def oip_context(request: Request) -> OipContext:
         ready=lambda: lifecycle.ready and not lifecycle.draining,
         observe=lambda model, source: counter.labels(model, source).inc(),
     )
+
+
+def oip_context(request: Request) -> OipContext:
+    """The `OipContext` of the app serving `request` (503 while it starts or stops)."""
+    return context_for(app_state(request))

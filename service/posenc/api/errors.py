@@ -9,6 +9,7 @@ This module is the one place that maps exceptions to HTTP statuses:
     │   └── UnknownTableError ... 404 unknown_table     (a table key not in the store)
     ApiError (raised by the routes with its own status and error_type)
     Busy (posenc.runtime) ....... 503 busy              Retry-After
+    Overloaded (posenc.runtime) . 503 overloaded        Retry-After (in-flight byte budget)
     RequestValidationError ...... 422 invalid_request   (path and query parameters)
     StarletteHTTPException ...... its status            (404 unknown route, 405 ...)
     anything else ............... 500 internal_error    (a bug: logged with its traceback)
@@ -30,7 +31,7 @@ from starlette.routing import Route, compile_path
 
 from posenc.encodings import PosencError, SpecError
 from posenc.encodings.weights import UnknownTableError
-from posenc.runtime import Busy
+from posenc.runtime import Busy, Overloaded
 
 log = logging.getLogger("posenc.api")
 
@@ -170,6 +171,18 @@ def to_response(exc: Exception, request: Request | None = None) -> Response:
             {"max_concurrent_computations": exc.limit},
             {"Retry-After": retry},
         )
+    if isinstance(exc, Overloaded):
+        return error_response(
+            503,
+            "overloaded",
+            str(exc),
+            {
+                "requested_bytes": exc.requested,
+                "in_flight_bytes": exc.held,
+                "max_in_flight_bytes": exc.limit,
+            },
+            {"Retry-After": str(max(1, math.ceil(exc.retry_after)))},
+        )
     if isinstance(exc, RequestValidationError):
         detail = [
             {
@@ -203,6 +216,7 @@ def install_error_handlers(app: FastAPI) -> None:
         ApiError,
         PosencError,
         Busy,
+        Overloaded,
         RequestValidationError,
         StarletteHTTPException,
         Exception,

@@ -1,15 +1,18 @@
 """Prometheus metrics on a per-app `CollectorRegistry` (two apps in one process never collide).
 
-Request metrics are recorded by `MetricsMiddleware`, a pure ASGI middleware (no
+HTTP request metrics are recorded by `MetricsMiddleware`, a pure ASGI middleware (no
 BaseHTTPMiddleware: it would buffer streamed bodies), labelled with the route *template*
-(`/v1/tables/{key}`), never the raw path. Cache counters are read from `TableCache.stats` at
-scrape time by `CacheCollector`; compute time is observed by the cache's `on_compute` hook.
+(`/v1/tables/{key}`), never the raw path; gRPC calls by the service itself (`observe_grpc`). Cache
+counters are read from `TableCache.stats` at scrape time by `CacheCollector`; compute time is
+observed by the cache's `on_compute` hook.
 
 | metric                                        | type      | labels                |
 |-----------------------------------------------|-----------|-----------------------|
 | posenc_http_requests_total                    | counter   | method, route, status |
 | posenc_http_request_duration_seconds          | histogram | method, route         |
 | posenc_http_requests_in_flight                | gauge     |                       |
+| posenc_grpc_requests_total                    | counter   | method, code          |
+| posenc_grpc_request_duration_seconds          | histogram | method                |
 | posenc_compute_seconds                        | histogram | kind, device          |
 | posenc_cache_{hits,misses,coalesced}_total    | counter   |                       |
 | posenc_cache_evictions_total                  | counter   |                       |
@@ -58,6 +61,19 @@ class Metrics:
         self.in_flight = Gauge(
             "posenc_http_requests_in_flight", "HTTP requests being served", registry=self.registry
         )
+        self.grpc_requests = Counter(
+            "posenc_grpc_requests",
+            "gRPC calls (inference.GRPCInferenceService) by method and status code",
+            ("method", "code"),
+            registry=self.registry,
+        )
+        self.grpc_latency = Histogram(
+            "posenc_grpc_request_duration_seconds",
+            "gRPC call latency by method (until the response message is handed over)",
+            ("method",),
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
         self.compute = Histogram(
             "posenc_compute_seconds",
             "Table computations by kind and device (count = computations)",
@@ -80,6 +96,11 @@ class Metrics:
             self._children[key] = found
         return found
 
+    def observe_grpc(self, method: str, code: str, seconds: float) -> None:
+        """One gRPC call of `method` that ended with status `code` (`OK`, `NOT_FOUND`, ...)."""
+        self.grpc_requests.labels(method, code).inc()
+        self.grpc_latency.labels(method).observe(seconds)
+
     def observe_compute(self, kind: str, device: str, seconds: float) -> None:
         """The cache's `on_compute` hook."""
         self.compute.labels(kind, device).observe(seconds)
@@ -100,7 +121,7 @@ class CacheCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         """Yield the cache's counters and gauges."""
         s = self.cache.stats
-        counters = (
+        counters: tuple[tuple[str, str, int], ...] = (
             ("posenc_cache_hits", "Lookups served from a resident table", s.hits),
             ("posenc_cache_misses", "Lookups that started a computation", s.misses),
             ("posenc_cache_coalesced", "Lookups that joined a computation in flight", s.coalesced),
@@ -108,15 +129,30 @@ class CacheCollector(Collector):
             ("posenc_compute_rejected", "Computations refused: too many in flight", s.rejected),
             ("posenc_compute_fallbacks", "Computations redone on the CPU (CUDA OOM)", s.fallbacks),
         )
+        b = self.cache.budget
+        if b is not None:
+            counters += (
+                (
+                    "posenc_in_flight_refused",
+                    "Work refused: in-flight byte budget spent",
+                    b.refused,
+                ),
+            )
         for name, doc, value in counters:
             yield CounterMetricFamily(name, doc, value=value)
         c = self.cache
-        gauges = (
+        gauges: tuple[tuple[str, str, int], ...] = (
             ("posenc_cache_bytes", "Bytes of resident tables and prepared bodies", c.bytes_held),
             ("posenc_cache_max_bytes", "The cache byte budget", c.max_bytes),
             ("posenc_cache_entries", "Resident tables", len(c)),
             ("posenc_computations_in_flight", "Computations running now", c.in_flight),
         )
+        if b is not None:
+            gauges += (
+                ("posenc_in_flight_bytes", "Bytes charged to the in-flight budget", b.held),
+                ("posenc_in_flight_peak_bytes", "Most bytes ever charged to it", b.peak),
+                ("posenc_in_flight_max_bytes", "The in-flight byte budget", b.max_bytes),
+            )
         for name, doc, value in gauges:
             yield GaugeMetricFamily(name, doc, value=value)
 

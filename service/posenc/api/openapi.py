@@ -81,6 +81,12 @@ ROUTE_ERRORS: dict[tuple[str, str], dict[int, str]] = {
         422: "Invalid spec or config: detail lists [{field, message, value}]",
     },
     ("get", "/v1/tables/{key}"): TABLE_ERRORS,
+    ("get", "/v1/tables/{key}/preview"): {
+        400: "Bad tensor, rows or max_points (invalid_max_points)",
+        404: "Unknown key, or uploaded table",
+        413: "Table over max_response_bytes",
+        503: "Too many computations in flight, or the in-flight budget is full (Retry-After)",
+    },
     ("get", "/v1/presets/{name}/{part}/table"): TABLE_ERRORS,
     ("get", "/v1/presets/{name}"): {404: "Unknown preset"},
     ("get", "/v1/presets/{name}/{part}"): {404: "Unknown preset or part"},

@@ -1,4 +1,24 @@
-"""Running the app under uvicorn with a graceful drain, and log configuration.
+"""Running the app under uvicorn: connection limits, a graceful drain, and log configuration.
+
+Connections (`GuardedProtocol`, uvicorn's httptools protocol with what it lacks added):
+
+- at most `max_connections` open: one beyond is answered 503 `too_many_connections` (the error
+  contract, `Retry-After`, `Connection: close`) as soon as its headers arrive, and closed; it gets
+  `REFUSED_GRACE` seconds to send them, so refused sockets never pile up;
+- `max_header_bytes` of request line and headers per request: else 431 `headers_too_large` and
+  closed (httptools keeps every header in memory and has no limit of its own; counted per read,
+  so at most one read beyond the limit is taken in);
+- `header_timeout_seconds` from a connection's first byte (a silent socket: from its accept) or a
+  keep-alive request's first byte to its last header line: else 408 `request_timeout` and closed
+  (a header line every few seconds never completes a request);
+- `body_timeout_seconds` from the headers to the last byte of the body: else 408 and closed (a
+  body trickling in at a few bytes per second);
+- `idle_timeout_seconds` between requests on a keep-alive connection (uvicorn's keep-alive);
+- `send_timeout_seconds` during which a client reads nothing of its response (the transport stays
+  over its high-water mark): the connection is cut, and the body's memory freed.
+
+uvicorn offers `limit_concurrency` (counted only once a request's headers are in, answered in
+plain text) and the keep-alive timeout; it has no header, body or send timeout.
 
 On SIGTERM the server first drains: readiness turns 503 while requests keep being served for
 `drain_seconds` (so a load balancer notices and stops routing here), then uvicorn stops accepting
@@ -8,6 +28,7 @@ The process then exits 0. SIGINT (Ctrl-C) and a second SIGTERM skip the drain.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import signal
@@ -17,6 +38,9 @@ from typing import Any
 
 import orjson
 import uvicorn
+from starlette.types import Receive, Scope, Send
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.server import ServerState
 
 from posenc.api.app import create_app
 from posenc.api.settings import Settings
@@ -55,6 +79,264 @@ def configure_logging(settings: Settings) -> None:
         logger.propagate = True
 
 
+log = logging.getLogger("posenc.api.server")
+
+REFUSED_GRACE = 1.0
+"""Seconds a connection over `max_connections` gets to send its request headers (then it is
+answered 503), capped by `header_timeout_seconds`."""
+
+LOG_EVERY = 10.0
+"""Seconds between two log lines about refused or timed-out connections (each line counts them)."""
+
+
+def _error_bytes(status: int, reason: str, error_type: str, message: str, detail: Any) -> bytes:
+    """A complete HTTP/1.1 response in the error contract, closing the connection."""
+    body = orjson.dumps({"error": message, "error_type": error_type, "detail": detail})
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+    )
+    return head.encode("ascii") + body
+
+
+class _Tally:
+    """Counts an event and logs it at most once per `LOG_EVERY` seconds (a flood of slow or
+    refused sockets must be visible in the log without filling it)."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.count = 0
+        self.last = -math.inf
+
+    def note(self) -> None:
+        """One more; logged when the last line is `LOG_EVERY` seconds old."""
+        self.count += 1
+        now = time.monotonic()
+        if now - self.last >= LOG_EVERY:
+            log.warning("%s (%d since start)", self.what, self.count)
+            self.last = now
+
+
+class ConnectionLimits:
+    """The limits `GuardedProtocol` enforces, from the settings, with canned responses and the
+    per-server counters of what was refused or cut."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.max_connections = settings.max_connections
+        self.header_timeout = settings.header_timeout_seconds
+        self.body_timeout = settings.body_timeout_seconds
+        self.idle_timeout = settings.idle_timeout_seconds
+        self.send_timeout = settings.send_timeout_seconds
+        self.retry_after = str(settings.retry_after_seconds)
+        self.header_408 = _error_bytes(
+            408,
+            "Request Timeout",
+            "request_timeout",
+            f"the request headers did not arrive within {self.header_timeout:g}s",
+            {"header_timeout_seconds": self.header_timeout},
+        )
+        self.body_408 = _error_bytes(
+            408,
+            "Request Timeout",
+            "request_timeout",
+            f"the request body did not arrive within {self.body_timeout:g}s of its headers",
+            {"body_timeout_seconds": self.body_timeout},
+        )
+        self.max_header_bytes = settings.max_header_bytes
+        self.headers_431 = _error_bytes(
+            431,
+            "Request Header Fields Too Large",
+            "headers_too_large",
+            f"the request line and headers exceed {self.max_header_bytes} bytes",
+            {"max_header_bytes": self.max_header_bytes},
+        )
+        self.refused_body = orjson.dumps(
+            {
+                "error": f"{self.max_connections} connections are open, the most this server "
+                f"keeps; retry in {self.retry_after}s",
+                "error_type": "too_many_connections",
+                "detail": {"max_connections": self.max_connections},
+            }
+        )
+        self.refused = _Tally(f"connections over max_connections={self.max_connections} refused")
+        self.header_timeouts = _Tally(f"header timeouts ({self.header_timeout:g}s)")
+        self.header_floods = _Tally(f"requests over max_header_bytes={self.max_header_bytes}")
+        self.body_timeouts = _Tally(f"body timeouts ({self.body_timeout:g}s)")
+        self.send_timeouts = _Tally(
+            f"responses cut: client read nothing for {self.send_timeout:g}s"
+        )
+
+    async def refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The ASGI app a connection over the cap gets: 503 `too_many_connections`, closed."""
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 503,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(self.refused_body)).encode()),
+                    (b"retry-after", self.retry_after.encode()),
+                    (b"connection", b"close"),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": self.refused_body})
+
+
+class PosencConfig(uvicorn.Config):
+    """uvicorn's Config serving with `GuardedProtocol` under `settings`' connection limits."""
+
+    def __init__(self, app: Any, settings: Settings, **kwargs: Any) -> None:
+        super().__init__(app, http=GuardedProtocol, **kwargs)
+        self.limits = ConnectionLimits(settings)
+
+
+class GuardedProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with a connection cap and header, body and send timeouts
+    (module docstring); needs a `PosencConfig`."""
+
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        server_state: ServerState,
+        app_state: dict[str, Any],
+        _loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        super().__init__(config, server_state, app_state, _loop)
+        if not isinstance(config, PosencConfig):
+            raise TypeError("GuardedProtocol needs a PosencConfig")
+        self.limits = config.limits
+        # uvicorn annotates the keep-alive timeout as int; call_later takes any float
+        self.timeout_keep_alive = config.limits.idle_timeout  # type: ignore[assignment]
+        self.header_timer: asyncio.TimerHandle | None = None
+        self.body_timer: asyncio.TimerHandle | None = None
+        self.send_timer: asyncio.TimerHandle | None = None
+        self.in_headers = False
+        self.header_bytes = 0
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        """Accept, or (over the cap) serve only the 503; start the header timer."""
+        super().connection_made(transport)
+        wait = self.limits.header_timeout
+        if len(self.connections) > self.limits.max_connections:
+            self.app = self.limits.refuse
+            self.limits.refused.note()
+            wait = min(wait, REFUSED_GRACE)
+        self.header_timer = self.loop.call_later(wait, self._header_timeout)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        """uvicorn's, and every timer cancelled."""
+        for timer in (self.header_timer, self.body_timer, self.send_timer):
+            if timer is not None:
+                timer.cancel()
+        self.header_timer = self.body_timer = self.send_timer = None
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        """uvicorn's; then, while a request's headers are incomplete, the header timer runs, and
+        while its body is still to come, the body timer (a request that arrives whole in one
+        read, the common case, starts neither)."""
+        continued = self.in_headers
+        super().data_received(data)
+        if continued and self.in_headers:  # this whole read was header bytes
+            self.header_bytes += len(data)
+            if self.header_bytes > self.limits.max_header_bytes:
+                self._headers_too_large()
+                return
+        if self.in_headers and self.header_timer is None and not self.transport.is_closing():
+            self.header_timer = self.loop.call_later(
+                self.limits.header_timeout, self._header_timeout
+            )
+        cycle = self.cycle
+        if (
+            self.body_timer is None
+            and cycle is not None
+            and cycle.more_body
+            and not cycle.response_complete
+            and not self.transport.is_closing()
+        ):
+            self.body_timer = self.loop.call_later(self.limits.body_timeout, self._body_timeout)
+
+    def on_message_begin(self) -> None:
+        """A request's first byte: its headers are due within the header timeout (from the end
+        of this read, `data_received`)."""
+        super().on_message_begin()
+        self.in_headers = True
+        self.header_bytes = 0
+
+    def on_headers_complete(self) -> None:
+        """The headers are in: the header timer stops."""
+        self.in_headers = False
+        if self.header_timer is not None:
+            self.header_timer.cancel()
+            self.header_timer = None
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        """The body is in: the body timer stops."""
+        if self.body_timer is not None:
+            self.body_timer.cancel()
+            self.body_timer = None
+        super().on_message_complete()
+
+    def pause_writing(self) -> None:
+        """The client stopped reading (the transport is over its high-water mark): the send
+        timer starts."""
+        super().pause_writing()
+        if self.send_timer is None:
+            self.send_timer = self.loop.call_later(self.limits.send_timeout, self._send_timeout)
+
+    def resume_writing(self) -> None:
+        """The client read enough for the transport to drain: the send timer stops."""
+        super().resume_writing()
+        if self.send_timer is not None:
+            self.send_timer.cancel()
+            self.send_timer = None
+
+    def _headers_too_large(self) -> None:
+        self.limits.header_floods.note()
+        self.in_headers = False
+        if self.cycle is None or self.cycle.response_complete:
+            self.transport.write(self.limits.headers_431)
+        self.transport.close()
+
+    def _header_timeout(self) -> None:
+        self.header_timer = None
+        if self.transport.is_closing():
+            return
+        self.limits.header_timeouts.note()
+        if self.cycle is None or self.cycle.response_complete:
+            self.transport.write(self.limits.header_408)
+        self.transport.close()
+
+    def _body_timeout(self) -> None:
+        self.body_timer = None
+        cycle = self.cycle
+        if self.transport.is_closing() or cycle is None or not cycle.more_body:
+            return
+        self.limits.body_timeouts.note()
+        if not cycle.response_started:
+            self.transport.write(self.limits.body_408)
+        # the app reads a disconnect; whatever it sends now is dropped
+        cycle.disconnected = True
+        cycle.message_event.set()
+        self.transport.close()
+
+    def _send_timeout(self) -> None:
+        self.send_timer = None
+        if not self.transport.is_closing():
+            self.limits.send_timeouts.note()
+        # abort, not close: close would wait for the unread buffer to drain
+        self.transport.abort()
+
+
+def server_config(app: Any, settings: Settings, **kwargs: Any) -> PosencConfig:
+    """The uvicorn configuration posenc runs under (`serve`, and the tests' servers): its
+    protocol with `settings`' connection limits; `kwargs` are further `uvicorn.Config`
+    arguments."""
+    return PosencConfig(app, settings, **kwargs)
+
+
 class DrainingServer(uvicorn.Server):
     """uvicorn.Server whose first SIGTERM starts a drain instead of an immediate shutdown."""
 
@@ -85,8 +367,9 @@ def serve(settings: Settings) -> int:
     """Run posenc until shut down; 0 after a clean stop, 3 when start-up failed."""
     configure_logging(settings)
     app = create_app(settings)
-    config = uvicorn.Config(
+    config = server_config(
         app,
+        settings,
         host=settings.host,
         port=settings.port,
         log_config=None,

@@ -12,6 +12,8 @@ Route modules never import each other; what several of them need lives here:
   names (`learned`, `relative_index`), bound from the table store before anything is computed
   (`/v1/tables`, `/v1/onnx`, the `/v2` models);
 - `describe_spec`: a canonical spec as the catalog shows it (presets, `/v1/resolve`);
+- `serve_preview`: a strided sample of one tensor as JSON (`GET /v1/tables/{key}/preview`, what
+  the explorer at `/ui` plots), at most `max_points` elements whatever the table's size.
 - `repr_digest`, `entry_digest`: the RFC 9530 `Repr-Digest` of a representation, computed once
   per cached body and kept on its cache entry (tables, ONNX models).
 
@@ -20,6 +22,12 @@ compute its size from `spec.outputs()` (413 over the limit: nothing allocated), 
 tensor and rows, answer 304 to a matching `If-None-Match` (GET), bind an uploaded weight table
 (`bind_tables`), then look the table up in the cache and send bytes prepared once per
 (table, format, tensors) or a zero-copy view.
+
+Memory: before a body is built or sent, its bytes are charged to the cache's in-flight budget
+(`runtime.budget`; 503 `overloaded` when they do not fit) and the charge is held until the last
+byte is handed over (`BodyResponse`). Sends of one cached buffer share one charge (they share its
+memory); a body built per request (row slices, a table too large to keep) has its own; a table too
+large for the cache is charged while its bodies are sent, since they keep it alive.
 
 Each representation has its own strong ETag (`representation_etag`): `"<key>"` for the default,
 the whole table as safetensors, and `"<key>.<format>[.<tensor>][.<start>-<end>]"` otherwise, so a
@@ -39,12 +47,15 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 import orjson
+import torch
 from fastapi import Request
 from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
 from posenc.api.errors import ApiError
 from posenc.api.formats import (
     DEFAULT_FORMAT,
+    FORMATS,
     Format,
     Selection,
     build_json,
@@ -76,7 +87,8 @@ from posenc.encodings.weights import (
     WeightTableSpec,
     resolve_tables,
 )
-from posenc.runtime import OFFLOAD_BYTES, Buffer, CacheEntry, TableCache
+from posenc.runtime import OFFLOAD_BYTES, Buffer, CacheEntry, Lease, TableCache
+from posenc.runtime.rows import preview_steps
 from posenc.verified import verified_against_text
 
 IMMUTABLE = "public, max-age=31536000, immutable"
@@ -131,8 +143,123 @@ TABLE_RESPONSES: dict[int | str, dict[str, Any]] = {
     400: {"description": "Bad request (malformed JSON, unknown format/tensor, bad rows)"},
     413: {"description": "Table or body over the limit (detail names size and maximum)"},
     422: {"description": "Invalid spec: detail lists [{field, message, value}]"},
-    503: {"description": "Too many computations in flight (Retry-After)"},
+    503: {
+        "description": "Too many computations in flight (`busy`), or the in-flight byte budget "
+        "is spent (`overloaded`); Retry-After"
+    },
 }
+
+SEND_CHUNK = 1 << 20
+"""Bytes handed to the server per `http.response.body` message of a table body."""
+
+JSON_BYTES_PER_ELEMENT = 24
+"""What a `format=json` body is charged per element (orjson writes a float32 in at most ~16
+characters plus a separator; integers in fewer)."""
+
+
+class BodyResponse(Response):
+    """A table body sent as views of its buffer, `SEND_CHUNK` bytes at a time, holding its
+    in-flight `leases` until the send ends, however it ends (completed, client gone, cancelled).
+
+    Each view is handed to uvicorn, which waits for the transport to drain before the next one:
+    a slow client is paced by flow control instead of having the rest of a large body copied
+    into the transport's buffer, and nothing is copied from the cached buffer.
+    """
+
+    def __init__(
+        self,
+        body: Buffer,
+        status_code: int,
+        headers: dict[str, str],
+        media_type: str,
+        leases: list[Lease],
+        keep: object = None,
+    ) -> None:
+        super().__init__(None, status_code, headers, media_type)
+        view = memoryview(body)
+        self.view = view if view.format == "B" and view.ndim == 1 else view.cast("B")
+        self.leases = leases
+        self.keep = keep  # what the charges name (the entry) stays alive while they are held
+        self.headers["content-length"] = str(self.view.nbytes)
+
+    def release(self) -> None:
+        """Give the in-flight charges back (idempotent)."""
+        for lease in getattr(self, "leases", ()):
+            lease.release()
+
+    def __del__(self) -> None:
+        # a response dropped unsent (the request cancelled before it was called) must not keep
+        # its charges for the life of the process
+        self.release()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": self.status_code,
+                    "headers": self.raw_headers,
+                }
+            )
+            view, size = self.view, self.view.nbytes
+            start = 0
+            while True:
+                end = min(start + SEND_CHUNK, size)
+                await send(
+                    {"type": "http.response.body", "body": view[start:end], "more_body": end < size}
+                )
+                if end >= size:
+                    break
+                start = end
+        finally:
+            self.release()
+
+
+def _charges(
+    cache: TableCache,
+    entry: CacheEntry,
+    fmt: Format,
+    selection: Selection,
+    nbytes: int,
+) -> list[tuple[Hashable, int]]:
+    """What sending this representation of `entry` holds outside the cache budget, as
+    (charge name, bytes): the table's tensors for a zero-copy raw view, a prepared body (shared
+    by every send of it while the entry is resident), or a body built for this request alone;
+    plus the table itself when the cache does not keep it."""
+    entry_id = id(entry)
+    resident = cache.peek(entry.key) is entry
+    charges: list[tuple[Hashable, int]] = []
+    if not resident:
+        charges.append((("table", entry_id), entry.table_bytes))
+    size = nbytes
+    if fmt.name == "json":
+        size = max(nbytes, JSON_BYTES_PER_ELEMENT * (nbytes // 2))
+    if fmt.name == "raw" and entry.table.tensors[selection.names[0]].device.type == "cpu":
+        name = selection.names[0]
+        if resident:  # a view of the cached tensor, whatever the rows
+            tensor = entry.table.tensors[name]
+            charges.append((("tensor", entry_id, name), tensor.numel() * tensor.element_size()))
+    elif selection.rows is None and resident:
+        charges.append((("body", entry_id, fmt.name, selection.names), size))
+    else:
+        charges.append((object(), size))
+    return charges
+
+
+def _acquire(cache: TableCache, charges: list[tuple[Hashable, int]]) -> list[Lease]:
+    """Leases for every charge, or none (`Overloaded` raised, those taken given back)."""
+    budget = cache.budget
+    leases: list[Lease] = []
+    if budget is None:
+        return leases
+    try:
+        for name, size in charges:
+            leases.append(budget.acquire(name, size))
+    except BaseException:
+        for lease in leases:
+            lease.release()
+        raise
+    return leases
 
 
 def etag_matches(header: str | None, etag: str) -> bool:
@@ -327,26 +454,33 @@ async def serve_table(
             key, fmt, selection, tuple(outputs), entry.device
         )
     nbytes = sum(i.nbytes for i in infos.values())
-    body = await _body(state, key, spec, fmt, selection, entry, nbytes)
-    headers["X-Posenc-Device"] = entry.device
-    headers["X-Posenc-Cache"] = outcome
-    if entry.fallback:
-        headers["X-Posenc-Fallback"] = entry.fallback
-    headers["Content-Disposition"] = f'inline; filename="{key}.{fmt.suffix}"'
-    if selection.rows is None:
-        # row slices are built per request (and never cached by clients): no digest for them
-        headers["Repr-Digest"] = await entry_digest(entry, (fmt.name, selection.names), body)
-    status = 200
-    if fmt.single:
-        name = selection.names[0]
-        headers["X-Posenc-Tensor"] = name
-    if fmt.name == "raw":
-        info = infos[selection.names[0]]
-        headers["X-Posenc-Dtype"] = info.dtype
-        headers["X-Posenc-Shape"] = ",".join(str(d) for d in info.shape)
-        headers["Accept-Ranges"] = "bytes"
-        body, status = _apply_range(request, etag, body, headers)
-    return Response(body, status_code=status, media_type=fmt.media_type, headers=headers)
+    # charged before the body is built (or a cached one is held by the send)
+    leases = _acquire(cache, _charges(cache, entry, fmt, selection, nbytes))
+    try:
+        body = await _body(state, key, spec, fmt, selection, entry, nbytes)
+        headers["X-Posenc-Device"] = entry.device
+        headers["X-Posenc-Cache"] = outcome
+        if entry.fallback:
+            headers["X-Posenc-Fallback"] = entry.fallback
+        headers["Content-Disposition"] = f'inline; filename="{key}.{fmt.suffix}"'
+        if selection.rows is None:
+            # row slices are built per request (and never cached by clients): no digest for them
+            headers["Repr-Digest"] = await entry_digest(entry, (fmt.name, selection.names), body)
+        status = 200
+        if fmt.single:
+            name = selection.names[0]
+            headers["X-Posenc-Tensor"] = name
+        if fmt.name == "raw":
+            info = infos[selection.names[0]]
+            headers["X-Posenc-Dtype"] = info.dtype
+            headers["X-Posenc-Shape"] = ",".join(str(d) for d in info.shape)
+            headers["Accept-Ranges"] = "bytes"
+            body, status = _apply_range(request, etag, body, headers)
+    except BaseException:
+        for lease in leases:
+            lease.release()
+        raise
+    return BodyResponse(body, status, headers, fmt.media_type, leases, entry)
 
 
 def _apply_range(
@@ -430,3 +564,135 @@ def describe_spec(spec: SpecBase, key: str | None = None) -> dict[str, Any]:
         },
         "bytes": spec.output_bytes(),
     }
+
+
+PREVIEW_POINTS = 65536
+"""`max_points` of a preview when the request names none (capped by `json_max_elements`)."""
+
+PREVIEW_PARAMETERS: list[dict[str, Any]] = [
+    {
+        "name": "tensor",
+        "in": "query",
+        "required": False,
+        "schema": {"type": "string"},
+        "description": "the tensor to preview (required when the table has several)",
+    },
+    TABLE_PARAMETERS[2],
+    {
+        "name": "max_points",
+        "in": "query",
+        "required": False,
+        "schema": {"type": "integer", "minimum": 1},
+        "description": f"at most this many elements (default {PREVIEW_POINTS}, at most the "
+        "server's json_max_elements)",
+    },
+]
+
+
+def parse_max_points(text: str | None, limit: int) -> int:
+    """The `max_points` query parameter: an integer in [1, `limit`], 400 `invalid_max_points`
+    otherwise; `min(PREVIEW_POINTS, limit)` when absent."""
+    value: int | None
+    if text is None:
+        value = min(PREVIEW_POINTS, limit)
+    else:
+        # ASCII digits only, as every number in a query (int() would take "١٢" or " +12_0")
+        value = int(text) if text.isascii() and text.isdigit() else None
+    if value is None or not 1 <= value <= limit:
+        raise ApiError(
+            400,
+            "invalid_max_points",
+            f"max_points must be an integer from 1 to {limit}, got {text!r}",
+            [{"field": "max_points", "message": f"need 1 <= max_points <= {limit}", "value": text}],
+        )
+    return value
+
+
+async def serve_preview(
+    request: Request,
+    state: AppState,
+    spec: SpecBase,
+    key: str,
+    tensor: str | None,
+    rows: str | None,
+    max_points_text: str | None,
+) -> Response:
+    """`{"key", "kind", "tensor", "dtype", "shape", "row_axis", "axes", "data"}`: one tensor of
+    the table, rows `rows` (its position axis) sampled with `preview_steps` to at most
+    `max_points` elements, as JSON (bfloat16 as float).
+
+    `shape` is the whole tensor's; `axes[i]` = `{"start", "step", "count"}` says which indices of
+    axis i the sample holds (`start + k*step`, k < count); `data` is the sample, flat, row-major.
+    Everything is checked from shapes before the table is computed: the table's size (413, as
+    for the table itself), `max_points`, the tensor and the rows (400). The sample is taken from
+    the cached table (computed once, like any table request) and is immutable like it.
+    """
+    outputs = state.index.outputs(key, spec)
+    _check_size(state, outputs)
+    max_points = parse_max_points(max_points_text, state.settings.json_max_elements)
+    names = list(outputs)
+    if tensor is None:
+        if len(names) != 1:
+            raise ApiError(
+                400,
+                "tensor_required",
+                f"a preview shows one tensor: add tensor=NAME, one of {names}",
+                [{"field": "tensor", "message": f"required, one of {names}", "value": None}],
+            )
+        tensor = names[0]
+    selection = select(spec.kind, outputs, FORMATS["json"], tensor, parse_rows(rows))
+    info = selected_infos(outputs, selection)[tensor]
+    steps = preview_steps(info.shape, max_points)
+    whole = outputs[tensor]
+    first, last = selection.rows or (0, 0)
+    cache = state.require_cache()
+    resident = cache.peek(cache.key_for(spec, key))
+    device = resident.device if resident is not None else str(cache.device)
+    span = f".{first}-{last}" if selection.rows is not None else ""
+    tag = f"{key}.preview.{tensor}{span}.{max_points}"
+
+    def etag(device: str) -> str:  # as representation_etag: off the CPU the device follows
+        return f'"{tag}"' if device == "cpu" else f'"{tag}@{device}"'
+
+    headers = {
+        "ETag": etag(device),
+        "Cache-Control": IMMUTABLE,
+        "X-Posenc-Key": key,
+        "X-Posenc-Kind": spec.kind,
+    }
+    if etag_matches(request.headers.get("if-none-match"), headers["ETag"]):
+        return Response(status_code=304, headers=headers)
+    spec = bind_tables(cache, state.require_tables(), spec, key)
+    entry, outcome = await cache.get(spec, key)
+    headers["ETag"] = etag(entry.device)  # a CUDA out-of-memory may have fallen back
+    t = entry.table.tensors[tensor]
+    if selection.rows is not None and info.row_axis is not None:
+        t = t.narrow(info.row_axis, first, last - first)
+    sample = t[tuple(slice(None, None, step) for step in steps)].to("cpu")
+    if sample.dtype == torch.bfloat16:
+        sample = sample.float()
+    axes = [
+        {
+            "start": first if axis == info.row_axis and selection.rows is not None else 0,
+            "step": step,
+            "count": sample.shape[axis],
+        }
+        for axis, step in enumerate(steps)
+    ]
+    body = {
+        "key": key,
+        "kind": spec.kind,
+        "tensor": tensor,
+        "dtype": whole.dtype,
+        "shape": list(whole.shape),
+        "row_axis": whole.row_axis,
+        "axes": axes,
+        "data": sample.contiguous().reshape(-1).numpy(),
+    }
+    headers["X-Posenc-Cache"] = outcome
+    headers["X-Posenc-Device"] = entry.device
+    return Response(
+        orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY),
+        media_type="application/json",
+        headers=headers,
+    )

@@ -4,6 +4,9 @@ Lists (`POSENC_WARM_PRESETS`, `POSENC_API_KEYS`) accept a JSON array or a comma-
 Sizes are bytes. Request bodies have three caps: `max_body_bytes` (specs, config.json),
 `max_infer_body_bytes` (`/v2` infer requests: positions as tensors) and `max_upload_bytes`
 (weight tables uploaded to `/v1/uploads`); `table_store_bytes` bounds the uploaded tables kept.
+Memory has two budgets: `cache_bytes` (resident tables and prepared bodies) and `in_flight_bytes`
+(tables being computed and bodies being sent outside the cache; new work beyond it is a 503).
+Connections have a cap (`max_connections`) and timeouts (`*_timeout_seconds`): api/server.py.
 `posenc serve` flags override the environment; tests pass values directly.
 """
 
@@ -39,8 +42,18 @@ class Settings(BaseSettings):
 
     host: str = "127.0.0.1"
     port: Annotated[int, Field(ge=0, le=65535)] = 8000
+    grpc_port: Annotated[int | None, Field(ge=0, le=65535)] = Field(
+        None,
+        description="port of the Open Inference Protocol over gRPC (`inference."
+        "GRPCInferenceService`, on `host`); off when unset, 0 picks a free port",
+    )
     device: str = Field("auto", description="auto, cpu, cuda or cuda:N")
     cache_bytes: Annotated[int, Field(ge=0)] = 2 * GiB
+    in_flight_bytes: Annotated[int, Field(ge=1)] = Field(
+        1 * GiB,
+        description="tables being computed plus response bodies being sent outside the cache; "
+        "at least twice max_response_bytes; more answer 503 (Retry-After)",
+    )
     max_response_bytes: Annotated[int, Field(ge=1)] = 512 * MiB
     json_max_elements: Annotated[int, Field(ge=0)] = 1 << 18
     max_body_bytes: Annotated[int, Field(ge=1)] = 1 * MiB
@@ -49,6 +62,24 @@ class Settings(BaseSettings):
     table_store_bytes: Annotated[int, Field(ge=0)] = 1 * GiB
     max_concurrent_computations: Annotated[int, Field(ge=1)] = 4
     retry_after_seconds: Annotated[int, Field(ge=1)] = 1
+    max_connections: Annotated[int, Field(ge=1)] = Field(
+        1024, description="open connections; a connection beyond is answered 503 and closed"
+    )
+    max_header_bytes: Annotated[int, Field(ge=1024)] = Field(
+        64 * 1024, description="request line and headers of one request; more answer 431"
+    )
+    header_timeout_seconds: Annotated[float, Field(gt=0.0)] = Field(
+        10.0, description="from a connection's (or request's) first byte to its complete headers"
+    )
+    body_timeout_seconds: Annotated[float, Field(gt=0.0)] = Field(
+        60.0, description="from a request's headers to its complete body"
+    )
+    idle_timeout_seconds: Annotated[float, Field(gt=0.0)] = Field(
+        5.0, description="a keep-alive connection idle between requests is closed"
+    )
+    send_timeout_seconds: Annotated[float, Field(gt=0.0)] = Field(
+        30.0, description="a response whose client reads nothing for this long is cut"
+    )
     warm_presets: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="preset names to compute at start-up, or 'all'"
     )
@@ -93,4 +124,17 @@ class Settings(BaseSettings):
             raise ValueError("api_keys must not contain empty keys")
         if self.protect_docs_and_metrics and not self.api_keys:
             raise ValueError("protect_docs_and_metrics needs api_keys (there is no key to ask)")
+        return self
+
+    @model_validator(mode="after")
+    def _budgets(self) -> Settings:
+        # the largest table must fit the in-flight budget, or it could never be served: one too
+        # large for the cache is charged twice while a body built from it is sent (the tensors,
+        # kept alive by the send, and the body)
+        if self.in_flight_bytes < 2 * self.max_response_bytes:
+            raise ValueError(
+                f"in_flight_bytes ({self.in_flight_bytes}) must be at least twice "
+                f"max_response_bytes ({self.max_response_bytes}): a table too large for the cache "
+                "and the body built from it are both charged to it while sent"
+            )
         return self

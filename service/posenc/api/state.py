@@ -91,6 +91,13 @@ class AppState:
     device: torch.device | None = None
     tables: TableStore | None = None
 
+    grpc_port: int | None = None
+    """The port the gRPC service listens on (the bound one when `grpc_port` is 0), while up."""
+
+    def is_ready(self) -> bool:
+        """Readiness: warm, not draining, the cache up (`/v2/health/ready`, gRPC ServerReady)."""
+        return self.lifecycle.ready and not self.lifecycle.draining and self.cache is not None
+
     def require_cache(self) -> TableCache:
         """The cache, or 503 `starting` outside the lifespan."""
         if self.cache is None:

@@ -6,21 +6,20 @@ The tensor holds the mapping through the buffer protocol, so the memory goes bac
 when the last tensor (or view) over it is freed, whatever glibc's heap does: below its dynamic
 mmap threshold (which rises to 32 MiB after the first large free) glibc serves such blocks from
 heap arenas that keep freed memory and fragment, so a cache that evicts and recomputes tables
-grew to about twice its budget (docs/benchmarks.md, section 3).
+grew well past its budget (measured in docs/benchmarks.md, section 3).
 
 The mapping is made with `MAP_POPULATE`: every buffer here is written in full right after it is
 allocated (a table, or a body), so the kernel maps and zeroes all its pages in one call instead
-of taking one fault per 4 KiB page on the first write. On the benchmark machine (a KVM guest,
-where a fault is a trap costing ~3 us) allocating and filling a fresh buffer is 1.2-1.6x faster
-from 128 KiB to 64 MiB than torch's allocator on fresh pages (docs/benchmarks.md, section 1). The
-pages are the ones the first write would fault in anyway: resident memory is unchanged. When the
+of taking one fault per 4 KiB page on the first write, which is faster where a fault is costly
+(a virtual machine's trap; measured in docs/benchmarks.md, section 1). The pages are the ones
+the first write would fault in anyway: resident memory is unchanged. When the
 kernel refuses a mapping (`vm.max_map_count` reached, say) the buffer comes from torch's
 allocator instead.
 
 Huge pages were tried and are not used: advised `MADV_HUGEPAGE`, a buffer reused right after a
-free fills 5-10x faster, but a buffer that is kept (a cached table) cost 5x more to fault in on
-the benchmark machine (131 against 25 ms per 64 MiB, held), and kept is what tables are. torch's
-`THP_MEM_ALLOC_ENABLE=1` remains an option for machines where they pay.
+free fills faster, but a buffer that is kept (a cached table) was slower to fault in, and kept is
+what tables are (docs/benchmarks.md has the experiment). torch's `THP_MEM_ALLOC_ENABLE=1` remains
+an option for machines where they pay.
 """
 
 from __future__ import annotations

@@ -341,16 +341,18 @@ def sinusoidal_angles(spec: SinusoidalSpec, device: torch.device) -> torch.Tenso
     den = spec.denominator()
     base = float(spec.base or 10000.0)
     scale = float(1.0 if spec.scale is None else spec.scale)
-    k = torch.arange(n, dtype=torch.int64, device=device)
+    # The frequencies (n,) are computed on the CPU and moved: CUDA's pow/exp differ by an ulp on
+    # some elements, which the angles multiply by the position (rope.compute.rope_inv_freq).
+    k = torch.arange(n, dtype=torch.int64)
     if spec.compute_dtype == "float64":
         dt = torch.float64
         exponent = k.to(dt) / den if n > 1 else k.to(dt)
         pos = _positions(spec, dt, device)
-        angles = pos[:, None] / (base**exponent)[None, :]
+        angles = pos[:, None] / (base**exponent).to(device)[None, :]
     else:
         dt = torch.float32
         step = -(math.log(base) / den) if n > 1 else 0.0
-        inv = torch.exp(k.to(dt) * step)
+        inv = torch.exp(k.to(dt) * step).to(device)
         pos = _positions(spec, dt, device)
         angles = pos[:, None] * inv[None, :]
     if scale != 1.0:

@@ -233,7 +233,8 @@ def detr_embedding(spec: Sinusoidal2DSpec, device: torch.device) -> torch.Tensor
         x_num = x_embed if not offset else x_embed + offset
         y_embed = y_num / (y_embed[-1:, :] + eps) * scale
         x_embed = x_num / (x_embed[:, -1:] + eps) * scale
-    i = torch.arange(feats, dtype=torch.int64, device=device).to(dt)
+    # dim_t (F,) is computed on the CPU and moved: CUDA's pow differs by an ulp on some elements
+    i = torch.arange(feats, dtype=torch.int64).to(dt)
     exponent = 2 * torch.div(i, 2, rounding_mode="floor") / feats
     # written channel-first, (2F, H, W) as served, instead of DETR's (H, W, 2F) then permuted:
     # channels 2c (sin) and 2c+1 (cos) divide by the same dim_t value (equal exponents), so the
@@ -243,7 +244,7 @@ def detr_embedding(spec: Sinusoidal2DSpec, device: torch.device) -> torch.Tensor
         (table[:feats], y_embed, spec.temperature_h),
         (table[feats:], x_embed, spec.temperature_w),
     ):
-        dim_t = float(temperature or 0.0) ** exponent
+        dim_t = (float(temperature or 0.0) ** exponent).to(device)
         pos = coord[None, :, :] / dim_t[0::2, None, None]  # (F/2, H, W)
         torch.sin(pos, out=block[0::2])
         torch.cos(pos, out=block[1::2])
@@ -260,8 +261,8 @@ def mae_embedding(spec: Sinusoidal2DSpec, device: torch.device) -> torch.Tensor:
     dt = _dtype(spec)
     dim = int(spec.dim or 0)
     pos_dim = dim // 4
-    omega = torch.arange(pos_dim, dtype=dt, device=device) / pos_dim
-    omega = 1.0 / float(spec.temperature or 0.0) ** omega
+    omega = torch.arange(pos_dim, dtype=dt) / pos_dim  # on the CPU, as detr_embedding's dim_t
+    omega = (1.0 / float(spec.temperature or 0.0) ** omega).to(device)
     grid_h = torch.arange(int(spec.grid_height or 0), dtype=dt, device=device)
     grid_w = torch.arange(int(spec.grid_width or 0), dtype=dt, device=device)
     grid_h, grid_w = torch.meshgrid(grid_h, grid_w, indexing="ij")
@@ -281,8 +282,8 @@ def timm_embedding(spec: Sinusoidal2DSpec, device: torch.device) -> torch.Tensor
     """(H*W, D): timm `build_sincos2d_pos_embed` (bands `1 / t ** (k / (D/4))`, ndgrid coords)."""
     dt = _dtype(spec)
     pos_dim = int(spec.dim or 0) // 4
-    exp = torch.arange(0, pos_dim, 1, dtype=torch.int64, device=device).to(dt) / pos_dim
-    bands = 1.0 / (float(spec.temperature or 0.0) ** exp)
+    exp = torch.arange(0, pos_dim, 1, dtype=torch.int64).to(dt) / pos_dim  # CPU: see detr_embedding
+    bands = (1.0 / (float(spec.temperature or 0.0) ** exp)).to(device)
     shape = [int(spec.grid_height or 0), int(spec.grid_width or 0)]
     if spec.reverse_coord:
         shape = shape[::-1]

@@ -191,7 +191,8 @@ def xpos_half_rows(
     zeta = (torch.arange(0, d, 2, device=device).to(dt) + spec.gamma * d) / ((1.0 + spec.gamma) * d)
     exponent = (n - c).to(dt).div(spec.scale_base)
     s = zeta ** exponent[:, None]
-    theta = 1.0 / (spec.base ** (torch.arange(0, half, device=device).to(dt) / half))
+    # theta (d/2,) on the CPU, then moved: CUDA's pow differs by an ulp, which angles multiply
+    theta = (1.0 / (spec.base ** (torch.arange(0, half).to(dt) / half))).to(n.device)
     angles = torch.einsum("i , j -> i j", n.to(dt), theta)
     return torch.cos(angles), torch.sin(angles), s
 

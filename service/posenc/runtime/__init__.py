@@ -1,8 +1,10 @@
-"""posenc.runtime: device resolution and the byte-bounded, single-flight table cache.
+"""posenc.runtime: device resolution, the byte-bounded, single-flight table cache and the in-flight
+byte budget beside it.
 
 Imports only `posenc.encodings` and torch; `device.py` is the only module touching CUDA.
 """
 
+from posenc.runtime.budget import InFlightBudget, Lease, Overloaded
 from posenc.runtime.cache import (
     OFFLOAD_BYTES,
     Buffer,
@@ -22,6 +24,9 @@ __all__ = [
     "CacheKey",
     "CacheStats",
     "DeviceError",
+    "InFlightBudget",
+    "Lease",
+    "Overloaded",
     "TableCache",
     "describe",
     "is_out_of_memory",

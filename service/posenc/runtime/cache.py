@@ -27,6 +27,7 @@ import torch
 
 from posenc.encodings import SpecBase, Table, content_key
 from posenc.encodings import compute as compute_table
+from posenc.runtime.budget import InFlightBudget, Lease
 from posenc.runtime.device import is_out_of_memory, release_cached_memory, synchronize
 
 Buffer = bytes | memoryview
@@ -36,6 +37,11 @@ Outcome = Literal["hit", "miss", "coalesced"]
 
 OFFLOAD_BYTES = 1 << 20
 """Tables above this size are serialised in a worker thread rather than on the event loop."""
+
+WORKING_FACTOR = {"reference": 2, "exact": 4}
+"""What a computation is charged to the in-flight budget, in multiples of its output bytes: the
+table plus its temporaries (measured on a 64 MiB RoPE table: +17 MiB at its peak in fp32
+`reference`, +193 MiB computing in float64 for `exact`). Other precisions: the larger factor."""
 
 KEY_MEMO = 1 << 16
 """Content keys whose `CacheKey` is remembered (oldest forgotten first)."""
@@ -105,6 +111,10 @@ class TableCache:
         retry_after: seconds suggested to a caller refused with `Busy`.
         compute: `(spec, device) -> Table`; `posenc.encodings.compute` unless a test injects one.
         on_compute: called as `(kind, device, seconds)` after each computation.
+        budget: the in-flight budget a computation is charged to (`WORKING_FACTOR` times its
+            output bytes, from `spec.output_bytes()`, at most the whole budget, until the table
+            is cached or handed over); a new computation that does not fit raises `Overloaded`.
+            None: computations are not charged.
     """
 
     def __init__(
@@ -116,6 +126,7 @@ class TableCache:
         retry_after: float = 1.0,
         compute: ComputeFn = compute_table,
         on_compute: ComputeObserver | None = None,
+        budget: InFlightBudget | None = None,
     ) -> None:
         if max_bytes < 0 or max_concurrent < 1:
             raise ValueError("max_bytes must be >= 0 and max_concurrent >= 1")
@@ -126,6 +137,7 @@ class TableCache:
         self.stats = CacheStats()
         self._compute = compute
         self._on_compute = on_compute
+        self.budget = budget
         self._entries: OrderedDict[CacheKey, CacheEntry] = OrderedDict()
         self._bytes = 0
         self._key_memo: dict[str, CacheKey] = {}
@@ -181,7 +193,8 @@ class TableCache:
 
         Returns the entry and whether it was a `hit`, a `miss` (this call started the
         computation) or `coalesced` (joined one in flight). Raises `Busy` when a new computation
-        would exceed `max_concurrent`, and whatever the computation raised otherwise.
+        would exceed `max_concurrent`, `Overloaded` when its output does not fit the in-flight
+        budget, and whatever the computation raised otherwise.
         """
         ck = self.key_for(spec, key)
         entry = self._entries.get(ck)
@@ -195,9 +208,15 @@ class TableCache:
             if len(self._flights) >= self.max_concurrent:
                 self.stats.rejected += 1
                 raise Busy(self.max_concurrent, self.retry_after)
+            lease = None
+            if self.budget is not None:
+                # capped at the whole budget: a computation larger than that runs alone
+                factor = WORKING_FACTOR.get(ck.precision, max(WORKING_FACTOR.values()))
+                charge = min(factor * spec.output_bytes(), self.budget.max_bytes)
+                lease = self.budget.acquire(("compute", ck), charge)
             self.stats.misses += 1
             outcome = "miss"
-            flight = asyncio.get_running_loop().create_task(self._fill(ck, spec))
+            flight = asyncio.get_running_loop().create_task(self._fill(ck, spec, lease))
             flight.add_done_callback(_consume_exception)
             self._flights[ck] = flight
         else:
@@ -205,7 +224,7 @@ class TableCache:
         # shield: a caller that disconnects must not cancel the computation others await
         return await asyncio.shield(flight), outcome
 
-    async def _fill(self, ck: CacheKey, spec: SpecBase) -> CacheEntry:
+    async def _fill(self, ck: CacheKey, spec: SpecBase, lease: Lease | None) -> CacheEntry:
         try:
             loop = asyncio.get_running_loop()
             table, used, fallback, seconds = await loop.run_in_executor(
@@ -213,6 +232,10 @@ class TableCache:
             )
         finally:
             del self._flights[ck]
+            # from here the table is the cache's (charged to its budget) or its callers' (their
+            # bodies are charged when sent)
+            if lease is not None:
+                lease.release()
         self.stats.computations += 1
         if fallback is not None:
             self.stats.fallbacks += 1

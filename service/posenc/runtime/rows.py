@@ -13,6 +13,7 @@ that axis per pair; `gather_sections` picks each column from the row of its axis
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Literal
 
@@ -147,3 +148,27 @@ def lookup_bias(weights: torch.Tensor, buckets: torch.Tensor, dtype: torch.dtype
     `weights` (num_buckets, H) read as float32, gathered, cast last (as `compute_t5_bias`)."""
     table = weights.to(device=buckets.device, dtype=torch.float32)
     return table.t()[:, buckets].to(dtype)
+
+
+def preview_steps(shape: Sequence[int], max_points: int) -> tuple[int, ...]:
+    """Per-axis strides that cut a tensor of `shape` to at most `max_points` elements.
+
+    Greedy: the axis with the most remaining elements has its stride doubled (capped at its
+    length) until the strided shape fits, so a long position axis is thinned first and short
+    axes (dimensions, heads) stay whole where the budget allows. `t[::s0, ::s1, ...]` with these
+    strides then selects the preview: every `s`-th element, no arithmetic on values, so each
+    previewed value is bit-identical to the table's. Shapes only: nothing is allocated.
+    """
+    if max_points < 1:
+        raise ValueError(f"max_points must be at least 1, got {max_points}")
+    steps = [1] * len(shape)
+
+    def counts() -> list[int]:
+        return [-(-n // s) if n else 0 for n, s in zip(shape, steps, strict=True)]
+
+    current = counts()
+    while math.prod(current) > max_points:
+        axis = max(range(len(shape)), key=lambda i: current[i])
+        steps[axis] = min(steps[axis] * 2, shape[axis])
+        current = counts()
+    return tuple(steps)

@@ -234,7 +234,7 @@ class Core:
         self.cache = disk_cache(cache)
         self.offline = offline
         self.revalidate = revalidate
-        # Tables barely compress (~9% for fp32 trig values) and cost ~40 ms/MiB to gzip.
+        # Tables barely compress and cost more to gzip than to send (docs/dependencies.md).
         self.headers = {
             "User-Agent": f"posenc-client/{__version__}",
             "Accept-Encoding": "identity",

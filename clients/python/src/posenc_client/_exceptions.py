@@ -12,7 +12,7 @@
         │                                        "detail"}: .status .error_type .message .detail
         ├── BadRequestError .................... 400 invalid_json unknown_format unknown_tensor
         │   │                                        tensor_required unsupported_dtype
-        │   │                                        invalid_table
+        │   │                                        invalid_table invalid_max_points
         │   ├── InvalidRowsError ............... 400 invalid_rows rows_unsupported (also a
         │   │                                        ValueError; raised before any request for
         │   │                                        a malformed `rows=` argument)
@@ -26,13 +26,15 @@
         │   ├── UnknownKindError ............... 422 unknown_kind
         │   ├── UnsupportedConfigError ......... 422 unsupported_config
         │   └── UnsupportedExportError ......... 422 unsupported_export
-        ├── ServiceUnavailableError ............ 503 busy unavailable starting not_ready:
+        ├── ServiceUnavailableError ............ 503 busy overloaded too_many_connections
+        │                                            unavailable starting not_ready:
         │                                            .retry_after (seconds, from Retry-After)
         └── InternalServerError ................ 500 internal_error (a server bug)
             └── ExportError .................... 500 export (a graph failed verification)
 
-405 method_not_allowed, 406 not_acceptable, 415 unsupported_media_type and 416
-range_not_satisfiable are `APIError` itself. An `error_type` this version does not know maps by
+405 method_not_allowed, 406 not_acceptable, 408 request_timeout (the request's headers or body
+came too slowly), 415 unsupported_media_type, 416 range_not_satisfiable and 431
+headers_too_large are `APIError` itself. An `error_type` this version does not know maps by
 status (400, 401/403, 404, 413, 422, 503, 5xx), else to `APIError`. `str(err)` is the server's
 message.
 """
@@ -180,7 +182,8 @@ class UnsupportedExportError(InvalidSpecError):
 
 
 class ServiceUnavailableError(APIError):
-    """503: busy (too many computations), starting or draining; retried before it is raised.
+    """503: busy (too many computations), overloaded (the in-flight byte budget), too many
+    connections, starting or draining; retried before it is raised.
 
     `retry_after` is the server's Retry-After in seconds (None when absent)."""
 
@@ -207,6 +210,7 @@ _BY_ERROR_TYPE: dict[str, type[APIError]] = {
     "invalid_rows": InvalidRowsError,
     "rows_unsupported": InvalidRowsError,
     "invalid_table": BadRequestError,
+    "invalid_max_points": BadRequestError,
     "ambiguous_config": AmbiguousConfigError,
     "unauthorized": AuthenticationError,
     "forbidden": AuthenticationError,
@@ -224,6 +228,8 @@ _BY_ERROR_TYPE: dict[str, type[APIError]] = {
     "unsupported_config": UnsupportedConfigError,
     "unsupported_export": UnsupportedExportError,
     "busy": ServiceUnavailableError,
+    "overloaded": ServiceUnavailableError,
+    "too_many_connections": ServiceUnavailableError,
     "unavailable": ServiceUnavailableError,
     "starting": ServiceUnavailableError,
     "not_ready": ServiceUnavailableError,
@@ -231,6 +237,8 @@ _BY_ERROR_TYPE: dict[str, type[APIError]] = {
     "export": ExportError,
     "method_not_allowed": APIError,
     "not_acceptable": APIError,
+    "request_timeout": APIError,
+    "headers_too_large": APIError,
     "unsupported_media_type": APIError,
     "range_not_satisfiable": APIError,
     "http_error": APIError,

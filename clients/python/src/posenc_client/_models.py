@@ -49,6 +49,10 @@ ROPE_SCALING_KEYS: frozenset[str] = RopeScalingOptions.__optional_keys__
 holds (those of `RopeScalingOptions`); `rope()` moves them there when given flat, as a
 config.json writes them."""
 
+LENGTH_SCALED_TYPES: frozenset[str] = frozenset({"dynamic", "longrope"})
+"""rope_types whose `rope_scaling` holds the model's `max_position_embeddings` (their scaling
+depends on it); tests/client/test_rope_scaling_keys.py ties this to the server's registry."""
+
 
 class RopeOptions(RopeScalingOptions, total=False):
     """The keywords of `Client.rope` / `AsyncClient.rope` after `head_dim` and `max_positions`,
@@ -160,7 +164,7 @@ def rope_spec(**fields: Any) -> JSON:
     max_position_embeddings = data.pop("max_position_embeddings", None)
     if max_position_embeddings is not None:
         data.setdefault("max_positions", max_position_embeddings)
-        if scaling.get("rope_type") in ("dynamic", "longrope"):
+        if scaling.get("rope_type") in LENGTH_SCALED_TYPES:
             scaling.setdefault("max_position_embeddings", max_position_embeddings)
     spec: JSON = {"kind": "rope", **data}
     if scaling:

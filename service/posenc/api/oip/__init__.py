@@ -12,4 +12,7 @@ from posenc.api.oip.codec import OipError
 from posenc.api.oip.context import OipContext
 from posenc.api.oip.models import MODELS
 
-__all__ = ["MODELS", "OipContext", "OipError"]
+EXTENSIONS = ("binary_tensor_data", "model_configuration", "parameters")
+"""The protocol extensions server metadata announces (HTTP `GET /v2`, gRPC ServerMetadata)."""
+
+__all__ = ["EXTENSIONS", "MODELS", "OipContext", "OipError"]

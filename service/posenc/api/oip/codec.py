@@ -176,7 +176,7 @@ def _as_bool(value: Any, what: str) -> bool:
     raise bad_request(f"{what} must be a boolean, got {value!r}")
 
 
-def _shape(value: Any, name: str) -> tuple[int, ...]:
+def check_shape(value: Any, name: str) -> tuple[int, ...]:
     if not isinstance(value, list) or not all(
         isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in value
     ):
@@ -184,7 +184,9 @@ def _shape(value: Any, name: str) -> tuple[int, ...]:
     return tuple(value)
 
 
-def _from_json(name: str, datatype: str, shape: tuple[int, ...], data: Any) -> torch.Tensor:
+def tensor_from_data(name: str, datatype: str, shape: tuple[int, ...], data: Any) -> torch.Tensor:
+    """Input `name` from its elements (a JSON `data` list, or a gRPC `contents` field), checked
+    against its datatype and shape."""
     if datatype in BINARY_ONLY:
         raise bad_request(f"input {name!r}: {datatype} travels only as binary data")
     count = math.prod(shape)
@@ -210,9 +212,11 @@ def _from_json(name: str, datatype: str, shape: tuple[int, ...], data: Any) -> t
     return out
 
 
-def _from_binary(
-    name: str, datatype: str, shape: tuple[int, ...], blob: memoryview
+def tensor_from_bytes(
+    name: str, datatype: str, shape: tuple[int, ...], blob: memoryview | bytes
 ) -> torch.Tensor:
+    """Input `name` from its raw little-endian bytes (a binary HTTP part, or a gRPC
+    `raw_input_contents` entry), checked against its datatype and shape."""
     np_dtype = _NUMPY[datatype]
     count = math.prod(shape)
     if len(blob) != count * np_dtype.itemsize:
@@ -223,6 +227,38 @@ def _from_binary(
     arr = np.frombuffer(blob, dtype=np_dtype, count=count).copy().reshape(shape)
     out = torch.from_numpy(arr)
     return out.view(torch.bfloat16) if datatype == "BF16" else out
+
+
+def check_input(
+    name: str,
+    datatype: Any,
+    shape: Any,
+    parameters: Mapping[str, Any],
+    seen: Mapping[str, InputTensor],
+) -> tuple[str, tuple[int, ...]]:
+    """(datatype, shape) of input `name`, checked: not given twice (`seen`: the inputs so far),
+    a known datatype, a shape of non-negative integers, no shared memory."""
+    if name in seen:
+        raise bad_request(f"input {name!r} is given twice")
+    if datatype not in DATATYPES:
+        raise bad_request(
+            f"input {name!r}: datatype must be one of {sorted(DATATYPES)}, got {datatype!r}"
+        )
+    checked = check_shape(shape, name)
+    if "shared_memory_region" in parameters:
+        raise bad_request(f"input {name!r}: shared memory is not supported")
+    return datatype, checked
+
+
+def check_output(name: str, parameters: Mapping[str, Any], seen: Sequence[RequestedOutput]) -> None:
+    """Refuse a requested output that `seen` (the outputs so far) holds already, or that asks
+    for shared memory or classification."""
+    if "shared_memory_region" in parameters:
+        raise bad_request(f"output {name!r}: shared memory is not supported")
+    if "classification" in parameters:
+        raise bad_request(f"output {name!r}: classification is not supported")
+    if any(o.name == name for o in seen):
+        raise bad_request(f"output {name!r} is requested twice")
 
 
 def parse_infer_request(body: bytes, header_length: str | None) -> InferRequest:
@@ -264,19 +300,12 @@ def parse_infer_request(body: bytes, header_length: str | None) -> InferRequest:
         if not isinstance(item, dict) or not isinstance(item.get("name"), str):
             raise bad_request("each input must be an object with a string name")
         name = item["name"]
-        if name in inputs:
-            raise bad_request(f"input {name!r} is given twice")
-        datatype = item.get("datatype")
-        if datatype not in DATATYPES:
-            raise bad_request(
-                f"input {name!r}: datatype must be one of {sorted(DATATYPES)}, got {datatype!r}"
-            )
-        shape = _shape(item.get("shape"), name)
         iparams = item.get("parameters") or {}
         if not isinstance(iparams, dict):
             raise bad_request(f"input {name!r}: parameters must be an object")
-        if "shared_memory_region" in iparams:
-            raise bad_request(f"input {name!r}: shared memory is not supported")
+        datatype, shape = check_input(
+            name, item.get("datatype"), item.get("shape"), iparams, inputs
+        )
         nbytes = iparams.get("binary_data_size")
         if nbytes is not None:
             if not isinstance(nbytes, int) or isinstance(nbytes, bool) or nbytes < 0:
@@ -285,10 +314,10 @@ def parse_infer_request(body: bytes, header_length: str | None) -> InferRequest:
                 raise bad_request(
                     f"input {name!r}: binary_data_size {nbytes} runs past the end of the body"
                 )
-            tensor = _from_binary(name, datatype, shape, view[offset : offset + nbytes])
+            tensor = tensor_from_bytes(name, datatype, shape, view[offset : offset + nbytes])
             offset += nbytes
         elif "data" in item:
-            tensor = _from_json(name, datatype, shape, item["data"])
+            tensor = tensor_from_data(name, datatype, shape, item["data"])
         else:
             raise bad_request(f"input {name!r} has neither data nor binary_data_size")
         inputs[name] = InputTensor(name, datatype, tensor)
@@ -309,15 +338,9 @@ def parse_infer_request(body: bytes, header_length: str | None) -> InferRequest:
             oparams = item.get("parameters") or {}
             if not isinstance(oparams, dict):
                 raise bad_request(f"output {item['name']!r}: parameters must be an object")
-            if "shared_memory_region" in oparams:
-                raise bad_request(f"output {item['name']!r}: shared memory is not supported")
-            if "classification" in oparams:
-                raise bad_request(f"output {item['name']!r}: classification is not supported")
+            check_output(item["name"], oparams, seen)
             binary = oparams.get("binary_data", binary_all)
-            out = RequestedOutput(item["name"], _as_bool(binary, "binary_data"))
-            if any(o.name == out.name for o in seen):
-                raise bad_request(f"output {out.name!r} is requested twice")
-            seen.append(out)
+            seen.append(RequestedOutput(item["name"], _as_bool(binary, "binary_data")))
         outputs = tuple(seen) if seen else None
     return InferRequest(request_id, dict(params), inputs, outputs, binary_all)
 

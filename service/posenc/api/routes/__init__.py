@@ -2,7 +2,7 @@
 
 | module    | routes                                                               |
 |-----------|----------------------------------------------------------------------|
-| `tables`  | `POST /v1/tables`, `GET /v1/tables/{key}` (hot)                      |
+| `tables`  | `POST /v1/tables`, `GET /v1/tables/{key}` (hot), `GET .../preview`   |
 | `uploads` | `POST /v1/uploads`, `GET /v1/uploads/{table_key}`                    |
 | `resolve` | `POST /v1/resolve`                                                   |
 | `presets` | `GET /v1/presets[/{name}[/{part}[/table]]]`                          |
@@ -11,6 +11,7 @@
 | `oip`     | `GET /v2`, `/v2/models/{model}[/versions/{version}][/ready, /config, |
 |           | /infer]` (infer is hot)                                              |
 | `health`  | `GET /v2/health/live`, `GET /v2/health/ready`, `GET /metrics`        |
+| `ui`      | `GET /ui`, `GET /ui/{name}`: the explorer page and its assets        |
 
 Route modules never import each other (an import-linter contract): what several need is in
 `posenc.api.serving` (sending tables, ETags, uploaded weight tables), `posenc.api.deps` (the

@@ -32,7 +32,7 @@ async def live() -> Response:
 async def ready(state: State) -> Response:
     """200 once warm-up is done; 503 before that and while draining after SIGTERM."""
     lifecycle = state.lifecycle
-    if lifecycle.ready and not lifecycle.draining and state.cache is not None:
+    if state.is_ready():
         return json_response({"ready": True})
     reason = "draining" if lifecycle.draining else "warming up"
     return error_response(

@@ -10,14 +10,13 @@ Every error is `{"error": message}` (what tritonclient decodes) with 400 (bad in
 model or version, or a weight table key not uploaded), 413 (a body over
 `max_infer_body_bytes`) or 503 (model readiness while warming up or draining, a server starting or
 stopping, too many computations in flight: with Retry-After); the mapping is
-`error_response` below, the only one for /v2. The infer route reads the raw body: tritonclient's
-sync client sends no Content-Type.
+`error_response` below, over `posenc.api.oip.errors` (shared with gRPC). The infer route reads the
+raw body: tritonclient's sync client sends no Content-Type.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -27,7 +26,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 import posenc
-from posenc.api.errors import ApiError
+from posenc.api.oip import EXTENSIONS
 from posenc.api.oip.codec import (
     HEADER_LENGTH,
     OipError,
@@ -38,33 +37,25 @@ from posenc.api.oip.codec import (
     parse_infer_request,
 )
 from posenc.api.oip.context import OipContext
-from posenc.api.oip.models import MODELS, VERSION, OipModel
-from posenc.encodings import PosencError
-from posenc.encodings.weights import UnknownTableError
-from posenc.runtime import Busy
+from posenc.api.oip.errors import INTERNAL_MESSAGE, as_oip_error
+from posenc.api.oip.models import VERSION, find_model
 from posenc.verified import VERIFIED_AGAINST
 
 log = logging.getLogger("posenc.api.oip")
 
-EXTENSIONS = ["binary_tensor_data", "model_configuration", "parameters"]
 
 ContextGetter = Callable[[Request], OipContext]
 
 
 def error_response(exc: Exception) -> Response:
-    """Map an exception to `{"error": message}` with its status (the one /v2 mapping)."""
-    headers: dict[str, str] = {}
-    if isinstance(exc, (OipError, ApiError)):
-        status, message, headers = exc.status, exc.message, exc.headers
-    elif isinstance(exc, PosencError):
-        status, message = 404 if isinstance(exc, UnknownTableError) else 400, str(exc)
-    elif isinstance(exc, Busy):
-        status, message = 503, str(exc)
-        headers = {"Retry-After": str(max(1, math.ceil(exc.retry_after)))}
-    else:
+    """`{"error": message}` with the status `as_oip_error` gives `exc` (the one /v2 mapping)."""
+    error = as_oip_error(exc)
+    if error is None:
         log.exception("unhandled error in /v2", exc_info=exc)
-        status, message = 500, "internal server error"
-    return Response(error_body(message), status, headers, media_type="application/json")
+        error = OipError(500, INTERNAL_MESSAGE)
+    return Response(
+        error_body(error.message), error.status, error.headers, media_type="application/json"
+    )
 
 
 class PartsResponse(Response):
@@ -96,15 +87,6 @@ async def _guarded(fn: Callable[[], Awaitable[Response]]) -> Response:
         return await fn()
     except Exception as exc:
         return error_response(exc)
-
-
-def _model(name: str, version: str | None) -> OipModel:
-    model = MODELS.get(name)
-    if model is None:
-        raise OipError(404, f"unknown model {name!r}; models: {sorted(MODELS)}")
-    if version is not None and version != VERSION:
-        raise OipError(404, f"model {name!r} has no version {version!r}; versions: [{VERSION!r}]")
-    return model
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
@@ -152,20 +134,20 @@ def build_router(context: ContextGetter) -> tuple[APIRouter, APIRouter]:
             {
                 "name": "posenc",
                 "version": posenc.__version__,
-                "extensions": EXTENSIONS,
+                "extensions": list(EXTENSIONS),
                 "verified_against": dict(VERIFIED_AGAINST),
             }
         )
 
     async def metadata(request: Request, model: str, version: str | None = None) -> Response:
         async def run() -> Response:
-            return _json(_model(model, version).metadata())
+            return _json(find_model(model, version).metadata())
 
         return await _guarded(run)
 
     async def ready(request: Request, model: str, version: str | None = None) -> Response:
         async def run() -> Response:
-            _model(model, version)
+            find_model(model, version)
             if not context(request).ready():
                 raise OipError(503, "the server is not ready (warming up or draining)")
             return Response(status_code=200)
@@ -174,13 +156,13 @@ def build_router(context: ContextGetter) -> tuple[APIRouter, APIRouter]:
 
     async def config(request: Request, model: str, version: str | None = None) -> Response:
         async def run() -> Response:
-            return _json(_model(model, version).config(context(request)))
+            return _json(find_model(model, version).config(context(request)))
 
         return await _guarded(run)
 
     async def infer(request: Request, model: str, version: str | None = None) -> Response:
         async def run() -> Response:
-            found = _model(model, version)
+            found = find_model(model, version)
             # like /v1, inference is served while presets warm and while draining (readiness
             # tells load balancers); only a server without its cache answers 503
             service = context(request)

@@ -4,6 +4,9 @@
   "kind"?, "layer_type"?, ...overrides}`; parsed, canonicalised and keyed once per distinct body
   (`SPECS`), and remembered in the key index so that its stable URL answers afterwards.
 - `GET /v1/tables/{key}`: the table of any key this server resolved, or a preset's; immutable.
+- `GET /v1/tables/{key}/preview`: a strided sample of one tensor as JSON, at most `max_points`
+  elements (`serving.serve_preview`): what the explorer (`/ui`) plots, so a 131072-position
+  table is looked at without sending it whole.
 
 Both are hot routes (`posenc.api.hot`: no FastAPI dependencies, the query read from the request);
 sending a table (limits, format, ETags, 304, the cache) is `serving.serve_table`.
@@ -20,13 +23,16 @@ from posenc.api.jsonio import read_json_object
 from posenc.api.memo import JsonMemo
 from posenc.api.serving import (
     IMMUTABLE,
+    PREVIEW_PARAMETERS,
     TABLE_PARAMETERS,
     TABLE_RESPONSES,
+    serve_preview,
     serve_table,
     table_params,
     unbound,
 )
 from posenc.api.specs import spec_from_object
+from posenc.api.state import AppState
 from posenc.encodings import SpecBase
 
 router = APIRouter(prefix="/v1", tags=["tables"])
@@ -109,6 +115,13 @@ async def get_table(request: Request) -> Response:
     """The table for `key`: immutable, so cacheable forever; 304 on a matching If-None-Match."""
     state = app_state(request)
     key: str = request.path_params["key"]
+    return await serve_table(
+        request, state, _known(state, key), key, *table_params(request), cache_control=IMMUTABLE
+    )
+
+
+def _known(state: AppState, key: str) -> SpecBase:
+    """The canonical spec of `key`, or 404 `unknown_key`."""
     spec = state.index.get(key)
     if spec is None:
         raise ApiError(
@@ -117,6 +130,41 @@ async def get_table(request: Request) -> Response:
             f"no table with key {key!r} is known here: POST its spec to /v1/tables first",
             {"key": key},
         )
-    return await serve_table(
-        request, state, spec, key, *table_params(request), cache_control=IMMUTABLE
+    return spec
+
+
+@router.get(
+    "/tables/{key}/preview",
+    summary="A strided sample of one tensor of a table, as JSON (at most max_points elements)",
+    responses={
+        200: {
+            "description": '{"key", "kind", "tensor", "dtype", "shape", "row_axis", '
+            '"axes": [{"start", "step", "count"}], "data"}'
+        },
+        304: {"description": "Not modified (If-None-Match)"},
+        400: {"description": "Bad tensor, rows or max_points"},
+        404: {"description": "Unknown key"},
+        413: {"description": "Table over the limit"},
+    },
+    openapi_extra={
+        "parameters": [
+            {"name": "key", "in": "path", "required": True, "schema": {"type": "string"}},
+            *PREVIEW_PARAMETERS,
+        ]
+    },
+)
+async def get_preview(request: Request) -> Response:
+    """At most `max_points` elements of one tensor (`rows` narrows its position axis first),
+    every k-th along each axis: a large table explored without sending it whole."""
+    state = app_state(request)
+    key: str = request.path_params["key"]
+    query = request.query_params
+    return await serve_preview(
+        request,
+        state,
+        _known(state, key),
+        key,
+        query.get("tensor"),
+        query.get("rows"),
+        query.get("max_points"),
     )

@@ -27,7 +27,15 @@ from posenc.encodings.rope.variants import VARIANTS, RopeInputs
 def rope_inv_freq(
     spec: RopeSpec, device: torch.device
 ) -> tuple[torch.Tensor, float, dict[str, Any]]:
-    """(inv_freq (d/2,), attention_scaling, facts) for a canonical spec, in its compute dtype."""
+    """(inv_freq (d/2,), attention_scaling, facts) for a canonical spec, in its compute dtype, on
+    `device`.
+
+    The frequencies are always computed on the CPU, as transformers computes them when it builds
+    a rotary module, and then moved: CUDA's `pow` and `exp` differ from the CPU's by an ulp or two
+    on some elements, and an angle is position x frequency, so such an ulp grows with the position
+    (4.5e-4 on cos at 131072 positions on an H100, docs/gpu.md). From the same frequencies the
+    device's products are bit-identical and its cos/sin within an ulp.
+    """
     compute_dtype = torch.float64 if spec.precision == "exact" else torch.float32
     inputs = RopeInputs(
         dim=spec.resolved_rotary_dim(),
@@ -35,10 +43,11 @@ def rope_inv_freq(
         base=spec.rope_theta,
         seq_len=spec.seq_len,
         dtype=compute_dtype,
-        device=device,
+        device=torch.device("cpu"),
     )
     variant = VARIANTS[spec.rope_scaling.rope_type]
-    return variant.inv_freq(spec.rope_scaling, inputs)
+    inv, scaling, facts = variant.inv_freq(spec.rope_scaling, inputs)
+    return inv.to(device), scaling, facts
 
 
 def half_cos_sin(

@@ -1,40 +1,24 @@
-"""The `rope_scaling` union, discriminated on `rope_type` (transformers' key names)."""
+"""The `rope_scaling` union, discriminated on `rope_type` (transformers' key names).
+
+Its members are the registered variants' parameter models, in registry order (`VARIANTS`); type
+checkers see their common base.
+"""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Union
 
 from pydantic import Field
 
+from posenc.encodings.rope.variants import VARIANTS, ScalingBase
 from posenc.encodings.rope.variants.default import DefaultScaling
-from posenc.encodings.rope.variants.dynamic import DynamicScaling
-from posenc.encodings.rope.variants.linear import LinearScaling
-from posenc.encodings.rope.variants.llama3 import Llama3Scaling
-from posenc.encodings.rope.variants.longrope import LongRopeScaling
-from posenc.encodings.rope.variants.ntk_alpha import NtkAlphaScaling
-from posenc.encodings.rope.variants.proportional import ProportionalScaling
-from posenc.encodings.rope.variants.yarn import YarnScaling
 
-RopeScaling = Annotated[
-    DefaultScaling
-    | LinearScaling
-    | DynamicScaling
-    | YarnScaling
-    | LongRopeScaling
-    | Llama3Scaling
-    | ProportionalScaling
-    | NtkAlphaScaling,
-    Field(discriminator="rope_type"),
-]
+if TYPE_CHECKING:
+    RopeScaling = ScalingBase
+else:
+    RopeScaling = Annotated[
+        Union[tuple(v.params for v in VARIANTS.values())],  # noqa: UP007
+        Field(discriminator="rope_type"),
+    ]
 
-__all__ = [
-    "DefaultScaling",
-    "DynamicScaling",
-    "LinearScaling",
-    "Llama3Scaling",
-    "LongRopeScaling",
-    "NtkAlphaScaling",
-    "ProportionalScaling",
-    "RopeScaling",
-    "YarnScaling",
-]
+__all__ = ["DefaultScaling", "RopeScaling", "ScalingBase"]

@@ -16,13 +16,11 @@ from pydantic import Field, field_validator, model_validator
 from posenc.encodings.base import SpecBase, TensorInfo
 from posenc.encodings.rope.scaling import DefaultScaling, RopeScaling
 from posenc.encodings.rope.variants import VARIANTS
-from posenc.encodings.rope.variants._common import Issue, ScalingBase, field_error
-from posenc.encodings.rope.variants.dynamic import DynamicScaling
-from posenc.encodings.rope.variants.longrope import LongRopeScaling, uses_long_factors
+from posenc.encodings.rope.variants._common import Issue, field_error
 
 MAX_HEAD_DIM = 8192
 MAX_POSITIONS = 1 << 24
-_PROPORTIONAL = "proportional RoPE always spans head_dim: put partial_rotary_factor in rope_scaling"
+_SPANS_HEAD_DIM = "RoPE always spans head_dim: put partial_rotary_factor in rope_scaling"
 
 Width = Literal["half", "full"]
 Packing = Literal["separate", "cos_sin", "pairs"]
@@ -55,21 +53,6 @@ PROFILES: dict[str, dict[str, Any]] = {
     # torchtune RotaryPositionalEmbeddings cache: (P, d/2, 2), fp32, interleaved pairs.
     "torchtune": _profile(True, "half", "pairs"),
 }
-
-
-def canonical_seq_len(scaling: ScalingBase, seq_len: int) -> int | None:
-    """The one sequence length that stands for every length giving the same table.
-
-    dynamic: transformers uses L = max(seq_len, max_position_embeddings); longrope: only the side
-    of the switch matters, written as original_max_position_embeddings (short) or that plus one
-    (long); the other variants do not depend on it (None).
-    """
-    if isinstance(scaling, DynamicScaling):
-        return max(seq_len, scaling.max_position_embeddings)
-    if isinstance(scaling, LongRopeScaling):
-        orig = scaling.original_max_position_embeddings
-        return orig + 1 if uses_long_factors(scaling, seq_len) else orig
-    return None
 
 
 class RopeSpec(SpecBase):
@@ -126,12 +109,13 @@ class RopeSpec(SpecBase):
                     ("partial_rotary_factor", self.partial_rotary_factor),
                 )
             ]
-        if self.rope_scaling.rope_type == "proportional":
+        if self.rope_scaling.spans_head_dim:
+            message = f"{self.rope_scaling.rope_type} {_SPANS_HEAD_DIM}"
             if self.rotary_dim not in (None, self.head_dim):
-                issues.append(Issue(("rotary_dim",), _PROPORTIONAL, self.rotary_dim))
+                issues.append(Issue(("rotary_dim",), message, self.rotary_dim))
             if self.partial_rotary_factor not in (None, 1.0):
                 issues.append(
-                    Issue(("partial_rotary_factor",), _PROPORTIONAL, self.partial_rotary_factor)
+                    Issue(("partial_rotary_factor",), message, self.partial_rotary_factor)
                 )
         if issues:
             raise field_error(issues)
@@ -174,7 +158,7 @@ class RopeSpec(SpecBase):
 
     def _dim_field(self) -> tuple[tuple[str], int | float]:
         """The field the rotary dim came from, to name it in errors."""
-        if self.rope_scaling.rope_type != "proportional":
+        if not self.rope_scaling.spans_head_dim:
             if self.rotary_dim is not None:
                 return ("rotary_dim",), self.rotary_dim
             if self.partial_rotary_factor is not None:
@@ -184,16 +168,18 @@ class RopeSpec(SpecBase):
     def _layout(self) -> tuple[bool, Width, Packing, FloatDtype]:
         """(interleaved, width, packing, dtype): explicit fields, else the profile's, else `hf`'s.
         A packed layout implies half width unless `width` says otherwise (then _check rejects)."""
-        prof = PROFILES[self.profile or "hf"]
-        packing: Packing = self.packing or prof["packing"]
-        width: Width = self.width or ("half" if packing != "separate" else prof["width"])
-        interleaved: bool = prof["interleaved"] if self.interleaved is None else self.interleaved
-        dtype: FloatDtype = self.dtype or prof["dtype"]
+        defaults = PROFILES[self.profile or "hf"]
+        packing: Packing = self.packing or defaults["packing"]
+        width: Width = self.width or ("half" if packing != "separate" else defaults["width"])
+        interleaved: bool = (
+            defaults["interleaved"] if self.interleaved is None else self.interleaved
+        )
+        dtype: FloatDtype = self.dtype or defaults["dtype"]
         return interleaved, width, packing, dtype
 
     def resolved_rotary_dim(self) -> int:
         """d: the number of rotated channels (the table width at full width)."""
-        if self.rope_scaling.rope_type == "proportional":
+        if self.rope_scaling.spans_head_dim:
             return self.head_dim
         if self.rotary_dim is not None:
             return self.rotary_dim
@@ -211,7 +197,7 @@ class RopeSpec(SpecBase):
             update={
                 "rotary_dim": self.resolved_rotary_dim(),
                 "partial_rotary_factor": None,
-                "seq_len": canonical_seq_len(scaling, self.seq_len or self.max_positions),
+                "seq_len": scaling.canonical_seq_len(self.seq_len or self.max_positions),
                 "rope_scaling": scaling,
                 "interleaved": interleaved,
                 "width": width,

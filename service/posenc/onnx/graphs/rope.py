@@ -5,17 +5,19 @@ Both start from the half-width cos/sin of the position ids, [B, S, d/2] (`_half_
 - mode `table`: a Gather from the core's half-width table (embedded in the spec dtype, so every
   value is bit-identical to the served table). Positions outside [0, P) make the Gather fail in
   onnxruntime with a message naming the range (ONNX has no assert: invalid positions are mapped
-  to an index past the table, and the guarding Gather's node name is the message). LongRoPE with
-  P > original_max_position_embeddings embeds both tables, as onnxruntime-genai does, and picks
-  the long rows when max(position_ids) + 1 > original_max_position_embeddings. Dynamic NTK
-  rescales every frequency with the length, so a table is exact only up to its
-  max_position_embeddings: longer specs are refused (use `compute`).
+  to an index past the table, and the guarding Gather's node name is the message). A variant
+  with a second frequency set past its switch length (`ScalingBase.switch()`; LongRoPE: its
+  original_max_position_embeddings) embeds both tables when P exceeds the switch, as
+  onnxruntime-genai does, and picks the second rows when max(position_ids) + 1 > the switch. A
+  variant that recomputes its frequencies for every longer length (dynamic NTK) has an exact
+  table only up to its switch (max_position_embeddings): longer specs are refused (use
+  `compute`).
 - mode `compute`: `angles = float(position_ids)[..., None] * inv_freq`, `cos(angles) * A`, cast
   last: transformers' `LlamaRotaryEmbedding.forward` op for op (fp32, or float64 for precision
-  `exact`). inv_freq is the core's (bit-identical). LongRoPE embeds both inverse-frequency sets
-  and selects with Where on L = max(position_ids) + 1 (transformers `longrope_frequency_update`);
-  dynamic NTK recomputes the base from L in the graph when L > max_position_embeddings
-  (transformers `dynamic_frequency_update`, stateless: it never keeps a longer length's base).
+  `exact`). inv_freq is the core's (bit-identical). Past the switch, with L = max(position_ids) +
+  1, a second set is embedded and selected with Where (LongRoPE: transformers
+  `longrope_frequency_update`); dynamic NTK recomputes the base from L in the graph (transformers
+  `dynamic_frequency_update`, stateless: it never keeps a longer length's base).
 
 cos_sin then lays the half-width values out like the table (full width `cat(c, c)` or
 `repeat_interleave(c, 2)`, or the packed `cos_sin` / `pairs`). rotary applies them to x
@@ -36,9 +38,8 @@ import torch
 
 from posenc.encodings import FieldProblem, compute
 from posenc.encodings.rope import RopeSpec, half_cos_sin, layout, rope_inv_freq
-from posenc.encodings.rope.variants._common import RopeInputs, exponents
+from posenc.encodings.rope.variants._common import RopeInputs, Switch, exponents
 from posenc.encodings.rope.variants.dynamic import DynamicScaling
-from posenc.encodings.rope.variants.longrope import LongRopeScaling
 from posenc.onnx._graph import IR_DTYPES, Graph
 from posenc.onnx._options import ExportOptions
 from posenc.onnx._registry import ATOL, GraphExporter, Sample, register_exporter
@@ -63,14 +64,20 @@ def with_fields(spec: RopeSpec, **update: Any) -> RopeSpec:
 
 
 def switch_length(spec: RopeSpec) -> int | None:
-    """The length past which the frequencies change: LongRoPE's original length, dynamic NTK's
-    max_position_embeddings; None for the variants that do not depend on the length."""
-    scaling = spec.rope_scaling
-    if isinstance(scaling, LongRopeScaling):
-        return scaling.original_max_position_embeddings
-    if isinstance(scaling, DynamicScaling):
-        return scaling.max_position_embeddings
-    return None
+    """The length past which the frequencies change (the variant's `switch()`): LongRoPE's
+    original length, dynamic NTK's max_position_embeddings; None for the variants that do not
+    depend on the length."""
+    switch = spec.rope_scaling.switch()
+    return None if switch is None else switch.length
+
+
+def _second_table(spec: RopeSpec) -> Switch | None:
+    """The switch of a variant whose embedded table needs a second set of rows past it (one fixed
+    set for every longer length, LongRoPE) when the spec has more rows than the switch."""
+    switch = spec.rope_scaling.switch()
+    if switch is None or switch.recomputed or spec.max_positions <= switch.length:
+        return None
+    return switch
 
 
 def reference_half(
@@ -90,11 +97,12 @@ def _notes(spec: RopeSpec) -> dict[str, Any]:
     """attention scaling, YaRN's softmax scale multiplier, the LongRoPE / dynamic switch."""
     _, scaling, facts = rope_inv_freq(spec, CPU)
     notes: dict[str, Any] = {"attention_scaling": scaling, "rotary_dim": spec.rotary_dim}
-    for key in ("softmax_scale_multiplier", "longrope_switch_point", "rotated_pairs"):
+    for key in ("softmax_scale_multiplier", "rotated_pairs"):
         if key in facts:
             notes[key] = facts[key]
-    if isinstance(spec.rope_scaling, DynamicScaling):
-        notes["dynamic_switch_point"] = spec.rope_scaling.max_position_embeddings
+    switch = spec.rope_scaling.switch()
+    if switch is not None:
+        notes[f"{spec.rope_scaling.rope_type}_switch_point"] = switch.length
     return notes
 
 
@@ -111,16 +119,16 @@ def _table_half(g: Graph, spec: RopeSpec, pos: ir.Value, dtype: str) -> tuple[ir
     op = g.op
     rows = spec.max_positions
     half = with_fields(spec, width="half", packing="separate", dtype=dtype, seq_len=None)
-    scaling = spec.rope_scaling
     index = pos
-    if isinstance(scaling, LongRopeScaling) and rows > scaling.original_max_position_embeddings:
-        orig = scaling.original_max_position_embeddings
-        short = compute(with_fields(half, seq_len=orig), CPU).tensors
-        long = compute(with_fields(half, seq_len=orig + 1), CPU).tensors
-        cos_t = torch.cat((short["cos"][:orig], long["cos"]))  # [orig + P, d/2]
-        sin_t = torch.cat((short["sin"][:orig], long["sin"]))  # [orig + P, d/2]
-        use_long: ir.Value = op.Greater(_length(g, pos), orig)  # bool []
-        shift: ir.Value = op.Where(use_long, orig, 0)  # int64 []: long rows start at orig
+    second = _second_table(spec)
+    if second is not None:
+        switch = second.length
+        first = compute(with_fields(half, seq_len=switch), CPU).tensors
+        past = compute(with_fields(half, seq_len=switch + 1), CPU).tensors
+        cos_t = torch.cat((first["cos"][:switch], past["cos"]))  # [switch + P, d/2]
+        sin_t = torch.cat((first["sin"][:switch], past["sin"]))  # [switch + P, d/2]
+        use_past: ir.Value = op.Greater(_length(g, pos), switch)  # bool []
+        shift: ir.Value = op.Where(use_past, switch, 0)  # int64 []: second rows start at switch
         index = op.Add(pos, shift)  # int64 [B, S]
     else:
         table = compute(half, CPU).tensors
@@ -142,9 +150,11 @@ def _table_half(g: Graph, spec: RopeSpec, pos: ir.Value, dtype: str) -> tuple[ir
 
 
 def _dynamic_inv_freq(g: Graph, spec: RopeSpec, length: ir.Value, compute_dtype: str) -> ir.Value:
-    """inv_freq [d/2] for length L > max_position_embeddings (transformers' forward path):
-    `base' = base * ((factor * L / mpe) - (factor - 1)) ** (d / (d - 2))`,
-    `inv = 1 / base' ** (arange(0, d, 2) / d)`, in the compute dtype."""
+    """Dynamic NTK's inv_freq [d/2] for length L > max_position_embeddings (transformers' forward
+    path), in the compute dtype, with M = max_position_embeddings:
+    `base' = base * ((factor * L / M) - (factor - 1)) ** (d / (d - 2))`,
+    `inv = 1 / base' ** (arange(0, d, 2) / d)`. Dynamic NTK is the one variant that recomputes
+    its frequencies past the switch (`Switch.recomputed`)."""
     op = g.op
     scaling = spec.rope_scaling
     assert isinstance(scaling, DynamicScaling)
@@ -167,18 +177,18 @@ def _compute_half(g: Graph, spec: RopeSpec, pos: ir.Value, dtype: str) -> tuple[
     """Half-width cos/sin [B, S, d/2] computed from inv_freq, cast to `dtype` last."""
     op = g.op
     compute_dtype = "float64" if spec.precision == "exact" else "float32"
-    scaling = spec.rope_scaling
-    switch = switch_length(spec)
-    inv_base, attention, _ = rope_inv_freq(with_fields(spec, seq_len=switch), CPU)
+    switch = spec.rope_scaling.switch()
+    at_switch = None if switch is None else switch.length
+    inv_base, attention, _ = rope_inv_freq(with_fields(spec, seq_len=at_switch), CPU)
     inv: ir.Value = g.initializer("inv_freq", inv_base)  # [d/2]
     if switch is not None:
         length = _length(g, pos)  # int64 []
-        longer: ir.Value = op.Greater(length, switch)  # bool []
-        if isinstance(scaling, LongRopeScaling):
-            inv_long, _, _ = rope_inv_freq(with_fields(spec, seq_len=switch + 1), CPU)
-            inv = op.Where(longer, g.initializer("inv_freq_long", inv_long), inv)  # [d/2]
-        else:
+        longer: ir.Value = op.Greater(length, switch.length)  # bool []
+        if switch.recomputed:
             inv = op.Where(longer, _dynamic_inv_freq(g, spec, length, compute_dtype), inv)
+        else:
+            inv_long, _, _ = rope_inv_freq(with_fields(spec, seq_len=switch.length + 1), CPU)
+            inv = op.Where(longer, g.initializer("inv_freq_long", inv_long), inv)  # [d/2]
     positions: ir.Value = op.Cast(pos, to=IR_DTYPES[compute_dtype])  # [B, S]
     angles: ir.Value = op.Mul(op.Unsqueeze(positions, [-1]), inv)  # [B, S, d/2]
     cos: ir.Value = op.Cos(angles)  # [B, S, d/2]
@@ -205,21 +215,22 @@ def _mode_problems(spec: RopeSpec, mode: str | None) -> list[FieldProblem]:
     if mode != "table":
         return []
     problems = []
-    scaling = spec.rope_scaling
-    if isinstance(scaling, DynamicScaling) and spec.max_positions > scaling.max_position_embeddings:
+    switch = spec.rope_scaling.switch()
+    if switch is not None and switch.recomputed and spec.max_positions > switch.length:
         problems.append(
             FieldProblem(
                 "mode",
-                "dynamic NTK recomputes every frequency from the sequence length past "
-                f"max_position_embeddings={scaling.max_position_embeddings}, so no embedded "
+                f"{switch.label} recomputes every frequency from the sequence length past "
+                f"{switch.field}={switch.length}, so no embedded "
                 f"table serves max_positions={spec.max_positions}: use mode 'compute'",
                 mode,
             )
         )
     d = spec.resolved_rotary_dim()
     rows = spec.max_positions
-    if isinstance(scaling, LongRopeScaling) and rows > scaling.original_max_position_embeddings:
-        rows += scaling.original_max_position_embeddings
+    second = _second_table(spec)
+    if second is not None:
+        rows += second.length
     size = 2 * rows * (d // 2) * (2 if spec.dtype != "float32" else 4)
     if size > MAX_TABLE_BYTES:
         problems.append(
@@ -235,8 +246,8 @@ def _mode_problems(spec: RopeSpec, mode: str | None) -> list[FieldProblem]:
 
 def _sample_positions(spec: RopeSpec, mode: str) -> list[tuple[str, torch.Tensor]]:
     """Position-id batches [2, n]: the first and last n positions of a sequence of each length
-    tested. Table mode covers the table's last row; compute mode goes past it; LongRoPE and
-    dynamic NTK are tested on both sides of their switch."""
+    tested. Table mode covers the table's last row; compute mode goes past it; length-dependent
+    variants (LongRoPE, dynamic NTK) are tested on both sides of their switch."""
     rows = spec.max_positions
     switch = switch_length(spec)
     lengths: list[tuple[str, int]] = [("max_positions", rows)]
@@ -314,9 +325,9 @@ def _compute_atol(spec: RopeSpec, positions: torch.Tensor, attention: float) -> 
     """ATOL of the dtype; for dynamic NTK past its switch, plus the angle error an ulp-level
     difference between onnxruntime's and torch's fp32 `pow` makes at these positions."""
     atol = ATOL[str(spec.dtype)]
-    scaling = spec.rope_scaling
+    switch = spec.rope_scaling.switch()
     length = int(positions.max()) + 1
-    if isinstance(scaling, DynamicScaling) and length > scaling.max_position_embeddings:
+    if switch is not None and switch.recomputed and length > switch.length:
         ulp = 2.0**-52 if spec.precision == "exact" else 2.0**-23
         atol += 4 * ulp * length * max(1.0, attention)
     return atol

@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+from posenc.api.oip.codec import OipError
 from posenc.api.oip.models import alibi, rope, sinusoidal, sinusoidal_2d, t5_bias, xpos
 from posenc.api.oip.models.base import VERSION, InferResult, OipModel, TensorDecl
 from posenc.api.oip.models.table import table_model
@@ -42,4 +43,24 @@ MODELS: dict[str, OipModel] = {
 """Model name -> model for every registered family (a test keeps it complete); families without a
 position model are served whole (`table_model`)."""
 
-__all__ = ["MODELS", "POSITION_MODELS", "VERSION", "InferResult", "OipModel", "TensorDecl"]
+
+def find_model(name: str, version: str | None) -> OipModel:
+    """The model `name` (at `version`, when given: only "1" exists), or `OipError` 404 naming
+    the models or versions there are (the same answer over HTTP and gRPC)."""
+    model = MODELS.get(name)
+    if model is None:
+        raise OipError(404, f"unknown model {name!r}; models: {sorted(MODELS)}")
+    if version is not None and version != VERSION:
+        raise OipError(404, f"model {name!r} has no version {version!r}; versions: [{VERSION!r}]")
+    return model
+
+
+__all__ = [
+    "MODELS",
+    "POSITION_MODELS",
+    "VERSION",
+    "InferResult",
+    "OipModel",
+    "TensorDecl",
+    "find_model",
+]

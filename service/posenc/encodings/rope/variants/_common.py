@@ -1,16 +1,20 @@
 """Shared pieces of the RoPE scaling variants.
 
-Each variant module defines its parameter model (keys as in transformers' `rope_parameters`) and
-`inv_freq(...)`, a pure function returning `(inv_freq (d/2,), attention_scaling, facts)`. The fp32
-path reproduces transformers' op order exactly (`modeling_rope_utils.py`), so the tables are
-bit-identical on CPU; the same code run in float64 gives the `exact` precision.
+Each variant module defines its parameter model (keys as in transformers' `rope_parameters`, the
+`rope_type` literal naming the variant), `inv_freq(...)`, a pure function returning
+`(inv_freq (d/2,), attention_scaling, facts)`, and `from_hf(...)`, the mapping of a config.json
+rope parameter dict to its `rope_scaling` (`_hf.py`). A length-dependent variant also says where its
+frequencies change (`switch`) and which sequence length stands for its table
+(`canonical_seq_len`). The fp32 path reproduces transformers' op order exactly
+(`modeling_rope_utils.py`), so the tables are bit-identical on CPU; the same code run in float64
+gives the `exact` precision.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import torch
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -47,12 +51,45 @@ def field_error(issues: Sequence[Issue], title: str = "rope") -> ValidationError
     )
 
 
+@dataclass(frozen=True)
+class Switch:
+    """Where a length-dependent variant's inverse frequencies change.
+
+    Up to `length` (the value of the `rope_scaling.<field>` key) the variant uses its init-time
+    frequencies. Past it, a `recomputed` variant computes new ones for every length (dynamic NTK:
+    transformers' `dynamic_frequency_update`); the others switch to one second set for every
+    longer length (LongRoPE: `longrope_frequency_update`). `label` names the variant in messages.
+    """
+
+    length: int
+    field: str
+    recomputed: bool
+    label: str
+
+
 class ScalingBase(BaseModel):
     """Base of the `rope_scaling` parameter models: frozen, unknown keys rejected."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False, strict=True)
 
     rope_type: str
+
+    in_transformers: ClassVar[bool] = True
+    """Whether transformers' `ROPE_INIT_FUNCTIONS` (or "default") names this rope_type, so that a
+    config.json may name it; False for a variant that only a model's own rotary class selects."""
+
+    spans_head_dim: ClassVar[bool] = False
+    """True when the table is always head_dim wide: the variant decides itself which pairs rotate
+    (its own `partial_rotary_factor`), so the spec's rotary_dim must be head_dim."""
+
+    def switch(self) -> Switch | None:
+        """Where the frequencies change with the sequence length; None when they never do."""
+        return None
+
+    def canonical_seq_len(self, seq_len: int) -> int | None:
+        """The one sequence length that stands for every length giving the same table as
+        `seq_len`; None when the table does not depend on it."""
+        return None
 
     def check_dim(self, dim: int) -> list[Issue]:
         """Problems fitting rotary dim `dim`, each located relative to the RoPE spec root."""

@@ -10,6 +10,7 @@ from posenc.encodings.rope.variants._common import (
     VariantResult,
     default_inv_freq,
 )
+from posenc.encodings.rope.variants._hf import HfMapping, HfRopeParams
 
 
 class DefaultScaling(ScalingBase):
@@ -19,3 +20,8 @@ class DefaultScaling(ScalingBase):
 def inv_freq(scaling: DefaultScaling, x: RopeInputs) -> VariantResult:
     """inv_freq[i] = base^(-2i/d), shape (d/2,); attention scaling 1."""
     return default_inv_freq(x.base, x), 1.0, {}
+
+
+def from_hf(p: HfRopeParams) -> HfMapping:
+    """No scaling keys to read."""
+    return {"rope_type": "default"}, {}

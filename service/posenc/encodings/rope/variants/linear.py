@@ -13,6 +13,7 @@ from posenc.encodings.rope.variants._common import (
     VariantResult,
     default_inv_freq,
 )
+from posenc.encodings.rope.variants._hf import HfMapping, HfRopeParams
 from posenc.encodings.rope.variants.default import DefaultScaling
 
 
@@ -30,3 +31,8 @@ def inv_freq(scaling: LinearScaling, x: RopeInputs) -> VariantResult:
     inv = default_inv_freq(x.base, x)
     inv /= scaling.factor
     return inv, 1.0, {}
+
+
+def from_hf(p: HfRopeParams) -> HfMapping:
+    """`factor` (required)."""
+    return {"rope_type": "linear", "factor": p.factor()}, {}

@@ -10,7 +10,7 @@ orig/high_freq_factor kept, and those between smoothed with
 from __future__ import annotations
 
 import math
-from typing import Annotated, Literal, Self
+from typing import Annotated, Any, Literal, Self
 
 import torch
 from pydantic import Field, model_validator
@@ -23,6 +23,7 @@ from posenc.encodings.rope.variants._common import (
     default_inv_freq,
     field_error,
 )
+from posenc.encodings.rope.variants._hf import HfMapping, HfRopeParams
 
 
 class Llama3Scaling(ScalingBase):
@@ -52,12 +53,27 @@ def inv_freq(scaling: Llama3Scaling, x: RopeInputs) -> VariantResult:
     inv = default_inv_freq(x.base, x)
     factor = scaling.factor
     low, high = scaling.low_freq_factor, scaling.high_freq_factor
-    orig = scaling.original_max_position_embeddings
-    low_freq_wavelen = orig / low
-    high_freq_wavelen = orig / high
+    original = scaling.original_max_position_embeddings
+    low_freq_wavelen = original / low
+    high_freq_wavelen = original / high
     wavelen = 2 * math.pi / inv
     inv_llama = torch.where(wavelen > low_freq_wavelen, inv / factor, inv)
-    smooth = (orig / wavelen - low) / (high - low)
+    smooth = (original / wavelen - low) / (high - low)
     smoothed = (1 - smooth) * inv_llama / factor + smooth * inv_llama
     is_medium = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen)
     return torch.where(is_medium, smoothed, inv_llama), 1.0, {}
+
+
+def from_hf(p: HfRopeParams) -> HfMapping:
+    """`factor` (required), the original length, `low_freq_factor` / `high_freq_factor` when set."""
+    original = p.original_length()
+    data: dict[str, Any] = {
+        "rope_type": "llama3",
+        "factor": p.factor(),
+        "original_max_position_embeddings": original,
+    }
+    for name in ("low_freq_factor", "high_freq_factor"):
+        value = p.optional(name)
+        if value is not None:
+            data[name] = value
+    return data, {}

@@ -11,7 +11,7 @@ as a fact.
 from __future__ import annotations
 
 import math
-from typing import Annotated, Literal, Self
+from typing import Annotated, Any, Literal, Self
 
 import torch
 from pydantic import BeforeValidator, Field, model_validator
@@ -20,10 +20,12 @@ from posenc.encodings.rope.variants._common import (
     Issue,
     RopeInputs,
     ScalingBase,
+    Switch,
     VariantResult,
     exponents,
     field_error,
 )
+from posenc.encodings.rope.variants._hf import HfMapping, HfRopeParams
 
 PositiveFloat = Annotated[float, Field(gt=0.0)]
 
@@ -88,6 +90,20 @@ class LongRopeScaling(ScalingBase):
             update={"factor": self.resolved_factor(), "max_position_embeddings": None}
         )
 
+    def switch(self) -> Switch:
+        return Switch(
+            self.original_max_position_embeddings,
+            "original_max_position_embeddings",
+            recomputed=False,
+            label="LongRoPE",
+        )
+
+    def canonical_seq_len(self, seq_len: int) -> int:
+        # Only the side of the switch matters: the original length (short factors) or one more
+        # (long factors).
+        original = self.original_max_position_embeddings
+        return original + 1 if uses_long_factors(self, seq_len) else original
+
 
 def attention_scaling(s: LongRopeScaling) -> float:
     """A: attention_factor, else sqrt(1 + ln(factor) / ln(orig)), 1 when factor <= 1."""
@@ -116,3 +132,39 @@ def inv_freq(scaling: LongRopeScaling, x: RopeInputs) -> VariantResult:
         "longrope_switch_point": scaling.original_max_position_embeddings,
     }
     return inv, attention_scaling(scaling), facts
+
+
+def from_hf(p: HfRopeParams) -> HfMapping:
+    """The original length, both factor lists, `factor` (else max_position_embeddings, from which
+    the spec derives it), `attention_factor`; notes: A and the switch point."""
+    original = p.original_length()
+    for name in ("short_factor", "long_factor"):
+        if not isinstance(p.params.get(name), list):
+            p.fail(name, "required: a list of rotary_dim/2 numbers", p.params.get(name))
+    data: dict[str, Any] = {
+        "rope_type": "longrope",
+        "short_factor": list(p.params["short_factor"]),
+        "long_factor": list(p.params["long_factor"]),
+        "original_max_position_embeddings": original,
+    }
+    factor = p.optional("factor")
+    if factor is not None:
+        data["factor"] = factor
+    elif p.max_position_embeddings is not None:
+        data["max_position_embeddings"] = p.max_position_embeddings
+    else:
+        p.fail("factor", "longrope needs factor or max_position_embeddings", None)
+    attention = p.optional("attention_factor")
+    if attention is not None:
+        data["attention_factor"] = attention
+    scaling = p.validated(LongRopeScaling, data)
+    notes = {
+        "attention_scaling": attention_scaling(scaling),
+        "longrope_switch_point": original,
+        "longrope": (
+            f"short_factor for seq_len <= {original}, long_factor above (seq_len defaults to "
+            "max_positions); keys cached under the short table are invalid after the switch "
+            "(transformers#33129)"
+        ),
+    }
+    return data, notes

@@ -7,12 +7,13 @@ always head_dim wide; inv_freq is divided by factor.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import torch
 from pydantic import Field
 
 from posenc.encodings.rope.variants._common import RopeInputs, ScalingBase, VariantResult, exponents
+from posenc.encodings.rope.variants._hf import HfMapping, HfRopeParams
 from posenc.encodings.rope.variants.default import DefaultScaling
 
 
@@ -20,6 +21,8 @@ class ProportionalScaling(ScalingBase):
     rope_type: Literal["proportional"] = "proportional"
     factor: Annotated[float, Field(ge=1.0)] = 1.0
     partial_rotary_factor: Annotated[float, Field(ge=0.0, le=1.0)] = 1.0
+
+    spans_head_dim: ClassVar[bool] = True
 
     def canonical(self) -> ScalingBase:
         # Every pair rotating over head_dim, divided by 1.0: the unscaled table, bit for bit.
@@ -42,3 +45,14 @@ def inv_freq(scaling: ProportionalScaling, x: RopeInputs) -> VariantResult:
     )
     inv /= scaling.factor
     return inv, 1.0, {"rotated_pairs": rope_angles}
+
+
+def from_hf(p: HfRopeParams) -> HfMapping:
+    """`factor` and the dict's own `partial_rotary_factor`, when set (the rotary dim is head_dim:
+    the variant rotates its part itself)."""
+    data: dict[str, Any] = {"rope_type": "proportional"}
+    for name in ("factor", "partial_rotary_factor"):
+        value = p.optional(name)
+        if value is not None:
+            data[name] = value
+    return data, {}

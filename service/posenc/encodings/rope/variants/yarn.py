@@ -13,7 +13,7 @@ as `softmax_scale_multiplier`, since no cos/sin table carries it.
 from __future__ import annotations
 
 import math
-from typing import Annotated, Literal, Self
+from typing import Annotated, Any, Literal, Self
 
 import torch
 from pydantic import Field, model_validator
@@ -26,6 +26,7 @@ from posenc.encodings.rope.variants._common import (
     exponents,
     field_error,
 )
+from posenc.encodings.rope.variants._hf import HfMapping, HfRopeParams
 
 
 class YarnScaling(ScalingBase):
@@ -117,3 +118,28 @@ def inv_freq(scaling: YarnScaling, x: RopeInputs) -> VariantResult:
     if multiplier is not None:
         facts["softmax_scale_multiplier"] = multiplier
     return inv, attention_scaling(scaling), facts
+
+
+def from_hf(p: HfRopeParams) -> HfMapping:
+    """`factor` (default max_position_embeddings / original length, as `_compute_yarn_parameters`
+    fills it), the original length, the optional keys; notes: A and the softmax multiplier."""
+    original = p.original_length()
+    factor = p.optional("factor")
+    if factor is None:
+        factor = p.needs_max_position_embeddings("yarn without factor needs it") / original
+    data: dict[str, Any] = {
+        "rope_type": "yarn",
+        "factor": factor,
+        "original_max_position_embeddings": original,
+    }
+    for name in ("beta_fast", "beta_slow", "mscale", "mscale_all_dim", "attention_factor"):
+        if p.params.get(name):  # transformers: `get(...) or default`; 0 means unset
+            data[name] = p.value(name)
+    if p.params.get("truncate") is not None:
+        data["truncate"] = bool(p.params["truncate"])
+    scaling = p.validated(YarnScaling, data)
+    notes: dict[str, Any] = {"attention_scaling": attention_scaling(scaling)}
+    multiplier = softmax_scale_multiplier(scaling)
+    if multiplier is not None:
+        notes["softmax_scale_multiplier"] = multiplier
+    return data, notes

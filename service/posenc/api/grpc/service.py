@@ -1,0 +1,298 @@
+"""`inference.GRPCInferenceService` on grpc.aio, in the HTTP server's process and event loop.
+
+The servicer answers the Open Inference Protocol's calls from the same objects `/v2` uses: the
+app's `AppState` (readiness, metrics, API keys), its `OipContext` (`posenc.api.deps.context_for`:
+the cache, the table store, the limits) and the models (`posenc.api.oip.models`), so a table is
+computed once whichever protocol asked for it.
+
+| call                     | answer                                                      |
+|--------------------------|-------------------------------------------------------------|
+| ServerLive               | live: true while the process serves                         |
+| ServerReady              | ready: warm and not draining (`/v2/health/ready`)           |
+| ServerMetadata           | name, version, extensions (`GET /v2`)                       |
+| ModelReady               | ready: known model (and version) and a ready server         |
+| ModelMetadata            | `GET /v2/models/{model}`                                    |
+| ModelConfig              | `GET /v2/models/{model}/config` as Triton's `ModelConfig`   |
+| ModelInfer               | `POST /v2/models/{model}/infer`, outputs as raw bytes       |
+| ModelStreamInfer         | ModelInfer per streamed request, in order; a failure is an  |
+|                          | `error_message` on the stream, which stays open (Triton's)  |
+| the others (repository,  | UNIMPLEMENTED                                               |
+| shared memory,           |                                                             |
+| statistics, ...)         |                                                             |
+
+Errors carry the message `/v2` sends as `{"error": message}` (`posenc.api.oip.errors`) with the
+status code of its HTTP status: 400 INVALID_ARGUMENT, 401 UNAUTHENTICATED, 404 NOT_FOUND, 413
+RESOURCE_EXHAUSTED, 503 UNAVAILABLE (with `retry-after` trailing metadata), 500 INTERNAL. A
+request message over `max_infer_body_bytes` is refused by gRPC itself before it is read
+(RESOURCE_EXHAUSTED, gRPC's message).
+
+API keys (`POSENC_API_KEYS`) guard the model calls (ModelReady, ModelMetadata, ModelConfig,
+ModelInfer, ModelStreamInfer) as they guard `/v2/models`: the
+`authorization` metadata must be `Bearer <key>` (the check `posenc.api.auth.bearer_verdict`,
+constant time); health and server metadata stay open.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+
+import posenc
+from posenc.api.auth import INVALID_MESSAGE, MISSING_MESSAGE, bearer_verdict
+from posenc.api.deps import context_for
+from posenc.api.grpc import convert
+from posenc.api.grpc.proto import grpc_service_pb2 as pb
+from posenc.api.grpc.proto import grpc_service_pb2_grpc as pb_grpc
+from posenc.api.oip import EXTENSIONS
+from posenc.api.oip.codec import OipError
+from posenc.api.oip.errors import INTERNAL_MESSAGE, as_oip_error
+from posenc.api.oip.models import VERSION, find_model
+from posenc.api.state import AppState
+
+log = logging.getLogger("posenc.api.grpc")
+
+R = TypeVar("R")
+
+STATUS_CODES: dict[int, grpc.StatusCode] = {
+    400: grpc.StatusCode.INVALID_ARGUMENT,
+    401: grpc.StatusCode.UNAUTHENTICATED,
+    404: grpc.StatusCode.NOT_FOUND,
+    413: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    500: grpc.StatusCode.INTERNAL,
+    503: grpc.StatusCode.UNAVAILABLE,
+}
+"""HTTP status of an `OipError` -> the gRPC status code sent for it."""
+
+SERVICE_NAME = "inference.GRPCInferenceService"
+
+
+def _version(value: str) -> str | None:
+    return value or None
+
+
+class CallError(Exception):
+    """A call's outcome as a gRPC status: code, message and trailing metadata."""
+
+    def __init__(
+        self, code: grpc.StatusCode, message: str, trailers: tuple[tuple[str, str], ...] = ()
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.trailers = trailers
+
+
+def failure(exc: Exception) -> CallError:
+    """`exc` as the status sent (an unexpected exception is logged and sent as INTERNAL)."""
+    if isinstance(exc, CallError):
+        return exc
+    error = as_oip_error(exc)
+    if error is None:
+        log.exception("unhandled error in the gRPC service", exc_info=exc)
+        error = OipError(500, INTERNAL_MESSAGE)
+    code = STATUS_CODES.get(error.status, grpc.StatusCode.UNKNOWN)
+    trailers = tuple((k.lower(), v) for k, v in error.headers.items())
+    return CallError(code, error.message, trailers)
+
+
+class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
+    """The servicer of `inference.GRPCInferenceService` for one app (its `AppState`)."""
+
+    def __init__(self, state: AppState) -> None:
+        self.state = state
+        self.keys = [k.get_secret_value().encode() for k in state.settings.api_keys]
+
+    def _authorise(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        if not self.keys:
+            return
+        value = next(
+            (v for k, v in context.invocation_metadata() or () if k == "authorization"), None
+        )
+        raw = value.encode() if isinstance(value, str) else value
+        verdict = bearer_verdict(raw, self.keys)
+        if not verdict:
+            message = MISSING_MESSAGE if verdict is None else INVALID_MESSAGE
+            raise CallError(grpc.StatusCode.UNAUTHENTICATED, message)
+
+    async def _call(
+        self,
+        method: str,
+        context: grpc.aio.ServicerContext[Any, Any],
+        fn: Callable[[], Awaitable[R]],
+        protected: bool = False,
+    ) -> R:
+        """Run one unary call: the key check, `fn`, the failure as a status, the metrics."""
+        start = time.perf_counter()
+        code = grpc.StatusCode.OK
+        try:
+            if protected:
+                self._authorise(context)
+            return await fn()
+        except Exception as exc:
+            err = failure(exc)
+            code = err.code
+            if err.trailers:
+                context.set_trailing_metadata(err.trailers)
+            await context.abort(err.code, err.message)
+            raise  # context.abort raises; this line keeps the type checker informed
+        finally:
+            self.state.metrics.observe_grpc(method, code.name, time.perf_counter() - start)
+
+    async def ServerLive(  # noqa: N802 (the protocol's method names)
+        self, request: pb.ServerLiveRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.ServerLiveResponse:
+        async def run() -> pb.ServerLiveResponse:
+            return pb.ServerLiveResponse(live=True)
+
+        return await self._call("ServerLive", context, run)
+
+    async def ServerReady(  # noqa: N802
+        self, request: pb.ServerReadyRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.ServerReadyResponse:
+        async def run() -> pb.ServerReadyResponse:
+            return pb.ServerReadyResponse(ready=self.state.is_ready())
+
+        return await self._call("ServerReady", context, run)
+
+    async def ServerMetadata(  # noqa: N802
+        self, request: pb.ServerMetadataRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.ServerMetadataResponse:
+        async def run() -> pb.ServerMetadataResponse:
+            return pb.ServerMetadataResponse(
+                name="posenc", version=posenc.__version__, extensions=list(EXTENSIONS)
+            )
+
+        return await self._call("ServerMetadata", context, run)
+
+    async def ModelReady(  # noqa: N802
+        self, request: pb.ModelReadyRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.ModelReadyResponse:
+        async def run() -> pb.ModelReadyResponse:
+            try:
+                find_model(request.name, _version(request.version))
+            except OipError:
+                # like Triton: an unknown model is not ready (tritonclient.http says False too)
+                return pb.ModelReadyResponse(ready=False)
+            return pb.ModelReadyResponse(ready=self.state.is_ready())
+
+        return await self._call("ModelReady", context, run, protected=True)
+
+    async def ModelMetadata(  # noqa: N802
+        self, request: pb.ModelMetadataRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.ModelMetadataResponse:
+        async def run() -> pb.ModelMetadataResponse:
+            meta = find_model(request.name, _version(request.version)).metadata()
+            return pb.ModelMetadataResponse(
+                name=meta["name"],
+                versions=meta["versions"],
+                platform=meta["platform"],
+                inputs=[pb.ModelMetadataResponse.TensorMetadata(**t) for t in meta["inputs"]],
+                outputs=[pb.ModelMetadataResponse.TensorMetadata(**t) for t in meta["outputs"]],
+            )
+
+        return await self._call("ModelMetadata", context, run, protected=True)
+
+    async def ModelConfig(  # noqa: N802
+        self, request: pb.ModelConfigRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.ModelConfigResponse:
+        async def run() -> pb.ModelConfigResponse:
+            model = find_model(request.name, _version(request.version))
+            config = model.config(context_for(self.state))
+            return pb.ModelConfigResponse(config=convert.model_config(config))
+
+        return await self._call("ModelConfig", context, run, protected=True)
+
+    async def _infer(self, request: pb.ModelInferRequest) -> pb.ModelInferResponse:
+        """One inference, as `POST /v2/models/{model}/infer` runs it."""
+        model = find_model(request.model_name, _version(request.model_version))
+        service = context_for(self.state)
+        parsed = convert.infer_request(request)
+        result = await model.infer(service, parsed)
+        work = sum(t.numel() * t.element_size() for t in result.tensors.values())
+        response = await service.offload(
+            lambda: convert.infer_response(
+                model.name, VERSION, parsed.id, result.tensors, result.parameters
+            ),
+            work,
+        )
+        if service.observe is not None:
+            service.observe(model.name, str(result.parameters.get("posenc_source", "")))
+        return response
+
+    async def ModelInfer(  # noqa: N802
+        self, request: pb.ModelInferRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.ModelInferResponse:
+        return await self._call("ModelInfer", context, lambda: self._infer(request), protected=True)
+
+    async def ModelStreamInfer(  # noqa: N802
+        self,
+        request_iterator: AsyncIterator[pb.ModelInferRequest],
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> AsyncIterator[pb.ModelStreamInferResponse]:
+        """Each request's response (or its failure as `error_message`) in request order."""
+
+        async def opened() -> None:
+            return None
+
+        # the key check (and its metric) once per stream; then each request's outcome
+        await self._call("ModelStreamInfer", context, opened, protected=True)
+        async for request in request_iterator:
+            start = time.perf_counter()
+            try:
+                response = await self._infer(request)
+            except Exception as exc:
+                err = failure(exc)
+                self.state.metrics.observe_grpc(
+                    "ModelStreamInfer/request", err.code.name, time.perf_counter() - start
+                )
+                yield pb.ModelStreamInferResponse(
+                    error_message=err.message,
+                    infer_response=pb.ModelInferResponse(
+                        model_name=request.model_name,
+                        model_version=request.model_version,
+                        id=request.id,
+                    ),
+                )
+                continue
+            self.state.metrics.observe_grpc(
+                "ModelStreamInfer/request", "OK", time.perf_counter() - start
+            )
+            yield pb.ModelStreamInferResponse(infer_response=response)
+
+
+class GrpcServer:
+    """The grpc.aio server of one app: started and stopped by the app's lifespan."""
+
+    def __init__(self, state: AppState) -> None:
+        settings = state.settings
+        self.state = state
+        self.server = grpc.aio.server(
+            options=[
+                # the infer body cap of HTTP, checked by gRPC on the message's length prefix
+                # before the message is read
+                ("grpc.max_receive_message_length", settings.max_infer_body_bytes),
+                ("grpc.max_send_message_length", -1),
+                # a port in use is an error, never a second listener sharing it
+                ("grpc.so_reuseport", 0),
+            ]
+        )
+        servicer = InferenceService(state)
+        pb_grpc.add_GRPCInferenceServiceServicer_to_server(  # type: ignore[no-untyped-call]
+            servicer, self.server
+        )
+
+    async def start(self, host: str, port: int) -> int:
+        """Listen on `host:port` (0: a free port) and serve; returns the bound port."""
+        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        bound: int = self.server.add_insecure_port(address)
+        await self.server.start()
+        log.info("gRPC (%s) on %s:%d", SERVICE_NAME, host, bound)
+        return bound
+
+    async def stop(self, grace: float) -> None:
+        """Refuse new calls and give those in flight up to `grace` seconds."""
+        await self.server.stop(grace)

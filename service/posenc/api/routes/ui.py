@@ -1,0 +1,77 @@
+"""`/ui`: the explorer, a static page that shows, compares, checks and downloads tables.
+
+The page (`posenc/ui/`: `index.html`, `explorer.js`, `explorer.css`, shipped as package data)
+is plain HTML, CSS and JavaScript with no build step and no third-party code: it calls the `/v1`
+API from the browser (same origin, so the same API keys: the page sends the key typed into it as
+`Authorization: Bearer`), and draws its plots itself on canvas and SVG. Nothing is fetched from
+anywhere else (a Content-Security-Policy of `'self'` says so), so it works offline.
+
+- `GET /ui`: the page; `GET /ui/{name}`: its assets (404 `not_found` for any other name).
+
+The page and its assets are open, like the OpenAPI pages: they hold no data, and every table
+they show comes through the `/v1` routes, which `ApiKeyMiddleware` guards. Each response has a
+strong ETag (sha256 of its bytes) and `Cache-Control: no-cache`: a reload revalidates with a
+304, and a new release is picked up at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from functools import cache
+from importlib import resources
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from posenc.api.errors import ApiError
+from posenc.api.serving import etag_matches
+
+router = APIRouter(tags=["ui"], include_in_schema=False)
+
+MEDIA_TYPES = {
+    "index.html": "text/html; charset=utf-8",
+    "explorer.js": "text/javascript; charset=utf-8",
+    "explorer.css": "text/css; charset=utf-8",
+}
+"""Every file of the page and its media type: the only names `/ui/{name}` serves."""
+
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data: blob:; "
+    "object-src 'none'; base-uri 'none'; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+
+
+@cache
+def _asset(name: str) -> tuple[bytes, str]:
+    """(bytes, strong ETag) of one file of `posenc/ui`, read once per process."""
+    data = (resources.files("posenc") / "ui" / name).read_bytes()
+    return data, f'"{hashlib.sha256(data).hexdigest()[:32]}"'
+
+
+def _send(request: Request, name: str) -> Response:
+    data, etag = _asset(name)
+    headers = {"ETag": etag, "Cache-Control": "no-cache", **SECURITY_HEADERS}
+    if etag_matches(request.headers.get("if-none-match"), etag):
+        return Response(status_code=304, headers=headers)
+    return Response(data, media_type=MEDIA_TYPES[name], headers=headers)
+
+
+@router.get("/ui")
+async def page(request: Request) -> Response:
+    """The explorer page."""
+    return _send(request, "index.html")
+
+
+@router.get("/ui/{name}")
+async def asset(request: Request, name: str) -> Response:
+    """One of the page's files (`MEDIA_TYPES`); 404 `not_found` otherwise."""
+    if name not in MEDIA_TYPES or name == "index.html":
+        raise ApiError(
+            404,
+            "not_found",
+            f"the explorer has no file {name!r}",
+            [{"field": "name", "message": "one of explorer.js, explorer.css", "value": name}],
+        )
+    return _send(request, name)

@@ -1,0 +1,93 @@
+"""Mapping transformers `config.json` contents to specs: every position table a model needs.
+
+`resolve_hf_config(config)` reads a config dict (the file's JSON, no hub access, no transformers
+import) and returns one `NamedSpec` per distinct table, with the facts a runtime must know beside
+the table in `notes`. The rules reproduce transformers 5.x (`modeling_rope_utils.py`,
+`RotaryEmbeddingConfigMixin.standardize_rope_params`, each model's config class and modeling code):
+
+| config                                        | spec                                            |
+|-----------------------------------------------|-------------------------------------------------|
+| v4 `rope_scaling` {`type`/`rope_type`, ...}   | `rope`; rope_type picks the scaling variant     |
+| + top-level rope_theta, partial_rotary_factor | (`type` is accepted for `rope_type`)            |
+| v5 `rope_parameters` {rope_theta, ...}        | the same spec (equal content keys)              |
+| v5 nested {"sliding_attention": {..}, ...}    | one `rope:<layer_type>` per distinct table      |
+| Gemma 3 v4 (`rope_local_base_freq`)           | sliding: default RoPE; full: `rope_scaling`     |
+| `head_dim`, else hidden_size // heads         | head_dim; rotary dim from partial_rotary_factor |
+| GPT-NeoX `rotary_pct`, `rotary_emb_base`      | partial rotary (default 0.25), base             |
+| GPT-J / CodeGen `rotary_dim`                  | rotary_dim, base 10000, interleaved pairs       |
+| MLA `qk_rope_head_dim`, `rope_interleave`     | head_dim = qk_rope_head_dim, interleaved pairs  |
+| `original_max_position_embeddings`            | top-level wins (Phi-3), then the rope dict's,   |
+| (llama3 / yarn / longrope)                    | then max_position_embeddings                    |
+| longrope or yarn without factor               | factor = max_position_embeddings / original     |
+| dynamic                                       | DynamicScaling(max_position_embeddings=...)     |
+| HunYuan "dynamic" with `alpha`                | `ntk_alpha` (fixed, not length dependent)       |
+| Phi-3 "su" / "yarn"                           | `longrope` (Phi3Config's legacy names)          |
+| Gemma 4 `proportional`, per-layer head_dim    | `proportional`, head_dim of that layer type     |
+| BLOOM `n_head`                                | `alibi` slopes                                  |
+| Falcon `alibi: true`                          | `alibi`, slope_scale 1/sqrt(head_dim)           |
+| MPT `attn_config.alibi`, `alibi_bias_max`     | `alibi`, alibi_bias_max                         |
+| Baichuan 13B (hidden 5120, 40 heads)          | `alibi` (the 7B variants are RoPE)              |
+| T5 `relative_attention_num_buckets`,          | `t5_bias:encoder` (bidirectional) and           |
+| `relative_attention_max_distance`             | `t5_bias:decoder` (causal)                      |
+| Whisper `max_source_positions`, `d_model`     | `sinusoidal:encoder` (decoder is learned)       |
+| Marian `max_position_embeddings`, `d_model`   | `sinusoidal` (marian convention, both stacks)   |
+| M2M100 `pad_token_id`                         | `sinusoidal` (fairseq, padding_idx, offset 2)   |
+| ViT `image_size`, `patch_size`, `hidden_size` | `learned` (hf_vit; the table by `table_key`)    |
+| Swin `window_size`                            | `relative_index` (swin window)                  |
+| + `use_absolute_embeddings`                   | + `learned` (timm bicubic, no antialias)        |
+| BEiT / data2vec-vision relative position bias | `relative_index` (beit scheme: class token)     |
+| (`use_[shared_]relative_position_bias`)       |                                                 |
+| + `use_absolute_position_embeddings`          | + `learned` (hf_vit; the table by `table_key`)  |
+| ViTMAE `hidden_size`, `decoder_hidden_size`   | `sinusoidal_2d:encoder` / `:decoder` (mae)      |
+
+Vision configs (transformers `modeling_vit.py`, `modeling_swin.py`, `modeling_beit.py`,
+`modeling_data2vec_vision.py`, `modeling_vit_mae.py`): the patch grid is `image_size //
+patch_size` per axis (ints or [h, w] pairs). A learned absolute table is checkpoint weights that no
+config carries: its spec names `table_shape` and needs the uploaded table's `table_key` (or an
+inline `table`) as an override; without one the mapping raises `ConfigError` naming `table_key`.
+`new_grid` (learned) and `window_size` (relative_index) overrides give other resolutions.
+
+Modules: `view.py` (the config view and the unvalidated `Entry`), `rope.py` (transformers' generic
+RoPE reading; each variant's keys map in its own `rope/variants/<rope_type>.py` `from_hf`),
+`text.py` (ALiBi, T5, sinusoidal and learned text models), `vision.py`, `models.py` (per-model
+facts: `MAPPERS` from `model_type` to its mapper, `MODEL_DEFAULTS`) and `resolve.py`.
+
+Multimodal configs are read through their `text_config`. `max_positions` defaults to
+`max_position_embeddings` (or the model's alias for it). Missing keys take the defaults of the
+model's transformers config class where that class is listed in `MODEL_DEFAULTS`; anything that
+cannot be mapped (learned absolute positions of text models, unknown rope types, unknown models
+without position fields, missing required keys) raises `ConfigError` naming the key and its
+value.
+"""
+
+from posenc.encodings.hf_config.models import (
+    INTERLEAVED_MODELS,
+    MAPPERS,
+    MLA_INTERLEAVE_DEFAULT,
+    MODEL_DEFAULTS,
+    NTK_ALPHA_MODELS,
+    TEXT_MODEL_TYPES,
+)
+from posenc.encodings.hf_config.resolve import NamedSpec, from_hf_config, resolve_hf_config
+from posenc.encodings.hf_config.rope import ROPE_KEYS, ROPE_TYPES, SCALAR_ROPE_KEYS
+from posenc.encodings.hf_config.text import LEARNED_MODELS, SLOPES_NOTE, T5_MODELS
+from posenc.encodings.hf_config.vision import BEIT_MODELS
+
+__all__ = [
+    "BEIT_MODELS",
+    "INTERLEAVED_MODELS",
+    "LEARNED_MODELS",
+    "MAPPERS",
+    "MLA_INTERLEAVE_DEFAULT",
+    "MODEL_DEFAULTS",
+    "NTK_ALPHA_MODELS",
+    "ROPE_KEYS",
+    "ROPE_TYPES",
+    "SCALAR_ROPE_KEYS",
+    "SLOPES_NOTE",
+    "T5_MODELS",
+    "TEXT_MODEL_TYPES",
+    "NamedSpec",
+    "from_hf_config",
+    "resolve_hf_config",
+]

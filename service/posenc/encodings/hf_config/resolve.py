@@ -1,0 +1,174 @@
+"""`resolve_hf_config`: the model's entries validated as specs, grouped into distinct tables,
+filtered by family and layer type, with the caller's overrides applied."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from posenc.encodings.base import FAMILIES, SpecBase, content_key, validate_as
+from posenc.encodings.config_values import fail
+from posenc.encodings.errors import ConfigError, FieldProblem, SpecError
+from posenc.encodings.hf_config.models import entries as model_entries
+from posenc.encodings.hf_config.models import text_view
+from posenc.encodings.hf_config.view import Entry
+
+
+@dataclass(frozen=True)
+class NamedSpec:
+    """One table a model needs: `name` is the family or "family:role" ("rope",
+    "rope:sliding_attention", "t5_bias:decoder", "sinusoidal:encoder"), `spec` the validated spec,
+    `notes` what a runtime must know beside the table (scales, switch points, pairing, ...)."""
+
+    name: str
+    spec: SpecBase
+    notes: dict[str, Any] = field(default_factory=dict)
+
+
+def _apply_overrides(entry: Entry, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    fields = FAMILIES[entry.family].spec_type.model_fields
+    data = dict(entry.data)
+    for name, value in overrides.items():
+        if name not in fields or name == "kind":
+            continue
+        if name in ("rotary_dim", "partial_rotary_factor"):
+            data.pop("rotary_dim", None)
+            data.pop("partial_rotary_factor", None)
+        data[name] = value
+    return data
+
+
+def _validate(entry: Entry, data: Mapping[str, Any]) -> SpecBase:
+    family = FAMILIES[entry.family]
+    what = entry.family if entry.role is None else f"{entry.family}:{entry.role}"
+    if entry.problem is not None:
+        raise ConfigError("cannot map config", [entry.problem])
+    if entry.weights is not None and data.get("table") is None and data.get("table_key") is None:
+        fail(
+            "table_key",
+            f"learned absolute positions: config.json does not carry the checkpoint's "
+            f"{entry.weights} (table_shape {data.get('table_shape')}); upload it (POST "
+            "/v1/uploads) and pass table_key=..., or pass table=... inline",
+            None,
+        )
+    try:
+        return validate_as(family.spec_type, data, what)
+    except SpecError as err:
+        problems = [
+            FieldProblem(
+                "max_position_embeddings",
+                "missing from the config: pass max_positions=... for the rows wanted",
+                None,
+            )
+            if p.field == "max_positions" and p.message == "Field required"
+            else p
+            for p in err.problems
+        ]
+        raise ConfigError(f"config maps to an invalid {what} spec", problems) from None
+
+
+@dataclass
+class _Group:
+    family: str
+    role: str | None
+    spec: SpecBase
+    notes: dict[str, Any]
+    layer_types: list[str] = field(default_factory=list)
+
+
+def resolve_hf_config(
+    config: Mapping[str, Any],
+    /,
+    *,
+    kind: str | None = None,
+    layer_type: str | None = None,
+    **overrides: Any,
+) -> list[NamedSpec]:
+    """Every position table a transformers model needs, from its config.json contents.
+
+    Args:
+        config: the config dict (v4 `rope_scaling` or v5 `rope_parameters` shape; multimodal
+            configs are read through `text_config`).
+        kind: keep only this family ("rope", "alibi", "t5_bias", "sinusoidal",
+            "relative_index", "learned", "sinusoidal_2d"); other tables are not validated.
+        layer_type: keep only specs used by this layer type ("sliding_attention",
+            "full_attention") or role ("encoder", "decoder").
+        overrides: spec fields applied to every produced spec whose family has the field
+            (`max_positions`, `dtype`, `profile`, `precision`, `seq_len`, `interleaved`,
+            `key_length`, `table_key`, `new_grid`, `window_size`, ...).
+
+    Returns:
+        One `NamedSpec` per distinct table, in config order: name "family" when the model needs
+        one table of that family, "family:role" per layer type or role otherwise.
+
+    Raises:
+        ConfigError: naming the key that cannot be mapped, or an override no produced spec takes.
+    """
+    if not isinstance(config, Mapping):
+        raise ConfigError(
+            "a config must be a JSON object",
+            [FieldProblem("(config)", "expected an object", type(config).__name__)],
+        )
+    view = text_view(config)
+    groups: dict[str, _Group] = {}
+    entries = model_entries(view)
+    for entry in entries:
+        if kind is not None and entry.family != kind:
+            continue  # not validated: a table not asked for cannot fail the request
+        spec = _validate(entry, _apply_overrides(entry, overrides))
+        key = content_key(spec)
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = _Group(entry.family, entry.role, spec, dict(entry.notes))
+        if entry.family == "rope" and entry.role is not None:
+            group.layer_types.append(entry.role)
+    per_family: dict[str, int] = {}
+    for group in groups.values():
+        per_family[group.family] = per_family.get(group.family, 0) + 1
+    result: list[NamedSpec] = []
+    declared = view.data.get("layer_types")
+    for group in groups.values():
+        role = group.role
+        if group.family == "rope":
+            role = "+".join(group.layer_types) if per_family["rope"] > 1 else None
+        name = group.family if role is None else f"{group.family}:{role}"
+        notes = dict(group.notes)
+        if group.layer_types:
+            notes["layer_types"] = list(group.layer_types)
+        if kind is not None and group.family != kind:
+            continue
+        if layer_type is not None and not _serves(group, layer_type, declared):
+            continue
+        result.append(NamedSpec(name=name, spec=group.spec, notes=notes))
+    if not result:
+        families = sorted({e.family for e in entries})
+        if kind is not None and kind not in families:
+            fail("kind", f"the config has no {kind!r} table; it has {families}", kind)
+        roles = sorted({r for g in groups.values() for r in (*g.layer_types, g.role) if r})
+        fail("layer_type", f"no table for this layer type; known: {roles}", layer_type)
+    _check_overrides(result, overrides)
+    return result
+
+
+def _serves(group: _Group, layer_type: str, declared: Any) -> bool:
+    if group.layer_types:
+        return layer_type in group.layer_types
+    if group.role is not None:
+        return group.role == layer_type
+    # One table for every layer: it serves any declared layer type (or any, if none declared).
+    return not isinstance(declared, list) or layer_type in declared
+
+
+def _check_overrides(result: list[NamedSpec], overrides: Mapping[str, Any]) -> None:
+    for name in overrides:
+        if name == "kind" or not any(
+            name in FAMILIES[n.spec.kind].spec_type.model_fields for n in result
+        ):
+            kinds = sorted({n.spec.kind for n in result})
+            fail(name, f"no produced spec ({kinds}) has this field", overrides[name])
+
+
+def from_hf_config(config: Mapping[str, Any], /, **overrides: Any) -> list[SpecBase]:
+    """The specs of `resolve_hf_config(config, **overrides)`, without names and notes."""
+    return [n.spec for n in resolve_hf_config(config, **overrides)]

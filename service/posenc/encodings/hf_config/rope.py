@@ -1,0 +1,322 @@
+"""RoPE from a config.json: transformers' generic reading of a model's rope parameters.
+
+`RopeModel` reads what every RoPE model's config class shares (transformers 5
+`RotaryEmbeddingConfigMixin.standardize_rope_params`, `modeling_rope_utils.py`): the v5
+`rope_parameters` dict (flat, or nested per layer type, a null entry marking a NoPE layer type) or
+the v4 `rope_scaling` plus top-level keys, `rope_theta`, `partial_rotary_factor`, head_dim, the
+pairing of multi-head latent attention (`qk_rope_head_dim`, `rope_interleave`). Each method is one
+fact a model family may state differently; `models.py` holds the families' overrides. The
+variant's own `from_hf` (`rope/variants/<rope_type>.py`) maps its keys to `rope_scaling`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from posenc.encodings.config_values import check_number, fail
+from posenc.encodings.hf_config.view import ConfigView, Entry, head_dim, max_positions
+from posenc.encodings.rope.variants import VARIANTS, HfRopeParams
+
+ROPE_TYPES = tuple(name for name, variant in VARIANTS.items() if variant.params.in_transformers)
+"""rope_type values a config may name (transformers' ROPE_INIT_FUNCTIONS plus "default"): the
+registered variants that transformers names."""
+
+ROPE_KEYS = (
+    "rope_parameters",
+    "rope_scaling",
+    "rope_theta",
+    "rotary_pct",
+    "rotary_emb_base",
+    "rotary_dim",
+    "qk_rope_head_dim",
+    "partial_rotary_factor",
+)
+"""Keys whose presence marks a RoPE model even when its model_type is not listed anywhere."""
+
+SCALAR_ROPE_KEYS = frozenset({"rope_type", "type", "rope_theta", "factor", "partial_rotary_factor"})
+
+
+def has_rope(view: ConfigView) -> bool:
+    return any(view.has(k) for k in ROPE_KEYS)
+
+
+@dataclass(frozen=True)
+class RopeModel:
+    """How a model family's config carries RoPE; the defaults are transformers' generic reading.
+
+    Data facts: `rope_type_aliases` (a family's own names for a rope_type), `default_parameters`
+    (what the config class fills in when the file has no rope parameters), `mla_interleave` (the
+    pairing of a multi-head latent attention family that may omit `rope_interleave`). Behaviour
+    that differs is a subclass overriding one method.
+    """
+
+    rope_type_aliases: Mapping[str, str] = field(default_factory=dict)
+    default_parameters: Mapping[str, Any] | None = None
+    mla_interleave: bool | None = None
+
+    def __call__(self, view: ConfigView) -> list[Entry]:
+        """The model's RoPE entries; a model type with neither known class defaults nor any RoPE
+        key has no position encoding this package can tell."""
+        if not view.has_class_defaults and not has_rope(view):
+            fail(
+                view.key("model_type"),
+                "unknown model_type without rope/alibi/relative-bias/sinusoidal fields",
+                view.model_type,
+            )
+        return self.entries(view)
+
+    def entries(self, view: ConfigView) -> list[Entry]:
+        """One `rope` entry per layer type with rope parameters (one entry when not nested)."""
+        key, layers = self.layers(view)
+        nested = list(layers) != [None]
+        declared = self.declared_layer_types(view)
+        if nested and declared:
+            # Only layer types the model's layers use, in the order they first appear
+            # (transformers builds one rotary table per type in set(config.layer_types)).
+            layers = {t: layers[t] for t in dict.fromkeys(declared) if t in layers}
+        length = max_positions(view)
+        interleaved = self.interleaved(view)
+        entries: list[Entry] = []
+        for layer_type, params in layers.items():
+            layer_key = key if layer_type is None else f"{key}.{layer_type}"
+            if params is None:
+                continue  # a NoPE layer type (rope parameters saved as null)
+            rope_type = self.rope_type(params, layer_key)
+            layer_head_dim = self.layer_head_dim(view, layer_type)
+            theta = self.rope_theta(view, params, layer_key, layer_type)
+            scaling, notes = VARIANTS[rope_type].from_hf(
+                HfRopeParams(
+                    params=params,
+                    key=layer_key,
+                    max_position_embeddings=length,
+                    max_position_embeddings_key=view.key("max_position_embeddings"),
+                    original_length=partial(
+                        original_length, view, params, layer_key, nested, length
+                    ),
+                )
+            )
+            data: dict[str, Any] = {
+                "kind": "rope",
+                "head_dim": layer_head_dim,
+                "rope_theta": theta,
+                "rope_scaling": scaling,
+            }
+            if length is not None:
+                data["max_positions"] = length
+            if not VARIANTS[rope_type].params.spans_head_dim:
+                data["rotary_dim"] = self.rotary_dim(view, params, layer_key, layer_head_dim)
+            if interleaved is not None:
+                data["interleaved"] = interleaved
+            notes = {
+                "rope_type": rope_type,
+                "pairing": "interleaved" if interleaved else "half_split",
+                **notes,
+            }
+            notes.update(self.extra_notes(view, notes, bool(interleaved)))
+            entries.append(Entry("rope", layer_type, data, notes))
+        if not entries:
+            fail(key, "no layer type has rope parameters", None)
+        return entries
+
+    def layers(self, view: ConfigView) -> tuple[str, dict[str | None, dict[str, Any] | None]]:
+        """(key prefix, {layer_type or None: raw rope parameters}) from the v5 or v4 shape."""
+        if view.has("rope_parameters"):
+            name, params = "rope_parameters", view.data["rope_parameters"]
+        elif view.has("rope_scaling"):
+            name, params = "rope_scaling", view.data["rope_scaling"]
+        elif self.default_parameters is not None:
+            name, params = "rope_parameters", dict(self.default_parameters)
+        else:
+            name, params = "rope_parameters", {}
+        if not isinstance(params, Mapping):
+            fail(view.key(name), "must be an object", params)
+        nested = bool(params) and all(
+            k not in SCALAR_ROPE_KEYS and (v is None or isinstance(v, Mapping))
+            for k, v in params.items()
+        )
+        if nested:
+            return view.key(name), {
+                str(k): (None if v is None else dict(v)) for k, v in params.items()
+            }
+        return view.key(name), {None: dict(params)}
+
+    def declared_layer_types(self, view: ConfigView) -> list[str]:
+        """config.layer_types, the type of each layer in order."""
+        declared = view.data.get("layer_types")
+        if isinstance(declared, list):
+            return [str(t) for t in declared]
+        return []
+
+    def layer_head_dim(self, view: ConfigView, layer_type: str | None) -> int:
+        """head_dim of one layer type: the `per_layer_config` override of its layers, if any,
+        else the model's head_dim."""
+        per_layer = view.data.get("per_layer_config")
+        layer_types = view.data.get("layer_types")
+        if (
+            layer_type is not None
+            and isinstance(per_layer, Mapping)
+            and isinstance(layer_types, list)
+        ):
+            dims = {
+                override.get("head_dim")
+                for index, override in per_layer.items()
+                if isinstance(override, Mapping)
+                and str(index).isdigit()
+                and int(index) < len(layer_types)
+                and layer_types[int(index)] == layer_type
+            }
+            dims.discard(None)
+            if len(dims) > 1:
+                fail(
+                    view.key("per_layer_config"),
+                    f"layers of {layer_type} disagree on head_dim",
+                    dims,
+                )
+            if dims:
+                return int(check_number(view.key("per_layer_config"), dims.pop()))
+        return head_dim(view)
+
+    def rename(self, rope_type: str, params: Mapping[str, Any]) -> str:
+        """The registered rope_type a config's name stands for (the family's aliases)."""
+        return self.rope_type_aliases.get(rope_type, rope_type)
+
+    def rope_type(self, params: Mapping[str, Any], key: str) -> str:
+        """The variant of one rope parameter dict (`type` is v4's name for `rope_type`)."""
+        raw = params.get("rope_type") or params.get("type") or "default"
+        if not isinstance(raw, str):
+            fail(f"{key}.rope_type", "must be a string", raw)
+        rope_type = self.rename(raw, params)
+        if rope_type in ("mrope", "3d") or params.get("mrope_section") is not None:
+            fail(
+                f"{key}.mrope_section",
+                "multimodal RoPE (per-axis position ids) is not a 1-D table",
+                params.get("mrope_section", raw),
+            )
+        if rope_type not in VARIANTS:
+            fail(f"{key}.rope_type", f"unsupported rope_type; supported: {list(ROPE_TYPES)}", raw)
+        return rope_type
+
+    def rope_theta(
+        self, view: ConfigView, params: Mapping[str, Any], key: str, layer_type: str | None
+    ) -> float:
+        """The base: the rope parameters' `rope_theta`, else the family's default."""
+        if params.get("rope_theta") is not None:
+            return float(check_number(f"{key}.rope_theta", params["rope_theta"]))
+        return self.default_theta(view, layer_type)
+
+    def default_theta(self, view: ConfigView, layer_type: str | None) -> float:
+        """The top-level `rope_theta`, else the config class default."""
+        value = view.data.get("rope_theta")
+        if value is None:
+            value = view.defaults.get("rope_theta")
+        if value is None:
+            fail(
+                view.key("rope_theta"),
+                f"missing, and model_type {view.model_type!r} has no known default",
+                None,
+            )
+        return float(check_number(view.key("rope_theta"), value))
+
+    def rotary_dim(
+        self, view: ConfigView, params: Mapping[str, Any], key: str, layer_head_dim: int
+    ) -> int:
+        """int(head_dim * partial_rotary_factor): the rope parameters' factor, else the
+        top-level one, else the family's rotary fraction; head_dim without any."""
+        where = f"{key}.partial_rotary_factor"
+        fraction = params.get("partial_rotary_factor")
+        if fraction is None:
+            where = view.key("partial_rotary_factor")
+            fraction = view.data.get("partial_rotary_factor")
+        if fraction is None:
+            where, fraction = self.rotary_fraction(view)
+        if fraction is None:
+            return layer_head_dim
+        fraction = check_number(where, fraction)
+        if not 0 < fraction <= 1:
+            fail(where, "must be in (0, 1]", fraction)
+        return int(layer_head_dim * fraction)
+
+    def rotary_fraction(self, view: ConfigView) -> tuple[str, Any]:
+        """(config key, value) of a family's own rotary fraction key; value None without one."""
+        return view.key("partial_rotary_factor"), None
+
+    def interleaved(self, view: ConfigView) -> bool | None:
+        """Pairing of the checkpoint: True for (2i, 2i+1) pairs, None for half split (profile's
+        choice, False for the transformers profile)."""
+        if view.has("qk_rope_head_dim"):
+            if view.has("rope_interleave"):
+                return bool(view.data["rope_interleave"])
+            if self.mla_interleave is not None:
+                return self.mla_interleave or None
+            fail(
+                view.key("rope_interleave"),
+                f"model_type {view.model_type!r} uses qk_rope_head_dim but its pairing is unknown",
+                None,
+            )
+        return None
+
+    def extra_notes(
+        self, view: ConfigView, notes: Mapping[str, Any], interleaved: bool
+    ) -> dict[str, Any]:
+        """Notes beyond the variant's: multi-head latent attention's softmax scale."""
+        if view.has("qk_rope_head_dim"):
+            return mla_notes(view, notes, interleaved)
+        return {}
+
+
+def original_length(
+    view: ConfigView,
+    params: Mapping[str, Any],
+    key: str,
+    nested: bool,
+    max_position_embeddings: int | None,
+) -> int:
+    """transformers' `standardize_rope_params`: a top-level value wins (Phi-3), then the value in
+    the rope parameters, then the config class default, then max_position_embeddings."""
+    candidates: list[tuple[str, Any]] = []
+    if not nested:
+        candidates.append(
+            (
+                view.key("original_max_position_embeddings"),
+                view.data.get("original_max_position_embeddings"),
+            )
+        )
+    candidates.append(
+        (f"{key}.original_max_position_embeddings", params.get("original_max_position_embeddings"))
+    )
+    if not nested:
+        candidates.append(("(default)", view.defaults.get("original_max_position_embeddings")))
+    candidates.append((view.key("max_position_embeddings"), max_position_embeddings))
+    for where, value in candidates:
+        if value is not None:
+            return int(check_number(where, value))
+    fail(f"{key}.original_max_position_embeddings", "required key missing", None)
+
+
+def mla_notes(view: ConfigView, notes: Mapping[str, Any], interleaved: bool) -> dict[str, Any]:
+    """DeepSeek-style attention multiplies its softmax scale by get_mscale(f, mscale_all_dim)**2
+    (`yarn_apply_mscale`, transformers#47435); no cos/sin table carries that factor."""
+    nope = view.number("qk_nope_head_dim", required=False) or 0
+    rope = int(view.get("qk_rope_head_dim"))
+    base_scale = (int(nope) + rope) ** -0.5
+    multiplier = float(notes.get("softmax_scale_multiplier", 1.0))
+    return {
+        "softmax_scale": base_scale * multiplier,
+        "softmax_scale_note": (
+            "attention scores use (qk_nope_head_dim + qk_rope_head_dim)**-0.5 times "
+            "softmax_scale_multiplier; apply it in the attention kernel"
+        ),
+        "transformers_layout": (
+            "transformers permutes q/k to half split and uses cat(c, c); the checkpoint pairs "
+            "(2i, 2i+1)"
+            if interleaved
+            else "half split, cat(c, c)"
+        ),
+    }
+
+
+GENERIC_ROPE = RopeModel()
+"""transformers' generic reading: Llama, Mistral, Qwen and every model type not in `MAPPERS`."""

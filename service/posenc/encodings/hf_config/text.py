@@ -1,0 +1,213 @@
+"""Text models without RoPE: ALiBi (BLOOM, Falcon, MPT, Baichuan 13B), T5 relative buckets, the
+sinusoidal tables of Whisper, Marian and M2M100, and the learned absolute positions no formula
+gives.
+
+Sources: transformers `modeling_bloom.py` (`build_alibi_tensor`), `modeling_falcon.py`,
+`modeling_mpt.py` (`build_mpt_alibi_tensor`), Baichuan's remote code, `modeling_t5.py`
+(`T5Attention.compute_bias`), `modeling_whisper.py` (`sinusoids`), `modeling_marian.py`,
+`modeling_m2m_100.py`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from posenc.encodings.config_values import check_number, fail
+from posenc.encodings.hf_config.rope import GENERIC_ROPE
+from posenc.encodings.hf_config.view import ConfigView, Entry, head_dim
+
+LEARNED_MODELS = frozenset(
+    {
+        "gpt2",
+        "gpt_neo",
+        "gpt_bigcode",
+        "opt",
+        "bert",
+        "roberta",
+        "xlm-roberta",
+        "distilbert",
+        "electra",
+        "albert",
+        "bart",
+        "mbart",
+        "biogpt",
+    }
+)
+"""Text models with learned absolute position embeddings: checkpoint weights, not a formula
+(vision models with learned tables map to `learned` specs that take the uploaded table)."""
+
+T5_MODELS = frozenset({"t5", "mt5", "umt5"})
+
+SLOPES_NOTE = "serve slopes; full bias only for runtimes without an ALiBi input"
+
+
+def learned_positions(view: ConfigView) -> list[Entry]:
+    """Learned absolute positions of a text model: no table to serve."""
+    fail(
+        view.key("model_type"),
+        "learned absolute position embeddings are checkpoint weights, not a formula",
+        view.model_type,
+    )
+
+
+def falcon(view: ConfigView) -> list[Entry]:
+    """Falcon / RefinedWeb: ALiBi when `alibi` is set, else rotary (transformers' generic RoPE)."""
+    if view.get("alibi"):
+        return falcon_alibi(view)
+    return GENERIC_ROPE(view)
+
+
+def _alibi_entry(view: ConfigView, num_heads: int, notes: dict[str, Any], **fields: Any) -> Entry:
+    data = {"kind": "alibi", "num_heads": num_heads, **fields}
+    return Entry("alibi", None, data, {"serve": SLOPES_NOTE, **notes})
+
+
+def bloom(view: ConfigView) -> list[Entry]:
+    heads = int(view.number("n_head", "num_attention_heads"))
+    notes = {
+        "bias_form": "row_constant",
+        "transformers": "build_alibi_tensor: slopes * key position (cumsum of the attention "
+        "mask - 1), added before the 1/sqrt(head_dim)-scaled scores",
+    }
+    return [_alibi_entry(view, heads, notes)]
+
+
+def falcon_alibi(view: ConfigView) -> list[Entry]:
+    heads = int(view.number("num_attention_heads", "n_head"))
+    width = head_dim(view)
+    notes = {
+        "bias_form": "row_constant",
+        "slope_scale": f"1/sqrt(head_dim={width})",
+        "transformers": "FalconModel adds build_alibi_tensor(...) / sqrt(head_dim) to the mask; "
+        "its slopes are rounded to bfloat16 before the multiply",
+    }
+    return [_alibi_entry(view, heads, notes, slope_scale=1.0 / math.sqrt(width))]
+
+
+def mpt(view: ConfigView) -> list[Entry]:
+    attn = view.data.get("attn_config") or {}
+    if not isinstance(attn, Mapping):
+        fail(view.key("attn_config"), "must be an object", attn)
+    if attn.get("alibi") is False:
+        fail(
+            view.key("attn_config.alibi"),
+            "false: MPT then uses learned absolute position embeddings (checkpoint weights)",
+            False,
+        )
+    heads = int(view.number("n_heads", "num_attention_heads"))
+    bias_max = attn.get("alibi_bias_max")
+    fields: dict[str, Any] = {}
+    notes: dict[str, Any] = {
+        "bias_form": "mpt",
+        "transformers": "build_mpt_alibi_tensor(num_heads, max_seq_len): slopes * (j - (L-1))",
+    }
+    if bias_max is not None:
+        fields["alibi_bias_max"] = float(
+            check_number(view.key("attn_config.alibi_bias_max"), bias_max)
+        )
+        if fields["alibi_bias_max"] != 8.0:
+            notes["transformers_bias_max"] = (
+                "transformers' MptModel always builds the bias with alibi_bias_max=8"
+            )
+    return [_alibi_entry(view, heads, notes, **fields)]
+
+
+def baichuan(view: ConfigView) -> list[Entry]:
+    """Baichuan-13B / Baichuan2-13B (hidden 5120, 40 heads) use ALiBi; the 7B models use RoPE.
+    The remote code, not config.json, makes the choice; the size is the only signal."""
+    hidden = view.number("hidden_size")
+    heads = int(view.number("num_attention_heads"))
+    if hidden == 5120 and heads == 40:
+        notes = {
+            "bias_form": "row_constant",
+            "variant": "Baichuan 13B (ALiBi); chosen from hidden_size=5120, 40 heads",
+        }
+        return [_alibi_entry(view, heads, notes)]
+    entries = GENERIC_ROPE.entries(view)
+    for entry in entries:
+        entry.notes["variant"] = "Baichuan 7B (RoPE); chosen from hidden_size, num_attention_heads"
+    return entries
+
+
+def t5(view: ConfigView) -> list[Entry]:
+    buckets = int(view.number("relative_attention_num_buckets"))
+    distance = int(view.number("relative_attention_max_distance"))
+    heads = view.number("num_heads", "num_attention_heads", required=False)
+    base: dict[str, Any] = {
+        "kind": "t5_bias",
+        "num_buckets": buckets,
+        "max_distance": distance,
+    }
+    length = view.number("n_positions", required=False)
+    if length is not None:
+        base["key_length"] = int(length)
+    notes: dict[str, Any] = {
+        "bias": "the (num_buckets, num_heads) relative_attention_bias weights are in the "
+        "checkpoint; pass them as relative_attention_bias to get the bias table",
+        "scaling": "T5 adds the bias to unscaled scores (no 1/sqrt(d))",
+    }
+    if heads is not None:
+        notes["num_heads"] = int(heads)
+    if length is not None:
+        notes["key_length"] = f"from n_positions={int(length)}; override key_length per request"
+    if view.model_type == "umt5":
+        notes["per_layer"] = "UMT5: every layer has its own relative_attention_bias weights"
+    entries = [
+        Entry("t5_bias", "encoder", {**base, "bidirectional": True}, dict(notes)),
+        Entry("t5_bias", "decoder", {**base, "bidirectional": False}, dict(notes)),
+    ]
+    if view.data.get("is_encoder_decoder") is False:
+        entries = entries[:1] if not view.data.get("is_decoder") else entries[1:]
+    return entries
+
+
+def whisper(view: ConfigView) -> list[Entry]:
+    dim = int(view.number("d_model"))
+    rows = int(view.number("max_source_positions"))
+    data = {"kind": "sinusoidal", "dim": dim, "max_positions": rows, "convention": "whisper"}
+    notes = {
+        "decoder": "Whisper's decoder positions are learned (max_target_positions="
+        f"{view.get('max_target_positions')} rows of checkpoint weights): no formula",
+        "transformers": "WhisperEncoder.embed_positions = sinusoids(max_source_positions, d_model)",
+    }
+    return [Entry("sinusoidal", "encoder", data, notes)]
+
+
+def marian(view: ConfigView) -> list[Entry]:
+    if view.data.get("static_position_embeddings") is False:
+        fail(
+            view.key("static_position_embeddings"),
+            "false: learned position embeddings are checkpoint weights, not a formula",
+            False,
+        )
+    dim = int(view.number("d_model"))
+    rows = int(view.number("max_position_embeddings"))
+    data = {"kind": "sinusoidal", "dim": dim, "max_positions": rows, "convention": "marian"}
+    notes = {
+        "shared": "encoder and decoder use the same static table "
+        "(MarianSinusoidalPositionalEmbedding)",
+        "rows": "position ids 0..max_position_embeddings-1 (decoding offsets by the cache length)",
+    }
+    return [Entry("sinusoidal", None, data, notes)]
+
+
+def m2m100(view: ConfigView) -> list[Entry]:
+    dim = int(view.number("d_model"))
+    rows = int(view.number("max_position_embeddings"))
+    pad = int(view.number("pad_token_id"))
+    data = {
+        "kind": "sinusoidal",
+        "dim": dim,
+        "max_positions": rows + 2,
+        "convention": "fairseq",
+        "padding_idx": pad,
+    }
+    notes = {
+        "offset": 2,
+        "rows": f"position ids: tokens use padding_idx+1={pad + 1}.. (create_position_ids_from_"
+        "input_ids); the padding row is zero; max_position_embeddings + 2 rows",
+        "shared": "encoder and decoder use the same table (M2M100SinusoidalPositionalEmbedding)",
+    }
+    return [Entry("sinusoidal", None, data, notes)]

@@ -1,0 +1,230 @@
+"""Vision transformers: the patch grid, learned absolute tables (ViT, optional in Swin and BEiT),
+relative position indices (Swin windows, BEiT / data2vec-vision with the class token) and ViTMAE's
+fixed 2-D sin-cos tables.
+
+Sources: transformers `modeling_vit.py`, `modeling_swin.py`, `modeling_beit.py`,
+`modeling_data2vec_vision.py`, `modeling_vit_mae.py`. The patch grid is `image_size //
+patch_size` per axis (ints or [h, w] pairs). A learned absolute table is checkpoint weights that no
+config carries: its spec names `table_shape` and needs the uploaded table's `table_key` (or an
+inline `table`) as an override.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from posenc.encodings.config_values import check_number, fail
+from posenc.encodings.errors import FieldProblem
+from posenc.encodings.hf_config.view import ConfigView, Entry
+
+BEIT_MODELS = frozenset({"beit", "data2vec-vision"})
+
+
+def _pair(view: ConfigView, name: str) -> tuple[int, int]:
+    """An int-or-[h, w] config value (`image_size`, `patch_size`) as (h, w), as transformers'
+    `PatchEmbeddings` read them (`value if isinstance(value, Iterable) else (value, value)`)."""
+    value = view.get(name)
+    if value is None:
+        fail(view.key(name), "required key missing", None)
+    if isinstance(value, (list, tuple)):
+        if len(value) != 2:
+            fail(view.key(name), "must be an int or [height, width]", value)
+        h, w = (check_number(view.key(name), v) for v in value)
+    else:
+        h = w = check_number(view.key(name), value)
+    if int(h) != h or int(w) != w or h < 1 or w < 1:
+        fail(view.key(name), "must hold positive integers", value)
+    return int(h), int(w)
+
+
+def _patch_grid(view: ConfigView) -> tuple[int, int]:
+    """(image_size // patch_size) per axis: the patch grid every vision table is laid out on."""
+    ih, iw = _pair(view, "image_size")
+    ph, pw = _pair(view, "patch_size")
+    gh, gw = ih // ph, iw // pw
+    if gh < 1 or gw < 1:
+        fail(view.key("patch_size"), "larger than image_size: no patches", [ph, pw])
+    return gh, gw
+
+
+def _learned_entry(
+    view: ConfigView,
+    grid: tuple[int, int],
+    dim: int,
+    prefix: int,
+    weights: str,
+    notes: dict[str, Any],
+) -> Entry:
+    """A learned absolute table (prefix + gh * gw, dim) of the checkpoint, resampled as the model's
+    `interpolate_pos_encoding` does; `new_grid` defaults to the config's grid (the table as is)."""
+    gh, gw = grid
+    data: dict[str, Any] = {
+        "kind": "learned",
+        "table_shape": [prefix + gh * gw, dim],
+        "grid": [gh, gw],
+        "new_grid": [gh, gw],
+    }
+    problem = None
+    if prefix:
+        # ViTEmbeddings / BeitEmbeddings.interpolate_pos_encoding: class token kept, the square
+        # grid (torch_int(sqrt(num_positions))) bicubic-resampled to size=(h, w) without antialias.
+        if gh != gw:
+            problem = FieldProblem(
+                view.key("image_size"),
+                f"a {gh}x{gw} patch grid: transformers' interpolate_pos_encoding reshapes the "
+                "learned table to a square grid",
+                view.get("image_size"),
+            )
+        data["method"] = "hf_vit"
+    else:
+        # SwinEmbeddings.interpolate_pos_encoding: no class token; the same bicubic call, which is
+        # timm's resample without antialias.
+        data.update(
+            method="timm",
+            num_prefix_tokens=0,
+            interpolation="bicubic",
+            antialias=False,
+            align_corners=False,
+        )
+    notes = {
+        "weights": f"{weights} of the checkpoint, shape (1, {prefix + gh * gw}, {dim}): upload "
+        "it and pass table_key (or pass table inline)",
+        "resample": "new_grid [height // patch_size, width // patch_size] gives the table that "
+        "interpolate_pos_encoding=True adds for other image sizes",
+        **notes,
+    }
+    return Entry("learned", None, data, notes, weights=weights, problem=problem)
+
+
+def vit(view: ConfigView) -> list[Entry]:
+    """ViT (`modeling_vit.ViTEmbeddings`): a learned (1 + gh * gw, hidden_size) table."""
+    grid = _patch_grid(view)
+    dim = int(view.number("hidden_size"))
+    notes = {"transformers": "ViTEmbeddings.position_embeddings, class token row first"}
+    return [_learned_entry(view, grid, dim, 1, "embeddings.position_embeddings", notes)]
+
+
+def swin(view: ConfigView) -> list[Entry]:
+    """Swin (`modeling_swin.SwinRelativePositionBias`): every window attention gathers its
+    (2W - 1)^2-row bias table through the same (W^2, W^2) index; W = `window_size`."""
+    window = view.number("window_size")
+    if int(window) != window or window < 1:
+        fail(view.key("window_size"), "must be a positive integer", window)
+    heads = view.get("num_heads")
+    notes: dict[str, Any] = {
+        "bias": "each block has its own ((2W-1)^2, num_heads) relative_position_bias_table "
+        "(checkpoint weights); pass one as relative_position_bias_table for that block's bias, "
+        "or upload it and pass relative_position_bias_table_key and _shape",
+        "transformers": "SwinRelativePositionBias.relative_position_index: this (N, N) index "
+        "flattened; the shifted-window mask (SW-MSA) is separate and not a position table",
+        "window_clamp": "SwinLayer uses min(resolution) as the window (and no shift) for stages "
+        "whose feature map is not larger than window_size",
+    }
+    if isinstance(heads, list):
+        notes["num_heads_per_stage"] = list(heads)
+    entries = [
+        Entry(
+            "relative_index",
+            None,
+            {"kind": "relative_index", "scheme": "swin", "window_size": [int(window)] * 2},
+            notes,
+        )
+    ]
+    if view.get("use_absolute_embeddings"):
+        grid = _patch_grid(view)
+        dim = int(view.number("embed_dim"))
+        extra = {"transformers": "SwinEmbeddings.position_embeddings: no class token"}
+        entries.append(_learned_entry(view, grid, dim, 0, "embeddings.position_embeddings", extra))
+    return entries
+
+
+def beit(view: ConfigView) -> list[Entry]:
+    """BEiT / data2vec-vision (`modeling_beit.BeitRelativePositionBias`,
+    `modeling_data2vec_vision.Data2VecVisionRelativePositionBias`): the class-token index over the
+    patch grid, per layer and/or shared; optionally a learned absolute table (`BeitEmbeddings`)."""
+    grid = _patch_grid(view)
+    per_layer = bool(view.get("use_relative_position_bias"))
+    shared = bool(view.get("use_shared_relative_position_bias"))
+    absolute = bool(view.get("use_absolute_position_embeddings"))
+    if not (per_layer or shared or absolute):
+        fail(
+            view.key("use_relative_position_bias"),
+            "no position encoding: use_absolute_position_embeddings, use_relative_position_bias "
+            "and use_shared_relative_position_bias are all false",
+            view.get("use_relative_position_bias"),
+        )
+    entries: list[Entry] = []
+    if per_layer or shared:
+        tables = []
+        if per_layer:
+            tables.append("every layer has its own table (use_relative_position_bias)")
+        if shared:
+            tables.append("one table shared by all layers (use_shared_relative_position_bias)")
+        heads = view.number("num_attention_heads", required=False)
+        notes: dict[str, Any] = {
+            "bias": f"{' plus '.join(tables)}: ((2Wh-1)(2Ww-1)+3, num_attention_heads={heads}) "
+            "relative_position_bias_table checkpoint weights; pass one as "
+            "relative_position_bias_table (or upload it and pass relative_position_bias_table_key "
+            "and _shape) for its bias (transformers adds both when both are set)",
+            "transformers": "generate_relative_position_index(window_size), window_size = "
+            "image_size // patch_size; class token at row/column 0",
+            "resolution": "other image sizes: override window_size [height // patch_size, "
+            "width // patch_size] for the index; transformers then also resamples the table "
+            "bilinearly, which the bias output does not reproduce",
+        }
+        data = {"kind": "relative_index", "scheme": "beit", "window_size": list(grid)}
+        entries.append(Entry("relative_index", None, data, notes))
+    if absolute:
+        dim = int(view.number("hidden_size"))
+        extra = {"transformers": "BeitEmbeddings.position_embeddings, class token row first"}
+        entries.append(_learned_entry(view, grid, dim, 1, "embeddings.position_embeddings", extra))
+    return entries
+
+
+def vit_mae(view: ConfigView) -> list[Entry]:
+    """ViTMAE (`modeling_vit_mae.ViTMAEEmbeddings.initialize_weights`, `ViTMAEDecoder.
+    initialize_weights`): fixed 2-D sin-cos tables on a square grid of int(sqrt(num_patches)),
+    zero class-token row first, at hidden_size (encoder) and decoder_hidden_size (decoder)."""
+    gh, gw = _patch_grid(view)
+    patches = gh * gw
+    side = int(patches**0.5)
+    if side * side != patches:
+        fail(
+            view.key("image_size"),
+            f"{patches} patches: ViTMAE builds its table on a square grid of "
+            "int(sqrt(num_patches)) and cannot initialise it",
+            view.get("image_size"),
+        )
+    dims = {
+        "encoder": int(view.number("hidden_size")),
+        "decoder": int(view.number("decoder_hidden_size")),
+    }
+    notes = {
+        "encoder": "ViTMAEEmbeddings.position_embeddings (requires_grad=False)",
+        "decoder": "ViTMAEDecoder.decoder_pos_embed (ViTMAEForPreTraining only)",
+    }
+    base = {
+        "kind": "sinusoidal_2d",
+        "style": "mae",
+        "grid_height": side,
+        "grid_width": side,
+        "cls_token": True,
+    }
+    common = {
+        "layout": "[sin(x w), cos(x w), sin(y w), cos(y w)] (transformers' half rotation of "
+        "build_2d_sinusoidal_position_embedding), zero class-token row first",
+        "resample": "interpolate_pos_encoding=True resamples this table bicubically (the "
+        "learned family's hf_vit method on the uploaded table)",
+    }
+    if dims["encoder"] == dims["decoder"]:
+        note = {"transformers": f"{notes['encoder']}; {notes['decoder']}: one table", **common}
+        return [Entry("sinusoidal_2d", None, {**base, "dim": dims["encoder"]}, note)]
+    return [
+        Entry(
+            "sinusoidal_2d",
+            role,
+            {**base, "dim": dim},
+            {"transformers": notes[role], **common},
+        )
+        for role, dim in dims.items()
+    ]

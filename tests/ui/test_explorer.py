@@ -1,0 +1,296 @@
+"""The explorer page (`/ui`) in headless Chromium against the real server: a preset and a pasted
+Gemma 3 config resolved into their tables, the plots drawn from previews, a zoom whose values are
+the API's, a difference heatmap, a download equal byte for byte to the API's answer, a table file
+checked against the exact table; with no console error and no failed request.
+
+`POSENC_UI_SCREENSHOTS=docs/img` makes the test save the README's screenshots there.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+from safetensors.numpy import save as safetensors_save
+
+from tests.conftest import ServerHandle, start_server
+from tests.ui.conftest import Watched
+
+pytestmark = pytest.mark.xdist_group("ui")
+
+CONFIGS = Path(__file__).parent.parent / "data" / "configs"
+SHOTS = os.environ.get("POSENC_UI_SCREENSHOTS")
+
+
+def shot(w: Watched, name: str, selector: str | None = None) -> None:
+    """Save a screenshot for the README when asked to (POSENC_UI_SCREENSHOTS)."""
+    if not SHOTS:
+        return
+    path = Path(SHOTS) / f"explorer-{name}.png"
+    if selector:
+        w.page.locator(selector).screenshot(path=str(path))
+    else:
+        w.page.screenshot(path=str(path), full_page=False)
+
+
+def no_error_shown(w: Watched) -> None:
+    assert w.page.locator("#error").is_hidden(), w.page.locator("#error").inner_text()
+
+
+def test_preset_plots_zoom_compare_download(
+    server: ServerHandle, client: httpx.Client, watched: Watched
+) -> None:
+    page = watched.page
+    page.goto(f"{server.url}/ui")
+    page.locator("select[name=preset] option[value='llama-3.1-8b']").wait_for(state="attached")
+    assert page.locator("#server-version").inner_text().startswith("posenc ")
+
+    page.select_option("select[name=preset]", "llama-3.1-8b")
+    page.locator("#preset-form button").click()
+    watched.idle()
+    no_error_shown(watched)
+    preset = client.get("/v1/presets/llama-3.1-8b").json()
+    key = preset["parts"][0]["key"]
+    card = page.locator(f".card[data-key='{key}']")
+    assert "(131072, 128)" in card.inner_text()
+    assert "pairing: half split" in card.inner_text()
+    # the 131072-position table arrives as a preview: every 256th position, all 128 dimensions
+    heat = page.locator(".plot").filter(has_text="cos/sin by position")
+    assert "sampled every 256 × 1 elements" in heat.inner_text()
+    assert heat.locator("canvas").count() == 1
+    # Llama 3.1: pairs 0..28 unscaled, 29..34 on the ramp, 35..63 divided by 8 (field guide)
+    wave = page.locator(".plot").filter(has_text="Wavelength per dimension")
+    assert "on the ramp: pairs 29–34" in wave.inner_text()
+    assert wave.locator("svg text", has_text="ramp").count() >= 1
+    assert wave.locator("svg text", has_text="original context").count() == 1
+    shot(watched, "rope", "#plots")
+
+    # zoom to positions 1000..1064: every row, and the keyboard cursor reads the API's values
+    heat.locator("input[name=row_start]").fill("1000")
+    heat.locator("input[name=row_end]").fill("1064")
+    heat.get_by_role("button", name="Show").click()
+    watched.idle()
+    assert "every element" in heat.locator("figcaption").inner_text()
+    canvas = heat.locator("canvas")
+    canvas.focus()
+    page.keyboard.press("ArrowDown")
+    page.keyboard.press("ArrowRight")
+    readout = heat.locator(".readout").inner_text()
+    exact = client.get(
+        f"/v1/tables/{key}", params={"format": "json", "tensor": "cos", "rows": "1001:1002"}
+    ).json()["tensors"]["cos"]["data"][0][1]
+    match = re.fullmatch(r"position 1001, dimension 1: (\S+)", readout)
+    assert match, readout
+    assert float(match.group(1)) == pytest.approx(exact, rel=1e-4)
+
+    # the model against itself without its scaling: the difference heatmap
+    compare = page.locator(".plot").filter(has_text="Two configs compared")
+    compare.locator("input[name=compare_end]").fill("16384")
+    compare.get_by_role("button", name="Show difference").click()
+    watched.idle()
+    no_error_shown(watched)
+    assert compare.locator("canvas").count() == 1
+    assert "minus the same without its scaling" in compare.inner_text()
+    assert "first differ at position" in compare.inner_text()
+    shot(watched, "compare", ".plot:has-text('Two configs compared')")
+
+    # a download through the page is byte for byte the API's answer
+    with page.expect_download() as download:
+        card.get_by_role("link", name="cos.npy").click()
+    got = Path(download.value.path()).read_bytes()
+    want = client.get(f"/v1/tables/{key}", params={"format": "npy", "tensor": "cos"})
+    assert want.status_code == 200
+    assert got == want.content
+    assert download.value.suggested_filename == f"{key}.npy"  # the server names it
+    assert watched.problems == []
+
+
+def test_gemma_config_layer_types_and_check(
+    server: ServerHandle, client: httpx.Client, watched: Watched
+) -> None:
+    page = watched.page
+    page.goto(f"{server.url}/ui")
+    config = (CONFIGS / "google__gemma-3-4b-it.json").read_text()
+    page.fill("textarea[name=config]", config)
+    page.fill("input[name=max_positions]", "8192")
+    page.locator("#config-form button[type=submit]").click()
+    watched.idle()
+    no_error_shown(watched)
+    resolved = client.post(
+        "/v1/resolve", json={"hf_config": json.loads(config), "max_positions": 8192}
+    ).json()["specs"]
+    names = [s["name"] for s in resolved]
+    assert set(names) == {"rope:sliding_attention", "rope:full_attention"}
+    cards = page.locator(".card")
+    assert cards.count() == 2
+    for spec in resolved:
+        card = page.locator(f".card[data-key='{spec['key']}']")
+        assert spec["name"] in card.locator("h3").inner_text()
+        assert "(8192, 256)" in card.inner_text()
+        curl, python = (card.locator("pre").nth(i).text_content() for i in (1, 2))
+        assert curl is not None
+        assert python is not None
+        assert f"curl -s {server.url}/v1/tables -o" in curl
+        assert f"{server.url}/v1/tables/{spec['key']}?format=safetensors" in curl
+        assert f'client.table_by_key("{spec["key"]}")' in python
+    full = next(s for s in resolved if s["name"] == "rope:full_attention")
+    page.locator(f".card[data-key='{full['key']}'] .plot-button").click()
+    watched.idle()
+    wave = page.locator(".plot").filter(has_text="Wavelength per dimension")
+    assert "scaled by 8 (no ramp)" in wave.inner_text()  # Gemma 3's global layers: linear x8
+    shot(watched, "gemma", "#tables")
+
+    # check: the exact rows pass, a table off by 1e-3 from position 100 on is caught there
+    rows = client.get(
+        f"/v1/tables/{full['key']}", params={"format": "npy", "tensor": "cos", "rows": "0:256"}
+    )
+    table = np.load(io.BytesIO(rows.content))
+    drifted = np.where(np.arange(256)[:, None] >= 100, table + 1e-3, table).astype(np.float32)
+    for name, values, verdict in (
+        ("exact.safetensors", table, "match"),
+        ("exact.npy", table, "match"),
+        ("drifted.npy", drifted, "departs"),
+    ):
+        if name.endswith(".npy"):
+            buf = io.BytesIO()
+            np.save(buf, values)
+            data = buf.getvalue()
+        else:  # a runtime's file: several tensors, the right one found by name
+            data = safetensors_save({"cos": values, "sin": np.zeros_like(values)})
+        page.locator("#check-file").set_input_files(
+            files=[{"name": name, "mimeType": "application/octet-stream", "buffer": data}]
+        )
+        watched.idle()
+        result = page.locator(f"#check-result [data-verdict='{verdict}']")
+        assert result.count() == 1, page.locator("#check-result").inner_text()
+    assert "Departs from position 100" in result.inner_text()
+    shot(watched, "check", "#check")
+    no_error_shown(watched)
+    assert watched.problems == []
+
+
+@pytest.mark.parametrize(
+    ("preset", "expected"),
+    [
+        ("bloom-560m", ["Slopes per head (16 heads)", "Bias per head", "head 0"]),
+        ("t5-base", ["bucket map", "Bucket by relative position"]),
+        ("whisper-large-v3", ["heatmap"]),
+    ],
+)
+def test_other_families_plot(
+    server: ServerHandle, watched: Watched, preset: str, expected: list[str]
+) -> None:
+    page = watched.page
+    page.goto(f"{server.url}/ui")
+    page.locator(f"select[name=preset] option[value='{preset}']").wait_for(state="attached")
+    page.select_option("select[name=preset]", preset)
+    page.locator("#preset-form button").click()
+    watched.idle()
+    no_error_shown(watched)
+    text = page.locator("#plot-area").inner_text()
+    for needle in expected:
+        assert needle in text
+    assert page.locator("#plot-area canvas, #plot-area svg").count() >= 1
+    assert watched.problems == []
+
+
+def test_vision_config_shows_the_2d_grid(server: ServerHandle, watched: Watched) -> None:
+    page = watched.page
+    page.goto(f"{server.url}/ui")
+    page.fill("textarea[name=config]", (CONFIGS / "facebook__vit-mae-base.json").read_text())
+    page.locator("#config-form button[type=submit]").click()
+    watched.idle()
+    no_error_shown(watched)
+    assert page.locator(".card").count() == 2  # the encoder's and the decoder's tables
+    grid = page.locator(".plot").filter(has_text="2-D grid")
+    assert "over the 14 × 14 grid" in grid.inner_text()
+    assert "after 1 class-token row" in grid.inner_text()
+    assert grid.locator("canvas").count() == 8
+    assert watched.problems == []
+
+
+def test_with_api_keys_the_page_sends_the_typed_key(watched: Watched) -> None:
+    api_key = "explorer-key-0123456789"
+    with start_server(api_keys=[api_key]) as srv, srv.client() as c:
+        page = watched.page
+        page.goto(f"{srv.url}/ui")  # the page itself is open
+        watched.idle()
+        assert "API key" in page.locator("#error").inner_text()
+        # its first /v1 call was refused, and that was all that went wrong
+        assert any("401" in p for p in watched.problems)
+        assert [p for p in watched.problems if "401" not in p] == []
+        watched.problems.clear()
+        page.fill("input[name=api_key]", api_key)
+        page.locator("#key-form button").click()
+        page.locator("select[name=preset] option[value='bloom-560m']").wait_for(state="attached")
+        page.select_option("select[name=preset]", "bloom-560m")
+        page.locator("#preset-form button").click()
+        watched.idle()
+        no_error_shown(watched)
+        card = page.locator(".card").first
+        assert 'Authorization: Bearer $POSENC_API_KEY"' in (
+            card.locator("pre").nth(1).text_content() or ""
+        )
+        # a link cannot carry the header: the page fetches with it and saves the bytes
+        with page.expect_download() as download:
+            card.get_by_role("link", name="slopes.npy").click()
+        key = card.get_attribute("data-key")
+        want = c.get(
+            f"/v1/tables/{key}",
+            params={"format": "npy", "tensor": "slopes"},
+            headers={"Authorization": f"Bearer {api_key}"},
+        )
+        assert want.status_code == 200
+        assert Path(download.value.path()).read_bytes() == want.content
+        assert watched.problems == []
+
+
+def test_t5_bias_per_head_from_pasted_weights(server: ServerHandle, watched: Watched) -> None:
+    page = watched.page
+    page.goto(f"{server.url}/ui")
+    page.locator("select[name=preset] option[value='t5-base']").wait_for(state="attached")
+    page.select_option("select[name=preset]", "t5-base")
+    page.locator("#preset-form button").click()
+    watched.idle()
+    weights = (np.arange(32 * 4, dtype=np.float64).reshape(32, 4) / 10).tolist()  # (buckets, H)
+    page.fill("textarea[name=relative_attention_bias]", json.dumps(weights))
+    page.get_by_role("button", name="Show the bias").click()
+    watched.idle()
+    no_error_shown(watched)
+    bias = page.locator(".plot").filter(has_text="Bias per head: heatmap").last
+    assert bias.locator("select[name=axis_0] option").count() == 4  # one per head
+    assert "bias (4, 512, 512) float32" in bias.inner_text()
+    assert watched.problems == []
+
+
+def test_keys_the_server_forgot_are_registered_again(watched: Watched) -> None:
+    # A server remembering one resolved key (as if the other had been resolved on another
+    # replica): Gemma 3's two tables and the unscaled comparison cannot all be known at once,
+    # so the page re-posts the spec of a key that answers 404 `unknown_key`, and goes on.
+    with start_server(known_keys=1) as srv:
+        page = watched.page
+        page.goto(f"{srv.url}/ui")
+        page.fill("textarea[name=config]", (CONFIGS / "google__gemma-3-4b-it.json").read_text())
+        page.fill("input[name=max_positions]", "2048")
+        page.locator("#config-form button[type=submit]").click()
+        watched.idle()
+        no_error_shown(watched)  # the first table's plots: its key was forgotten at once
+        assert "No scaling" in page.locator("#plot-area").inner_text()
+        page.locator(".plot-button").nth(1).click()
+        watched.idle()
+        no_error_shown(watched)
+        assert "scaled by 8 (no ramp)" in page.locator("#plot-area").inner_text()
+        assert (
+            page.locator(".plot").filter(has_text="cos/sin by position").locator("canvas").count()
+            == 1
+        )
+        forgotten = [p for p in watched.problems if "404" in p]
+        assert forgotten  # the situation did arise
+        assert all("/v1/tables/" in p or "responded with a status of 404" in p for p in forgotten)
+        assert [p for p in watched.problems if "404" not in p] == []
