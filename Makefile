@@ -13,7 +13,7 @@ PORT ?= 8000
 TORCH_INDEX ?=
 TORCH_INDEX_ARG := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
 
-.PHONY: venv lock drift nginx wrk serve test check bench clean
+.PHONY: venv lock drift nginx wrk container-tools image image-test serve test check bench clean
 
 venv: $(STAMP)
 
@@ -69,6 +69,26 @@ wrk:
 	@command -v wrk >/dev/null 2>&1 || \
 	  { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends wrk; } || \
 	  echo "wrk unavailable: bench.serve measures throughput with Python socket clients"
+
+# `make image` and `make image-test` without a Docker daemon: Debian's buildah builds the image,
+# podman runs it (with runc: crun refuses hybrid cgroup hosts), debootstrap makes the base image
+# when no registry answers (deploy/image.py, deploy/README.md).
+container-tools:
+	@command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1 || \
+	  { command -v buildah >/dev/null 2>&1 && command -v podman >/dev/null 2>&1 && \
+	    command -v runc >/dev/null 2>&1 && { command -v debootstrap >/dev/null 2>&1 || test -x /usr/sbin/debootstrap; }; } || \
+	  { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends -o DPkg::Lock::Timeout=600 \
+	      buildah podman runc debootstrap ca-certificates; }
+
+# The image's cpu target (IMAGE_TARGET=cuda for the other), built with docker or buildah, its
+# sizes printed; image-test builds it, runs it and checks it against the local `posenc serve`
+# (minutes: not part of `make test`).
+IMAGE_TARGET ?= cpu
+image: $(STAMP) container-tools
+	$(BIN)/python -m deploy.image build --target $(IMAGE_TARGET)
+
+image-test: $(STAMP) container-tools
+	$(BIN)/python -m deploy.image_test --target $(IMAGE_TARGET)
 
 # CI runs this target only, so it runs the static checks before the suite.
 test: $(STAMP) nginx
