@@ -101,6 +101,7 @@ check: $(STAMP)
 	$(BIN)/hadolint --config .hadolint.yaml Dockerfile
 	$(BIN)/mypy
 	$(BIN)/mypy --strict clients/python/src
+	$(BIN)/mypy --strict --explicit-package-bases -m deploy.image -m deploy.image_test
 	$(BIN)/lint-imports
 
 # Each bench prints its results as markdown (docs/benchmarks.md records them, docs/img the plots);

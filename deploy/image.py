@@ -15,9 +15,10 @@ which.
 Host pip configuration: pip inside the build sees only deploy/docker/pip-host/, bind-mounted at
 /run/pip-host for the dependency install (never copied into the image). This script fills it from
 `pip config list` and pip's environment: the CA bundle (`cert`, for TLS-intercepting proxies), the
-index URLs, and the lock's wheels found in local find-links directories, hash-checked against the
-lock and served to pip as a PEP 503 index (`simple/`). When torch's CPU index does not answer and
-the lock's torch wheel is local, that index stands in for it (`TORCH_CPU_INDEX`).
+http(s) index and find-links URLs, and the lock's wheels found in local find-links directories,
+hash-checked against the lock (`wheels/`, a find-links folder in the build). When torch's CPU index
+does not answer and the lock's torch wheel is local, a PEP 503 index of those wheels (`simple/`)
+stands in for it (`TORCH_CPU_INDEX`). One build at a time per checkout (a lock file).
 
 The image and its layers' sizes are printed after every build. deploy/image_test.py (`make
 image-test`) builds, runs and checks the image.
@@ -26,6 +27,7 @@ image-test`) builds, runs and checks the image.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import html
 import json
@@ -42,6 +44,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 PIP_HOST = REPO / "deploy" / "docker" / "pip-host"
@@ -63,10 +66,10 @@ def say(message: str) -> None:
     print(f"[image] {message}", flush=True)
 
 
-def run(argv: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
-    """Run a command, echoing it; fail with its output when it fails."""
+def run(argv: list[str], **kwargs: Any) -> None:
+    """Run a command, echoing it; raise when it fails (its output went to ours)."""
     say("$ " + " ".join(argv))
-    return subprocess.run(argv, check=True, text=True, **kwargs)  # type: ignore[call-overload, no-any-return]
+    subprocess.run(argv, check=True, text=True, **kwargs)
 
 
 def quiet(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -196,7 +199,7 @@ def pip_settings() -> dict[str, list[str]]:
         pair = (name, value.strip().strip("'\""))
         (env if section == ":env:" else files).append(pair)
     for name, value in files + env:
-        settings[name] = value.split()
+        settings[name.removeprefix("default-")] = value.split()  # default-timeout is timeout
     return settings
 
 
@@ -261,7 +264,8 @@ def stage_pip_host(lock: Path) -> dict[str, str]:
             except OSError:
                 shutil.copy2(wheel, wheels / wheel.name)
             staged.setdefault(normalize(name), []).append((wheel.name, digest))
-    # A page for every pinned name, so that pip finds the staged wheels and no page is missing.
+    # A PEP 503 index of them (TORCH_CPU_INDEX's stand-in): a page for every pinned name, so that
+    # pip finds no page missing.
     for name in pins:
         page = PIP_HOST / "simple" / name
         page.mkdir(parents=True)
@@ -270,25 +274,28 @@ def stage_pip_host(lock: Path) -> dict[str, str]:
             for w, d in staged.get(name, [])
         )
         (page / "index.html").write_text(f"<!DOCTYPE html><html><body>\n{links}</body></html>\n")
-    lines = ["# Written by deploy/image.py from this host's pip configuration; build-time only.",
-             "[global]"]  # fmt: skip
-    indexes = [f"file://{PIP_HOST_MOUNT}/simple"]
-    indexes += [u for u in settings.get("extra-index-url", []) if u.startswith(("http:", "https:"))]
+    options: dict[str, str] = {}
     index_url = [u for u in settings.get("index-url", []) if u.startswith(("http:", "https:"))]
     if index_url:
-        lines.append(f"index-url = {index_url[0]}")
-    lines.append("extra-index-url = " + " ".join(indexes))
-    for option in ("trusted-host", "timeout", "default-timeout", "retries", "proxy"):
+        options["index-url"] = index_url[0]
+    indexes = [u for u in settings.get("extra-index-url", []) if u.startswith(("http:", "https:"))]
+    if indexes:
+        options["extra-index-url"] = " ".join(indexes)
+    remote = [u for u in settings.get("find-links", []) if u.startswith(("http:", "https:"))]
+    options["find-links"] = " ".join([f"{PIP_HOST_MOUNT}/wheels", *remote])
+    for option in ("trusted-host", "timeout", "retries", "proxy", "no-index"):
         if option in settings:
-            lines.append(f"{option.removeprefix('default-')} = {' '.join(settings[option])}")
+            options[option] = " ".join(settings[option])
     cert = settings.get("cert") or [os.environ.get("REQUESTS_CA_BUNDLE", "")]
     if cert[0] and Path(cert[0]).is_file():
         shutil.copy2(cert[0], PIP_HOST / "ca.pem")
-        lines.append(f"cert = {PIP_HOST_MOUNT}/ca.pem")
+        options["cert"] = f"{PIP_HOST_MOUNT}/ca.pem"
         say(f"pip in the build trusts this host's CA bundle ({cert[0]}), mounted, not copied")
-    (PIP_HOST / "pip.conf").write_text("\n".join(lines) + "\n")
+    header = "# Written by deploy/image.py from this host's pip configuration; build-time only."
+    body = "".join(f"{key} = {value}\n" for key, value in options.items())
+    (PIP_HOST / "pip.conf").write_text(f"{header}\n[global]\n{body}")
     count = sum(len(v) for v in staged.values())
-    say(f"host pip settings in {PIP_HOST.relative_to(REPO)}: {count} local wheels, {indexes}")
+    say(f"host pip settings in {PIP_HOST.relative_to(REPO)}: {count} local wheels; {options}")
 
     args: dict[str, str] = {}
     if "cpu" in lock.name and not reachable(f"{TORCH_CPU_INDEX}/torch/", cert[0]):
@@ -318,6 +325,10 @@ def reachable(url: str, cafile: str) -> bool:
 def build(engine: Engine, target: str, tag: str, extra_args: dict[str, str] | None = None) -> float:
     """Build `target` as `tag`; the seconds it took."""
     lock = REPO / "requirements" / f"image-{target}.txt"
+    # One build at a time per checkout: a second one would restage the pip-host directory under
+    # the first one's pip.
+    guard = (REPO / "deploy" / "docker" / ".pip-host.lock").open("w")
+    fcntl.flock(guard, fcntl.LOCK_EX)
     args = {"PYTHON_IMAGE": choose_base(engine), **stage_pip_host(lock), **(extra_args or {})}
     dockerfile = (REPO / "Dockerfile").read_text(encoding="utf-8")
     stdin = None
@@ -332,7 +343,10 @@ def build(engine: Engine, target: str, tag: str, extra_args: dict[str, str] | No
         argv += ["--build-arg", f"{key}={value}"]
     env = dict(os.environ, DOCKER_BUILDKIT="1")
     started = time.monotonic()
-    run([*argv, str(REPO)], env=env, input=stdin)
+    try:
+        run([*argv, str(REPO)], env=env, input=stdin)
+    finally:
+        guard.close()
     took = time.monotonic() - started
     say(f"built {tag} (target {target}) with {engine.build[0]} in {took:.0f} s")
     return took
