@@ -81,14 +81,14 @@ container-tools:
 	      buildah podman runc debootstrap ca-certificates; }
 
 # The image's cpu target (IMAGE_TARGET=cuda for the other), built with docker or buildah, its
-# sizes printed; image-test builds it, runs it and checks it against the local `posenc serve`
-# (minutes: not part of `make test`).
+# sizes printed; image-test builds the cpu image, runs it and checks it against the local
+# `posenc serve` (minutes: not part of `make test`).
 IMAGE_TARGET ?= cpu
 image: $(STAMP) container-tools
 	$(BIN)/python -m deploy.image build --target $(IMAGE_TARGET)
 
 image-test: $(STAMP) container-tools
-	$(BIN)/python -m deploy.image_test --target $(IMAGE_TARGET)
+	$(BIN)/python -m deploy.image_test
 
 # CI runs this target only, so it runs the static checks before the suite.
 test: $(STAMP) nginx

@@ -1,7 +1,7 @@
 """`make image-test`: build the posenc image, run it as Compose runs it, check it against the
 local `posenc serve`. Minutes on a 2-core machine, so it is not part of `make test`.
 
-    python -m deploy.image_test [--target cpu|cuda] [--skip-build]
+    python -m deploy.image_test [--skip-build]
 
 The container runs with the deployment's hardening (read-only root filesystem, a tmpfs on /tmp,
 no capabilities, no-new-privileges; deploy/compose.yaml) and its published port on the loopback.
@@ -152,11 +152,11 @@ def container(engine: Engine, image: str) -> Iterator[tuple[Container, float | N
             "--env", f"POSENC_WARM_PRESETS={PRESET}", "--env", f"POSENC_DRAIN_SECONDS={DRAIN}",
             "--env", f"POSENC_GRACE_SECONDS={GRACE}", image]  # fmt: skip
     started = time.monotonic()
-    done = quiet(argv)
-    if done.returncode != 0:
-        raise SystemExit(f"{' '.join(argv)} failed:\n{done.stderr}")
     box = Container(engine, name, f"http://127.0.0.1:{port}")
     try:
+        done = quiet(argv)
+        if done.returncode != 0:
+            raise SystemExit(f"{' '.join(argv)} failed:\n{done.stderr}")
         waited = wait_ready(box.url, READY_WITHIN - (time.monotonic() - started), box.running)
         ready = None if waited is None else time.monotonic() - started
         yield box, ready
@@ -335,7 +335,9 @@ def check_layers(engine: Engine, image: str) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--target", choices=("cpu", "cuda"), default="cpu")
+    # The cuda image would need a GPU passed through, and its tables are compared here against a
+    # CPU server's bytes, which a GPU's may miss by an ulp (docs/numerics.md): cpu only for now.
+    parser.add_argument("--target", choices=("cpu",), default="cpu")
     parser.add_argument("--skip-build", action="store_true", help="test the image as it is")
     options = parser.parse_args()
     engine = find_engine()
