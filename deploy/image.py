@@ -364,7 +364,11 @@ def layers(engine: Engine, image: str) -> list[Layer]:
     done = quiet([engine.cli, "history", "--no-trunc", "--format", "json", image])
     if done.returncode != 0:
         raise SystemExit(done.stderr)
-    entries = json.loads(done.stdout)
+    # podman prints one JSON array; docker one JSON object per line.
+    text = done.stdout.strip()
+    entries = (
+        json.loads(text) if text.startswith("[") else [json.loads(x) for x in text.splitlines()]
+    )
     found = []
     for entry in reversed(entries):
         size = entry.get("size", entry.get("Size", 0))
