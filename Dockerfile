@@ -5,11 +5,17 @@
 #   docker build --target cpu  -t posenc:cpu  .    # torch CPU build + onnxruntime (the default)
 #   docker build --target cuda -t posenc:cuda .    # torch CUDA 13 + onnxruntime-gpu (CUDA 13)
 #
-# Layout: `python-base` (interpreter + empty venv) -> `build-cpu` / `build-cuda` (dependencies in
-# their own layers, then the source) -> `runtime` (non-root user, health check, entry point) ->
-# `cuda` / `cpu` (the runtime plus one built venv). Dependencies are installed from the target's lock
-# file (requirements/image-*.txt, hashes checked) before the source is copied, so a code change
-# reuses the dependency layer, and the image built tomorrow holds the packages tested today.
+# Layout: `python-base` (interpreter, environment) -> `deps-cpu` / `deps-cuda` (the target's lock
+# file installed into /opt/venv, hashes checked, nothing resolved) -> `build-cpu` / `build-cuda`
+# (the project installed under /staging) -> `runtime` (non-root user, health check, entry point) ->
+# `cuda` / `cpu`: the runtime, then the dependency venv copied whole (one layer that changes only
+# when the lock file changes), then the project's files copied on top (one thin layer: a code
+# change ships about 2 MB). `make image` builds it with docker or, without a daemon, buildah
+# (deploy/image.py, deploy/README.md).
+#
+# Build-time mounts only: pip's cache, and deploy/docker/pip-host/ (empty here; deploy/image.py
+# fills it from the host's pip configuration: CA bundle, local wheels, indexes). Neither reaches
+# the image.
 #
 # The CUDA image needs no CUDA base: torch's PyPI wheels for Linux carry the CUDA 13 runtime,
 # cuBLAS and cuDNN 9 as pip packages, and onnxruntime-gpu is built against the same CUDA major and
@@ -27,37 +33,54 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:$PATH
-RUN python -m venv /opt/venv
 
 
-FROM python-base AS build-cpu
+FROM python-base AS deps-cpu
 # The CPU-only torch build (about 200 MB instead of several GB of CUDA libraries) comes from this
 # index; every other package from the package index. requirements/image-cpu.txt pins each one with
 # its hashes (make lock): nothing is resolved at build time.
 ARG TORCH_CPU_INDEX=https://download.pytorch.org/whl/cpu
 COPY requirements/image-cpu.txt /tmp/build/requirements.txt
 RUN --mount=type=cache,target=/root/.cache/pip \
+    --mount=type=bind,source=deploy/docker/pip-host,target=/run/pip-host \
+    python -m venv /opt/venv \
+ && PIP_CONFIG_FILE=/run/pip-host/pip.conf \
     pip install --require-hashes --no-deps --extra-index-url "${TORCH_CPU_INDEX}" \
         --requirement /tmp/build/requirements.txt
-COPY pyproject.toml README* /src/
-COPY service /src/service
-RUN --mount=type=cache,target=/root/.cache/pip \
-    pip install --no-deps --no-build-isolation /src \
- && python -c "import posenc, torch, onnxruntime; print('posenc', posenc.__version__, 'torch', torch.__version__)"
 
 
-FROM python-base AS build-cuda
+FROM python-base AS deps-cuda
 # torch's default Linux wheels on PyPI are the CUDA 13 build; onnxruntime-gpu's `cuda` and `cudnn`
 # extras resolve to the same CUDA 13 / cuDNN 9 pip packages torch pins, so one copy is installed.
 # requirements/image-cuda.txt pins them all with their hashes (make lock).
 COPY requirements/image-cuda.txt /tmp/build/requirements.txt
 RUN --mount=type=cache,target=/root/.cache/pip \
+    --mount=type=bind,source=deploy/docker/pip-host,target=/run/pip-host \
+    python -m venv /opt/venv \
+ && PIP_CONFIG_FILE=/run/pip-host/pip.conf \
     pip install --require-hashes --no-deps --requirement /tmp/build/requirements.txt
+
+
+# The project, installed from the source under /staging (`pip --root`): exactly the files it adds
+# to /opt/venv (the package, its metadata, the `posenc` script), which the final stages copy as one
+# thin layer. Its bytecode is compiled for /opt/venv and checked by hash, not by file time; the
+# import check runs here, so the final stages run nothing.
+FROM deps-cpu AS build-cpu
 COPY pyproject.toml README* /src/
 COPY service /src/service
-RUN --mount=type=cache,target=/root/.cache/pip \
-    pip install --no-deps --no-build-isolation /src \
- && python -c "import posenc, torch, onnxruntime; print('posenc', posenc.__version__, 'torch', torch.__version__, 'cuda', torch.version.cuda)"
+RUN pip install --no-deps --no-build-isolation --no-cache-dir --no-compile --root /staging /src \
+ && python -m compileall -q -s /staging -p / --invalidation-mode checked-hash /staging \
+ && PYTHONPATH="$(echo /staging/opt/venv/lib/python3*/site-packages)" \
+    python -c "import posenc, torch, onnxruntime; print('posenc', posenc.__file__, 'torch', torch.__version__)"
+
+
+FROM deps-cuda AS build-cuda
+COPY pyproject.toml README* /src/
+COPY service /src/service
+RUN pip install --no-deps --no-build-isolation --no-cache-dir --no-compile --root /staging /src \
+ && python -m compileall -q -s /staging -p / --invalidation-mode checked-hash /staging \
+ && PYTHONPATH="$(echo /staging/opt/venv/lib/python3*/site-packages)" \
+    python -c "import posenc, torch, onnxruntime; print('posenc', posenc.__file__, 'torch', torch.__version__, 'cuda', torch.version.cuda)"
 
 
 FROM python-base AS runtime
@@ -82,7 +105,6 @@ ENV POSENC_HOST=0.0.0.0 \
     XDG_CACHE_HOME=/tmp/.cache \
     MALLOC_MMAP_THRESHOLD_=131072
 WORKDIR /home/posenc
-USER 10001:10001
 EXPOSE 8000 8001
 # The start period covers importing torch and warming presets; /v2/health/ready is 200 only after
 # warm-up and 503 while draining after SIGTERM.
@@ -101,10 +123,16 @@ ENV POSENC_DEVICE=cuda \
     CUDA_CACHE_PATH=/tmp/.nv/ComputeCache \
     NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility
-COPY --from=build-cuda /opt/venv /opt/venv
+# The dependency venv whole (a layer that changes only with the lock), then the project's files
+# on top (a layer of about 2 MB).
+COPY --from=deps-cuda /opt/venv /opt/venv
+COPY --from=build-cuda /staging/ /
+USER 10001:10001
 
 
 # Last, so that a plain `docker build .` produces the CPU image.
 FROM runtime AS cpu
 ENV POSENC_DEVICE=cpu
-COPY --from=build-cpu /opt/venv /opt/venv
+COPY --from=deps-cpu /opt/venv /opt/venv
+COPY --from=build-cpu /staging/ /
+USER 10001:10001

@@ -13,7 +13,7 @@ PORT ?= 8000
 TORCH_INDEX ?=
 TORCH_INDEX_ARG := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
 
-.PHONY: venv lock drift grpc-stubs nginx chromium wrk serve test check bench screenshots clean
+.PHONY: venv lock drift grpc-stubs nginx chromium wrk container-tools image image-test serve test check bench screenshots clean
 
 venv: $(STAMP)
 
@@ -83,6 +83,26 @@ wrk:
 	  { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends wrk; } || \
 	  echo "wrk unavailable: bench.serve measures throughput with Python socket clients"
 
+# `make image` and `make image-test` without a Docker daemon: Debian's buildah builds the image,
+# podman runs it (with runc: crun refuses hybrid cgroup hosts), debootstrap makes the base image
+# when no registry answers (deploy/image.py, deploy/README.md).
+container-tools:
+	@command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1 || \
+	  { command -v buildah >/dev/null 2>&1 && command -v podman >/dev/null 2>&1 && \
+	    command -v runc >/dev/null 2>&1 && { command -v debootstrap >/dev/null 2>&1 || test -x /usr/sbin/debootstrap; }; } || \
+	  { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends -o DPkg::Lock::Timeout=600 \
+	      buildah podman runc debootstrap ca-certificates; }
+
+# The image's cpu target (IMAGE_TARGET=cuda for the other), built with docker or buildah, its
+# sizes printed; image-test builds the cpu image, runs it and checks it against the local
+# `posenc serve` (minutes: not part of `make test`).
+IMAGE_TARGET ?= cpu
+image: $(STAMP) container-tools
+	$(BIN)/python -m deploy.image build --target $(IMAGE_TARGET)
+
+image-test: $(STAMP) container-tools
+	$(BIN)/python -m deploy.image_test
+
 # CI runs this target only, so it runs the static checks before the suite.
 test: $(STAMP) nginx chromium
 	$(MAKE) --no-print-directory check
@@ -94,6 +114,7 @@ check: $(STAMP)
 	$(BIN)/hadolint --config .hadolint.yaml Dockerfile
 	$(BIN)/mypy
 	$(BIN)/mypy --strict clients/python/src
+	$(BIN)/mypy --strict --explicit-package-bases -m deploy.image -m deploy.image_test
 	$(BIN)/lint-imports
 
 # Each bench prints its results as markdown (docs/benchmarks.md records them, docs/img the plots);

@@ -1,7 +1,8 @@
 """The Dockerfile: hadolint finds nothing, and the image contract the deployment relies on holds:
 two targets, dependencies before source, a non-root numeric user, exec-form entry point running
 `posenc serve`, a health check on /v2/health/ready, and a build context that carries what the
-COPY instructions need. (No Docker engine runs here: building the images is not tested.)"""
+COPY instructions need. Building and running the image is `make image-test` (deploy/image_test.py),
+minutes long, so not part of this suite."""
 
 from __future__ import annotations
 
@@ -59,37 +60,60 @@ def test_targets() -> None:
     assert names[-1] == "cpu"
 
 
-@pytest.mark.parametrize(("target", "build"), [("cpu", "build-cpu"), ("cuda", "build-cuda")])
-def test_dependencies_are_installed_before_the_source(target: str, build: str) -> None:
+@pytest.mark.parametrize("target", ["cpu", "cuda"])
+def test_dependencies_are_installed_before_the_source(target: str) -> None:
     """One layer installs the target's lock file (torch included), hash-checked and unresolved,
-    before the source is copied; the source is installed without dependencies."""
+    in a stage that never sees the source; the project is installed from the source on top of it,
+    without dependencies, under /staging; the final image copies the dependency venv whole (a
+    layer that changes only with the lock), then the project's files alone (a layer of its own)."""
     stages = {s.name: s for s in dockerfile_stages()}
-    steps = stages[build].instructions
-    copies_source = [i.line for i in steps if i.keyword == "COPY" and "service" in i.args.split()]
+    deps, build, final = stages[f"deps-{target}"], stages[f"build-{target}"], stages[target]
+    assert build.base == f"deps-{target}"
     copies_lock = [
-        i.line
-        for i in steps
-        if i.keyword == "COPY" and f"requirements/image-{target}.txt" in i.args
+        i.line for i in deps.find("COPY") if f"requirements/image-{target}.txt" in i.args
     ]
-    installs_deps = [i for i in steps if i.keyword == "RUN" and "--requirement" in i.args]
-    installs_source = [i for i in steps if i.keyword == "RUN" and "/src" in i.args.split()]
-    assert len(copies_source) == len(copies_lock) == len(installs_deps) == 1
-    assert len(installs_source) == 1
-    assert copies_lock[0] < installs_deps[0].line < copies_source[0] < installs_source[0].line
-    assert "--require-hashes --no-deps" in installs_deps[0].args
-    assert "pip install --no-deps --no-build-isolation /src" in installs_source[0].args
-    # Nothing else is installed by name: every package comes from the lock.
-    assert not any("==" in i.args for i in steps if i.keyword == "RUN")
-    # The final image copies the built venv from that stage.
-    copies = [i.args for i in stages[target].find("COPY")]
-    assert f"--from={build} /opt/venv /opt/venv" in copies
+    installs_deps = [i for i in deps.find("RUN") if "--requirement" in i.args]
+    assert len(copies_lock) == len(installs_deps) == 1
+    assert copies_lock[0] < installs_deps[0].line
+    assert "pip install --require-hashes --no-deps" in installs_deps[0].args
+    assert len(deps.find("COPY")) == 1, "the dependency stage copies nothing but the lock"
+
+    copies_source = [i for i in build.find("COPY") if "service" in i.args.split()]
+    installs_source = [i for i in build.find("RUN") if "/src" in i.args.split()]
+    assert len(copies_source) == len(installs_source) == 1
+    assert copies_source[0].line < installs_source[0].line
+    assert "pip install --no-deps --no-build-isolation" in installs_source[0].args
+    assert "--root /staging /src" in installs_source[0].args
+
+    steps = [i.args for i in final.instructions if i.keyword in ("COPY", "RUN", "ADD")]
+    assert steps == [
+        f"--from=deps-{target} /opt/venv /opt/venv",
+        f"--from=build-{target} /staging/ /",
+    ]
+    # Nothing is installed by name anywhere: every package comes from the lock.
+    every_run = [i.args for stage in stages.values() for i in stage.find("RUN")]
+    assert not any("==" in run for run in every_run)
+
+
+@pytest.mark.parametrize("target", ["cpu", "cuda"])
+def test_host_pip_settings_are_mounted_not_copied(target: str) -> None:
+    """pip in the build reads deploy/docker/pip-host (filled by deploy/image.py from the host's
+    pip configuration) through a bind mount: no COPY brings it, or a pip.conf, into an image."""
+    stages = {s.name: s for s in dockerfile_stages()}
+    (install,) = (i for i in stages[f"deps-{target}"].find("RUN") if "--requirement" in i.args)
+    assert "--mount=type=bind,source=deploy/docker/pip-host,target=/run/pip-host" in install.args
+    assert "PIP_CONFIG_FILE=/run/pip-host/pip.conf" in install.args
+    for stage in stages.values():
+        for copy in stage.find("COPY"):
+            assert "pip-host" not in copy.args
+            assert "pip.conf" not in copy.args
 
 
 def test_cpu_and_cuda_builds() -> None:
     stages = {s.name: s for s in dockerfile_stages()}
-    cpu = " ".join(i.args for i in stages["build-cpu"].find("RUN"))
-    cuda = " ".join(i.args for i in stages["build-cuda"].find("RUN"))
-    cpu_args = " ".join(i.args for i in stages["build-cpu"].find("ARG"))
+    cpu = " ".join(i.args for i in stages["deps-cpu"].find("RUN"))
+    cuda = " ".join(i.args for i in stages["deps-cuda"].find("RUN"))
+    cpu_args = " ".join(i.args for i in stages["deps-cpu"].find("ARG"))
     assert "download.pytorch.org/whl/cpu" in cpu_args
     assert '--extra-index-url "${TORCH_CPU_INDEX}"' in cpu
     assert "index-url" not in cuda
@@ -112,6 +136,9 @@ def test_runtime_contract(target: str) -> None:
     assert "CMD [" in healthcheck
     assert "/opt/posenc/healthcheck.py" in healthcheck
     assert config["env"]["POSENC_DEVICE"] == ("cuda" if target == "cuda" else "cpu")
+    # The user is set last: nothing after it runs as root.
+    (final,) = (s for s in dockerfile_stages() if s.name == target)
+    assert final.instructions[-1].keyword == "USER"
 
 
 def test_build_context_carries_what_copy_needs() -> None:
