@@ -34,6 +34,7 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, TextIO
 
 from posenc_client._client import Client
@@ -266,15 +267,32 @@ def _model_dtype(dtypes: set[str | None], override: str | None) -> str | None:
     return known.pop() if known else None
 
 
+def _rope_tables(
+    client: Client, config: JSON, overrides: JSON, switch: Any
+) -> tuple[Tables, Tables | None]:
+    """The table to plug, and with a length switch (LongRoPE's If) the one past it: each for its
+    side of the switch and with its branch's rows."""
+    if switch is None:
+        return _one(client.tables_for_model(config, **overrides), "the config"), None
+    sides = []
+    for value, seq_len in ((switch.short, switch.threshold), (switch.long, switch.threshold + 1)):
+        rows = int(value.tensor.dims[0]) if value.tensor.dims else None
+        fields = {"max_positions": rows, **overrides, "seq_len": seq_len}
+        if fields["max_positions"] is None:
+            del fields["max_positions"]
+        sides.append(_one(client.tables_for_model(config, **fields), "the config"))
+    return sides[0], sides[1]
+
+
 def cmd_plug(client: Client, args: argparse.Namespace) -> int:
     try:
         from posenc_client import onnx as plug
     except ImportError as err:
         raise UsageError(f"plug needs onnx: pip install 'posenc-client[onnx]' ({err})") from err
-    import onnx
+    from posenc_client._onnx_rope import length_switch
 
     try:
-        model = onnx.load(args.model)
+        model = plug.load_model(args.model)
     except Exception as err:
         raise UsageError(f"cannot read the model {args.model!r}: {err}") from err
     config = _config(args.hf_config)
@@ -285,6 +303,8 @@ def cmd_plug(client: Client, args: argparse.Namespace) -> int:
         nodes = [c for c in rope if args.node is None or c.node in args.node]
         rows = [c.rows for c in nodes if c.rows is not None]
         gqa = any(c.op.endswith("GroupQueryAttention") for c in nodes)
+        switches = [length_switch(model.graph, c.cos) for c in nodes]
+        switch = next((s for s in switches if isinstance(s, plug.LengthSwitch)), None)
         overrides = {
             "kind": "rope",
             "layer_type": args.layer_type,
@@ -293,17 +313,20 @@ def cmd_plug(client: Client, args: argparse.Namespace) -> int:
             "max_positions": args.max_positions or (max(rows) if rows else None),
             **fields,
         }
-        tables = _one(client.tables_for_model(config, **overrides), "the config")
+        tables, long_tables = _rope_tables(client, config, overrides, switch)
         patched = plug.attach_rope_caches(
             model,
             tables,
             nodes=args.node,
             cast=args.cast,
             check_pairing=not args.no_check_pairing,
+            long_tables=long_tables,
         )
         what = (
             f"RoPE caches {tables.key[:12]} ({list(tables['cos'].shape)}) into {len(nodes)} nodes"
         )
+        if long_tables is not None:
+            what += f", past the switch {long_tables.key[:12]} ({list(long_tables['cos'].shape)})"
     elif alibi:
         specs = client.resolve(config, kind="alibi")
         if len(specs) != 1:
@@ -324,10 +347,11 @@ def cmd_plug(client: Client, args: argparse.Namespace) -> int:
             "the model has no RoPE consumer and no attention node taking a bias"
         )
     try:
-        onnx.save(patched, args.output)
-    except OSError as err:
+        files = plug.save_model(patched, args.output, data_dir=Path(args.model).parent)
+    except (OSError, ValueError) as err:
         raise UsageError(f"cannot write {args.output!r}: {err}") from err
-    print(f"plugged {what}; wrote {args.output}", file=sys.stderr)
+    extra = f" ({'; '.join(files)})" if files else ""
+    print(f"plugged {what}; wrote {args.output}{extra}", file=sys.stderr)
     return EXIT_OK
 
 

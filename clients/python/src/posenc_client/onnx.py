@@ -46,15 +46,25 @@ except ImportError as err:  # pragma: no cover - exercised in the fresh-venv tes
     raise ImportError("posenc_client.onnx needs onnx: pip install 'posenc-client[onnx]'") from err
 
 from posenc_client._onnx_alibi import AlibiConsumer, attach_alibi_bias, find_alibi_consumers
+from posenc_client._onnx_files import save_model
 from posenc_client._onnx_merge import merge_subgraph
-from posenc_client._onnx_rope import RopeConsumer, attach_rope_caches, find_rope_consumers
+from posenc_client._onnx_patch import load_model
+from posenc_client._onnx_rope import (
+    LengthSwitch,
+    RopeConsumer,
+    attach_rope_caches,
+    find_rope_consumers,
+)
 
 __all__ = [
     "AlibiConsumer",
+    "LengthSwitch",
     "RopeConsumer",
     "attach_alibi_bias",
     "attach_rope_caches",
     "find_alibi_consumers",
     "find_rope_consumers",
+    "load_model",
     "merge_subgraph",
+    "save_model",
 ]
