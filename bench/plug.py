@@ -25,7 +25,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import onnx
 from onnx import TensorProto
 from onnx import helper as h
 
@@ -118,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
                 str(port),
                 "--log-level",
                 "warning",
-            ]  # fmt: skip
+            ]
         )
         try:
             while status(port, "/v2/health/ready") != 200:
