@@ -55,9 +55,11 @@ from posenc_client._onnx_rope import (
     attach_rope_caches,
     find_rope_consumers,
 )
+from posenc_client._onnx_verify import CacheReport, verify_rope_caches
 
 __all__ = [
     "AlibiConsumer",
+    "CacheReport",
     "LengthSwitch",
     "RopeConsumer",
     "attach_alibi_bias",
@@ -67,4 +69,5 @@ __all__ = [
     "load_model",
     "merge_subgraph",
     "save_model",
+    "verify_rope_caches",
 ]
