@@ -162,14 +162,15 @@ def test_length_switch_refusals(phi_tables: tuple[Tables, Tables]) -> None:
 
 
 @pytest.mark.parametrize("caches", ["initializers", "length switch"])
-@pytest.mark.parametrize("where", ["other folder", "same folder"])
+@pytest.mark.parametrize("where", ["same folder", "linked", "copied"])
 def test_external_data_never_read(
     phi_tables: tuple[Tables, Tables], tmp_path: Path, where: str, caches: str
 ) -> None:
     """A model saved with every initializer external (the caches too, or LongRoPE's If) plugs
-    without the kernel seeing its data file opened: the weights' file is kept (hard-linked into
-    another output folder), the new caches go to a data file of their own, and onnxruntime
-    loading the output from disk gives exactly what the same model plugged inline gives."""
+    without the kernel seeing its data file opened (written beside it, or into another folder
+    with the data hard-linked); copied into another folder, only the copy reads it. The new
+    caches go to a data file of their own, and onnxruntime loading the output from disk gives
+    exactly what the same model plugged inline gives."""
     short, long = phi_tables
     hd = blocks.head_dim(blocks.load_config(PHI))
     if caches == "initializers":
@@ -184,13 +185,20 @@ def test_external_data_never_read(
     data = source.with_name("model.onnx.data")
     assert [t.name for t in onnx.load(source, load_external_data=False).graph.initializer if
             t.data_location == onnx.TensorProto.EXTERNAL]  # fmt: skip
-    output = (tmp_path / "plugged" if where == "other folder" else source.parent) / "out.onnx"
+    output = (tmp_path / "plugged" if where != "same folder" else source.parent) / "out.onnx"
     watch = FileWatch(data)
     try:
         patched = attach_rope_caches(source, short, long_tables=long_tables)
-        done = save_model(patched, output, data_dir=source.parent)
         assert watch.events() == 0
-        assert os.path.samefile(output.with_name("model.onnx.data"), data)
+        done = save_model(patched, output, data_dir=source.parent, link=where == "linked")
+        kept = output.with_name("model.onnx.data")
+        if where == "copied":
+            assert watch.events() > 0
+            assert not os.path.samefile(kept, data)
+            assert kept.read_bytes() == data.read_bytes()
+        else:
+            assert watch.events() == 0
+            assert os.path.samefile(kept, data)
         assert done[-1] == "wrote out.posenc.data"
         assert output.stat().st_size < 10_000  # the graph only: every table is in a data file
         reference = attach_rope_caches(model, short, long_tables=long_tables)

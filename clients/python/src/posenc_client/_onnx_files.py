@@ -96,9 +96,42 @@ def load_graph(path: str | os.PathLike[str]) -> onnx.ModelProto:
     return onnx.load(os.fspath(path), load_external_data=False)
 
 
-def _keep_data_file(source: Path, target: Path) -> str:
-    """Make `target` hold the bytes of `source` (a data file of the model): a hard link, else a
-    streamed copy; an existing `target` must already be that file. Returns what was done."""
+def _copy_sparse(source: Path, target: Path) -> None:
+    """Copy `source` to `target` in the kernel (`copy_file_range`: no bytes through this
+    process, a reflink where the file system shares extents), data segments only (`SEEK_DATA`
+    / `SEEK_HOLE`), so holes stay holes; falls back to `shutil.copyfile`."""
+    size = source.stat().st_size
+    with open(source, "rb") as src, open(target, "wb") as dst:
+        try:
+            offset = 0
+            while offset < size:
+                try:
+                    start = os.lseek(src.fileno(), offset, os.SEEK_DATA)
+                except OSError:  # ENXIO: only a hole is left
+                    break
+                end = os.lseek(src.fileno(), start, os.SEEK_HOLE)
+                position = start
+                while position < end:
+                    copied = os.copy_file_range(
+                        src.fileno(), dst.fileno(), end - position, position, position
+                    )
+                    if copied <= 0:
+                        raise OSError("copy_file_range copied nothing")
+                    position += copied
+                offset = end
+            dst.truncate(size)
+        except (OSError, AttributeError):
+            dst.seek(0)
+            dst.truncate(0)
+            src.seek(0)
+            shutil.copyfileobj(src, dst, 1 << 24)
+
+
+def _keep_data_file(source: Path, target: Path, link: bool) -> str:
+    """Make `target` hold the bytes of `source` (a data file of the model): a copy (see
+    `_copy_sparse`), or with `link` a hard link where the file system allows one (onnxruntime
+    reads it; onnx's own loader refuses data files with several links as a possible "hardlink
+    attack"); an existing `target` must already be that file. Returns what was done."""
     if target.exists():
         if source.exists() and os.path.samefile(source, target):
             return f"kept {target.name}"
@@ -109,12 +142,14 @@ def _keep_data_file(source: Path, target: Path) -> str:
     if not source.exists():
         raise FileNotFoundError(f"the model's external data file {source} does not exist")
     target.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.link(source, target)
-        return f"linked {target.name}"
-    except OSError:
-        shutil.copyfile(source, target)
-        return f"copied {target.name}"
+    if link:
+        try:
+            os.link(source, target)
+            return f"linked {target.name}"
+        except OSError:
+            pass
+    _copy_sparse(source, target)
+    return f"copied {target.name}"
 
 
 def _externalize(model: onnx.ModelProto, folder: Path, name: str, limit: int) -> int:
@@ -149,8 +184,9 @@ def save_model(
     path: str | os.PathLike[str],
     *,
     data_dir: str | os.PathLike[str] | None = None,
+    link: bool = False,
 ) -> list[str]:
-    """Write `model` to `path` without reading its external data.
+    """Write `model` to `path` without loading its external data.
 
     Args:
         model: a model, possibly loaded with `load_external_data=False` (as `posenc_client.onnx`
@@ -159,8 +195,10 @@ def save_model(
         data_dir: the folder the model's external data locations are relative to (the source
             model's folder); required when the model has external data.
 
-    The external data files are kept: in place when `path` is in `data_dir`, else hard-linked
-    (copied across file systems) into `path`'s folder under the same relative names. Tensors
+    The external data files are kept: in place, never opened, when `path` is in `data_dir`;
+    else copied into `path`'s folder under the same relative names (in the kernel, holes kept,
+    memory bounded), or with `link=True` hard-linked (onnxruntime loads such a model; onnx's
+    loader refuses a data file with several links). Tensors
     held inline of at least `INLINE_LIMIT` bytes (the position tables posenc wrote) go to
     `<stem>.posenc.data` beside `path` when the model has external data; a model without any is
     written inline below `PROTO_LIMIT`, else its large tensors go to `<name>.data`. Returns what
@@ -180,7 +218,7 @@ def save_model(
         source = Path(data_dir).resolve()
         for location in locations:
             if source != folder:
-                done.append(_keep_data_file(source / location, folder / location))
+                done.append(_keep_data_file(source / location, folder / location, link))
         own, count = f"{target.stem}.posenc.data", 1
         while own in locations:  # a plugged model plugged again keeps its earlier file
             count += 1

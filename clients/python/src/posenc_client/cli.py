@@ -416,7 +416,9 @@ def cmd_plug(client: Client, args: argparse.Namespace) -> int:
             "the model has no RoPE consumer and no attention node taking a bias"
         )
     try:
-        files = plug.save_model(patched, args.output, data_dir=Path(args.model).parent)
+        files = plug.save_model(
+            patched, args.output, data_dir=Path(args.model).parent, link=args.link_data
+        )
     except (OSError, ValueError) as err:
         raise UsageError(f"cannot write {args.output!r}: {err}") from err
     extra = f" ({'; '.join(files)})" if files else ""
@@ -548,6 +550,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--force",
         action="store_true",
         help="replace baked caches even when they do not look like the config's",
+    )
+    p.add_argument(
+        "--link-data",
+        action="store_true",
+        help="hard-link the external data files beside an output in another folder instead "
+        "of copying them (onnxruntime loads it; onnx.load refuses hard-linked data)",
     )
     p.add_argument("--cast", action="store_true", help="cast caches to the activation dtype")
     p.add_argument("--no-check-pairing", action="store_true", help="allow a pairing mismatch")
