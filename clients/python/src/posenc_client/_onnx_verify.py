@@ -24,7 +24,6 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import onnx
@@ -45,10 +44,11 @@ RATIO_TOLERANCE = 1e-4
 class CacheReport:
     """One cache of the model against the exact table.
 
-    `name`: the tensor (initializer or If-branch constant); `nodes`: the consumers reading it;
-    `side`: "short"/"long" for a LongRoPE If, else ""; `shape`/`dtype`: the model's cache;
-    `rows`: rows compared (the model's, at most the table's); `max_abs`, `max_ulp`: largest
-    error (ulp of the model's dtype); `first`: first (row, column) that differs, None when
+    `name`: the cache the consumers read (an initializer, or an If output: then `side` is
+    "short"/"long" for its else/then branch, else ""); `nodes`: the consumers reading it;
+    `shape`/`dtype`: the model's cache; `rows`: rows compared (the model's, at most the
+    table's); `max_abs`, `max_ulp`: largest error (ulp of the exact value in the model's dtype,
+    taken at 2^-8 for smaller values); `first`: first (row, column) that differs, None when
     bit-equal; `verdict`: exact, repair or mismatch; `diagnosis`: the likely causes, most
     specific first."""
 
@@ -76,18 +76,21 @@ class CacheReport:
         )
 
 
-def _ulps(a: Array, b: Array) -> Array:
-    """|a - b| in units in the last place of their common dtype (float16/32, bfloat16)."""
-    view: type[np.signedinteger[Any]] = np.int32 if a.dtype.itemsize == 4 else np.int16
-    wide = np.int64
-    top = 1 << (8 * a.dtype.itemsize - 1)
-    # sign-magnitude bit patterns onto a monotone integer line: a negative pattern's magnitude
-    # bits are (pattern + top), its place -(pattern + top)
-    ia = a.view(view).astype(wide)
-    ib = b.view(view).astype(wide)
-    ia = np.where(ia < 0, -(ia + top), ia)
-    ib = np.where(ib < 0, -(ib + top), ib)
-    result: Array = np.abs(ia - ib)
+def _ulps(model: Array, exact: Array) -> Array:
+    """|model - exact| in ulp of the exact value in the model's dtype; below 2^-8 in magnitude
+    in ulp of 2^-8 (trig tables cross zero, where ulp shrink to nothing)."""
+    a = model.astype(np.float64)
+    b = exact.astype(np.float64)
+    floor = np.maximum(np.abs(b), 2.0**-8).astype(model.dtype)
+    spacing = np.spacing(floor) if model.dtype.kind == "f" else _bf16_spacing(floor)
+    result: Array = np.abs(a - b) / spacing.astype(np.float64)
+    return result
+
+
+def _bf16_spacing(values: Array) -> Array:
+    """ulp of bfloat16 values (8 significant bits): 2^(exponent - 7)."""
+    _, exponent = np.frexp(values.astype(np.float64))
+    result: Array = np.ldexp(1.0, exponent - 8)
     return result
 
 
@@ -216,7 +219,7 @@ def compare(model: Array, table: Array) -> tuple[int, float, int, tuple[int, int
         return rows, 0.0, 0, None
     row, col = np.argwhere(differs)[0]
     error = np.abs(a.astype(np.float64) - b.astype(np.float64))
-    return rows, float(error.max()), int(_ulps(a, b).max()), (int(row), int(col))
+    return rows, float(error.max()), int(np.ceil(_ulps(a, b).max())), (int(row), int(col))
 
 
 def verify_rope_caches(
@@ -279,13 +282,13 @@ def verify_rope_caches(
                 causes = [f"within {worst} ulp: another op order or libm (harmless)"]
             else:
                 verdict, causes = _diagnose(values, exact, side_tables)
-            for tensor, value, (rows, max_abs, max_ulp, first) in zip(
-                (cos_tensor, sin_tensor), values, results, strict=True
+            for name, value, (rows, max_abs, max_ulp, first) in zip(
+                (cos_name, sin_name), values, results, strict=True
             ):
                 reports.append(
                     CacheReport(
-                        name=tensor.name,
-                        nodes=tuple(readers[cos_name if tensor is cos_tensor else sin_name]),
+                        name=name,
+                        nodes=tuple(readers[name]),
                         side=side,
                         shape=tuple(int(d) for d in value.shape),
                         dtype=dtype_name(value.dtype),
