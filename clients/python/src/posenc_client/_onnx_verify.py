@@ -48,7 +48,7 @@ class CacheReport:
     "short"/"long" for its else/then branch, else ""); `nodes`: the consumers reading it;
     `shape`/`dtype`: the model's cache; `rows`: rows compared (the model's, at most the
     table's); `max_abs`, `max_ulp`: largest error (ulp of the exact value in the model's dtype,
-    taken at 2^-8 for smaller values); `first`: first (row, column) that differs, None when
+    taken at 1/2 for smaller values); `first`: first (row, column) that differs, None when
     bit-equal; `verdict`: exact, repair or mismatch; `diagnosis`: the likely causes, most
     specific first."""
 
@@ -77,11 +77,11 @@ class CacheReport:
 
 
 def _ulps(model: Array, exact: Array) -> Array:
-    """|model - exact| in ulp of the exact value in the model's dtype; below 2^-8 in magnitude
-    in ulp of 2^-8 (trig tables cross zero, where ulp shrink to nothing)."""
+    """|model - exact| in ulp of the exact value in the model's dtype, of 1/2 for smaller values
+    (trig tables cross zero, where ulp shrink to nothing: their scale is their amplitude)."""
     a = model.astype(np.float64)
     b = exact.astype(np.float64)
-    floor = np.maximum(np.abs(b), 2.0**-8).astype(model.dtype)
+    floor = np.maximum(np.abs(b), 0.5).astype(model.dtype)
     spacing = np.spacing(floor) if model.dtype.kind == "f" else _bf16_spacing(floor)
     result: Array = np.abs(a - b) / spacing.astype(np.float64)
     return result
