@@ -17,8 +17,9 @@ What is checked, per model:
   scaling is dropped and YaRN's correction range is not rounded);
 - `posenc-client plug` (reports, never refuses these: the config is the model's), which keeps
   `model.onnx.data` and writes the caches beside it; the plugged caches verify exact;
-- logits of the plugged model in onnxruntime (prefill, empty KV cache) against transformers'
-  forward at 16 and 300 tokens (LongRoPE: short and long factors) within 1e-4.
+- logits of the plugged model in onnxruntime against transformers' forward within 1e-4: a
+  prefill of 16 and 300 tokens (LongRoPE: short and long factors) with an empty KV cache, then
+  one decode step with the prefill's cache (every position's logits).
 """
 
 from __future__ import annotations
@@ -154,19 +155,26 @@ def _session(path: Path) -> ort.InferenceSession:
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
-def _onnx_logits(path: Path, ids: np.ndarray) -> np.ndarray:
-    """Prefill logits [1, S, vocab] of a builder model with an empty KV cache."""
+def _onnx_logits(path: Path, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Logits of a builder model: prefill of `ids[:, :-1]` with an empty KV cache [1, S-1,
+    vocab], then one decode step of the last token with the prefill's KV cache [1, 1, vocab]."""
     session = _session(path)
+    names = [value.name for value in session.get_outputs()]
+    kv_heads = COMMON["num_key_value_heads"]
     feeds: dict[str, np.ndarray] = {
-        "input_ids": ids,
-        "attention_mask": np.ones_like(ids),
+        "input_ids": ids[:, :-1],
+        "attention_mask": np.ones_like(ids[:, :-1]),
     }
     for value in session.get_inputs():
         if value.name.startswith("past_key_values"):
-            kv_heads = COMMON["num_key_value_heads"]
             feeds[value.name] = np.zeros((1, kv_heads, 0, 2 * _HALF), np.float32)
-    logits: np.ndarray = session.run(["logits"], feeds)[0]
-    return logits
+    prefill = dict(zip(names, session.run(names, feeds), strict=True))
+    step: dict[str, np.ndarray] = {"input_ids": ids[:, -1:], "attention_mask": np.ones_like(ids)}
+    for name, value in prefill.items():
+        if name.startswith("present."):
+            step[name.replace("present.", "past_key_values.")] = value
+    decode: np.ndarray = session.run(["logits"], step)[0]
+    return prefill["logits"], decode
 
 
 def _cli(server: ServerHandle, root: Path, *args: str) -> tuple[int, str]:
@@ -223,7 +231,9 @@ def test_builder_model_plugs_and_matches_transformers(
     assert len(reports) == (4 if name == "phi3-longrope" else 2)
     assert {r.verdict for r in reports} == {"exact"}
     for length in (16, 300):
-        ids = np.random.default_rng(length).integers(3, VOCAB, (1, length), dtype=np.int64)
+        ids = np.random.default_rng(length).integers(3, VOCAB, (1, length + 1), dtype=np.int64)
         with torch.no_grad():
             expected = hf_model(torch.from_numpy(ids)).logits.numpy()
-        np.testing.assert_allclose(_onnx_logits(plugged, ids), expected, atol=LOGITS_ATOL, rtol=0)
+        prefill, decode = _onnx_logits(plugged, ids)
+        np.testing.assert_allclose(prefill, expected[:, :-1], atol=LOGITS_ATOL, rtol=0)
+        np.testing.assert_allclose(decode, expected[:, -1:], atol=LOGITS_ATOL, rtol=0)
