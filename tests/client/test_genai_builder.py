@@ -19,7 +19,8 @@ What is checked, per model:
   `model.onnx.data` and writes the caches beside it; the plugged caches verify exact;
 - logits of the plugged model in onnxruntime against transformers' forward within 1e-4: a
   prefill of 16 and 300 tokens (LongRoPE: short and long factors) with an empty KV cache, then
-  one decode step with the prefill's cache (every position's logits).
+  one decode step with the prefill's cache (every position's logits); in onnxruntime directly
+  and through onnxruntime-genai's own generator.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -177,6 +179,22 @@ def _onnx_logits(path: Path, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return prefill["logits"], decode
 
 
+def _generator_logits(path: Path, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The same two steps through onnxruntime-genai's own generator (`og.Generator`: its KV
+    cache, attention mask and position handling), the builder's genai_config.json beside the
+    plugged model."""
+    import onnxruntime_genai as og
+
+    model = og.Model(str(path.parent))
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=POSITIONS)
+    generator = og.Generator(model, params)
+    generator.append_tokens(ids[0, :-1].astype(np.int32))
+    prefill = np.array(generator.get_output("logits"))
+    generator.append_tokens(ids[0, -1:].astype(np.int32))
+    return prefill, np.array(generator.get_output("logits"))
+
+
 def _cli(server: ServerHandle, root: Path, *args: str) -> tuple[int, str]:
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
@@ -217,7 +235,10 @@ def test_builder_model_plugs_and_matches_transformers(
         differs = not np.allclose(theirs, exact, atol=1e-6, rtol=0)
         assert differs == (name in BUILDER_ERRORS), float(np.abs(theirs - exact).max())
 
-    # the plugged model: caches exact, weights' file linked, logits equal transformers
+    # the plugged model: caches exact, weights' file copied, logits equal transformers
+    for extra in out.iterdir():  # genai_config.json, tokenizer files: for og.Model
+        if not extra.name.startswith("model.onnx"):
+            shutil.copy(extra, plugged.parent / extra.name)
     assert (plugged.parent / "model.onnx.data").read_bytes() == (
         out / "model.onnx.data"
     ).read_bytes()
@@ -234,6 +255,7 @@ def test_builder_model_plugs_and_matches_transformers(
         ids = np.random.default_rng(length).integers(3, VOCAB, (1, length + 1), dtype=np.int64)
         with torch.no_grad():
             expected = hf_model(torch.from_numpy(ids)).logits.numpy()
-        prefill, decode = _onnx_logits(plugged, ids)
-        np.testing.assert_allclose(prefill, expected[:, :-1], atol=LOGITS_ATOL, rtol=0)
-        np.testing.assert_allclose(decode, expected[:, -1:], atol=LOGITS_ATOL, rtol=0)
+        for run in (_onnx_logits, _generator_logits):
+            prefill, decode = run(plugged, ids)
+            np.testing.assert_allclose(prefill, expected[:, :-1], atol=LOGITS_ATOL, rtol=0)
+            np.testing.assert_allclose(decode, expected[:, -1:], atol=LOGITS_ATOL, rtol=0)
