@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from posenc_client import Client, IncompatibleModelError, Tables
-from posenc_client.onnx import attach_rope_caches, save_model
+from posenc_client.onnx import attach_rope_caches, save_model, verify_rope_caches
 from tests.client import blocks
 
 PHI = "microsoft__Phi-3.5-mini-instruct"
@@ -223,3 +223,17 @@ def test_external_data_needs_its_folder(phi_tables: tuple[Tables, Tables], tmp_p
     (tmp_path / "taken" / "model.onnx.data").write_bytes(b"other")
     with pytest.raises(FileExistsError, match="not the model's data file"):
         save_model(patched, tmp_path / "taken" / "out.onnx", data_dir=source.parent)
+
+
+def test_verify_reads_only_the_caches_even_hard_linked(
+    phi_tables: tuple[Tables, Tables], tmp_path: Path
+) -> None:
+    """verify reads the caches' own bytes from external data, also from a data file with
+    several hard links (as `link=True` leaves the source's; onnx's loader refuses those)."""
+    short, _ = phi_tables
+    hd = blocks.head_dim(blocks.load_config(PHI))
+    plugged = attach_rope_caches(blocks.gqa_block(hd, HEADS, KV_HEADS), short)
+    source = _save_external(blocks.with_weight(plugged, HEADS * hd), tmp_path / "exported")
+    os.link(source.with_name("model.onnx.data"), tmp_path / "second-link.data")
+    reports = verify_rope_caches(source, short)
+    assert [(r.name, r.verdict) for r in reports] == [("cos", "exact"), ("sin", "exact")]

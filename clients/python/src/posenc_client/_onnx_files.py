@@ -79,16 +79,33 @@ def external_locations(model: onnx.ModelProto) -> list[str]:
 
 
 def read_tensor(tensor: onnx.TensorProto, data_dir: str | os.PathLike[str] | None) -> Array:
-    """The values of one tensor, reading only its own bytes from its data file when external
-    (`data_dir`: the folder its location is relative to)."""
-    if is_external(tensor):
-        if data_dir is None:
-            raise ValueError(
-                f"tensor {tensor.name!r} is stored in external data "
-                f"({external_field(tensor, 'location')!r}): give the model's folder"
-            )
-        return numpy_helper.to_array(tensor, os.fspath(data_dir))
-    return numpy_helper.to_array(tensor)
+    """The values of one tensor, reading only its own bytes (offset, length) from its data file
+    when external (`data_dir`: the folder its location is relative to; the location must stay
+    inside it). Read here rather than by onnx's loader, which refuses data files with several
+    hard links (`save_model(..., link=True)` makes such files)."""
+    if not is_external(tensor):
+        return numpy_helper.to_array(tensor)
+    location = external_field(tensor, "location") or ""
+    if data_dir is None:
+        raise ValueError(
+            f"tensor {tensor.name!r} is stored in external data ({location!r}): give the "
+            "model's folder"
+        )
+    folder = Path(data_dir).resolve()
+    path = (folder / location).resolve()
+    if Path(location).is_absolute() or folder not in path.parents:
+        raise ValueError(f"tensor {tensor.name!r}: data location {location!r} leaves the folder")
+    offset = int(external_field(tensor, "offset") or 0)
+    length = external_field(tensor, "length")
+    with open(path, "rb") as data:
+        data.seek(offset)
+        raw = data.read(int(length)) if length is not None else data.read()
+    inline = onnx.TensorProto()
+    inline.CopyFrom(tensor)
+    del inline.external_data[:]
+    inline.data_location = onnx.TensorProto.DEFAULT
+    inline.raw_data = raw
+    return numpy_helper.to_array(inline)
 
 
 def load_graph(path: str | os.PathLike[str]) -> onnx.ModelProto:
