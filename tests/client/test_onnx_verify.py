@@ -143,3 +143,12 @@ def test_cli_verify_and_plug_refusal(
     capsys.readouterr()
     assert _cli(server, tmp_path, "verify", str(model), "--config", llama, *args) == 7
     assert "llama3 scaling is missing" in capsys.readouterr().out
+
+
+def test_placeholder_caches_are_no_mismatch(shared_client: Client) -> None:
+    """An exporter's all-zero placeholder caches (the e2e blocks' initializers) are reported as
+    such, never as a mismatch that plug would refuse."""
+    exact = _table(shared_client)
+    model = blocks.gqa_block(HD, HEADS, KV_HEADS, caches="initializer")
+    verdicts = {r.name: r.verdict for r in verify_rope_caches(model, exact)}
+    assert verdicts == {"cos": "placeholder", "sin": "exact"}  # one row: sin(0) = 0 is exact

@@ -14,9 +14,10 @@ first (row, column) where it departs, then a diagnosis read from the cache itsel
   correction range not rounded as transformers does, `truncate`), a geometric ratio (another
   rope_theta), a constant (another linear factor), anything else (another scaling variant).
 
-Verdicts: `exact` (bit-equal), `repair` (what the table replaces is a known exporter error or
-rounding: plug fixes it), `mismatch` (the model's caches do not look like this config at all: a
-wrong config, refused by `posenc-client plug` without `--force`).
+Verdicts: `exact` (bit-equal), `placeholder` (all zeros: an exporter left the slot to fill),
+`repair` (what the table replaces is a known exporter error or rounding, or a single row: plug
+fixes it), `mismatch` (the model's caches do not look like this config at all: a wrong config,
+refused by `posenc-client plug` without `--force`).
 """
 
 from __future__ import annotations
@@ -49,8 +50,8 @@ class CacheReport:
     `shape`/`dtype`: the model's cache; `rows`: rows compared (the model's, at most the
     table's); `max_abs`, `max_ulp`: largest error (ulp of the exact value in the model's dtype,
     taken at 1/2 for smaller values); `first`: first (row, column) that differs, None when
-    bit-equal; `verdict`: exact, repair or mismatch; `diagnosis`: the likely causes, most
-    specific first."""
+    bit-equal; `verdict`: exact, placeholder, repair or mismatch; `diagnosis`: the likely
+    causes, most specific first."""
 
     name: str
     nodes: tuple[str, ...]
@@ -277,6 +278,10 @@ def verify_rope_caches(
             worst = max(max_ulp for _, _, max_ulp, _ in results)
             if all(first is None for *_, first in results):
                 verdict, causes = "exact", []
+            elif not any(np.any(value) for value in values):
+                verdict, causes = "placeholder", ["all zeros: a placeholder, no table to compare"]
+            elif min(value.shape[0] for value in values) < 2:
+                verdict, causes = "repair", ["one row only: too little to diagnose"]
             elif worst <= ULP_REPAIR and all(r[1] < 1e-3 for r in results):
                 verdict = "repair"
                 causes = [f"within {worst} ulp: another op order or libm (harmless)"]
