@@ -122,7 +122,6 @@ def _diagnose(
 ) -> tuple[str, list[str]]:
     """(verdict, causes) for a cos/sin pair that is not bit-equal to the table."""
     (mcos, msin), (tcos, tsin) = model, table
-    causes: list[str] = []
     if mcos.shape[1] != tcos.shape[1]:
         return "mismatch", [
             f"wrong rotary width: the model's caches have {mcos.shape[1]} columns "
@@ -149,6 +148,14 @@ def _diagnose(
             return "repair", [f"positions off by one: {text}"]
     inv_m, amp_m = _frequencies(mcos, msin)
     inv_t, amp_t = _frequencies(tcos, tsin)
+    return _classify(inv_m, inv_t, amp_m, amp_t, tables)
+
+
+def _classify(
+    inv_m: Array, inv_t: Array, amp_m: float, amp_t: float, tables: Tables
+) -> tuple[str, list[str]]:
+    """(verdict, causes) from the model's and the table's frequencies and amplitudes."""
+    causes: list[str] = []
     if not np.isclose(amp_m, amp_t, rtol=1e-6, atol=0):
         causes.append(
             f"attention scaling differs: the model's cos[0] = {amp_m:.7g}, the config's "
@@ -162,7 +169,7 @@ def _diagnose(
         if causes:
             return "repair", causes
         return "repair", ["the same frequencies: rounding of the angles or op order"]
-    default = _default_frequencies(tables, tcos.shape[1])
+    default = _default_frequencies(tables, len(inv_t))
     if default is not None:
         expected = default / inv_t
         if np.all(np.abs(ratio / expected - 1) < RATIO_TOLERANCE) and rope_type != "default":
@@ -221,6 +228,60 @@ def compare(model: Array, table: Array) -> tuple[int, float, int, tuple[int, int
     row, col = np.argwhere(differs)[0]
     error = np.abs(a.astype(np.float64) - b.astype(np.float64))
     return rows, float(error.max()), int(np.ceil(_ulps(a, b).max())), (int(row), int(col))
+
+
+def verify_inv_freq(
+    model: ModelLike,
+    tables: Tables,
+    *,
+    data_dir: str | os.PathLike[str] | None = None,
+    nodes: Iterable[str] | None = None,
+) -> list[CacheReport]:
+    """Compare every RoPE frequency constant of `model` (`find_frequency_constants`: RoPE
+    computed in the graph, as `torch.onnx.export` leaves it) with the table's `inv_freq`,
+    changing nothing; one `CacheReport` each (one row: `first` is (0, column))."""
+    from posenc_client._onnx_freq import find_frequency_constants
+
+    if data_dir is None and isinstance(model, (str, os.PathLike)):
+        data_dir = os.path.dirname(os.fspath(model)) or "."
+    proto = load_model(model)
+    wanted = set(nodes) if nodes is not None else None
+    initializers = {t.name: t for t in proto.graph.initializer}
+    exact = np.asarray(tables["inv_freq"]).reshape(1, -1)
+    reports = []
+    for constant in find_frequency_constants(proto):
+        if wanted is not None and constant.node not in wanted:
+            continue
+        value = read_tensor(initializers[constant.node], data_dir).reshape(1, -1)
+        rows, max_abs, max_ulp, first = compare(value, exact)
+        if first is None:
+            verdict, causes = "exact", []
+        elif value.shape != exact.shape:
+            verdict = "mismatch"
+            causes = [
+                f"wrong rotary width: {value.shape[1]} frequencies, the config's {exact.shape[1]}"
+            ]
+        elif max_ulp <= ULP_REPAIR:
+            verdict, causes = "repair", [f"within {max_ulp} ulp: another op order or libm"]
+        else:
+            inv_m = value[0].astype(np.float64)
+            verdict, causes = _classify(inv_m, exact[0].astype(np.float64), 1.0, 1.0, tables)
+        reports.append(
+            CacheReport(
+                name=constant.node,
+                nodes=(constant.cos, constant.sin),
+                side="",
+                shape=constant.shape,
+                dtype=dtype_name(value.dtype),
+                rows=rows,
+                max_abs=max_abs,
+                max_ulp=max_ulp,
+                first=first,
+                verdict=verdict,
+                diagnosis=tuple(causes),
+            )
+        )
+    return reports
 
 
 def verify_rope_caches(

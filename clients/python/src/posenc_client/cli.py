@@ -335,19 +335,37 @@ def _report(reports: list[Any], stream: TextIO) -> None:
         print(f"  {report.line()}", file=stream)
 
 
+def _frequency_table(client: Client, args: argparse.Namespace) -> Tables:
+    """The rope table (with inv_freq) for a model computing RoPE from frequency constants."""
+    overrides = {
+        "kind": "rope",
+        "layer_type": args.layer_type,
+        "max_positions": args.max_positions or 16,  # only inv_freq is used
+        **parse_fields(args.fields),
+    }
+    return _one(client.tables_for_model(_config(args.hf_config), **overrides), "the config")
+
+
 def cmd_verify(client: Client, args: argparse.Namespace) -> int:
     plug = _plug_module()
     model = _load(plug, args.model)
-    if not plug.find_rope_consumers(model):
-        raise IncompatibleModelError("the model has no RoPE consumer whose caches to verify")
-    nodes, tables, long_tables = _rope_plan(client, plug, model, args)
-    reports = plug.verify_rope_caches(
-        model,
-        tables,
-        long_tables=long_tables,
-        data_dir=Path(args.model).parent,
-        nodes=[c.node for c in nodes],
-    )
+    data_dir = Path(args.model).parent
+    if plug.find_rope_consumers(model):
+        nodes, tables, long_tables = _rope_plan(client, plug, model, args)
+        reports = plug.verify_rope_caches(
+            model,
+            tables,
+            long_tables=long_tables,
+            data_dir=data_dir,
+            nodes=[c.node for c in nodes],
+        )
+    elif constants := plug.find_frequency_constants(model):
+        tables = _frequency_table(client, args)
+        reports = plug.verify_inv_freq(model, tables, data_dir=data_dir, nodes=args.node)
+    else:
+        raise IncompatibleModelError(
+            "the model has no RoPE consumer and no RoPE frequency constant to verify"
+        )
     if args.json:
         _print_json([report.__dict__ for report in reports])
     else:
@@ -411,9 +429,25 @@ def cmd_plug(client: Client, args: argparse.Namespace) -> int:
         graph = client.onnx(spec, graph="bias", opset=min(max(opset, 17), 23), inputs=args.inputs)
         patched = plug.attach_alibi_bias(model, graph, nodes=args.node)
         what = f"the ALiBi bias subgraph ({form}, {dtype}) into {len(alibi)} attention nodes"
+    elif constants := plug.find_frequency_constants(model):
+        tables = _frequency_table(client, args)
+        reports = plug.verify_inv_freq(
+            model, tables, data_dir=Path(args.model).parent, nodes=args.node
+        )
+        print("the model's frequencies against the config's:", file=sys.stderr)
+        _report(reports, sys.stderr)
+        mismatched = [r.name for r in reports if r.verdict == "mismatch"]
+        if mismatched and not args.force:
+            raise IncompatibleModelError(
+                f"the model's frequencies {mismatched} do not look like this config's (see "
+                "above): check --hf-config, or pass --force to replace them anyway"
+            )
+        patched = plug.attach_inv_freq(model, tables, nodes=args.node)
+        what = f"RoPE frequencies {tables.key[:12]} into {len(constants)} constants"
     else:
         raise IncompatibleModelError(
-            "the model has no RoPE consumer and no attention node taking a bias"
+            "the model has no RoPE consumer, no RoPE frequency constant and no attention node "
+            "taking a bias"
         )
     try:
         files = plug.save_model(
@@ -540,8 +574,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "plug",
         help="plug a model's tables into model.onnx",
-        description="Fill the cos/sin caches of RotaryEmbedding / GroupQueryAttention nodes, or "
-        "insert the ALiBi bias subgraph before Attention nodes, with tables served for the "
+        description="Fill the cos/sin caches of RotaryEmbedding / GroupQueryAttention nodes "
+        "(also LongRoPE's If), replace in-graph RoPE frequency constants, or insert the ALiBi "
+        "bias subgraph before Attention nodes, with tables served for the "
         "model's config.json; the dtype and cache rows are read from the model.",
     )
     _model_args(p, "the ONNX model to patch (external data is kept, never read)")

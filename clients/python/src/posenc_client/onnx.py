@@ -24,6 +24,9 @@ without its external data) or an `OnnxModel`, never modifies it, and returns a n
   `check_pairing=False`.
   Caches inside the branches of an `If` on the length (onnxruntime-genai's LongRoPE) are
   filled on both sides: pass the table past the switch as `long_tables`.
+- `attach_inv_freq(model, tables)`: RoPE computed inside the graph from a frequency constant
+  (`torch.onnx.export` with dynamo keeps transformers' `inv_freq` buffer as an initializer):
+  the served `inv_freq` replaces it (`find_frequency_constants`, `verify_inv_freq`).
 - `verify_rope_caches(model, tables)`: how far the caches baked into a model are from the exact
   ones (max abs, ulp, first differing row and column) and the likely cause, changing nothing.
 - `load_model(path)`, `save_model(model, path, data_dir=...)`: models with external data are
@@ -55,6 +58,7 @@ except ImportError as err:  # pragma: no cover - exercised in the fresh-venv tes
 
 from posenc_client._onnx_alibi import AlibiConsumer, attach_alibi_bias, find_alibi_consumers
 from posenc_client._onnx_files import save_model
+from posenc_client._onnx_freq import FrequencyConstant, attach_inv_freq, find_frequency_constants
 from posenc_client._onnx_merge import merge_subgraph
 from posenc_client._onnx_patch import load_model
 from posenc_client._onnx_rope import (
@@ -63,19 +67,23 @@ from posenc_client._onnx_rope import (
     attach_rope_caches,
     find_rope_consumers,
 )
-from posenc_client._onnx_verify import CacheReport, verify_rope_caches
+from posenc_client._onnx_verify import CacheReport, verify_inv_freq, verify_rope_caches
 
 __all__ = [
     "AlibiConsumer",
     "CacheReport",
+    "FrequencyConstant",
     "LengthSwitch",
     "RopeConsumer",
     "attach_alibi_bias",
+    "attach_inv_freq",
     "attach_rope_caches",
     "find_alibi_consumers",
+    "find_frequency_constants",
     "find_rope_consumers",
     "load_model",
     "merge_subgraph",
     "save_model",
+    "verify_inv_freq",
     "verify_rope_caches",
 ]
