@@ -359,7 +359,7 @@ def cmd_verify(client: Client, args: argparse.Namespace) -> int:
             data_dir=data_dir,
             nodes=[c.node for c in nodes],
         )
-    elif constants := plug.find_frequency_constants(model):
+    elif plug.find_frequency_constants(model):
         tables = _frequency_table(client, args)
         reports = plug.verify_inv_freq(model, tables, data_dir=data_dir, nodes=args.node)
     else:
