@@ -6,11 +6,13 @@ Builds a Llama-3.1-shaped model as onnxruntime-genai's builder saves one: `model
 graph) + `model.onnx.data` (every initializer, size threshold 0): a GroupQueryAttention
 (do_rotary=1, 32 heads of 128, 8 KV heads) reading `cos_cache` / `sin_cache` [rows, 64] from the
 data file, then a chain of [4096, 4096] float32 MatMul weights adding up to `--gib` GiB. The data
-file is sparse (zeros, `truncate`), so it is made in milliseconds and takes no disk: the plug
-never reads it, which is the point (the model is never run). Then `posenc serve` is started on a
-free port and `posenc-client plug model.onnx --hf-config <Llama 3.1 config> -o out/plugged.onnx`
-runs as a child process: wall time and its peak RSS (`ru_maxrss` of the waited child) are
-reported, with the output folder's files (the weights' file hard-linked, the new caches in
+file is sparse (a hole, `truncate`) but for the caches, which hold the default RoPE (what an
+exporter dropping Llama 3.1's llama3 scaling bakes: plug's report diagnoses it); it is made in
+about a second and takes 64 MiB of disk. The plug never reads the weights, which is the point
+(the model is never run). Then `posenc serve` is started on a free port and
+`posenc-client plug model.onnx --hf-config <Llama 3.1 config> -o out/plugged.onnx` runs as a
+child process: wall time and its peak RSS (`ru_maxrss` of the waited child) are reported, with
+the output folder's files (the weights' file copied in the kernel, holes kept; the new caches in
 `plugged.posenc.data`). The table fetch is included (the server computes the caches once).
 """
 
@@ -25,6 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 from onnx import TensorProto
 from onnx import helper as h
 
@@ -54,7 +57,9 @@ def build(folder: Path, gib: float, rows: int) -> int:
     """Write the model into `folder`; returns the data file's size in bytes."""
     inits: list[TensorProto] = []
     offset = 0
+    starts = []
     for name in ("cos_cache", "sin_cache"):
+        starts.append(offset)
         tensor, offset = _external(name, [rows, HEAD_DIM // 2], offset)
         inits.append(tensor)
     layers = max(1, int(gib * (1 << 30) / (HIDDEN * HIDDEN * 4)) + 1)
@@ -89,8 +94,15 @@ def build(folder: Path, gib: float, rows: int) -> int:
     imports = [h.make_opsetid("", 17), h.make_opsetid("com.microsoft", 1)]
     model = h.make_model(graph, opset_imports=imports, ir_version=10)
     (folder / "model.onnx").write_bytes(model.SerializeToString())
+    # the caches an exporter that drops Llama 3.1's llama3 scaling would bake (default RoPE,
+    # theta 500000), so that plug's verify diagnoses them; the weights stay a hole
+    inv = 500000.0 ** (-np.arange(0, HEAD_DIM, 2) / HEAD_DIM)
+    angles = np.arange(rows)[:, None] * inv[None, :]
     with open(folder / "model.onnx.data", "wb") as data:
         data.truncate(offset)
+        for start, values in zip(starts, (np.cos(angles), np.sin(angles)), strict=True):
+            data.seek(start)
+            data.write(values.astype(np.float32).tobytes())
     return offset
 
 

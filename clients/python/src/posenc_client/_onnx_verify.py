@@ -97,16 +97,17 @@ def _bf16_spacing(values: Array) -> Array:
 
 def _frequencies(cos: Array, sin: Array) -> tuple[Array, float]:
     """Per-column angle per position of a (P, w) cache pair, and its amplitude A = cos[0, 0]."""
-    c = cos.astype(np.float64)
-    s = sin.astype(np.float64)
-    amplitude = float(c[0, 0])
-    if c.shape[0] < 2:
-        return np.full(c.shape[1], np.nan), amplitude
-    first = np.arctan2(s[1], c[1])
-    rows = np.clip(np.floor((np.pi / 2) / np.maximum(np.abs(first), 1e-30)), 1, c.shape[0] - 1)
+    amplitude = float(cos[0, 0])
+    if cos.shape[0] < 2:
+        return np.full(cos.shape[1], np.nan), amplitude
+    first = np.arctan2(sin[1].astype(np.float64), cos[1].astype(np.float64))
+    rows = np.clip(np.floor((np.pi / 2) / np.maximum(np.abs(first), 1e-30)), 1, cos.shape[0] - 1)
     rows = rows.astype(np.int64)
-    columns = np.arange(c.shape[1])
-    return np.arctan2(s[rows, columns], c[rows, columns]) / rows, amplitude
+    columns = np.arange(cos.shape[1])
+    angles = np.arctan2(
+        sin[rows, columns].astype(np.float64), cos[rows, columns].astype(np.float64)
+    )
+    return angles / rows, amplitude
 
 
 def _default_frequencies(tables: Tables, width: int) -> Array | None:
@@ -144,7 +145,7 @@ def _diagnose(
     for offset, text in ((1, "row p holds position p + 1"), (-1, "row p holds position p - 1")):
         a = mcos[: rows - 1] if offset == 1 else mcos[1:]
         b = tcos[1:] if offset == 1 else tcos[: rows - 1]
-        if rows > 2 and float(np.max(np.abs(a.astype(np.float64) - b))) < shift:
+        if rows > 2 and float(np.max(np.abs(a - b.astype(a.dtype)))) < shift:
             return "repair", [f"positions off by one: {text}"]
     inv_m, amp_m = _frequencies(mcos, msin)
     inv_t, amp_t = _frequencies(tcos, tsin)
@@ -215,19 +216,31 @@ def _classify(
     return "mismatch", causes
 
 
+CHUNK_ROWS = 8192
+"""Rows compared at a time: the float64 temporaries stay a few MiB whatever the table."""
+
+
 def compare(model: Array, table: Array) -> tuple[int, float, int, tuple[int, int] | None]:
-    """(rows compared, max abs, max ulp, first differing (row, column)) of one cache."""
+    """(rows compared, max abs, max ulp, first differing (row, column)) of one cache, in
+    chunks of `CHUNK_ROWS` rows."""
     rows = min(model.shape[0], table.shape[0])
     if model.ndim != 2 or table.ndim != 2 or model.shape[1] != table.shape[1]:
         return rows, float("inf"), 0, (0, 0)
-    a = model[:rows]
-    b = table[:rows].astype(a.dtype)
-    differs = a != b
-    if not differs.any():
-        return rows, 0.0, 0, None
-    row, col = np.argwhere(differs)[0]
-    error = np.abs(a.astype(np.float64) - b.astype(np.float64))
-    return rows, float(error.max()), int(np.ceil(_ulps(a, b).max())), (int(row), int(col))
+    first: tuple[int, int] | None = None
+    max_abs, max_ulp = 0.0, 0.0
+    for start in range(0, rows, CHUNK_ROWS):
+        a = model[start : min(start + CHUNK_ROWS, rows)]
+        b = table[start : start + len(a)].astype(a.dtype)
+        differs = a != b
+        if not differs.any():
+            continue
+        if first is None:
+            row, col = np.argwhere(differs)[0]
+            first = (start + int(row), int(col))
+        error = np.abs(a.astype(np.float64) - b.astype(np.float64))
+        max_abs = max(max_abs, float(error.max()))
+        max_ulp = max(max_ulp, float(_ulps(a, b).max()))
+    return rows, max_abs, int(np.ceil(max_ulp)), first
 
 
 def verify_inv_freq(
