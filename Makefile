@@ -119,7 +119,7 @@ check: $(STAMP)
 
 # Each bench prints its results as markdown (docs/benchmarks.md records them, docs/img the plots);
 # BENCHES=serve runs one.
-BENCHES ?= compute serve scale startup v2_infer grpc_infer load
+BENCHES ?= compute serve scale startup v2_infer grpc_infer load plug
 bench: $(STAMP) nginx wrk
 	set -e; for b in $(BENCHES); do echo "== bench.$$b"; $(BIN)/python -m bench.$$b; done
 

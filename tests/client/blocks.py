@@ -108,6 +108,68 @@ def gqa_block(
     return _model([node], inputs, outputs, inits, opset=17, contrib=True)
 
 
+def switch_block(
+    hd: int, heads: int, kv_heads: int, *, short_rows: int, long_rows: int, threshold: int
+) -> onnx.ModelProto:
+    """`gqa_block` whose caches come as onnxruntime-genai's builder emits LongRoPE's: an `If`
+    on `Greater(total_sequence_length, threshold)` whose then branch makes the long caches
+    [long_rows, hd/2] and else branch the short ones [short_rows, hd/2], each from `Constant`
+    nodes (placeholder zeros here; the bound too, `/model/constants/INT64/N` in the builder),
+    `with_weight`."""
+    base = gqa_block(hd, heads, kv_heads, caches="initializer")
+    graph = base.graph
+    del graph.initializer[:]
+    branches = {}
+    for side, rows in (("long", long_rows), ("short", short_rows)):
+        zeros = np.zeros((rows, hd // 2), np.float32)
+        nodes = [
+            h.make_node(
+                "Constant",
+                [],
+                [f"{name}_{side}"],
+                name=f"/{side}/{name}/Constant",
+                value=onnx.numpy_helper.from_array(zeros, f"{name}_{side}"),
+            )
+            for name in ("cos", "sin")
+        ]
+        outputs = [
+            h.make_tensor_value_info(f"{name}_{side}", TensorProto.FLOAT, [rows, hd // 2])
+            for name in ("cos", "sin")
+        ]
+        branches[side] = h.make_graph(nodes, f"{side}_rope_caches_graph", [], outputs)
+    bound = onnx.numpy_helper.from_array(np.array(threshold, np.int64), "threshold")
+    switch = [
+        h.make_node("Constant", [], ["threshold"], name="/model/constant_nodes/INT64", value=bound),
+        h.make_node("Cast", ["total_sequence_length"], ["length"], to=TensorProto.INT64),
+        h.make_node("Greater", ["length", "threshold"], ["is_long"], name="/rope/Greater"),
+        h.make_node(
+            "If",
+            ["is_long"],
+            ["cos", "sin"],
+            name="/model/rope_caches_subgraph/If",
+            then_branch=branches["long"],
+            else_branch=branches["short"],
+        ),
+    ]
+    nodes = [*switch, *graph.node]
+    del graph.node[:]
+    graph.node.extend(nodes)
+    return with_weight(base, heads * hd)
+
+
+def with_weight(model: onnx.ModelProto, width: int) -> onnx.ModelProto:
+    """`model` whose output `out` [..., width] is also multiplied by a random weight `w`
+    [width] into a new output `scaled`: a tensor that is not a position table."""
+    weight = np.random.default_rng(3).standard_normal(width).astype(np.float32)
+    model.graph.initializer.append(onnx.numpy_helper.from_array(weight, "w"))
+    model.graph.node.append(h.make_node("Mul", ["out", "w"], ["scaled"]))
+    model.graph.output.append(
+        h.make_tensor_value_info("scaled", TensorProto.FLOAT, [1, "S", width])
+    )
+    onnx.checker.check_model(model)
+    return model
+
+
 def rotary_block(
     hd: int,
     heads: int,

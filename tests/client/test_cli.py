@@ -41,7 +41,7 @@ def cli(server: ServerHandle, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 
 
 def test_help_on_every_command(capsys: pytest.CaptureFixture[str]) -> None:
-    commands = ["fetch", "resolve", "presets", "kinds", "onnx", "plug", "cache"]
+    commands = ["fetch", "resolve", "presets", "kinds", "onnx", "plug", "verify", "cache"]
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command")
     assert isinstance(sub.choices, dict)

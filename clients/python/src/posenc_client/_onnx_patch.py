@@ -28,6 +28,7 @@ from onnx import numpy_helper
 from posenc_client._exceptions import IncompatibleModelError
 from posenc_client._formats import Array
 from posenc_client._models import OnnxModel
+from posenc_client._onnx_files import load_graph
 
 ModelLike = onnx.ModelProto | bytes | str | os.PathLike[str] | OnnxModel
 
@@ -92,7 +93,9 @@ def matching_nodes(
 
 
 def load_model(model: ModelLike) -> onnx.ModelProto:
-    """A private copy of `model` (ModelProto, bytes, path or OnnxModel)."""
+    """A private copy of `model` (ModelProto, bytes, path or OnnxModel). A path is read without
+    its external data: the weights stay on disk, their tensors keep naming their files
+    (relative to the model's folder; write the result with `save_model` and that folder)."""
     out = onnx.ModelProto()
     if isinstance(model, onnx.ModelProto):
         out.CopyFrom(model)
@@ -101,7 +104,7 @@ def load_model(model: ModelLike) -> onnx.ModelProto:
     elif isinstance(model, bytes):
         out.ParseFromString(model)
     else:
-        out = onnx.load(os.fspath(model))
+        out = load_graph(model)
     return out
 
 

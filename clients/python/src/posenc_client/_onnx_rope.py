@@ -7,7 +7,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+import numpy as np
 import onnx
+from onnx import numpy_helper
 
 from posenc_client._exceptions import IncompatibleModelError
 from posenc_client._formats import Array, dtype_name
@@ -129,6 +131,118 @@ def find_rope_consumers(model: ModelLike) -> list[RopeConsumer]:
     ]
 
 
+@dataclass(frozen=True)
+class _BranchValue:
+    """Where an `If` branch makes one of its outputs: a `Constant` node's `value` or a branch
+    initializer."""
+
+    graph: onnx.GraphProto
+    output: int
+    tensor: onnx.TensorProto
+    constant: onnx.NodeProto | None
+
+
+@dataclass(frozen=True)
+class LengthSwitch:
+    """A cache chosen by an `If` on the length, as onnxruntime-genai's builder emits LongRoPE's
+    two caches (`/model/rope_caches_subgraph/If`: `Greater(length, original)` -> then: the long
+    cache, else: the short one, each a `Constant` in its branch)."""
+
+    node: str
+    threshold: int
+    long: _BranchValue
+    short: _BranchValue
+
+
+def _scalar(name: str, graph: onnx.GraphProto) -> int | None:
+    """The integer value of a scalar initializer or `Constant` output `name` held in the graph,
+    else None."""
+    for initializer in graph.initializer:  # an external one would need its data file: skip it
+        if (
+            initializer.name == name
+            and initializer.data_type in _INTEGER_TYPES
+            and initializer.data_location != onnx.TensorProto.EXTERNAL
+        ):
+            values = numpy_helper.to_array(initializer).reshape(-1)
+            return int(values[0]) if values.size == 1 else None
+    for node in graph.node:
+        if node.op_type == "Constant" and node.output[:1] == [name]:
+            value = attribute(node, "value")
+            if isinstance(value, onnx.TensorProto) and value.data_type in _INTEGER_TYPES:
+                values = numpy_helper.to_array(value).reshape(-1)
+                return int(values[0]) if values.size == 1 else None
+    return None
+
+
+_INTEGER_TYPES = (onnx.TensorProto.INT64, onnx.TensorProto.INT32)
+
+
+def _branch_value(branch: onnx.GraphProto, output: int) -> _BranchValue | None:
+    """The tensor that makes `branch`'s output `output`, when it is a constant."""
+    if output >= len(branch.output):
+        return None
+    name = branch.output[output].name
+    for initializer in branch.initializer:
+        if initializer.name == name:
+            return _BranchValue(branch, output, initializer, None)
+    for node in branch.node:
+        if node.op_type == "Constant" and node.output[:1] == [name]:
+            for item in node.attribute:
+                if item.name == "value" and item.type == onnx.AttributeProto.TENSOR:
+                    return _BranchValue(branch, output, item.t, node)
+    return None
+
+
+def length_switch(graph: onnx.GraphProto, name: str) -> LengthSwitch | str | None:
+    """How the `If` node making `name` chooses it: a `LengthSwitch`, a reason it is not one
+    posenc can fill (str), or None when no `If` node makes `name`."""
+    for index, node in enumerate(graph.node):
+        if node.op_type != "If" or name not in node.output:
+            continue
+        where = f"If node {label(node, index)!r}"
+        output = list(node.output).index(name)
+        branches = {
+            item.name: item.g for item in node.attribute if item.type == onnx.AttributeProto.GRAPH
+        }
+        then, other = (
+            _branch_value(branches["then_branch"], output),
+            _branch_value(branches["else_branch"], output),
+        )
+        if then is None or other is None:
+            return f"{where}: both branches must make {name!r} as a Constant or an initializer"
+        condition = next((n for n in graph.node if node.input[0] in n.output), None)
+        if condition is not None and condition.op_type in ("Greater", "Less"):
+            _, bound = condition.input if condition.op_type == "Greater" else condition.input[::-1]
+            threshold = _scalar(bound, graph)
+            if threshold is not None:
+                return LengthSwitch(label(node, index), threshold, then, other)
+        return (
+            f"{where} chooses {name!r} on a condition posenc cannot read (expected "
+            "Greater(length, N) with a constant N, as onnxruntime-genai's LongRoPE caches)"
+        )
+    return None
+
+
+def _half_caches(tables: Tables) -> tuple[Array, Array]:
+    """The half-width (P, d/2) cos and sin caches of a rope table, or why it has none."""
+    if tables.kind != "rope":
+        raise IncompatibleModelError(f"attach_rope_caches takes a rope table, got {tables.kind}")
+    if "cos" not in tables or "sin" not in tables:
+        raise IncompatibleModelError(
+            f"the table packs its caches as {list(tables)}; ONNX consumers need separate "
+            "cos and sin: fetch with profile='onnx' or 'ort_gqa' (packing='separate', "
+            "width='half')"
+        )
+    cos, sin = tables["cos"], tables["sin"]
+    if tables.spec.get("width", "half") != "half" or cos.ndim != 2 or cos.shape != sin.shape:
+        raise IncompatibleModelError(
+            f"ONNX consumers take half-width caches (P, d/2); this table is "
+            f"{tables.spec.get('width')} width {list(cos.shape)}: fetch with profile='onnx' "
+            "or 'ort_gqa' (width='half')"
+        )
+    return cos, sin
+
+
 class _RopeCaches(Patcher[RopeConsumer]):
     """Served half-width cos/sin caches into every RoPE consumer's cache inputs (graph inputs
     become initializers, initializers are replaced)."""
@@ -140,34 +254,38 @@ class _RopeCaches(Patcher[RopeConsumer]):
     )
     action = "attach the RoPE caches"
 
-    def __init__(self, tables: Tables, *, cast: bool, check_pairing: bool) -> None:
-        if tables.kind != "rope":
-            raise IncompatibleModelError(
-                f"attach_rope_caches takes a rope table, got {tables.kind}"
-            )
-        if "cos" not in tables or "sin" not in tables:
-            raise IncompatibleModelError(
-                f"the table packs its caches as {list(tables)}; ONNX consumers need separate "
-                "cos and sin: fetch with profile='onnx' or 'ort_gqa' (packing='separate', "
-                "width='half')"
-            )
-        cos, sin = tables["cos"], tables["sin"]
-        if tables.spec.get("width", "half") != "half" or cos.ndim != 2 or cos.shape != sin.shape:
-            raise IncompatibleModelError(
-                f"ONNX consumers take half-width caches (P, d/2); this table is "
-                f"{tables.spec.get('width')} width {list(cos.shape)}: fetch with profile='onnx' "
-                "or 'ort_gqa' (width='half')"
-            )
+    def __init__(
+        self,
+        tables: Tables,
+        *,
+        cast: bool,
+        check_pairing: bool,
+        long_tables: Tables | None = None,
+    ) -> None:
+        self.cos, self.sin = _half_caches(tables)
+        self.long = _half_caches(long_tables) if long_tables is not None else None
         self.tables = tables
-        self.cos, self.sin = cos, sin
-        self.rows, self.width = int(cos.shape[0]), int(cos.shape[1])
-        self.dtype = dtype_name(cos.dtype)
+        self.long_tables = long_tables
+        self.rows, self.width = int(self.cos.shape[0]), int(self.cos.shape[1])
+        self.dtype = dtype_name(self.cos.dtype)
+        if self.long is not None and (
+            self.long[0].shape[1] != self.width or dtype_name(self.long[0].dtype) != self.dtype
+        ):
+            raise IncompatibleModelError(
+                f"the long table ({list(self.long[0].shape)}, {dtype_name(self.long[0].dtype)}) "
+                f"and the short one ({list(self.cos.shape)}, {self.dtype}) differ in width or "
+                "dtype"
+            )
         self.cast = cast
         self.check_pairing = check_pairing
+        self.graph = onnx.GraphProto()
         self.targets: dict[str, tuple[Array, str]] = {}
         """Cache name -> (values, dtype) to write, filled by `check`."""
+        self.switches: dict[str, tuple[LengthSwitch, Array, Array, str]] = {}
+        """Cache name made by a length `If` -> (switch, short values, long values, dtype)."""
 
     def find(self, model: onnx.ModelProto) -> list[RopeConsumer]:
+        self.graph = model.graph
         return find_rope_consumers(model)
 
     def check(self, consumer: RopeConsumer, sources: GraphSources) -> list[str]:
@@ -240,21 +358,67 @@ class _RopeCaches(Patcher[RopeConsumer]):
         return problems
 
     def _slot_problems(self, consumer: RopeConsumer, sources: GraphSources) -> list[str]:
-        """Whether the consumer's cache inputs are values this patcher can replace."""
+        """Whether the consumer's cache inputs are values this patcher can replace: graph
+        inputs, initializers, or the constants of a length `If` (both branches)."""
         problems: list[str] = []
         where = f"{consumer.op} node {consumer.node!r}"
-        for name in (consumer.cos, consumer.sin):
+        for name, is_cos in ((consumer.cos, True), (consumer.sin, False)):
             if not name:
                 problems.append(f"{where} has no cache input to fill")
             elif name in sources.produced and name not in sources.initializers:
-                problems.append(
-                    f"{where}: {name!r} is computed by node {sources.produced[name]!r}; "
-                    "only graph inputs and initializers can be replaced"
-                )
+                problems.extend(self._switch_problems(consumer, name, is_cos, sources))
             elif name not in sources.inputs and name not in sources.initializers:
                 problems.append(f"{where}: no graph input or initializer {name!r}")
         if consumer.cos == consumer.sin and consumer.cos:
             problems.append(f"{where} reads one tensor {consumer.cos!r} as both cos and sin")
+        return problems
+
+    def _switch_problems(
+        self, consumer: RopeConsumer, name: str, is_cos: bool, sources: GraphSources
+    ) -> list[str]:
+        """`name` is computed: fine when a length `If` chooses it between two constants and a
+        long table was given, whose length sides match the switch."""
+        where = f"{consumer.op} node {consumer.node!r}"
+        switch = length_switch(self.graph, name)
+        if switch is None:
+            return [
+                f"{where}: {name!r} is computed by node {sources.produced[name]!r}; only graph "
+                "inputs, initializers and the constants of a length If can be replaced"
+            ]
+        if isinstance(switch, str):
+            return [f"{where}: {switch}"]
+        if self.long_tables is None:
+            return [
+                f"{where}: {name!r} is chosen by If node {switch.node!r} on length > "
+                f"{switch.threshold} (LongRoPE's short and long caches): give the table past "
+                "the switch too (long_tables=; the CLI fetches both)"
+            ]
+        problems = []
+        for tables, side, value in (
+            (self.tables, "short", switch.short),
+            (self.long_tables, "long", switch.long),
+        ):
+            seq_len = tables.spec.get("seq_len")
+            long_side = isinstance(seq_len, int) and seq_len > switch.threshold
+            if isinstance(seq_len, int) and long_side != (side == "long"):
+                problems.append(
+                    f"{where}: If node {switch.node!r} takes the {side} cache for length "
+                    f"{'>' if side == 'long' else '<='} {switch.threshold}, the {side} table "
+                    f"was computed for seq_len {seq_len}"
+                )
+            declared = tuple(value.tensor.dims)
+            rows = int(tables["cos"].shape[0])
+            if declared and rows < declared[0]:
+                problems.append(
+                    f"{where}: the {side} branch of If node {switch.node!r} holds "
+                    f"{declared[0]} rows, the {side} table {rows}: fetch with max_positions >= "
+                    f"{declared[0]}"
+                )
+        if not problems and self.long is not None:
+            short = self.cos if is_cos else self.sin
+            long = self.long[0] if is_cos else self.long[1]
+            dtype = consumer.dtype if (self.cast and consumer.dtype) else self.dtype
+            self.switches[name] = (switch, short, long, dtype)
         return problems
 
     def _claim(self, consumer: RopeConsumer) -> list[str]:
@@ -263,18 +427,48 @@ class _RopeCaches(Patcher[RopeConsumer]):
         dtype = consumer.dtype if (self.cast and consumer.dtype) else self.dtype
         problems: list[str] = []
         for name, array in ((consumer.cos, self.cos), (consumer.sin, self.sin)):
+            if name in self.switches:
+                continue
             previous = self.targets.get(name)
             if previous is not None and previous[1] != dtype:
                 problems.append(f"{name!r} is read in both {previous[1]} and {dtype}")
             self.targets[name] = (array, dtype)
         return problems
 
+    def check_model(self, sources: GraphSources) -> list[str]:
+        if self.long_tables is not None and not self.switches:
+            return [
+                "a long table was given but no cache is chosen by a length If: plug the one "
+                "table for the model's length instead"
+            ]
+        return []
+
     def apply(self, model: onnx.ModelProto, consumers: list[RopeConsumer]) -> onnx.ModelProto:
         for name, (array, dtype) in self.targets.items():
             value = array if dtype == self.dtype else cast_array(array, dtype)
             place_initializer(model.graph, name, value)
-        record_metadata(model, "posenc.tables", {name: self.tables.key for name in self.targets})
+        keys = {name: self.tables.key for name in self.targets}
+        for name, (switch, short, long, dtype) in self.switches.items():
+            for branch, values in ((switch.short, short), (switch.long, long)):
+                cast = values if dtype == self.dtype else cast_array(values, dtype)
+                _replace_branch_value(branch, cast)
+            long_key = self.long_tables.key if self.long_tables else ""
+            keys[name] = f"{self.tables.key} if length <= {switch.threshold} else {long_key}"
+        record_metadata(model, "posenc.tables", keys)
         return model
+
+
+def _replace_branch_value(value: _BranchValue, array: Array) -> None:
+    """Put `array` in place of a branch's constant (a `Constant`'s `value` or a branch
+    initializer) and declare its new shape on the branch output."""
+    tensor = numpy_helper.from_array(np.ascontiguousarray(array), value.tensor.name)
+    value.tensor.CopyFrom(tensor)
+    output = value.graph.output[value.output]
+    if output.type.HasField("tensor_type") and output.type.tensor_type.HasField("shape"):
+        shape = output.type.tensor_type.shape
+        del shape.dim[:]
+        for size in array.shape:
+            shape.dim.add().dim_value = int(size)
 
 
 def attach_rope_caches(
@@ -284,12 +478,15 @@ def attach_rope_caches(
     nodes: Iterable[str] | None = None,
     cast: bool = False,
     check_pairing: bool = True,
+    long_tables: Tables | None = None,
 ) -> onnx.ModelProto:
     """A copy of `model` whose RoPE consumers read the served `cos`/`sin` caches.
 
     Args:
         model: the model; its consumers' cos/sin caches must be graph inputs (they become
-            initializers) or initializers (replaced).
+            initializers), initializers (replaced), or the two constants of an `If` on the
+            length (`LengthSwitch`: onnxruntime-genai's LongRoPE caches; both are replaced). A
+            path is read without its external data (write the result with `save_model`).
         tables: a `rope` table with separate half-width caches: fetch it with `profile="onnx"`
             (RotaryEmbedding) or `profile="ort_gqa"` (GroupQueryAttention), and the model's
             activation dtype (`dtype=`).
@@ -297,9 +494,13 @@ def attach_rope_caches(
         cast: convert the caches to the activation dtype instead of refusing (rounding once, as
             the server would when computing in fp32 and casting last).
         check_pairing: refuse a table resolved for the other pairing (see the module doc).
+        long_tables: with a length switch, the table past it (`tables` is then the one for
+            lengths up to the switch: LongRoPE's short factors; their `seq_len` must lie on
+            those sides).
 
     Records `{cos_name: key, sin_name: key}` in metadata property `posenc.tables`. Raises
     `IncompatibleModelError` listing every problem found.
     """
     proto = load_model(model)
-    return patch(proto, _RopeCaches(tables, cast=cast, check_pairing=check_pairing), nodes)
+    patcher = _RopeCaches(tables, cast=cast, check_pairing=check_pairing, long_tables=long_tables)
+    return patch(proto, patcher, nodes)

@@ -9,7 +9,8 @@ Commands (each has --help):
     kinds                                          families and their required fields
     onnx    [KIND] [FIELD=VALUE ...] | --spec JSON|@FILE | --hf-config config.json  --graph G
             [--opset N] -o out.onnx
-    plug    model.onnx --hf-config config.json -o patched.onnx
+    plug    model.onnx --hf-config config.json -o patched.onnx [--force]
+    verify  model.onnx --hf-config config.json      how far the baked caches are from exact
     cache   verify [--remove] | clear              check the disk cache against the stored
                                                    digests (RFC 9530), or empty it
 
@@ -31,8 +32,10 @@ Exit codes (stable, for scripts):
        answered something that cannot be decoded
     4  no answer: connection refused, DNS, TLS or timeout, after the retries
     5  offline (--offline) and the cache lacks what was asked
-    6  the model cannot take the tables (plug: shape, dtype, pairing, consumer constraints)
+    6  the model cannot take the tables (plug: shape, dtype, pairing, consumer constraints;
+       its baked caches do not look like the config's, without --force); verify: they do not
     7  cache verify found files that do not match their digests (each one is printed)
+    8  verify: the model's caches differ from the config's in a way plug repairs
 
 Environment: POSENC_URL, POSENC_API_KEY, POSENC_CACHE_DIR (else $XDG_CACHE_HOME/posenc).
 """
@@ -43,6 +46,7 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, TextIO
 
 from posenc_client._client import Client
@@ -64,6 +68,7 @@ EXIT_CONNECTION = 4
 EXIT_OFFLINE = 5
 EXIT_INCOMPATIBLE = 6
 EXIT_CORRUPT = 7
+EXIT_DIFFERS = 8
 
 PROGRESS_MIN_BYTES = 1 << 20
 SPEC_HELP = (
@@ -324,46 +329,151 @@ def _model_dtype(dtypes: set[str | None], override: str | None) -> str | None:
     return known.pop() if known else None
 
 
-def cmd_plug(client: Client, args: argparse.Namespace) -> int:
-    try:
-        from posenc_client import onnx as plug
-    except ImportError as err:
-        raise UsageError(f"plug needs onnx: pip install 'posenc-client[onnx]' ({err})") from err
-    import onnx
+def _rope_tables(
+    client: Client, config: JSON, overrides: JSON, switch: Any
+) -> tuple[Tables, Tables | None]:
+    """The table to plug, and with a length switch (LongRoPE's If) the one past it: each for its
+    side of the switch and with its branch's rows."""
+    if switch is None:
+        return _one(client.tables_for_model(config, **overrides), "the config"), None
+    sides = []
+    for value, seq_len in ((switch.short, switch.threshold), (switch.long, switch.threshold + 1)):
+        rows = int(value.tensor.dims[0]) if value.tensor.dims else None
+        fields = {"max_positions": rows, **overrides, "seq_len": seq_len}
+        if fields["max_positions"] is None:
+            del fields["max_positions"]
+        sides.append(_one(client.tables_for_model(config, **fields), "the config"))
+    return sides[0], sides[1]
 
-    try:
-        model = onnx.load(args.model)
-    except Exception as err:
-        raise UsageError(f"cannot read the model {args.model!r}: {err}") from err
+
+def _rope_plan(
+    client: Client, plug: Any, model: Any, args: argparse.Namespace
+) -> tuple[list[Any], Tables, Tables | None]:
+    """The RoPE consumers to fill or verify, the table for the model's config (its dtype and
+    rows read from the model) and, with a LongRoPE length switch, the table past it."""
+    from posenc_client._onnx_rope import length_switch
+
     config = _config(args.hf_config)
     fields = parse_fields(args.fields)
     rope = plug.find_rope_consumers(model)
+    nodes = [c for c in rope if args.node is None or c.node in args.node]
+    rows = [c.rows for c in nodes if c.rows is not None]
+    gqa = any(c.op.endswith("GroupQueryAttention") for c in nodes)
+    switches = [length_switch(model.graph, c.cos) for c in nodes]
+    switch = next((s for s in switches if isinstance(s, plug.LengthSwitch)), None)
+    overrides = {
+        "kind": "rope",
+        "layer_type": args.layer_type,
+        "profile": "ort_gqa" if gqa else "onnx",
+        "dtype": _model_dtype({c.dtype for c in nodes}, args.dtype),
+        "max_positions": args.max_positions or (max(rows) if rows else None),
+        **fields,
+    }
+    tables, long_tables = _rope_tables(client, config, overrides, switch)
+    return nodes, tables, long_tables
+
+
+def _load(plug: Any, path: str) -> Any:
+    try:
+        return plug.load_model(path)
+    except Exception as err:
+        raise UsageError(f"cannot read the model {path!r}: {err}") from err
+
+
+def _plug_module() -> Any:
+    try:
+        from posenc_client import onnx as plug
+    except ImportError as err:
+        raise UsageError(f"needs onnx: pip install 'posenc-client[onnx]' ({err})") from err
+    return plug
+
+
+def _report(reports: list[Any], stream: TextIO) -> None:
+    for report in reports:
+        print(f"  {report.line()}", file=stream)
+
+
+def _frequency_table(client: Client, args: argparse.Namespace) -> Tables:
+    """The rope table (with inv_freq) for a model computing RoPE from frequency constants."""
+    overrides = {
+        "kind": "rope",
+        "layer_type": args.layer_type,
+        "max_positions": args.max_positions or 16,  # only inv_freq is used
+        **parse_fields(args.fields),
+    }
+    return _one(client.tables_for_model(_config(args.hf_config), **overrides), "the config")
+
+
+def cmd_verify(client: Client, args: argparse.Namespace) -> int:
+    plug = _plug_module()
+    model = _load(plug, args.model)
+    data_dir = Path(args.model).parent
+    if plug.find_rope_consumers(model):
+        nodes, tables, long_tables = _rope_plan(client, plug, model, args)
+        reports = plug.verify_rope_caches(
+            model,
+            tables,
+            long_tables=long_tables,
+            data_dir=data_dir,
+            nodes=[c.node for c in nodes],
+        )
+    elif plug.find_frequency_constants(model):
+        tables = _frequency_table(client, args)
+        reports = plug.verify_inv_freq(model, tables, data_dir=data_dir, nodes=args.node)
+    else:
+        raise IncompatibleModelError(
+            "the model has no RoPE consumer and no RoPE frequency constant to verify"
+        )
+    if args.json:
+        _print_json([report.__dict__ for report in reports])
+    else:
+        print(f"{args.model} against {tables.key[:12]} ({tables.spec.get('rope_scaling')}):")
+        _report(reports, sys.stdout)
+    verdicts = {report.verdict for report in reports}
+    if "mismatch" in verdicts:
+        return EXIT_INCOMPATIBLE
+    return EXIT_DIFFERS if "repair" in verdicts else EXIT_OK
+
+
+def cmd_plug(client: Client, args: argparse.Namespace) -> int:
+    plug = _plug_module()
+    model = _load(plug, args.model)
+    rope = plug.find_rope_consumers(model)
     alibi = plug.find_alibi_consumers(model)
+    fields = parse_fields(args.fields)
     if rope:
-        nodes = [c for c in rope if args.node is None or c.node in args.node]
-        rows = [c.rows for c in nodes if c.rows is not None]
-        gqa = any(c.op.endswith("GroupQueryAttention") for c in nodes)
-        overrides = {
-            "kind": "rope",
-            "layer_type": args.layer_type,
-            "profile": "ort_gqa" if gqa else "onnx",
-            "dtype": _model_dtype({c.dtype for c in nodes}, args.dtype),
-            "max_positions": args.max_positions or (max(rows) if rows else None),
-            **fields,
-        }
-        tables = _one(client.tables_for_model(config, **overrides), "the config")
+        nodes, tables, long_tables = _rope_plan(client, plug, model, args)
+        reports = plug.verify_rope_caches(
+            model,
+            tables,
+            long_tables=long_tables,
+            data_dir=Path(args.model).parent,
+            nodes=[c.node for c in nodes],
+        )
+        if reports:
+            print("the model's caches against the config's:", file=sys.stderr)
+            _report(reports, sys.stderr)
+        mismatched = [r.name for r in reports if r.verdict == "mismatch"]
+        if mismatched and not args.force:
+            raise IncompatibleModelError(
+                f"the model's caches {mismatched} do not look like this config's (see above): "
+                "check --hf-config, or pass --force to replace them anyway"
+            )
         patched = plug.attach_rope_caches(
             model,
             tables,
             nodes=args.node,
             cast=args.cast,
             check_pairing=not args.no_check_pairing,
+            long_tables=long_tables,
         )
         what = (
             f"RoPE caches {tables.key[:12]} ({list(tables['cos'].shape)}) into {len(nodes)} nodes"
         )
+        if long_tables is not None:
+            what += f", past the switch {long_tables.key[:12]} ({list(long_tables['cos'].shape)})"
     elif alibi:
-        specs = client.resolve(config, kind="alibi")
+        specs = client.resolve(_config(args.hf_config), kind="alibi")
         if len(specs) != 1:
             raise IncompatibleModelError(
                 "the model has attention nodes but the config has no ALiBi"
@@ -377,20 +487,57 @@ def cmd_plug(client: Client, args: argparse.Namespace) -> int:
         graph = client.onnx(spec, graph="bias", opset=min(max(opset, 17), 23), inputs=args.inputs)
         patched = plug.attach_alibi_bias(model, graph, nodes=args.node)
         what = f"the ALiBi bias subgraph ({form}, {dtype}) into {len(alibi)} attention nodes"
+    elif constants := plug.find_frequency_constants(model):
+        tables = _frequency_table(client, args)
+        reports = plug.verify_inv_freq(
+            model, tables, data_dir=Path(args.model).parent, nodes=args.node
+        )
+        print("the model's frequencies against the config's:", file=sys.stderr)
+        _report(reports, sys.stderr)
+        mismatched = [r.name for r in reports if r.verdict == "mismatch"]
+        if mismatched and not args.force:
+            raise IncompatibleModelError(
+                f"the model's frequencies {mismatched} do not look like this config's (see "
+                "above): check --hf-config, or pass --force to replace them anyway"
+            )
+        patched = plug.attach_inv_freq(model, tables, nodes=args.node)
+        what = f"RoPE frequencies {tables.key[:12]} into {len(constants)} constants"
     else:
         raise IncompatibleModelError(
-            "the model has no RoPE consumer and no attention node taking a bias"
+            "the model has no RoPE consumer, no RoPE frequency constant and no attention node "
+            "taking a bias"
         )
     try:
-        onnx.save(patched, args.output)
-    except OSError as err:
+        files = plug.save_model(
+            patched, args.output, data_dir=Path(args.model).parent, link=args.link_data
+        )
+    except (OSError, ValueError) as err:
         raise UsageError(f"cannot write {args.output!r}: {err}") from err
-    print(f"plugged {what}; wrote {args.output}", file=sys.stderr)
+    extra = f" ({'; '.join(files)})" if files else ""
+    print(f"plugged {what}; wrote {args.output}{extra}", file=sys.stderr)
     return EXIT_OK
 
 
 def _fields_arg(p: argparse.ArgumentParser, help_text: str) -> None:
     p.add_argument("fields", nargs="*", metavar="FIELD=VALUE", help=help_text)
+
+
+def _model_args(p: argparse.ArgumentParser, model_help: str) -> None:
+    """The arguments plug and verify share: the model, its config and the table overrides."""
+    p.add_argument("model", help=model_help)
+    _fields_arg(p, "spec overrides (seq_len=4096, precision=exact, ...)")
+    p.add_argument(
+        "--hf-config", "--config", metavar="PATH", required=True, help="the model's config.json"
+    )
+    p.add_argument("--layer-type", help="the table of this layer type")
+    p.add_argument(
+        "--max-positions",
+        type=int,
+        help="cache rows (default: the model's declared "
+        "rows, else the config's max_position_embeddings)",
+    )
+    p.add_argument("--dtype", help="table dtype (default: the model's activation dtype)")
+    p.add_argument("--node", action="append", help="only this node (repeatable)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -399,7 +546,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Fetch exact position tables and ONNX subgraphs from a posenc server, and "
         "plug them into ONNX models.",
         epilog="Exit codes: 0 ok, 1 bug, 2 usage, 3 server refused/bad answer, 4 no connection, "
-        "5 offline cache miss, 6 model incompatible, 7 corrupt cache files (cache verify).",
+        "5 offline cache miss, 6 model incompatible, 7 corrupt cache files (cache verify), "
+        "8 verify: caches differ (plug repairs them).",
     )
     parser.add_argument("--version", action="version", version=f"posenc-client {__version__}")
     parser.add_argument(
@@ -487,23 +635,24 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "plug",
         help="plug a model's tables into model.onnx",
-        description="Fill the cos/sin caches of RotaryEmbedding / GroupQueryAttention nodes, or "
-        "insert the ALiBi bias subgraph before Attention nodes, with tables served for the "
+        description="Fill the cos/sin caches of RotaryEmbedding / GroupQueryAttention nodes "
+        "(also LongRoPE's If), replace in-graph RoPE frequency constants, or insert the ALiBi "
+        "bias subgraph before Attention nodes, with tables served for the "
         "model's config.json; the dtype and cache rows are read from the model.",
     )
-    p.add_argument("model", help="the ONNX model to patch")
-    _fields_arg(p, "spec overrides (seq_len=4096, precision=exact, ...)")
-    p.add_argument("--hf-config", metavar="PATH", required=True, help="the model's config.json")
+    _model_args(p, "the ONNX model to patch (external data is kept, never read)")
     p.add_argument("-o", "--output", required=True, help="where to write the patched model")
-    p.add_argument("--layer-type", help="the table of this layer type")
     p.add_argument(
-        "--max-positions",
-        type=int,
-        help="cache rows (default: the model's declared "
-        "rows, else the config's max_position_embeddings)",
+        "--force",
+        action="store_true",
+        help="replace baked caches even when they do not look like the config's",
     )
-    p.add_argument("--dtype", help="table dtype (default: the model's activation dtype)")
-    p.add_argument("--node", action="append", help="only this node (repeatable)")
+    p.add_argument(
+        "--link-data",
+        action="store_true",
+        help="hard-link the external data files beside an output in another folder instead "
+        "of copying them (onnxruntime loads it; onnx.load refuses hard-linked data)",
+    )
     p.add_argument("--cast", action="store_true", help="cast caches to the activation dtype")
     p.add_argument("--no-check-pairing", action="store_true", help="allow a pairing mismatch")
     p.add_argument("--alibi-form", help="bias form (default: the config's, e.g. row_constant)")
@@ -526,6 +675,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=("verify", "clear"))
     p.add_argument("--remove", action="store_true", help="verify: delete the corrupt files")
     p.set_defaults(run=cmd_cache)
+
+    p = sub.add_parser(
+        "verify",
+        help="how far a model's baked RoPE caches are from exact",
+        description="Compare the cos/sin caches baked into model.onnx with the tables served "
+        "for config.json, changing nothing: max abs and ulp error, first differing row and "
+        "column, and the likely cause. Exit 0: exact; 8: differs, plug repairs it; 6: the "
+        "caches do not look like this config.",
+    )
+    _model_args(p, "the ONNX model to check")
+    p.add_argument("--json", action="store_true", help="print the reports as JSON")
+    p.set_defaults(run=cmd_verify)
     return parser
 
 

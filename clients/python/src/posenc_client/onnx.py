@@ -1,8 +1,9 @@
 """Plug served tables and subgraphs into ONNX models that cannot compute them.
 
 Needs `onnx` (`pip install 'posenc-client[onnx]'`); importing `posenc_client` alone never imports
-it. Every function takes a model as an `onnx.ModelProto`, serialized bytes, a path or an
-`OnnxModel`, never modifies it, and returns a new `ModelProto`.
+it. Every function takes a model as an `onnx.ModelProto`, serialized bytes, a path (read
+without its external data) or an `OnnxModel`, never modifies it, and returns a new `ModelProto`
+(write one with external data by `save_model`).
 
 - `attach_rope_caches(model, tables)`: put served cos/sin caches in place of the cache inputs or
   initializers of every RoPE consumer: `com.microsoft.GroupQueryAttention` with `do_rotary=1`,
@@ -21,6 +22,15 @@ it. Every function takes a model as an `onnx.ModelProto`, serialized bytes, a pa
   same for both pairings, but a table fetched for interleaved pairs (GPT-J, DeepSeek) plugged into
   a half-split node means the config and the graph disagree: that is an error unless
   `check_pairing=False`.
+  Caches inside the branches of an `If` on the length (onnxruntime-genai's LongRoPE) are
+  filled on both sides: pass the table past the switch as `long_tables`.
+- `attach_inv_freq(model, tables)`: RoPE computed inside the graph from a frequency constant
+  (`torch.onnx.export` with dynamo keeps transformers' `inv_freq` buffer as an initializer):
+  the served `inv_freq` replaces it (`find_frequency_constants`, `verify_inv_freq`).
+- `verify_rope_caches(model, tables)`: how far the caches baked into a model are from the exact
+  ones (max abs, ulp, first differing row and column) and the likely cause, changing nothing.
+- `load_model(path)`, `save_model(model, path, data_dir=...)`: models with external data are
+  read without their weights and written keeping the weights' files (see `_onnx_files`).
 - `attach_alibi_bias(model, bias)`: merge the server's `alibi/bias` subgraph (from
   `Client.onnx(spec, graph="bias")`) so that its `bias` [1, H, Q, K] feeds an ONNX `Attention`
   `attn_mask` (input 3) or an onnxruntime `attention_bias` (`MultiHeadAttention` input 5,
@@ -35,7 +45,8 @@ got and how to fetch the right table.
 
 Each `attach_*` function runs one patcher through the same loop (`_onnx_patch.patch`): find the
 nodes that can take the value, check every one (all problems reported at once), apply. The
-patchers live in `_onnx_rope.py` and `_onnx_alibi.py`, `merge_subgraph` in `_onnx_merge.py`.
+patchers live in `_onnx_rope.py` and `_onnx_alibi.py`, `merge_subgraph` in `_onnx_merge.py`,
+the file handling in `_onnx_files.py`, `verify_rope_caches` in `_onnx_verify.py`.
 """
 
 from __future__ import annotations
@@ -46,15 +57,33 @@ except ImportError as err:  # pragma: no cover - exercised in the fresh-venv tes
     raise ImportError("posenc_client.onnx needs onnx: pip install 'posenc-client[onnx]'") from err
 
 from posenc_client._onnx_alibi import AlibiConsumer, attach_alibi_bias, find_alibi_consumers
+from posenc_client._onnx_files import save_model
+from posenc_client._onnx_freq import FrequencyConstant, attach_inv_freq, find_frequency_constants
 from posenc_client._onnx_merge import merge_subgraph
-from posenc_client._onnx_rope import RopeConsumer, attach_rope_caches, find_rope_consumers
+from posenc_client._onnx_patch import load_model
+from posenc_client._onnx_rope import (
+    LengthSwitch,
+    RopeConsumer,
+    attach_rope_caches,
+    find_rope_consumers,
+)
+from posenc_client._onnx_verify import CacheReport, verify_inv_freq, verify_rope_caches
 
 __all__ = [
     "AlibiConsumer",
+    "CacheReport",
+    "FrequencyConstant",
+    "LengthSwitch",
     "RopeConsumer",
     "attach_alibi_bias",
+    "attach_inv_freq",
     "attach_rope_caches",
     "find_alibi_consumers",
+    "find_frequency_constants",
     "find_rope_consumers",
+    "load_model",
     "merge_subgraph",
+    "save_model",
+    "verify_inv_freq",
+    "verify_rope_caches",
 ]
