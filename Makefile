@@ -13,7 +13,7 @@ PORT ?= 8000
 TORCH_INDEX ?=
 TORCH_INDEX_ARG := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
 
-.PHONY: venv lock drift grpc-stubs nginx chromium wrk container-tools image image-test serve test check bench screenshots clean
+.PHONY: venv lock drift grpc-stubs nginx chromium wrk container-tools image image-test serve test check bench screenshots models-doc clean
 
 venv: $(STAMP)
 
@@ -122,6 +122,11 @@ check: $(STAMP)
 BENCHES ?= compute serve scale startup v2_infer grpc_infer load plug
 bench: $(STAMP) nginx wrk
 	set -e; for b in $(BENCHES); do echo "== bench.$$b"; $(BIN)/python -m bench.$$b; done
+
+# docs/models.md: every RoPE model type of the locked transformers, swept against posenc
+# (tests/encodings/hf_config/rope_sweep.py); regenerated here, never edited by hand.
+models-doc: $(STAMP)
+	$(BIN)/python -m tests.encodings.hf_config.rope_sweep --write-docs
 
 clean:
 	rm -rf $(VENV) .venv-drift .pytest_cache .mypy_cache .ruff_cache

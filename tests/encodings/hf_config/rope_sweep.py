@@ -1,0 +1,1435 @@
+"""The RoPE sweep: every model type of the installed transformers that builds a rotary embedding,
+run through posenc's `/v1/resolve` mapping and compared with the model itself (issue 17).
+
+Enumeration (`rotary_model_types`): every model_type of transformers' `CONFIG_MAPPING_NAMES`
+whose modeling module defines a `*RotaryEmbedding` class, read from the installed package (not a
+hand list). Configs (`sweep_cases`): per model type its class defaults and a YaRN variant
+(`GENERIC_VARIANTS`), plus the RoPE facts of released checkpoints (`CHECKPOINTS`), each written as
+config.json in the v5 `rope_parameters` form (`to_dict()`) and in the v4 form the Hub still serves
+(`rope_scaling`, top-level `rope_theta` / `partial_rotary_factor`, `to_v4`). Every config is shrunk
+to a few layers and two heads without touching its rotary geometry (`_shrink`): head_dim, rotary
+width, theta and scaling stay as the model type defines them.
+
+The reference (`reference`): transformers loads the config.json (`from_dict`, the same conversion
+`from_pretrained` does), builds the text model (`AutoModel.from_config`, eager attention) and runs
+a forward over positions 0..S-1, with every module-level `apply_rotary*` function of the modeling
+module wrapped: for each decoder layer the wrapper records the query and key before and after the
+model's own rotation and the cos/sin (or complex frequencies) it was given. An attention layer that
+never calls it is a NoPE layer.
+
+The verdict (`judge`) for posenc's answer (`resolve_config`, the function `/v1/resolve` calls):
+- `rejected`: a `ConfigError` / `SpecError` whose problem names a key of the config.json;
+- `exact`: for every rotating layer, the table of its layer type equals the model's cos/sin bit
+  for bit (in the model's own arrangement: half width, `cat(c, c)`, `repeat_interleave` or
+  complex), and q.k after the model's rotation equals q.k rotated with posenc's table under the
+  pairing (`notes["pairing"]`) and rotary width (`rotary_dim`) posenc declares; NoPE layers are the
+  ones posenc lists in `notes["nope_layers"]`;
+- `wrong`: anything else that posenc accepted (with a diagnosis: which pairing, width, direction or
+  scale the model uses instead);
+- `unbuildable`: transformers itself cannot build or run the tiny model (the reason is kept).
+
+`python -m tests.encodings.hf_config.rope_sweep --write-docs` runs every case and writes
+`docs/models.md`; `--summary` prints the counts and the accepted-and-wrong cases.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import functools
+import importlib
+import inspect
+import json
+import math
+import re
+import sys
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+SEQ = 24
+"""Positions every reference forward covers (0..SEQ-1), unless a case needs a longer sequence."""
+
+QK_RTOL = 1e-5
+"""q.k agreement, relative to max |q||k| of the layer: fp32 rotations of equal tables in another
+op order differ by ~1e-7; a wrong pairing, width, direction or scale differs by 1e-2 and more."""
+
+MAX_PARAMS = 100_000_000
+"""A shrunk model larger than this is not built (a config class whose sizes _shrink misses)."""
+
+REPO = Path(__file__).resolve().parents[3]
+DOCS = REPO / "docs" / "models.md"
+
+NOT_SOFTMAX = ("linear", "lightning", "mamba", "delta", "conv", "recurrent", "ssm")
+"""Mixers named *Attention that attend without positions by design (not NoPE layers)."""
+
+VISION_WORDS = ("vision", "visual", "audio", "image", "patch", "speech", "talker", "code2wav")
+
+
+# ---------------------------------------------------------------------------------------------
+# Enumeration
+
+
+def _models_root() -> Path:
+    import transformers
+
+    return Path(transformers.__file__).resolve().parent / "models"
+
+
+@functools.cache
+def rotary_model_types() -> tuple[str, ...]:
+    """Every model_type whose modeling module defines a `*RotaryEmbedding` class (source scan of
+    the installed transformers: no import of the 199 modeling modules at collection)."""
+    from transformers.models.auto.configuration_auto import (
+        CONFIG_MAPPING_NAMES,
+        model_type_to_module_name,
+    )
+
+    root = _models_root()
+    found = []
+    for model_type in CONFIG_MAPPING_NAMES:
+        module = model_type_to_module_name(model_type)
+        path = root.joinpath(*module.split(".")) / f"modeling_{module.split('.')[-1]}.py"
+        if path.exists() and re.search(
+            r"^class \w*RotaryEmbedding\b", path.read_text(encoding="utf-8"), re.M
+        ):
+            found.append(model_type)
+    return tuple(sorted(found))
+
+
+def transformers_version() -> str:
+    import transformers
+
+    return str(transformers.__version__)
+
+
+# ---------------------------------------------------------------------------------------------
+# Configs
+
+# Per-model overrides that shrink a config without touching its rotary geometry.
+_SMALL = {
+    "intermediate_size": 32,
+    "moe_intermediate_size": 32,
+    "shared_expert_intermediate_size": 32,
+    "ffn_hidden_size": 32,
+    "num_experts": 4,
+    "num_local_experts": 4,
+    "n_routed_experts": 4,
+    "moe_num_experts": 4,
+    "num_experts_per_tok": 2,
+    "moe_topk": 2,
+    "n_group": 1,
+    "topk_group": 1,
+    "n_shared_experts": 1,
+    "vocab_size": 128,
+    "vocab_size_per_layer_input": 128,
+    "q_lora_rank": 32,
+    "kv_lora_rank": 32,
+    "first_k_dense_replace": 0,
+}
+_MIN_LAYERS = 4
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """The RoPE facts of a released checkpoint, as text-config keyword overrides (`kwargs`), or a
+    v4 config.json edit (`v4`: keys set on the text part of the v4 form, None deletes)."""
+
+    name: str
+    source: str
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    v4: Mapping[str, Any] | None = None
+    lengths: tuple[int, ...] = ()
+
+
+def _lr_factors(n: int, top: float) -> list[float]:
+    """n LongRoPE factors rising from 1 to `top` (the shape of Phi-3.5's published lists)."""
+    return [round(1.0 + (top - 1.0) * (i / (n - 1)) ** 2, 4) for i in range(n)]
+
+
+# Released checkpoints' RoPE facts (their config.json values; lengths scaled down where the
+# value only sets a switch point, with the ratios that set the scales kept).
+CHECKPOINTS: dict[str, tuple[Checkpoint, ...]] = {
+    "llama": (
+        Checkpoint(
+            "llama3",
+            "meta-llama/Llama-3.1-8B",
+            {
+                "rope_parameters": {
+                    "rope_type": "llama3",
+                    "rope_theta": 500000.0,
+                    "factor": 8.0,
+                    "low_freq_factor": 1.0,
+                    "high_freq_factor": 4.0,
+                    "original_max_position_embeddings": 8192,
+                },
+                "max_position_embeddings": 131072,
+            },
+        ),
+        Checkpoint(
+            "linear",
+            "lmsys/vicuna-7b-v1.5-16k",
+            {"rope_parameters": {"rope_type": "linear", "factor": 4.0, "rope_theta": 10000.0}},
+        ),
+        Checkpoint(
+            "dynamic",
+            "Llama 2 + dynamic NTK factor 2 (transformers docs)",
+            {
+                "rope_parameters": {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0},
+                "max_position_embeddings": 32,
+            },
+            lengths=(SEQ, 48),
+        ),
+    ),
+    "llama4_text": (
+        Checkpoint(
+            "scout",
+            "meta-llama/Llama-4-Scout-17B-16E (llama3, low_freq_factor == high_freq_factor)",
+            {
+                "rope_parameters": {
+                    "rope_type": "llama3",
+                    "rope_theta": 500000.0,
+                    "factor": 16.0,
+                    "low_freq_factor": 1.0,
+                    "high_freq_factor": 1.0,
+                    "original_max_position_embeddings": 8192,
+                },
+                "max_position_embeddings": 10485760,
+            },
+        ),
+    ),
+    "phi3": (
+        Checkpoint(
+            "longrope",
+            "microsoft/Phi-3.5-mini-instruct (lengths / 64)",
+            {
+                "rope_parameters": {
+                    "rope_type": "longrope",
+                    "rope_theta": 10000.0,
+                    "short_factor": _lr_factors(48, 2.84),
+                    "long_factor": _lr_factors(48, 64.84),
+                },
+                "original_max_position_embeddings": 64,
+                "max_position_embeddings": 2048,
+                "hidden_size": 192,  # head_dim 96, as hidden 3072 / 32 heads
+            },
+            lengths=(SEQ, 72),
+        ),
+    ),
+    "phimoe": (
+        Checkpoint(
+            "longrope",
+            "microsoft/Phi-3.5-MoE-instruct (short/long_mscale 1.243; lengths / 64)",
+            {
+                "rope_parameters": {
+                    "rope_type": "longrope",
+                    "rope_theta": 10000.0,
+                    "short_factor": _lr_factors(64, 2.75),
+                    "long_factor": _lr_factors(64, 64.5),
+                    "short_mscale": 1.243163121016122,
+                    "long_mscale": 1.243163121016122,
+                    "original_max_position_embeddings": 64,
+                },
+                "max_position_embeddings": 2048,
+            },
+            lengths=(SEQ, 72),
+        ),
+    ),
+    "qwen2": (
+        Checkpoint(
+            "qwen25_yarn",
+            "Qwen/Qwen2.5-7B-Instruct (model card YaRN)",
+            {
+                "rope_parameters": {
+                    "rope_type": "yarn",
+                    "rope_theta": 1000000.0,
+                    "factor": 4.0,
+                    "original_max_position_embeddings": 32768,
+                },
+                "max_position_embeddings": 131072,
+            },
+        ),
+    ),
+    "deepseek_v2": (
+        Checkpoint(
+            "v2_lite",
+            "deepseek-ai/DeepSeek-V2-Lite",
+            {
+                "rope_parameters": {
+                    "rope_type": "yarn",
+                    "rope_theta": 10000.0,
+                    "factor": 40.0,
+                    "original_max_position_embeddings": 4096,
+                    "beta_fast": 32.0,
+                    "beta_slow": 1.0,
+                    "mscale": 0.707,
+                    "mscale_all_dim": 0.707,
+                },
+                "max_position_embeddings": 163840,
+            },
+        ),
+    ),
+    "deepseek_v3": (
+        Checkpoint(
+            "v3",
+            "deepseek-ai/DeepSeek-V3",
+            {
+                "rope_parameters": {
+                    "rope_type": "yarn",
+                    "rope_theta": 10000.0,
+                    "factor": 40.0,
+                    "original_max_position_embeddings": 4096,
+                    "beta_fast": 32.0,
+                    "beta_slow": 1.0,
+                    "mscale": 1.0,
+                    "mscale_all_dim": 1.0,
+                },
+                "max_position_embeddings": 163840,
+            },
+        ),
+    ),
+    "olmo3": (
+        Checkpoint(
+            "olmo3_think",
+            "allenai/Olmo-3-7B-Think (v4: rope_scaling + layer_types)",
+            v4={
+                "rope_theta": 500000.0,
+                "rope_scaling": {
+                    "rope_type": "yarn",
+                    "factor": 8.0,
+                    "original_max_position_embeddings": 8192,
+                    "attention_factor": 1.2079441541679836,
+                    "beta_fast": 32.0,
+                    "beta_slow": 1.0,
+                },
+                "max_position_embeddings": 65536,
+            },
+        ),
+    ),
+    "gemma3_text": (
+        Checkpoint(
+            "linear",
+            "google/gemma-3-4b-it (v4: rope_local_base_freq, linear factor 8)",
+            v4={
+                "rope_theta": 1000000.0,
+                "rope_local_base_freq": 10000.0,
+                "rope_scaling": {"rope_type": "linear", "factor": 8.0},
+            },
+        ),
+    ),
+    "gemma3n_text": (
+        Checkpoint(
+            "local_base",
+            "google/gemma-3n-E4B (v4: rope_local_base_freq)",
+            v4={"rope_theta": 1000000.0, "rope_local_base_freq": 10000.0, "rope_scaling": None},
+        ),
+    ),
+    "modernbert": (
+        Checkpoint(
+            "global_local",
+            "answerdotai/ModernBERT-base (v4: global_rope_theta / local_rope_theta)",
+            v4={"global_rope_theta": 160000.0, "local_rope_theta": 10000.0, "rope_theta": None},
+        ),
+    ),
+    "minimax_m2": (
+        Checkpoint(
+            "rotary_dim",
+            "MiniMaxAI/MiniMax-M2 (head_dim 128, rotary_dim 64)",
+            v4={"rotary_dim": 64, "head_dim": 128, "rope_theta": 5000000.0},
+        ),
+    ),
+    "gpt_oss": (
+        Checkpoint(
+            "gpt_oss_20b",
+            "openai/gpt-oss-20b",
+            {
+                "rope_parameters": {
+                    "rope_type": "yarn",
+                    "rope_theta": 150000.0,
+                    "factor": 32.0,
+                    "beta_fast": 32.0,
+                    "beta_slow": 1.0,
+                    "truncate": False,
+                    "original_max_position_embeddings": 4096,
+                },
+            },
+        ),
+    ),
+    "hunyuan_v1_dense": (
+        Checkpoint(
+            "ntk_alpha",
+            "tencent/Hunyuan-7B-Instruct (dynamic + alpha 1000)",
+            {
+                "rope_parameters": {
+                    "rope_type": "dynamic",
+                    "alpha": 1000.0,
+                    "factor": 1.0,
+                    "rope_theta": 10000.0,
+                },
+                "head_dim": 128,
+            },
+        ),
+    ),
+    "cohere": (
+        Checkpoint(
+            "command_r",
+            "CohereForAI/c4ai-command-r-v01",
+            {"rope_parameters": {"rope_type": "default", "rope_theta": 8000000.0}},
+        ),
+    ),
+    "cohere2": (
+        Checkpoint(
+            "command_r7b",
+            "CohereForAI/c4ai-command-r7b-12-2024",
+            {"rope_parameters": {"rope_type": "default", "rope_theta": 50000.0}},
+        ),
+    ),
+    "glm": (
+        Checkpoint(
+            "glm4_9b",
+            "THUDM/glm-4-9b-chat-hf (partial_rotary_factor 0.5)",
+            {
+                "rope_parameters": {
+                    "rope_type": "default",
+                    "rope_theta": 10000.0,
+                    "partial_rotary_factor": 0.5,
+                },
+                "head_dim": 128,
+            },
+        ),
+    ),
+    "exaone4": (
+        Checkpoint(
+            "llama3",
+            "LGAI-EXAONE/EXAONE-4.0-32B",
+            {
+                "rope_parameters": {
+                    "rope_type": "llama3",
+                    "rope_theta": 1000000.0,
+                    "factor": 16.0,
+                    "low_freq_factor": 1.0,
+                    "high_freq_factor": 4.0,
+                    "original_max_position_embeddings": 8192,
+                },
+                "max_position_embeddings": 131072,
+            },
+        ),
+    ),
+    "gpt_neox": (
+        Checkpoint(
+            "rotary_pct",
+            "EleutherAI/gpt-neox-20b (v4: rotary_pct 0.25, rotary_emb_base)",
+            v4={"rotary_pct": 0.25, "rotary_emb_base": 10000, "rope_theta": None},
+        ),
+    ),
+    "phi": (
+        Checkpoint(
+            "phi2",
+            "microsoft/phi-2 (partial_rotary_factor 0.4)",
+            v4={"partial_rotary_factor": 0.4, "rope_theta": 10000.0, "hidden_size": 160},
+        ),
+    ),
+    "stablelm": (
+        Checkpoint(
+            "stablelm2",
+            "stabilityai/stablelm-2-1_6b (partial_rotary_factor 0.25)",
+            v4={"partial_rotary_factor": 0.25, "rope_theta": 10000},
+        ),
+    ),
+}
+
+GENERIC_VARIANTS = ("default", "yarn")
+"""Every model type: its class defaults, and YaRN factor 4 over a quarter of its length."""
+
+FORMS = ("v5", "v4")
+
+
+def sweep_cases() -> list[tuple[str, str, str]]:
+    """(model_type, variant, form) for every case, in a stable order."""
+    cases = []
+    for model_type in rotary_model_types():
+        for variant in GENERIC_VARIANTS:
+            cases += [(model_type, variant, form) for form in FORMS]
+        for checkpoint in CHECKPOINTS.get(model_type, ()):
+            forms = ("v4",) if checkpoint.v4 is not None else FORMS
+            cases += [(model_type, checkpoint.name, form) for form in forms]
+    return cases
+
+
+class UnbuildableError(Exception):
+    """transformers cannot build or run the case's tiny model: the reason is the message."""
+
+
+def _config_class(model_type: str) -> Any:
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    return CONFIG_MAPPING[model_type]
+
+
+def _text_config(config: Any) -> Any:
+    try:
+        text = config.get_text_config(decoder=True)
+    except ValueError:
+        text = getattr(config, "text_config", None)
+    return config if text is None else text
+
+
+def _per_layer_attrs(config: Any, layers: int) -> dict[str, list[Any]]:
+    return {
+        name: value
+        for name, value in vars(config).items()
+        if isinstance(value, list) and len(value) == layers and not name.startswith("_")
+    }
+
+
+def _special_ids(config: Any) -> int:
+    """The largest pad/bos/eos token id of the config, so a shrunk vocabulary holds it."""
+    top = 0
+    for name, value in vars(config).items():
+        if name == "decoder_start_token_id":
+            values = value if isinstance(value, list) else [value]
+            top = max([top, *(v for v in values if isinstance(v, int))])
+    return top
+
+
+def _shrink(text: Any) -> dict[str, Any]:
+    """Keyword overrides that make the text config tiny with its rotary geometry unchanged: a few
+    layers covering every layer type (and the first four indices, where NoPE patterns start), two
+    query and two key/value heads of the same head_dim, small MLPs and vocabulary."""
+    kwargs: dict[str, Any] = {}
+    layers = getattr(text, "num_hidden_layers", None)
+    if isinstance(layers, int) and layers > 0:
+        types = getattr(text, "layer_types", None)
+        keep = set(range(min(_MIN_LAYERS, layers)))
+        if isinstance(types, list):
+            keep |= {types.index(t) for t in dict.fromkeys(types)}
+        indices = sorted(keep)
+        kwargs["num_hidden_layers"] = len(indices)
+        for name, values in _per_layer_attrs(text, layers).items():
+            kwargs[name] = [values[i] for i in indices]
+        per_layer = text.to_dict().get("per_layer_config")
+        if isinstance(per_layer, dict):
+            kwargs["per_layer_config"] = {
+                str(indices.index(int(k))).zfill(len(str(k))): v
+                for k, v in per_layer.items()
+                if int(k) in indices
+            }
+        if isinstance(getattr(text, "num_kv_shared_layers", None), int):
+            kwargs["num_kv_shared_layers"] = 0
+    heads = getattr(text, "num_attention_heads", None)
+    hidden = getattr(text, "hidden_size", None)
+    head_dim = getattr(text, "head_dim", None)
+    if isinstance(heads, int) and isinstance(hidden, int) and heads > 0:
+        if not head_dim:
+            head_dim = hidden // heads
+        params = inspect.signature(type(text).__init__).parameters
+        kwargs["num_attention_heads"] = 2
+        if hasattr(text, "num_key_value_heads"):
+            kwargs["num_key_value_heads"] = 2
+        kwargs["hidden_size"] = 2 * int(head_dim)
+        if "head_dim" in params or hasattr(text, "head_dim"):
+            kwargs["head_dim"] = int(head_dim)
+    for name, value in _SMALL.items():
+        current = kwargs.get(name, getattr(text, name, None))
+        if isinstance(current, int) and not isinstance(current, bool) and current > value:
+            kwargs[name] = value
+        elif isinstance(current, list) and all(isinstance(v, int) for v in current):
+            kwargs[name] = [min(v, value) for v in current]
+    if "vocab_size" in kwargs:
+        # Token ids do not touch positions: small ones let the vocabulary shrink.
+        for index, name in enumerate(("pad_token_id", "bos_token_id", "eos_token_id")):
+            value = getattr(text, name, None)
+            if isinstance(value, int):
+                kwargs[name] = index
+            elif isinstance(value, list) and value:
+                kwargs[name] = [index]
+        kwargs["vocab_size"] = max(kwargs["vocab_size"], _special_ids(text) + 1)
+    experts = any(
+        isinstance(getattr(text, n, None), int)
+        for n in ("n_routed_experts", "num_experts", "num_local_experts")
+    )
+    if experts and hasattr(text, "num_experts_per_tok") and text.num_experts_per_tok is None:
+        kwargs["num_experts_per_tok"] = 2
+    return kwargs
+
+
+def _open(config: Any) -> Any:
+    """Let heterogeneous (per-layer) configs answer global attribute reads."""
+    if hasattr(config, "allow_global_per_layer_attribute_access"):
+        config.allow_global_per_layer_attribute_access = True
+    return config
+
+
+def _merge_rope(text: Any, rope: Mapping[str, Any]) -> Any:
+    """`rope` applied to the text config's rope_parameters: flat, or to every non-null layer type
+    of a nested dict (scaling of released checkpoints applies to all rotated layer types, except
+    where the checkpoint's own dict says otherwise)."""
+    current = copy.deepcopy(getattr(text, "rope_parameters", None) or {})
+    labels = set(getattr(text, "layer_types", None) or ()) | set(
+        getattr(text, "_rope_type_labels", None) or ()
+    )
+    nested = [k for k in current if k in labels]
+    if nested:
+        for key in nested:
+            if current[key] is not None and current[key].get("rope_type", "default") == "default":
+                current[key] = {**current[key], **rope}
+        return current
+    return {**current, **rope}
+
+
+def _yarn(text: Any) -> dict[str, Any]:
+    mpe = getattr(text, "max_position_embeddings", None) or 4096
+    return {
+        "rope_type": "yarn",
+        "factor": 4.0,
+        "original_max_position_embeddings": max(mpe // 4, 64),
+    }
+
+
+def build_v5(model_type: str, variant: str) -> dict[str, Any]:
+    """The case's config.json in the v5 form (`to_dict()` of the shrunk, varied config)."""
+    result = _build_cached(model_type, variant)
+    if isinstance(result, Exception):
+        raise result
+    return copy.deepcopy(result)
+
+
+@functools.lru_cache(maxsize=4)
+def _build_cached(model_type: str, variant: str) -> dict[str, Any] | Exception:
+    try:
+        return _build_v5(model_type, variant)
+    except Exception as err:
+        return (
+            err
+            if isinstance(err, UnbuildableError)
+            else UnbuildableError(f"config: {type(err).__name__}: {str(err)[:200]}")
+        )
+
+
+def _build_v5(model_type: str, variant: str) -> dict[str, Any]:
+    cls = _config_class(model_type)
+    with _quiet():
+        try:
+            default = cls()
+        except Exception as err:
+            raise UnbuildableError(f"{cls.__name__}() fails: {type(err).__name__}: {err}") from None
+        text = _open(_text_config(default))
+        kwargs = _shrink(text)
+        checkpoint = next((c for c in CHECKPOINTS.get(model_type, ()) if c.name == variant), None)
+        if variant == "yarn":
+            if not getattr(text, "rope_parameters", None):
+                raise UnbuildableError("the config class has no rope_parameters to vary")
+            kwargs["rope_parameters"] = _merge_rope(text, _yarn(text))
+        elif checkpoint is not None:
+            extra = dict(checkpoint.kwargs)
+            if "rope_parameters" in extra:
+                extra["rope_parameters"] = _merge_rope(text, extra["rope_parameters"])
+            kwargs.update(extra)
+            if "hidden_size" in extra:
+                kwargs.pop("head_dim", None)
+        config = None
+        failure: Exception | None = None
+        # A composite config may check token ids against the text vocabulary: keep it then.
+        for attempt in (kwargs, {k: v for k, v in kwargs.items() if k != "vocab_size"}):
+            try:
+                if text is default:
+                    config = cls(**{**_plain(default), **attempt})
+                else:
+                    text_data = {**_plain(text), **attempt}
+                    type(text)(**copy.deepcopy(text_data))  # the text part alone must build
+                    config = cls(**{**_plain(default), "text_config": text_data})
+                break
+            except Exception as err:
+                failure = err
+        if config is None:
+            raise UnbuildableError(
+                f"shrunk config fails: {type(failure).__name__}: {str(failure)[:200]}"
+            ) from None
+        data = json.loads(json.dumps(config.to_dict(), default=str))
+        for part in (data, data.get("text_config")):
+            if isinstance(part, dict):
+                part.pop("allow_global_per_layer_attribute_access", None)
+    if checkpoint is not None and checkpoint.v4 is not None:
+        data = to_v4(data)
+        part = data.get("text_config") if isinstance(data.get("text_config"), dict) else data
+        for key, value in checkpoint.v4.items():
+            if value is None:
+                part.pop(key, None)
+            else:
+                part[key] = copy.deepcopy(value)
+    return data
+
+
+def _plain(config: Any) -> dict[str, Any]:
+    data = config.to_dict()
+    for key in ("model_type", "transformers_version", "architectures", "_name_or_path"):
+        data.pop(key, None)
+    return data
+
+
+def to_v4(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The v4 config.json of a v5 one: `rope_parameters` becomes top-level `rope_theta` and
+    `partial_rotary_factor` plus `rope_scaling` (omitted for the default type); a per-layer-type
+    dict is written as its full-attention (else first) entry, as v4 files carried one."""
+    out = copy.deepcopy(dict(data))
+    part = out.get("text_config") if isinstance(out.get("text_config"), dict) else out
+    params = part.pop("rope_parameters", None)
+    if not isinstance(params, dict) or not params:
+        return out
+    if all(isinstance(v, dict) or v is None for v in params.values()):
+        chosen = params.get("full_attention") or next(
+            (v for v in params.values() if isinstance(v, dict)), {}
+        )
+        params = dict(chosen)
+    params = dict(params)
+    theta = params.pop("rope_theta", None)
+    if theta is not None:
+        part["rope_theta"] = theta
+    prf = params.pop("partial_rotary_factor", None)
+    if prf is not None:
+        part["partial_rotary_factor"] = prf
+    params.pop("type", None)
+    if params.get("rope_type", "default") != "default":
+        part["rope_scaling"] = params
+    return out
+
+
+def case_config(model_type: str, variant: str, form: str) -> dict[str, Any]:
+    v5 = build_v5(model_type, variant)
+    if form == "v4" and "rope_parameters" in (v5.get("text_config") or v5):
+        return to_v4(v5)
+    return v5
+
+
+def case_lengths(model_type: str, variant: str) -> tuple[int, ...]:
+    checkpoint = next((c for c in CHECKPOINTS.get(model_type, ()) if c.name == variant), None)
+    return (checkpoint.lengths if checkpoint and checkpoint.lengths else None) or (SEQ,)
+
+
+# ---------------------------------------------------------------------------------------------
+# The reference: the model's own forward, its rotation recorded per layer
+
+
+@dataclass
+class LayerCapture:
+    """One layer's first rotation: q/k before and after (B, ., ., D) and the cos/sin it used."""
+
+    q_in: torch.Tensor
+    k_in: torch.Tensor
+    q_out: torch.Tensor
+    k_out: torch.Tensor
+    cos: torch.Tensor | None
+    sin: torch.Tensor | None
+    freqs: torch.Tensor | None  # complex frequencies (Llama 4, DeepSeek-V2)
+    function: str
+
+
+@dataclass
+class Reference:
+    """What the model did: rotated layers, NoPE layers (attention without rotation), layer types."""
+
+    length: int
+    layers: dict[int, LayerCapture]
+    nope: list[int]
+    layer_types: list[str] | None
+    text_model_type: str
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    import transformers
+
+    level = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            yield
+        finally:
+            transformers.logging.set_verbosity(level)
+
+
+def load_config(data: Mapping[str, Any]) -> Any:
+    """transformers' reading of a config.json dict (what `from_pretrained` does with the file)."""
+    cls = _config_class(str(data["model_type"]))
+    with _quiet():
+        return cls.from_dict(json.loads(json.dumps(data)))
+
+
+def _apply_functions(module: Any) -> dict[str, Callable[..., Any]]:
+    return {
+        name: fn
+        for name, fn in vars(module).items()
+        if name.startswith("apply_rotary")
+        and callable(fn)
+        and not any(w in name for w in ("vision", "2d", "time"))
+    }
+
+
+def _decoder_layers(model: torch.nn.Module, count: int) -> torch.nn.ModuleList | None:
+    for _, module in model.named_modules():
+        if isinstance(module, torch.nn.ModuleList) and len(module) == count:
+            return module
+    return None
+
+
+def _is_attention(module: torch.nn.Module) -> bool:
+    name = type(module).__name__
+    return (
+        name.endswith("Attention")
+        and "Linear" not in name
+        and "Cross" not in name
+        and not any(w in name.lower() for w in (*VISION_WORDS, *NOT_SOFTMAX))
+    )
+
+
+def _unpack(
+    fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> dict[str, Any]:
+    try:
+        bound = inspect.signature(fn).bind(*args, **kwargs)
+    except TypeError:
+        return {}
+    return dict(bound.arguments)
+
+
+def _record(
+    calls: dict[int, list[tuple[str, dict[str, Any], Any]]], state: dict[str, int]
+) -> Callable[[str, Callable[..., Any]], Callable[..., Any]]:
+    def wrap(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            result = fn(*args, **kwargs)
+            bound = _unpack(fn, args, kwargs)
+            calls.setdefault(state["layer"], []).append((name, bound, result))
+            return result
+
+        return wrapper
+
+    return wrap
+
+
+def _capture_layer(entries: list[tuple[str, dict[str, Any], Any]]) -> LayerCapture | None:
+    """q/k in and out from the layer's apply calls: (q, k, cos, sin) -> (q, k), (xq, xk,
+    freqs_cis) -> (xq, xk), or one tensor per call (GPT-J: q first, then k)."""
+    singles: list[tuple[str, dict[str, Any], Any]] = []
+    for name, bound, result in entries:
+        tensors = {k: v for k, v in bound.items() if isinstance(v, torch.Tensor)}
+        names = list(tensors)
+        q_name = next((n for n in names if n in ("q", "xq", "query", "query_states")), None)
+        k_name = next((n for n in names if n in ("k", "xk", "key", "key_states")), None)
+        freqs = next((tensors[n] for n in names if "freq" in n), None)
+        cos, sin = tensors.get("cos"), tensors.get("sin")
+        if q_name and k_name and isinstance(result, tuple) and len(result) >= 2:
+            return LayerCapture(
+                tensors[q_name], tensors[k_name], result[0], result[1], cos, sin, freqs, name
+            )
+        if isinstance(result, torch.Tensor):
+            singles.append((name, bound, result))
+    if len(singles) >= 2:
+        (name, b1, r1), (_, b2, r2) = singles[:2]
+        x1 = next(
+            v for k, v in b1.items() if isinstance(v, torch.Tensor) and k not in ("cos", "sin")
+        )
+        x2 = next(
+            v for k, v in b2.items() if isinstance(v, torch.Tensor) and k not in ("cos", "sin")
+        )
+        return LayerCapture(x1, x2, r1, r2, b1.get("cos"), b1.get("sin"), None, name)
+    return None
+
+
+@functools.lru_cache(maxsize=8)
+def _reference_cached(key: str, length: int) -> Reference | UnbuildableError:
+    try:
+        return _reference(json.loads(key), length)
+    except UnbuildableError as err:
+        return err
+    except Exception as err:
+        return UnbuildableError(f"reference: {type(err).__name__}: {str(err)[:200]}")
+
+
+def reference(data: Mapping[str, Any], length: int = SEQ) -> Reference:
+    """The model's rotation for this config.json over positions 0..length-1 (memoised by the
+    config transformers loads, so the v4 and v5 forms of one config run the model once)."""
+    config = load_config(data)
+    key = json.dumps(config.to_dict(), sort_keys=True, default=str)
+    result = _reference_cached(key, length)
+    if isinstance(result, UnbuildableError):
+        raise result
+    return result
+
+
+def _text_model(text: Any) -> torch.nn.Module:
+    """AutoModel for the text config, else the modeling module's `*Model` whose config_class it
+    is (text parts of composite models that AutoModel does not list)."""
+    from transformers import AutoModel
+
+    try:
+        return AutoModel.from_config(text, attn_implementation="eager")
+    except ValueError as err:
+        if "Unrecognized configuration class" not in str(err):
+            raise
+    from transformers.models.auto.configuration_auto import model_type_to_module_name
+
+    name = model_type_to_module_name(str(text.model_type))
+    module = importlib.import_module(f"transformers.models.{name}.modeling_{name.split('.')[-1]}")
+    candidates = [
+        obj
+        for obj in vars(module).values()
+        if isinstance(obj, type)
+        and issubclass(obj, torch.nn.Module)
+        and getattr(obj, "config_class", None) is type(text)
+        and obj.__name__.endswith("Model")
+    ]
+    if not candidates:
+        raise UnbuildableError(f"no model class for {type(text).__name__}")
+    chosen = min(candidates, key=lambda c: len(c.__name__))
+    return chosen._from_config(text, attn_implementation="eager")  # type: ignore[attr-defined]
+
+
+def _reference(data: dict[str, Any], length: int) -> Reference:
+    config = load_config(data)
+    text = _open(_text_config(config))
+    try:
+        with _quiet():
+            with torch.device("meta"):
+                shape = _text_model(text)
+            size = sum(p.numel() for p in shape.parameters())
+            if size > MAX_PARAMS:
+                raise UnbuildableError(
+                    f"{size / 1e6:.0f}M parameters after shrinking (limit {MAX_PARAMS / 1e6:.0f}M)"
+                )
+            torch.manual_seed(0)
+            model = _text_model(text)
+    except UnbuildableError:
+        raise
+    except Exception as err:
+        raise UnbuildableError(
+            f"AutoModel.from_config: {type(err).__name__}: {str(err)[:200]}"
+        ) from None
+    model.eval()
+    module = sys.modules[type(model).__module__]
+    functions = _apply_functions(module)
+    if not functions:
+        raise UnbuildableError(f"{type(model).__name__}'s module has no apply_rotary function")
+    count = int(getattr(text, "num_hidden_layers", 0) or 0)
+    layers = _decoder_layers(model, count)
+    if layers is None:
+        raise UnbuildableError(f"no ModuleList of num_hidden_layers={count} layers")
+    calls: dict[int, list[tuple[str, dict[str, Any], Any]]] = {}
+    attention: set[int] = set()
+    state = {"layer": -1}
+    handles = []
+    for index, layer in enumerate(layers):
+
+        def enter(_mod: Any, _args: Any, index: int = index) -> None:
+            state["layer"] = index
+
+        handles.append(layer.register_forward_pre_hook(enter))
+        for sub in layer.modules():
+            if _is_attention(sub):
+
+                def seen(_mod: Any, _args: Any, index: int = index) -> None:
+                    attention.add(index)
+
+                handles.append(sub.register_forward_pre_hook(seen))
+    wrap = _record(calls, state)
+    saved = dict(functions)
+    for name, fn in functions.items():
+        setattr(module, name, wrap(name, fn))
+    vocab = int(getattr(text, "vocab_size", 0) or 0)
+    ids = (torch.arange(length) % max(vocab - 1, 1) + 1)[None]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny tensors: threads only contend with the other workers
+    try:
+        with torch.no_grad(), _quiet():
+            try:
+                model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False)
+            except TypeError:
+                model(input_ids=ids)
+    except Exception as err:
+        raise UnbuildableError(f"forward: {type(err).__name__}: {str(err)[:200]}") from None
+    finally:
+        torch.set_num_threads(threads)
+        for name, fn in saved.items():
+            setattr(module, name, fn)
+        for handle in handles:
+            handle.remove()
+    captured = {}
+    for index, entries in calls.items():
+        if index < 0:
+            continue
+        layer_capture = _capture_layer(entries)
+        if layer_capture is not None:
+            captured[index] = layer_capture
+    if not captured:
+        raise UnbuildableError("the text model's forward never called its apply_rotary function")
+    types = getattr(text, "layer_types", None)
+    if isinstance(types, list):
+        attention = {i for i in attention if not any(w in str(types[i]) for w in NOT_SOFTMAX)}
+    return Reference(
+        length=length,
+        layers=captured,
+        nope=sorted(attention - set(captured)),
+        layer_types=list(types) if isinstance(types, list) else None,
+        text_model_type=str(text.model_type),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# posenc's side and the verdict
+
+
+@dataclass
+class Table:
+    """One resolved rope table: its layer types (None: every layer), rotary width, declared
+    pairing, notes and half-width cos/sin (S, d/2)."""
+
+    name: str
+    layer_types: list[str] | None
+    rotary_dim: int
+    head_dim: int
+    pairing: str
+    interleaved_field: bool | None
+    notes: dict[str, Any]
+    cos: torch.Tensor
+    sin: torch.Tensor
+
+
+@dataclass
+class Verdict:
+    outcome: str  # exact | rejected | wrong | unbuildable
+    reasons: list[str] = field(default_factory=list)
+    facts: dict[str, Any] = field(default_factory=dict)
+
+    def line(self) -> str:
+        return f"{self.outcome}: {'; '.join(self.reasons)}" if self.reasons else self.outcome
+
+
+def posenc_tables(data: Mapping[str, Any], length: int) -> list[Table]:
+    """resolve_config (what POST /v1/resolve runs) with max_positions=length, every rope table
+    computed at half width in float32."""
+    from posenc.api.specs import resolve_config
+    from posenc.encodings import compute
+
+    named = resolve_config({"hf_config": copy.deepcopy(dict(data)), "max_positions": length})
+    tables = []
+    for item in named:
+        spec = item.spec.canonical()
+        if spec.kind != "rope":
+            continue
+        half = spec.model_copy(update={"width": "half", "packing": "separate", "dtype": "float32"})
+        table = compute(half, device="cpu")
+        tables.append(
+            _table(item.name, item.notes, spec, table.tensors["cos"], table.tensors["sin"])
+        )
+    return tables
+
+
+def _table(name: str, notes: Mapping[str, Any], spec: Any, cos: Any, sin: Any) -> Table:
+    types = notes.get("layer_types")
+    return Table(
+        name=name,
+        layer_types=list(types) if isinstance(types, list) else None,
+        rotary_dim=int(spec.resolved_rotary_dim()),
+        head_dim=int(spec.head_dim),
+        pairing=str(notes.get("pairing", "half_split")),
+        interleaved_field=spec.interleaved,
+        notes=dict(notes),
+        cos=torch.as_tensor(cos, dtype=torch.float32),
+        sin=torch.as_tensor(sin, dtype=torch.float32),
+    )
+
+
+def _config_keys(data: Mapping[str, Any]) -> set[str]:
+    keys = set(data)
+    text = data.get("text_config")
+    if isinstance(text, Mapping):
+        keys |= {f"text_config.{k}" for k in text}
+    return keys | {"model_type"}
+
+
+def rejection(err: Exception, data: Mapping[str, Any]) -> Verdict:
+    """A rejection is fine when one of its problems names a key of the config (or model_type)."""
+    problems = getattr(err, "problems", []) or []
+    fields = [str(getattr(p, "field", "")) for p in problems]
+    keys = _config_keys(data)
+    named = [
+        f
+        for f in fields
+        if any(f == k or f.startswith(k + ".") or f.startswith(k + "[") for k in keys)
+    ]
+    if str(getattr(err, "message", err)).startswith("cannot map config"):
+        # hf_config's own refusals: the field is a config key, present or required and missing.
+        named += [f for f in fields if f and not f.startswith("(")]
+    message = "; ".join(f"{getattr(p, 'field', '')}: {getattr(p, 'message', '')}" for p in problems)
+    if named:
+        return Verdict("rejected", [message or str(err)], {"keys": named})
+    return Verdict("wrong", [f"rejected without naming a config key: {err} ({message})"])
+
+
+def _rows(x: torch.Tensor, length: int) -> torch.Tensor:
+    """(.., S, W) -> (S, W): the first batch entry of a cos/sin/freqs argument."""
+    while x.dim() > 2:
+        x = x[0]
+    return x[:length]
+
+
+def _model_half(cap: LayerCapture, length: int) -> tuple[str, torch.Tensor, torch.Tensor] | None:
+    """The model's cos/sin as (arrangement, half-width cos, half-width sin)."""
+    if cap.freqs is not None and cap.freqs.is_complex():
+        f = _rows(cap.freqs, length)
+        return "complex", f.real.float(), f.imag.float()
+    if cap.cos is None or cap.sin is None:
+        return None
+    cos, sin = _rows(cap.cos, length).float(), _rows(cap.sin, length).float()
+    w = cos.shape[-1]
+    if (
+        w % 2 == 0
+        and torch.equal(cos[:, : w // 2], cos[:, w // 2 :])
+        and torch.equal(sin[:, : w // 2], sin[:, w // 2 :])
+        and w > 2
+    ):
+        return "cat", cos[:, : w // 2], sin[:, : w // 2]
+    if (
+        w % 2 == 0
+        and torch.equal(cos[:, 0::2], cos[:, 1::2])
+        and torch.equal(sin[:, 0::2], sin[:, 1::2])
+    ):
+        return "repeat_interleave", cos[:, 0::2], sin[:, 0::2]
+    return "half", cos, sin
+
+
+def _to_hsd(x: torch.Tensor, length: int) -> torch.Tensor:
+    """(B, H, S, D) or (B, S, H, D) -> (H, S, D) float64."""
+    x = x.detach()
+    while x.dim() > 4:
+        x = x[0]
+    if x.dim() == 4:
+        x = x[0]
+    if x.dim() == 2:
+        x = x[None]
+    if x.shape[1] != length and x.shape[0] == length:
+        x = x.transpose(0, 1)
+    return x.double()
+
+
+def rotate(
+    x: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    rotary: int,
+    pairing: str,
+    sign: float = 1.0,
+) -> torch.Tensor:
+    """x (H, S, D) rotated on its first `rotary` channels with half-width cos/sin (S, rotary/2)."""
+    c, s = cos.double()[None], sign * sin.double()[None]
+    half = rotary // 2
+    out = x.clone()
+    if pairing == "interleaved":
+        x1, x2 = x[..., 0:rotary:2], x[..., 1:rotary:2]
+        out[..., 0:rotary:2] = x1 * c - x2 * s
+        out[..., 1:rotary:2] = x2 * c + x1 * s
+    else:
+        x1, x2 = x[..., :half], x[..., half:rotary]
+        out[..., :half] = x1 * c - x2 * s
+        out[..., half:rotary] = x2 * c + x1 * s
+    return out
+
+
+def _scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    return q[0] @ k[0].transpose(-1, -2)
+
+
+def _qk_error(
+    cap: LayerCapture,
+    length: int,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    rotary: int,
+    pairing: str,
+    sign: float = 1.0,
+) -> float:
+    """max |q.k(posenc) - q.k(model)| relative to max |q||k|, head 0 against key head 0."""
+    q_in, k_in = _to_hsd(cap.q_in, length), _to_hsd(cap.k_in, length)
+    q_out, k_out = _to_hsd(cap.q_out, length), _to_hsd(cap.k_out, length)
+    if q_in.shape[-1] < rotary or cos.shape[-1] * 2 < rotary or q_in.shape != q_out.shape:
+        return math.inf
+    c, s = cos[:length, : rotary // 2], sin[:length, : rotary // 2]
+    if c.shape[-1] * 2 != rotary:
+        return math.inf
+    want = _scores(q_out, k_out)
+    got = _scores(
+        rotate(q_in, c, s, rotary, pairing, sign), rotate(k_in, c, s, rotary, pairing, sign)
+    )
+    scale = float(q_in[0].norm(dim=-1).max() * k_in[0].norm(dim=-1).max()) or 1.0
+    return float((want - got).abs().max()) / scale
+
+
+def _diagnose(
+    cap: LayerCapture, length: int, table: Table, model: tuple[str, Any, Any] | None
+) -> str:
+    """Which pairing / width / direction / scale makes q.k agree, to say why posenc is wrong."""
+    width = cap.q_in.shape[-1]
+    found = []
+    cos, sin = table.cos, table.sin
+    options = []
+    if model is not None:
+        options.append(("the model's own cos/sin", model[1], model[2]))
+    options.append(("posenc's cos/sin", cos, sin))
+    widths = sorted({table.rotary_dim, width, 2 * (model[1].shape[-1] if model else 0)} - {0})
+    for label, c, s in options:
+        for rotary in widths:
+            for pairing in ("half_split", "interleaved"):
+                for sign in (1.0, -1.0):
+                    if _qk_error(cap, length, c, s, rotary, pairing, sign) < QK_RTOL:
+                        direction = "" if sign > 0 else ", opposite rotation direction"
+                        found.append(f"{pairing} over {rotary} channels{direction} with {label}")
+        if found:
+            break
+    return "model matches " + " or ".join(found[:2]) if found else "no pairing/width/direction fits"
+
+
+def _measure(cap: LayerCapture, length: int, model: tuple[str, Any, Any] | None) -> dict[str, Any]:
+    """The model's own pairing, rotary width and direction: the layout under which its cos/sin
+    reproduce its q.k (what docs/models.md reports)."""
+    if model is None:
+        return {}
+    rotary = 2 * int(model[1].shape[-1])
+    for pairing in ("half_split", "interleaved"):
+        for sign in (1.0, -1.0):
+            if _qk_error(cap, length, model[1], model[2], rotary, pairing, sign) < QK_RTOL:
+                return {"pairing": pairing, "rotary_dim": rotary, "reversed": sign < 0}
+    return {"pairing": "?", "rotary_dim": rotary, "reversed": False}
+
+
+def _table_for(tables: list[Table], layer_type: str | None) -> Table | None:
+    if len(tables) == 1 and tables[0].layer_types is None:
+        return tables[0]
+    for table in tables:
+        if table.layer_types is not None and layer_type in table.layer_types:
+            return table
+    if layer_type is None and len(tables) == 1:
+        return tables[0]
+    return None
+
+
+def _ulps(a: torch.Tensor, b: torch.Tensor) -> float:
+    if a.shape != b.shape:
+        return math.inf
+    spacing = torch.finfo(torch.float32).eps * torch.maximum(a.abs(), b.abs()).clamp_min(1e-30)
+    return float(((a - b).abs() / spacing).max()) if a.numel() else 0.0
+
+
+def judge(ref: Reference, tables: list[Table]) -> Verdict:
+    """The verdict for an accepted config: exact, or wrong with the reasons."""
+    reasons: list[str] = []
+    facts: dict[str, Any] = {"nope": ref.nope, "layer_types": sorted(set(ref.layer_types or []))}
+    if not tables:
+        return Verdict("wrong", ["accepted without a rope table"], facts)
+    declared_nope = sorted({int(i) for t in tables for i in t.notes.get("nope_layers", [])})
+    if declared_nope != ref.nope:
+        reasons.append(f"NoPE layers: model {ref.nope}, posenc declares {declared_nope}")
+    for table in tables:
+        if table.interleaved_field is not None and (
+            table.interleaved_field != (table.pairing == "interleaved")
+        ):
+            reasons.append(
+                f"{table.name}: notes say {table.pairing}, "
+                f"spec interleaved={table.interleaved_field}"
+            )
+    seen: set[str] = set()
+    for index, cap in sorted(ref.layers.items()):
+        layer_type = ref.layer_types[index] if ref.layer_types else None
+        tag = layer_type or "all"
+        if tag in seen:
+            continue
+        seen.add(tag)
+        table = _table_for(tables, layer_type)
+        if table is None:
+            reasons.append(f"layer {index} ({layer_type}): no table")
+            continue
+        model = _model_half(cap, ref.length)
+        facts.setdefault("layers", {})[tag] = {
+            "function": cap.function,
+            "arrangement": model[0] if model else None,
+            **_measure(cap, ref.length, model),
+        }
+        if model is None:
+            reasons.append(f"{tag}: the model's cos/sin were not recorded")
+        else:
+            mine_c, mine_s = table.cos[: ref.length], table.sin[: ref.length]
+            theirs_c, theirs_s = model[1], model[2]
+            if theirs_c.shape != mine_c.shape:
+                reasons.append(
+                    f"{tag}: rotary width: model cos/sin {tuple(theirs_c.shape)} half width, "
+                    f"posenc {tuple(mine_c.shape)} (rotary_dim {table.rotary_dim})"
+                )
+            elif not (torch.equal(theirs_c, mine_c) and torch.equal(theirs_s, mine_s)):
+                ulps = max(_ulps(theirs_c, mine_c), _ulps(theirs_s, mine_s))
+                ratio = float(theirs_c[0, 0] / mine_c[0, 0]) if float(mine_c[0, 0]) else math.nan
+                diff = float((theirs_c - mine_c).abs().max())
+                reasons.append(
+                    f"{tag}: cos/sin differ (max |d| {diff:.3g}, {ulps:.3g} ulp, "
+                    f"row-0 scale model/posenc {ratio:.6g})"
+                )
+        err = _qk_error(cap, ref.length, table.cos, table.sin, table.rotary_dim, table.pairing)
+        if not err < QK_RTOL:
+            why = _diagnose(cap, ref.length, table, model)
+            reasons.append(
+                f"{tag}: q.k off by {err:.3g} (relative) under posenc's {table.pairing} over "
+                f"{table.rotary_dim} channels: {why}"
+            )
+    return Verdict("wrong" if reasons else "exact", reasons, facts)
+
+
+def run_case(model_type: str, variant: str, form: str) -> Verdict:
+    """Build, resolve and judge one case; never raises for a model-side failure."""
+    from posenc.encodings import SpecError
+
+    try:
+        data = case_config(model_type, variant, form)
+    except UnbuildableError as err:
+        return Verdict("unbuildable", [str(err)])
+    except Exception as err:
+        return Verdict("unbuildable", [f"config: {type(err).__name__}: {str(err)[:200]}"])
+    verdicts = []
+    for length in case_lengths(model_type, variant):
+        try:
+            ref = reference(data, length)
+        except UnbuildableError as err:
+            return Verdict("unbuildable", [str(err)])
+        except Exception as err:
+            return Verdict("unbuildable", [f"reference: {type(err).__name__}: {str(err)[:200]}"])
+        try:
+            tables = posenc_tables(data, length)
+        except SpecError as err:
+            return rejection(err, data)
+        verdict = judge(ref, tables)
+        if length != SEQ:
+            verdict.reasons = [f"S={length}: {r}" for r in verdict.reasons]
+        verdicts.append(verdict)
+    reasons = [r for v in verdicts for r in v.reasons]
+    return Verdict("wrong" if reasons else "exact", reasons, verdicts[0].facts)
+
+
+# ---------------------------------------------------------------------------------------------
+# docs/models.md
+
+
+def run_all(progress: bool = False) -> dict[tuple[str, str, str], Verdict]:
+    import time
+
+    results = {}
+    for case in sweep_cases():
+        start = time.perf_counter()
+        results[case] = run_case(*case)
+        if progress:
+            took = time.perf_counter() - start
+            print(f"{took:.2f}s {'/'.join(case)}: {results[case].line()[:160]}", file=sys.stderr)
+    return results
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render(results: Mapping[tuple[str, str, str], Verdict]) -> str:
+    from posenc.verified import VERIFIED_AGAINST
+
+    version = VERIFIED_AGAINST["transformers"]
+    counts: dict[str, int] = {}
+    for verdict in results.values():
+        counts[verdict.outcome] = counts.get(verdict.outcome, 0) + 1
+    by_type: dict[str, list[tuple[str, str, Verdict]]] = {}
+    for (model_type, variant, form), verdict in results.items():
+        by_type.setdefault(model_type, []).append((variant, form, verdict))
+    lines = [
+        "# Model types and their position tables",
+        "",
+        "Generated by `make models-doc` (`python -m tests.encodings.hf_config.rope_sweep "
+        "--write-docs`): do not edit by hand. Every model type of transformers "
+        f"{version} (`posenc.verified`) whose modeling module defines a `*RotaryEmbedding`, each "
+        "config (class defaults, YaRN, released checkpoints' RoPE facts) in the v5 "
+        "`rope_parameters` and the v4 `rope_scaling` config.json forms, resolved by posenc "
+        "(`/v1/resolve`) and compared with the model's own forward "
+        "(`tests/encodings/hf_config/rope_sweep.py`): `exact` is bit-equal cos/sin per layer "
+        "type and equal q.k after the model's own rotation; `rejected` names the key posenc "
+        "cannot map; `wrong` is accepted and different; `unbuildable` is a config transformers "
+        "itself cannot build into a text model with a rotary forward.",
+        "",
+        f"Cases: {len(results)}; "
+        + ", ".join(
+            f"{k} {counts[k]}" for k in ("exact", "rejected", "wrong", "unbuildable") if k in counts
+        )
+        + ".",
+        "",
+        "| model type | variants | pairing | rotary width | layer types | NoPE layers | outcome "
+        "| verified against |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for model_type in sorted(by_type):
+        entries = by_type[model_type]
+        variants = ", ".join(dict.fromkeys(v for v, _, _ in entries))
+        facts: dict[str, Any] = {}
+        for _, _, verdict in entries:
+            if verdict.facts.get("layers"):
+                facts = verdict.facts
+                break
+        layers = facts.get("layers", {})
+        pairing = "; ".join(
+            dict.fromkeys(
+                str(v.get("pairing", "-")) + (" (reversed)" if v.get("reversed") else "")
+                for v in layers.values()
+            )
+        )
+        width = ", ".join(
+            f"{t}: {v.get('rotary_dim')}" if len(layers) > 1 else str(v.get("rotary_dim"))
+            for t, v in layers.items()
+        )
+        types = ", ".join(facts.get("layer_types") or []) or "-"
+        nope = ", ".join(str(i) for i in facts.get("nope", [])) or "-"
+        groups: dict[str, list[str]] = {}
+        for variant, form, verdict in entries:
+            why = f" ({_cell(verdict.reasons[0][:120])})" if verdict.outcome != "exact" else ""
+            groups.setdefault(f"{verdict.outcome}{why}", []).append(f"{variant}/{form}")
+        outcome = "<br>".join(f"{k}: {', '.join(v)}" for k, v in groups.items())
+        lines.append(
+            f"| {model_type} | {variants} | {pairing or '-'} | {width or '-'} | {types} | {nope} "
+            f"| {outcome} | transformers {version} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--write-docs", action="store_true", help=f"write {DOCS.relative_to(REPO)}")
+    parser.add_argument("--summary", action="store_true", help="print counts and wrong cases")
+    parser.add_argument("--progress", action="store_true")
+    parser.add_argument("model_types", nargs="*", help="only these model types")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    if args.model_types:
+        results = {case: run_case(*case) for case in sweep_cases() if case[0] in args.model_types}
+    else:
+        results = run_all(progress=args.progress)
+    if args.write_docs:
+        DOCS.write_text(render(results), encoding="utf-8")
+    if args.summary or not args.write_docs:
+        counts: dict[str, int] = {}
+        for verdict in results.values():
+            counts[verdict.outcome] = counts.get(verdict.outcome, 0) + 1
+        for case, verdict in results.items():
+            if verdict.outcome != "exact" or args.model_types:
+                print(f"{'/'.join(case)}: {verdict.line()}")
+        print(counts)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,93 @@
+"""Every RoPE model type transformers knows: posenc's `/v1/resolve` is exact or rejects (issue 17).
+
+One test per (model type, config variant, config.json form) from `rope_sweep.sweep_cases()`,
+enumerated from the installed transformers: the resolved tables must equal the model's own
+rotation bit for bit (cos/sin per layer type) and in q.k after the model's apply function, or the
+config must be rejected with an error naming the key posenc cannot map. Accepted and different
+fails. A case transformers itself cannot build is skipped with its reason (the skip summary lists
+them). A few cases go end to end through the real server (`POST /v1/resolve`, then each table by
+its URL).
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+import torch
+
+from posenc.encodings import parse_spec
+from tests.encodings.hf_config import rope_sweep as sweep
+
+CASES = sweep.sweep_cases()
+# One xdist group per model type: its cases share one worker's memoised configs and models.
+PARAMS = [
+    pytest.param(*case, id="/".join(case), marks=pytest.mark.xdist_group(f"sweep-{case[0]}"))
+    for case in CASES
+]
+
+
+def test_enumeration_comes_from_transformers() -> None:
+    """The model types are read from the installed transformers, and every one gets cases."""
+    types = sweep.rotary_model_types()
+    assert len(types) > 100
+    assert {"llama", "gemma3_text", "cohere", "deepseek_v3", "gpt_neox"} <= set(types)
+    assert {case[0] for case in CASES} == set(types)
+    assert all(mt in types for mt in sweep.CHECKPOINTS), "a checkpoint names an unknown type"
+
+
+@pytest.mark.parametrize(("model_type", "variant", "form"), PARAMS)
+def test_resolve_is_exact_or_rejected(model_type: str, variant: str, form: str) -> None:
+    verdict = sweep.run_case(model_type, variant, form)
+    if verdict.outcome == "unbuildable":
+        pytest.skip(f"unbuildable in transformers {sweep.transformers_version()}: {verdict.line()}")
+    assert verdict.outcome in ("exact", "rejected"), verdict.line()
+
+
+E2E = [
+    ("llama", "llama3", "v4"),
+    ("gemma3_text", "linear", "v4"),
+    ("qwen2", "yarn", "v5"),
+    ("gpt_neox", "rotary_pct", "v4"),
+    ("cohere", "default", "v5"),
+]
+
+
+def _half(data: bytes, spec: Any, name: str) -> torch.Tensor:
+    full = torch.from_numpy(np.load(io.BytesIO(data))[name].copy())
+    if (
+        spec.rope_scaling.rope_type != "proportional"
+        and full.shape[-1] == spec.resolved_rotary_dim()
+    ):
+        half = spec.resolved_rotary_dim() // 2
+        return full[..., 0::2] if spec.interleaved else full[..., :half]
+    return full
+
+
+@pytest.mark.parametrize(("model_type", "variant", "form"), E2E, ids=["/".join(c) for c in E2E])
+def test_resolve_end_to_end(client: httpx.Client, model_type: str, variant: str, form: str) -> None:
+    """The same verdict through the server: POST /v1/resolve, then GET every table's URL."""
+    data = sweep.case_config(model_type, variant, form)
+    ref = sweep.reference(data, sweep.SEQ)
+    response = client.post("/v1/resolve", json={"hf_config": data, "max_positions": sweep.SEQ})
+    if response.status_code != 200:
+        assert 400 <= response.status_code < 500, response.text
+        body = response.json()
+        fields = [d["field"] for d in body.get("detail") or []]
+        keys = sweep._config_keys(data)
+        assert any(f.split(".")[0] in keys or f in keys for f in fields), body
+        return
+    tables = []
+    for item in response.json()["specs"]:
+        if item["kind"] != "rope":
+            continue
+        spec = parse_spec(item["spec"])
+        got = client.get(item["url"], params={"format": "npz"})
+        assert got.status_code == 200, got.text
+        cos, sin = _half(got.content, spec, "cos"), _half(got.content, spec, "sin")
+        tables.append(sweep._table(item["name"], item["notes"], spec, cos, sin))
+    verdict = sweep.judge(ref, tables)
+    assert verdict.outcome == "exact", verdict.line()
