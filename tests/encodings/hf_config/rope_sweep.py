@@ -532,7 +532,8 @@ def _shrink(text: Any) -> dict[str, Any]:
         if hasattr(text, "num_key_value_heads"):
             kwargs["num_key_value_heads"] = 2
         kwargs["hidden_size"] = 2 * int(head_dim)
-        if "head_dim" in params or hasattr(text, "head_dim"):
+        settable = not isinstance(getattr(type(text), "head_dim", None), property)
+        if settable and ("head_dim" in params or hasattr(text, "head_dim")):
             kwargs["head_dim"] = int(head_dim)
     for name, value in _SMALL.items():
         current = kwargs.get(name, getattr(text, name, None))
@@ -1226,10 +1227,27 @@ def _ulps(a: torch.Tensor, b: torch.Tensor) -> float:
     return float(((a - b).abs() / spacing).max()) if a.numel() else 0.0
 
 
+def model_facts(ref: Reference) -> dict[str, Any]:
+    """What the model does, per layer type: its apply function, cos/sin arrangement, pairing,
+    rotary width and direction (measured), its NoPE layers and layer types."""
+    facts: dict[str, Any] = {"nope": ref.nope, "layer_types": sorted(set(ref.layer_types or []))}
+    for index, cap in sorted(ref.layers.items()):
+        tag = ref.layer_types[index] if ref.layer_types else "all"
+        if tag in facts.setdefault("layers", {}):
+            continue
+        model = _model_half(cap, ref.length)
+        facts["layers"][tag] = {
+            "function": cap.function,
+            "arrangement": model[0] if model else None,
+            **_measure(cap, ref.length, model),
+        }
+    return facts
+
+
 def judge(ref: Reference, tables: list[Table]) -> Verdict:
     """The verdict for an accepted config: exact, or wrong with the reasons."""
     reasons: list[str] = []
-    facts: dict[str, Any] = {"nope": ref.nope, "layer_types": sorted(set(ref.layer_types or []))}
+    facts = model_facts(ref)
     if not tables:
         return Verdict("wrong", ["accepted without a rope table"], facts)
     declared_nope = sorted({int(i) for t in tables for i in t.notes.get("nope_layers", [])})
@@ -1255,11 +1273,6 @@ def judge(ref: Reference, tables: list[Table]) -> Verdict:
             reasons.append(f"layer {index} ({layer_type}): no table")
             continue
         model = _model_half(cap, ref.length)
-        facts.setdefault("layers", {})[tag] = {
-            "function": cap.function,
-            "arrangement": model[0] if model else None,
-            **_measure(cap, ref.length, model),
-        }
         if model is None:
             reasons.append(f"{tag}: the model's cos/sin were not recorded")
         else:
@@ -1309,7 +1322,9 @@ def run_case(model_type: str, variant: str, form: str) -> Verdict:
         try:
             tables = posenc_tables(data, length)
         except SpecError as err:
-            return rejection(err, data)
+            verdict = rejection(err, data)
+            verdict.facts = model_facts(ref)
+            return verdict
         verdict = judge(ref, tables)
         if length != SEQ:
             verdict.reasons = [f"S={length}: {r}" for r in verdict.reasons]

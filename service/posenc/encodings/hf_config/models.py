@@ -10,12 +10,13 @@ Sources: each family's transformers 5 config class (`configuration_<model>.py`: 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from posenc.encodings.config_values import fail
+from posenc.encodings.config_values import check_number, fail
 from posenc.encodings.hf_config import text, vision
 from posenc.encodings.hf_config.rope import GENERIC_ROPE, RopeModel
-from posenc.encodings.hf_config.view import ConfigView, Entry
+from posenc.encodings.hf_config.view import ConfigView, Entry, head_dim
 
 Mapper = Callable[[ConfigView], list[Entry]]
 """Maps the config of one model family to its entries (one per table)."""
@@ -44,6 +45,10 @@ MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
     "deepseek_v2": {"rope_theta": 10000.0},
     "deepseek_v3": {"rope_theta": 10000.0},
     "gpt_oss": {"rope_theta": 150000.0, "head_dim": 64},
+    "smollm3": {"no_rope_layer_interval": 4},
+    "modernbert": {"global_rope_theta": 160000.0, "local_rope_theta": 10000.0},
+    "modernbert-decoder": {"global_rope_theta": 160000.0, "local_rope_theta": 10000.0},
+    "llama4_text": {"no_rope_layer_interval": 4},
     "hunyuan_v1_dense": {"rope_theta": 10000.0},
     "hunyuan_v1_moe": {"rope_theta": 10000.0},
     "falcon": {"rope_theta": 10000.0, "alibi": False},
@@ -98,6 +103,77 @@ MLA_INTERLEAVE_DEFAULT = {"deepseek_v2": True, "deepseek_v3": True, "minicpm3": 
 
 NTK_ALPHA_MODELS = frozenset({"hunyuan_v1_dense", "hunyuan_v1_moe"})
 """Models whose "dynamic" rope_type with an `alpha` is fixed NTK-alpha scaling."""
+
+INTERLEAVED_PAIRS = frozenset(
+    {
+        "cohere",
+        "cohere2",
+        "glm",
+        "glm4",
+        "glm_ocr_text",
+        "ernie4_5",
+        "ernie4_5_moe",
+        "ernie4_5_vl_moe_text",
+        "helium",
+        "openai_privacy_filter",
+    }
+)
+"""Families whose own `apply_rotary_pos_emb` rotates (2i, 2i+1) pairs (`rotate_half` on
+`x[..., 0::2]` / `x[..., 1::2]` with `repeat_interleave`d cos/sin), measured by the RoPE sweep
+(tests/encodings/hf_config/test_rope_sweep.py) against transformers 5.24."""
+
+NOPE_RULES = {
+    "afmoe": "full_attention",
+    "lara_mini": "full_attention",
+    "exaone4": "full_attention_when_windowed",
+    "exaone_moe": "full_attention_when_windowed",
+    "kolibri1": "full_attention_when_windowed",
+    "flint": "windowed_only",
+    "smollm3": "no_rope_layers",
+}
+"""Families with NoPE layers by a rule of their modeling code (`RopeModel.nope_layers`); Cohere 2
+("windowed_only") is below with its interleaved pairs. Beam marks them with null rope
+parameters, which every family's reading turns into NoPE layers."""
+
+COMPLEX_ROPE = (
+    "transformers builds this model's cos/sin as complex numbers (torch.polar), which differ from "
+    "posenc's tables by up to 2 ulp; not served until posenc reproduces that path"
+)
+
+REFUSED: dict[str, str] = {
+    # Bit-exactness: the complex-number path.
+    "deepseek_v2": COMPLEX_ROPE,
+    "llama4_text": COMPLEX_ROPE
+    + " (interleaved pairs, NoPE every no_rope_layer_interval-th layer)",
+    # Rotation direction.
+    "nanochat": "its apply_rotary_pos_emb rotates the other way (sin negated); posenc's tables "
+    "declare the standard direction only",
+    # LongRoPE with the family's own scales and switch.
+    "phimoe": "PhimoeRotaryEmbedding scales cos/sin by short_mscale/long_mscale and keeps the "
+    "short factors past original_max_position_embeddings; posenc's longrope variant does neither",
+    "cohere2_moe": "rotates full-attention layers only with force_rope (NoPE otherwise), "
+    "interleaved: not mapped yet",
+    "muse_glimmer_text": "per-layer bases (layer_rope_theta, 0 for NoPE layers) are not mapped",
+    "muse_spark_text": "per-layer bases (layer_rope_theta, 0 for NoPE layers) are not mapped",
+}
+"""Families the RoPE sweep finds posenc cannot serve exactly yet: every config is refused (a 422
+naming model_type) rather than answered with a wrong table."""
+
+
+class V4Refused(RopeModel):
+    """A family whose config class converts v4 keys per layer type on rules posenc does not
+    know: only the v5 `rope_parameters` (one dict per layer type) is mapped."""
+
+    def layers(self, view: ConfigView) -> tuple[str, dict[str | None, dict[str, Any] | None]]:
+        if not view.has("rope_parameters"):
+            fail(
+                view.key("rope_parameters"),
+                f"model_type {view.model_type!r} keeps rope parameters per layer type and "
+                "converts v4 rope_scaling/rope_theta with its own class defaults: give "
+                "rope_parameters (transformers 5 config.json)",
+                None,
+            )
+        return super().layers(view)
 
 
 class Gemma3Rope(RopeModel):
@@ -181,6 +257,70 @@ class GptJRope(RopeModel):
         return {"transformers_layout": layout, **super().extra_notes(view, notes, interleaved)}
 
 
+@dataclass(frozen=True)
+class LayerTypeRope(RopeModel):
+    """Families whose config class keeps one rope dict per layer type and converts a v4 file
+    itself (`convert_rope_params_to_dict`): `rope_scaling` updates the `scaled` layer types, and
+    each type's base is its own v4 key (`theta_keys`, None: none) or the class default
+    (`theta_defaults`). Olmo 3 pops `rope_theta` for full attention before sliding attention
+    reads it, so its sliding layers keep the class default."""
+
+    theta_keys: Mapping[str, str | None] = field(default_factory=dict)
+    theta_defaults: Mapping[str, float] = field(default_factory=dict)
+    scaled: tuple[str, ...] = ("full_attention",)
+
+    def layers(self, view: ConfigView) -> tuple[str, dict[str | None, dict[str, Any] | None]]:
+        if view.has("rope_parameters"):
+            return super().layers(view)
+        scaling = view.data.get("rope_scaling") or {}
+        if not isinstance(scaling, Mapping):
+            fail(view.key("rope_scaling"), "must be an object", scaling)
+        layers: dict[str | None, dict[str, Any] | None] = {}
+        for layer_type, default in self.theta_defaults.items():
+            params: dict[str, Any] = {"rope_type": "default"}
+            if layer_type in self.scaled:
+                params.update(scaling)
+            key = self.theta_keys.get(layer_type)
+            value = view.data.get(key) if key is not None else None
+            params.setdefault("rope_theta", default if value is None else value)
+            layers[layer_type] = params
+        return view.key("rope_scaling"), layers
+
+
+@dataclass(frozen=True)
+class RotaryDimRope(RopeModel):
+    """MiniMax-M2 (`MiniMaxM2Config`): released checkpoints give partial RoPE as `rotary_dim`,
+    read as partial_rotary_factor = rotary_dim / head_dim when no factor is given."""
+
+    def rotary_fraction(self, view: ConfigView) -> tuple[str, Any]:
+        if not view.has("rotary_dim"):
+            return super().rotary_fraction(view)
+        rotary = check_number(view.key("rotary_dim"), view.get("rotary_dim"))
+        return view.key("rotary_dim"), rotary / head_dim(view)
+
+
+@dataclass(frozen=True)
+class Mistral4Rope(RopeModel):
+    """Mistral 4 (`Mistral4RotaryEmbedding`): the rotary width is int(head_dim *
+    partial_rotary_factor) of the model's head_dim, which must be qk_rope_head_dim."""
+
+    def rotary_dim(
+        self, view: ConfigView, params: Mapping[str, Any], key: str, layer_head_dim: int
+    ) -> int:
+        model_head_dim = int(view.number("head_dim"))
+        fraction = params.get("partial_rotary_factor", view.data.get("partial_rotary_factor"))
+        where = f"{key}.partial_rotary_factor"
+        dim = model_head_dim if fraction is None else int(model_head_dim * fraction)
+        if dim != layer_head_dim:
+            fail(
+                where,
+                f"rotates int(head_dim {model_head_dim} * {fraction}) = {dim} channels, not "
+                f"qk_rope_head_dim {layer_head_dim}",
+                fraction,
+            )
+        return dim
+
+
 class HunYuanRope(RopeModel):
     """HunYuan (`HunYuanDenseV1RotaryEmbedding`): "dynamic" with an `alpha` is a fixed NTK-alpha
     base, not length dependent."""
@@ -211,8 +351,35 @@ MAPPERS: dict[str, Mapper] = {
         }
     ),
     **dict.fromkeys(INTERLEAVED_MODELS, GptJRope()),
+    **dict.fromkeys(INTERLEAVED_PAIRS - {"cohere2"}, RopeModel(interleaved_pairs=True)),
+    "cohere2": RopeModel(interleaved_pairs=True, nope="windowed_only"),
+    **{t: RopeModel(nope=rule) for t, rule in NOPE_RULES.items()},
+    # Per-layer-type rope dicts and their own v4 conversion.
+    "olmo3": LayerTypeRope(
+        theta_keys={"sliding_attention": None, "full_attention": "rope_theta"},
+        theta_defaults={"sliding_attention": 500000.0, "full_attention": 500000.0},
+    ),
+    **dict.fromkeys(
+        ("modernbert", "modernbert-decoder"),
+        LayerTypeRope(
+            theta_keys={
+                "sliding_attention": "local_rope_theta",
+                "full_attention": "global_rope_theta",
+            },
+            theta_defaults={"sliding_attention": 10000.0, "full_attention": 160000.0},
+            scaled=("sliding_attention", "full_attention"),
+        ),
+    ),
+    "gemma3n_text": LayerTypeRope(
+        theta_keys={"sliding_attention": "rope_local_base_freq", "full_attention": "rope_theta"},
+        theta_defaults={"sliding_attention": 10000.0, "full_attention": 1_000_000.0},
+    ),
+    **dict.fromkeys(("embedding_gemma2_text", "neomme", "beam"), V4Refused()),
+    "minimax_m2": RotaryDimRope(),
+    "mistral4": Mistral4Rope(),
     **dict.fromkeys(NTK_ALPHA_MODELS, HunYuanRope()),
     **{t: RopeModel(mla_interleave=v) for t, v in MLA_INTERLEAVE_DEFAULT.items()},
+    **{t: RopeModel(refusal=why) for t, why in REFUSED.items()},
     # ALiBi (Falcon and Baichuan 7B fall back to RoPE).
     "bloom": text.bloom,
     "mpt": text.mpt,

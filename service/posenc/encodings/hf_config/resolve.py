@@ -62,10 +62,19 @@ def _validate(entry: Entry, data: Mapping[str, Any]) -> SpecBase:
                 None,
             )
             if p.field == "max_positions" and p.message == "Field required"
-            else p
+            else _config_problem(p, entry.config_keys or {})
             for p in err.problems
         ]
         raise ConfigError(f"config maps to an invalid {what} spec", problems) from None
+
+
+def _config_problem(problem: FieldProblem, config_keys: Mapping[str, str]) -> FieldProblem:
+    """The problem with its spec field path rewritten to the config key it came from."""
+    head, dot, rest = problem.field.partition(".")
+    key = config_keys.get(head)
+    if key is None:
+        return problem
+    return FieldProblem(f"{key}{dot}{rest}", problem.message, problem.value)
 
 
 @dataclass

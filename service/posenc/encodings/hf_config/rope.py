@@ -49,17 +49,27 @@ class RopeModel:
 
     Data facts: `rope_type_aliases` (a family's own names for a rope_type), `default_parameters`
     (what the config class fills in when the file has no rope parameters), `mla_interleave` (the
-    pairing of a multi-head latent attention family that may omit `rope_interleave`). Behaviour
-    that differs is a subclass overriding one method.
+    pairing of a multi-head latent attention family that may omit `rope_interleave`),
+    `interleaved_pairs` (the family's `apply_rotary_pos_emb` rotates (2i, 2i+1) pairs),
+    `nope` (which layers run attention without rotation: "full_attention" for the families
+    whose full-attention layers skip RoPE when `sliding_window` is set, "no_rope_layers" for a 0
+    in that per-layer list), `refusal` (why the family cannot be served exactly: every config of
+    it is refused, naming the model_type). Behaviour that differs is a subclass overriding one
+    method.
     """
 
     rope_type_aliases: Mapping[str, str] = field(default_factory=dict)
     default_parameters: Mapping[str, Any] | None = None
     mla_interleave: bool | None = None
+    interleaved_pairs: bool = False
+    nope: str | None = None
+    refusal: str | None = None
 
     def __call__(self, view: ConfigView) -> list[Entry]:
         """The model's RoPE entries; a model type with neither known class defaults nor any RoPE
         key has no position encoding this package can tell."""
+        if self.refusal is not None:
+            fail(view.key("model_type"), self.refusal, view.model_type)
         if not view.has_class_defaults and not has_rope(view):
             fail(
                 view.key("model_type"),
@@ -79,6 +89,11 @@ class RopeModel:
             layers = {t: layers[t] for t in dict.fromkeys(declared) if t in layers}
         length = max_positions(view)
         interleaved = self.interleaved(view)
+        nope = self.nope_layers(view)
+        if nested and declared:
+            # A layer type whose rope parameters are null takes no rotation (Beam's full layers).
+            null = {t for t, params in layers.items() if params is None}
+            nope = sorted({*nope, *(i for i, t in enumerate(declared) if t in null)})
         entries: list[Entry] = []
         for layer_type, params in layers.items():
             layer_key = key if layer_type is None else f"{key}.{layer_type}"
@@ -116,7 +131,12 @@ class RopeModel:
                 **notes,
             }
             notes.update(self.extra_notes(view, notes, bool(interleaved)))
-            entries.append(Entry("rope", layer_type, data, notes))
+            if nope:
+                notes["nope_layers"] = nope
+                notes["nope"] = "these layer indices run attention without rotation (NoPE)"
+            entries.append(
+                Entry("rope", layer_type, data, notes, config_keys={"rope_scaling": layer_key})
+            )
         if not entries:
             fail(key, "no layer type has rope parameters", None)
         return entries
@@ -237,7 +257,14 @@ class RopeModel:
         fraction = check_number(where, fraction)
         if not 0 < fraction <= 1:
             fail(where, "must be in (0, 1]", fraction)
-        return int(layer_head_dim * fraction)
+        dim = int(layer_head_dim * fraction)
+        if dim % 2:
+            fail(
+                where,
+                f"gives an odd rotary dim int({layer_head_dim} * {fraction}) = {dim}",
+                fraction,
+            )
+        return dim
 
     def rotary_fraction(self, view: ConfigView) -> tuple[str, Any]:
         """(config key, value) of a family's own rotary fraction key; value None without one."""
@@ -246,6 +273,8 @@ class RopeModel:
     def interleaved(self, view: ConfigView) -> bool | None:
         """Pairing of the checkpoint: True for (2i, 2i+1) pairs, None for half split (profile's
         choice, False for the transformers profile)."""
+        if self.interleaved_pairs:
+            return True
         if view.has("qk_rope_head_dim"):
             if view.has("rope_interleave"):
                 return bool(view.data["rope_interleave"])
@@ -257,6 +286,43 @@ class RopeModel:
                 None,
             )
         return None
+
+    def nope_layers(self, view: ConfigView) -> list[int]:
+        """Indices of the layers whose attention takes no rotation, by the family's `nope` rule:
+        - "full_attention": full-attention layers never rotate (AFMoE, LARA-mini);
+        - "full_attention_when_windowed": they do not when `sliding_window` is set (`if
+          self.sliding_window is None or self.is_sliding`: EXAONE 4, Kolibri);
+        - "windowed_only": only layers with a sliding window rotate (`self.sliding_window =
+          config.sliding_window if sliding else None; if self.sliding_window is not None`:
+          Cohere 2, Flint), so no layer does without `sliding_window`;
+        - "no_rope_layers": the zeros of that per-layer list (SmolLM3)."""
+        if self.nope in ("full_attention", "full_attention_when_windowed", "windowed_only"):
+            windowed = view.data.get("sliding_window") is not None
+            if self.nope == "full_attention_when_windowed" and not windowed:
+                return []
+            types = view.data.get("layer_types")
+            if not isinstance(types, list):
+                fail(
+                    view.key("layer_types"),
+                    f"model_type {view.model_type!r} skips RoPE on some layers by their type: "
+                    "layer_types must say which they are",
+                    types,
+                )
+            nope = {"full_attention"}
+            if self.nope == "windowed_only" and not windowed:
+                nope.add("sliding_attention")
+            return [i for i, t in enumerate(types) if t in nope]
+        if self.nope == "no_rope_layers":
+            flags = view.data.get("no_rope_layers")
+            if not flags:
+                # Llama4TextConfig / SmolLM3Config: a NoPE layer every no_rope_layer_interval.
+                interval = int(view.number("no_rope_layer_interval"))
+                layers = int(view.number("num_hidden_layers"))
+                flags = [int((i + 1) % interval != 0) for i in range(layers)]
+            if not isinstance(flags, list):
+                fail(view.key("no_rope_layers"), "must be a list of 0/1 per layer", flags)
+            return [i for i, use_rope in enumerate(flags) if not use_rope]
+        return []
 
     def extra_notes(
         self, view: ConfigView, notes: Mapping[str, Any], interleaved: bool

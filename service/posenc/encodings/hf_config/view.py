@@ -15,7 +15,9 @@ from posenc.encodings.errors import FieldProblem
 class Entry:
     """A spec before validation: family, role (layer type or encoder/decoder), wire data, notes;
     `weights` names the checkpoint tensor a `learned` entry needs as `table_key` or `table`;
-    `problem` is why the table cannot be built, raised only when the table is asked for."""
+    `problem` is why the table cannot be built, raised only when the table is asked for;
+    `config_keys` maps a spec field to the config key it came from, so that a spec validation
+    error names the key of the file (`rope_scaling` -> `rope_parameters.full_attention`)."""
 
     family: str
     role: str | None
@@ -23,6 +25,7 @@ class Entry:
     notes: dict[str, Any]
     weights: str | None = None
     problem: FieldProblem | None = None
+    config_keys: dict[str, str] | None = None
 
 
 class ConfigView:
