@@ -14,9 +14,10 @@ import pytest
 import torch
 from transformers import AutoConfig
 
-from posenc.encodings import ConfigError, compute
+from posenc.encodings import compute
 from posenc.encodings.hf_config import NamedSpec, resolve_hf_config
 from tests.encodings.hf_config.support import EXPECTED, N, hf_config, load
+from tests.tolerances import ATOL
 
 
 def _rotary_class(model_type: str) -> Any:
@@ -156,23 +157,25 @@ def test_gemma4_proportional_per_layer_head_dim() -> None:
 
 @pytest.mark.parametrize("model_type", ["deepseek_v2", "minicpm3", "falcon"])
 def test_transformers_default_configs(model_type: str) -> None:
-    """Configs as transformers serialises its class defaults (v5 shape): MiniCPM3's half-split
-    MLA, Falcon's rotary (alibi false) bit for bit; DeepSeek-V2 builds freqs_cis with torch.polar,
-    up to 2 ulp from cos/sin of the same angles, so it is refused naming model_type (issue 17:
-    never accepted and different)."""
+    """Configs as transformers serialises its class defaults (v5 shape): DeepSeek-V2's complex
+    freqs_cis (interleaved pairs), MiniCPM3's half-split MLA, Falcon's rotary (alibi false)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         config = AutoConfig.for_model(model_type).to_dict()
-    if model_type == "deepseek_v2":
-        with pytest.raises(ConfigError) as err:
-            resolve_hf_config(config, max_positions=N)
-        assert [p.field for p in err.value.problems] == ["model_type"]
-        assert "torch.polar" in err.value.problems[0].message
-        return
     (named,) = resolve_hf_config(config, max_positions=N)
-    assert named.notes["pairing"] == "half_split"
+    interleaved = model_type == "deepseek_v2"
+    assert named.notes["pairing"] == ("interleaved" if interleaved else "half_split")
     our_cos, our_sin = ours_half(named, N)
     cos, sin = hf_cos_sin(config, torch.arange(N), None)
+    if interleaved:
+        # torch.polar (DeepSeek-V2's freqs_cis) is within an ulp of cos/sin of the same angles;
+        # the inverse frequencies themselves are bit-identical.
+        cfg = hf_config(config)
+        rotary = _rotary_class(cfg.model_type)(cfg)
+        assert torch.equal(compute(named.spec).tensors["inv_freq"], rotary.inv_freq)
+        torch.testing.assert_close(cos, our_cos, rtol=0, atol=ATOL["float32"])
+        torch.testing.assert_close(sin, our_sin, rtol=0, atol=ATOL["float32"])
+        return
     assert torch.equal(hf_half(cos, our_cos.shape[1]), our_cos)
     assert torch.equal(hf_half(sin, our_sin.shape[1]), our_sin)
 

@@ -135,16 +135,7 @@ NOPE_RULES = {
 ("windowed_only") is below with its interleaved pairs. Beam marks them with null rope
 parameters, which every family's reading turns into NoPE layers."""
 
-COMPLEX_ROPE = (
-    "transformers builds this model's cos/sin as complex numbers (torch.polar), which differ from "
-    "posenc's tables by up to 2 ulp; not served until posenc reproduces that path"
-)
-
 REFUSED: dict[str, str] = {
-    # Bit-exactness: the complex-number path.
-    "deepseek_v2": COMPLEX_ROPE,
-    "llama4_text": COMPLEX_ROPE
-    + " (interleaved pairs, NoPE every no_rope_layer_interval-th layer)",
     # Rotation direction.
     "nanochat": "its apply_rotary_pos_emb rotates the other way (sin negated); posenc's tables "
     "declare the standard direction only",
@@ -321,6 +312,20 @@ class Mistral4Rope(RopeModel):
         return dim
 
 
+@dataclass(frozen=True)
+class PolarRope(RopeModel):
+    """DeepSeek-V2 and Llama 4 build `freqs_cis = torch.polar(1, freqs) * attention_scaling` and
+    rotate complex pairs (2i, 2i+1): their tables are `trig: "polar"` (torch.polar's cos/sin,
+    up to 2 ulp from torch.cos/torch.sin)."""
+
+    def entries(self, view: ConfigView) -> list[Entry]:
+        entries = super().entries(view)
+        for entry in entries:
+            entry.data["trig"] = "polar"
+            entry.notes["trig"] = "cos/sin as torch.polar(1, angle) (transformers' freqs_cis)"
+        return entries
+
+
 class HunYuanRope(RopeModel):
     """HunYuan (`HunYuanDenseV1RotaryEmbedding`): "dynamic" with an `alpha` is a fixed NTK-alpha
     base, not length dependent."""
@@ -379,6 +384,9 @@ MAPPERS: dict[str, Mapper] = {
     "mistral4": Mistral4Rope(),
     **dict.fromkeys(NTK_ALPHA_MODELS, HunYuanRope()),
     **{t: RopeModel(mla_interleave=v) for t, v in MLA_INTERLEAVE_DEFAULT.items()},
+    "deepseek_v2": PolarRope(mla_interleave=True),
+    # Llama 4: complex pairs; a NoPE layer every no_rope_layer_interval-th (no_rope_layers).
+    "llama4_text": PolarRope(interleaved_pairs=True, nope="no_rope_layers"),
     **{t: RopeModel(refusal=why) for t, why in REFUSED.items()},
     # ALiBi (Falcon and Baichuan 7B fall back to RoPE).
     "bloom": text.bloom,

@@ -53,8 +53,13 @@ def rope_inv_freq(
 def half_cos_sin(
     spec: RopeSpec, inv: torch.Tensor, scaling: float, positions: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Half-width cos/sin (N, d/2) for int64 `positions` (N,), in the compute dtype, uncast."""
+    """Half-width cos/sin (N, d/2) for int64 `positions` (N,), in the compute dtype, uncast;
+    with `trig: "polar"` the parts of `torch.polar(1, angles) * scaling` (transformers'
+    complex freqs_cis: a complex times a real scale multiplies each part by it)."""
     angles = positions.to(inv.dtype)[:, None] * inv[None, :]
+    if spec.trig == "polar":
+        unit = torch.polar(torch.ones_like(angles), angles)
+        return unit.real * scaling, unit.imag * scaling
     return torch.cos(angles) * scaling, torch.sin(angles) * scaling
 
 
@@ -108,7 +113,7 @@ def tables(
     tables. Other dtypes and exact precision go through `half_cos_sin` and `layout` (one rounding).
     """
     dtype = DTYPES[str(spec.dtype)]
-    if dtype != inv.dtype:
+    if dtype != inv.dtype or spec.trig is not None:
         return layout(spec, *half_cos_sin(spec, inv, scaling, positions))
     angles = positions.to(inv.dtype)[:, None] * inv[None, :]
     n, half = angles.shape

@@ -65,6 +65,10 @@ class RopeSpec(SpecBase):
     (P, d) = cat(cos_half, sin_half); `pairs` packing is (P, d/2, 2) = stack(cos, sin). `inv_freq`
     is (d/2,) in the compute dtype. Proportional RoPE (Gemma 4) always spans head_dim.
     `seq_len` (default max_positions) selects the dynamic-NTK base and the LongRoPE factor set.
+    `trig: "polar"` takes cos/sin as the real and imaginary parts of `torch.polar(1, angle)`, as
+    transformers builds complex `freqs_cis` (DeepSeek-V2, Llama 4): up to 2 ulp from
+    `torch.cos`/`torch.sin` of the same angles, so only that path reproduces those models bit
+    for bit (reference precision only).
     """
 
     kind: Literal["rope"] = "rope"
@@ -81,6 +85,7 @@ class RopeSpec(SpecBase):
     packing: Packing | None = None
     dtype: FloatDtype | None = None
     precision: Precision = "reference"
+    trig: Literal["polar"] | None = None
     profile: Profile | None = None
 
     @field_validator("rope_scaling", mode="before")
@@ -117,6 +122,15 @@ class RopeSpec(SpecBase):
                 issues.append(
                     Issue(("partial_rotary_factor",), message, self.partial_rotary_factor)
                 )
+        if self.trig == "polar" and self.precision != "reference":
+            issues.append(
+                Issue(
+                    ("trig",),
+                    "polar reproduces transformers' fp32 complex path: precision must be "
+                    "'reference'",
+                    self.trig,
+                )
+            )
         if issues:
             raise field_error(issues)
 

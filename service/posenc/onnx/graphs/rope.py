@@ -213,6 +213,15 @@ def half_cos_sin_graph(
 
 def _mode_problems(spec: RopeSpec, mode: str | None) -> list[FieldProblem]:
     if mode != "table":
+        if spec.trig == "polar" and mode == "compute":
+            return [
+                FieldProblem(
+                    "mode",
+                    "trig 'polar' (torch.polar's cos/sin) is reproduced by the embedded table "
+                    "only: use mode 'table'",
+                    mode,
+                )
+            ]
         return []
     problems = []
     switch = spec.rope_scaling.switch()
