@@ -98,8 +98,24 @@ TEXT_MODEL_TYPES = {"gemma3": "gemma3_text", "gemma4": "gemma4_text"}
 INTERLEAVED_MODELS = frozenset({"gptj", "codegen"})
 """Checkpoints whose rotary pairs are (2i, 2i+1) (`rotate_every_two`)."""
 
-MLA_INTERLEAVE_DEFAULT = {"deepseek_v2": True, "deepseek_v3": True, "minicpm3": False}
+MLA_INTERLEAVE_DEFAULT = {
+    "deepseek_v2": True,
+    "deepseek_v3": True,
+    "minicpm3": False,
+    "hy_v4": False,
+}
 """Pairing of multi-head latent attention models that may omit `rope_interleave`."""
+
+MLA_ALWAYS_INTERLEAVED = frozenset(
+    {
+        "axk2",
+        "deepseek_v32",
+        "glm_moe_dsa",
+        "hy_v4_vl_text",
+    }
+)
+"""Multi-head latent attention families whose attention always calls
+`apply_rotary_pos_emb_interleave` (whatever `rope_interleave` says), measured by the RoPE sweep."""
 
 NTK_ALPHA_MODELS = frozenset({"hunyuan_v1_dense", "hunyuan_v1_moe"})
 """Models whose "dynamic" rope_type with an `alpha` is fixed NTK-alpha scaling."""
@@ -130,6 +146,8 @@ NOPE_RULES = {
     "kolibri1": "full_attention_when_windowed",
     "flint": "windowed_only",
     "smollm3": "no_rope_layers",
+    "muse_glimmer_text": "layer_rope_theta",
+    "muse_spark_text": "layer_rope_theta",
 }
 """Families with NoPE layers by a rule of their modeling code (`RopeModel.nope_layers`); Cohere 2
 ("windowed_only") is below with its interleaved pairs. Beam marks them with null rope
@@ -139,13 +157,6 @@ REFUSED: dict[str, str] = {
     # Rotation direction.
     "nanochat": "its apply_rotary_pos_emb rotates the other way (sin negated); posenc's tables "
     "declare the standard direction only",
-    # LongRoPE with the family's own scales and switch.
-    "phimoe": "PhimoeRotaryEmbedding scales cos/sin by short_mscale/long_mscale and keeps the "
-    "short factors past original_max_position_embeddings; posenc's longrope variant does neither",
-    "cohere2_moe": "rotates full-attention layers only with force_rope (NoPE otherwise), "
-    "interleaved: not mapped yet",
-    "muse_glimmer_text": "per-layer bases (layer_rope_theta, 0 for NoPE layers) are not mapped",
-    "muse_spark_text": "per-layer bases (layer_rope_theta, 0 for NoPE layers) are not mapped",
 }
 """Families the RoPE sweep finds posenc cannot serve exactly yet: every config is refused (a 422
 naming model_type) rather than answered with a wrong table."""
@@ -326,6 +337,94 @@ class PolarRope(RopeModel):
         return entries
 
 
+class PhimoeRope(RopeModel):
+    """Phi-3.5-MoE (`PhimoeRotaryEmbedding.forward`): LongRoPE frequencies from the short factors
+    at every length (it calls the init function without a sequence length), cos/sin scaled by
+    `short_mscale` up to `original_max_position_embeddings` and `long_mscale` past it. One table
+    serves every length when the two scales are equal (the released checkpoint: 1.2431...): the
+    short factors on both sides and the scale as `attention_factor`; unequal scales are refused."""
+
+    def layers(self, view: ConfigView) -> tuple[str, dict[str | None, dict[str, Any] | None]]:
+        key, layers = super().layers(view)
+        mapped: dict[str | None, dict[str, Any] | None] = {}
+        for layer_type, params in layers.items():
+            if params is None or self.rope_type(params, key) != "longrope":
+                mapped[layer_type] = params
+                continue
+            where = key if layer_type is None else f"{key}.{layer_type}"
+            short, long = params.get("short_mscale"), params.get("long_mscale")
+            for name, value in (("short_mscale", short), ("long_mscale", long)):
+                if value is None:
+                    fail(f"{where}.{name}", "required: PhimoeRotaryEmbedding scales by it", None)
+                check_number(f"{where}.{name}", value)
+            if short != long:
+                fail(
+                    f"{where}.long_mscale",
+                    f"differs from short_mscale ({short}): the scale switches at "
+                    "original_max_position_embeddings while the frequencies do not; not mapped",
+                    long,
+                )
+            rest = {k: v for k, v in params.items() if k not in ("short_mscale", "long_mscale")}
+            mapped[layer_type] = {
+                **rest,
+                "long_factor": params.get("short_factor"),
+                "attention_factor": short,
+            }
+        return key, mapped
+
+    def entries(self, view: ConfigView) -> list[Entry]:
+        entries = super().entries(view)
+        for entry in entries:
+            if entry.notes.get("rope_type") == "longrope":
+                entry.notes.pop("longrope_switch_point", None)
+                entry.notes["longrope"] = (
+                    "PhimoeRotaryEmbedding: the short factors at every length, scaled by "
+                    "short_mscale == long_mscale: one table, no switch"
+                )
+        return entries
+
+
+class Cohere2MoeRope(RopeModel):
+    """Cohere 2 MoE (`Cohere2MoeAttention`): interleaved pairs; a layer rotates when it has a
+    sliding window, or when `force_rope` (a dense-MLP layer while
+    `prefix_dense_sliding_window_pattern == 1`); every other layer is NoPE."""
+
+    def layers(self, view: ConfigView) -> tuple[str, dict[str | None, dict[str, Any] | None]]:
+        scaling = view.data.get("rope_scaling")
+        if (
+            not view.has("rope_parameters")
+            and isinstance(scaling, Mapping)
+            and (scaling.get("rope_type") or scaling.get("type") or "default") != "default"
+        ):
+            fail(
+                view.key("rope_scaling"),
+                "Cohere 2 MoE does not scale its sliding layers by a v4 rope_scaling: give "
+                "rope_parameters (transformers 5 config.json)",
+                scaling,
+            )
+        return super().layers(view)
+
+    def nope_layers(self, view: ConfigView) -> list[int]:
+        types = self._per_layer(view, "layer_types")
+        mlp_types = self._per_layer(view, "mlp_layer_types")
+        windowed = view.data.get("sliding_window") is not None
+        pattern = view.data.get("prefix_dense_sliding_window_pattern")
+        forced = 1 if pattern is None else pattern  # the config class default
+        return [
+            i
+            for i, layer_type in enumerate(types)
+            if not (windowed and layer_type == "sliding_attention")
+            and not (i < len(mlp_types) and mlp_types[i] == "dense" and forced == 1)
+        ]
+
+    @staticmethod
+    def _per_layer(view: ConfigView, name: str) -> list[Any]:
+        value = view.data.get(name)
+        if not isinstance(value, list):
+            fail(view.key(name), "a list per layer: it decides which layers rotate", value)
+        return value
+
+
 class HunYuanRope(RopeModel):
     """HunYuan (`HunYuanDenseV1RotaryEmbedding`): "dynamic" with an `alpha` is a fixed NTK-alpha
     base, not length dependent."""
@@ -356,7 +455,10 @@ MAPPERS: dict[str, Mapper] = {
         }
     ),
     **dict.fromkeys(INTERLEAVED_MODELS, GptJRope()),
-    **dict.fromkeys(INTERLEAVED_PAIRS - {"cohere2"}, RopeModel(interleaved_pairs=True)),
+    **dict.fromkeys(
+        (INTERLEAVED_PAIRS | MLA_ALWAYS_INTERLEAVED) - {"cohere2"},
+        RopeModel(interleaved_pairs=True),
+    ),
     "cohere2": RopeModel(interleaved_pairs=True, nope="windowed_only"),
     **{t: RopeModel(nope=rule) for t, rule in NOPE_RULES.items()},
     # Per-layer-type rope dicts and their own v4 conversion.
@@ -381,6 +483,10 @@ MAPPERS: dict[str, Mapper] = {
     ),
     **dict.fromkeys(("embedding_gemma2_text", "neomme", "beam"), V4Refused()),
     "minimax_m2": RotaryDimRope(),
+    "phimoe": PhimoeRope(),
+    "cohere2_moe": Cohere2MoeRope(interleaved_pairs=True),
+    # Mistral Large 4: always interleaved; NoPE layers are the zeros of no_rope_layers.
+    "mistral_large4_text": RopeModel(interleaved_pairs=True, nope="no_rope_layers"),
     "mistral4": Mistral4Rope(),
     **dict.fromkeys(NTK_ALPHA_MODELS, HunYuanRope()),
     **{t: RopeModel(mla_interleave=v) for t, v in MLA_INTERLEAVE_DEFAULT.items()},

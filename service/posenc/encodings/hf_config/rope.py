@@ -295,7 +295,9 @@ class RopeModel:
         - "windowed_only": only layers with a sliding window rotate (`self.sliding_window =
           config.sliding_window if sliding else None; if self.sliding_window is not None`:
           Cohere 2, Flint), so no layer does without `sliding_window`;
-        - "no_rope_layers": the zeros of that per-layer list (SmolLM3)."""
+        - "no_rope_layers": the zeros of that per-layer list (SmolLM3);
+        - "layer_rope_theta": its zeros (MuseGlimmer, MuseSpark: the modeling code rotates the
+          other layers with the rope_parameters base, so other values must equal it)."""
         if self.nope in ("full_attention", "full_attention_when_windowed", "windowed_only"):
             windowed = view.data.get("sliding_window") is not None
             if self.nope == "full_attention_when_windowed" and not windowed:
@@ -312,6 +314,8 @@ class RopeModel:
             if self.nope == "windowed_only" and not windowed:
                 nope.add("sliding_attention")
             return [i for i, t in enumerate(types) if t in nope]
+        if self.nope == "layer_rope_theta":
+            return self._layer_theta_nope(view)
         if self.nope == "no_rope_layers":
             flags = view.data.get("no_rope_layers")
             if not flags:
@@ -323,6 +327,30 @@ class RopeModel:
                 fail(view.key("no_rope_layers"), "must be a list of 0/1 per layer", flags)
             return [i for i, use_rope in enumerate(flags) if not use_rope]
         return []
+
+    def _layer_theta_nope(self, view: ConfigView) -> list[int]:
+        thetas = view.data.get("layer_rope_theta")
+        if thetas is None:
+            # The config class default: every 4th layer counted back from the last is NoPE.
+            layers = int(view.number("num_hidden_layers"))
+            return [i for i in range(layers) if (layers - 1 - i) % 4 == 0]
+        if not isinstance(thetas, list):
+            fail(view.key("layer_rope_theta"), "must be a list of per-layer bases", thetas)
+        key, layers_params = self.layers(view)
+        bases = {
+            self.rope_theta(view, params, key, layer_type)
+            for layer_type, params in layers_params.items()
+            if params is not None
+        }
+        others = {float(check_number(view.key("layer_rope_theta"), t)) for t in thetas if t}
+        if others - bases:
+            fail(
+                view.key("layer_rope_theta"),
+                f"bases {sorted(others - bases)} differ from rope_parameters' {sorted(bases)}: "
+                "transformers rotates with the latter; not mapped",
+                thetas,
+            )
+        return [i for i, t in enumerate(thetas) if not t]
 
     def extra_notes(
         self, view: ConfigView, notes: Mapping[str, Any], interleaved: bool
