@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 from posenc.encodings.config_values import fail
-from posenc.encodings.hf_config import text, vision
+from posenc.encodings.hf_config import text, unmapped, vision
 from posenc.encodings.hf_config.rope import GENERIC_ROPE, RopeModel
 from posenc.encodings.hf_config.view import ConfigView, Entry
 
@@ -232,6 +232,14 @@ MAPPERS: dict[str, Mapper] = {
     "swin": vision.swin,
     **dict.fromkeys(vision.BEIT_MODELS, vision.beit),
     "vit_mae": vision.vit_mae,
+    # Non-rotary models of the nonrotary sweep (issue 24): mapped, then refused with the reason.
+    "mpnet": text.mpnet,
+    "pegasus": text.pegasus,
+    "xglm": text.fairseq_sinusoids,
+    "nllb-moe": text.fairseq_sinusoids,
+    "speech_to_text": text.speech_to_text,
+    "trocr": text.trocr,
+    **dict.fromkeys(unmapped.REFUSED, unmapped.refuse),
 }
 """model_type -> its mapper; a model type not listed is read as transformers' generic RoPE
 (`GENERIC_ROPE`), which refuses configs without any RoPE key unless `MODEL_DEFAULTS` knows the

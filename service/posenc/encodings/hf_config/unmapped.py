@@ -1,0 +1,173 @@
+"""Model types whose modeling code uses a non-rotary position encoding posenc has (ALiBi, T5
+buckets, sinusoids, 2-D sine tables, relative indices) but that `/v1/resolve` does not map from
+config.json, each with the reason: `REFUSED` (model_type -> reason) and `refuse`, the mapper that
+raises it on the `model_type` field.
+
+Source: the transformers 5.24 modeling files named in each reason (found by the sweep in
+tests/encodings/hf_config/test_nonrotary_sweep.py).
+"""
+
+from __future__ import annotations
+
+from posenc.encodings.config_values import fail
+from posenc.encodings.hf_config.view import ConfigView, Entry
+
+_DETR = (
+    "DETR-style 2-D sine embedding of the backbone feature map's pixel mask "
+    "({module}): its height and width depend on each image and the backbone, not config.json; "
+    "request kind=sinusoidal_2d with style=detr and the feature map's height/width"
+)
+_SAM = (
+    "SAM-style sine embeddings ({module}) of prompts and a feature map whose size comes from "
+    "the image encoder, alongside learned tables (checkpoint weights); not mapped"
+)
+_TIME_SERIES = (
+    "sinusoidal table of time lags ({module}, a fairseq/XLM layout over context_length + "
+    "prediction_length rows) next to learned value embeddings; not mapped"
+)
+_RELATIVE = "relative position index ({module}); not mapped: {why}"
+_LEARNED_TEXT = (
+    "its text encoder's positions are learned absolute embeddings (checkpoint weights); "
+    "{other} not mapped"
+)
+
+REFUSED: dict[str, str] = {
+    # 2-D sine tables of a feature map (size fixed only by each image).
+    **{
+        t: _DETR.format(module=m)
+        for t, m in {
+            "detr": "DetrSinePositionEmbedding",
+            "conditional_detr": "ConditionalDetrSinePositionEmbedding",
+            "deformable_detr": "DeformableDetrSinePositionEmbedding",
+            "dab-detr": "DabDetrSinePositionEmbedding",
+            "table-transformer": "TableTransformerSinePositionEmbedding",
+            "rt_detr": "RTDetr's build_2d_sincos_position_embedding",
+            "rt_detr_v2": "RTDetrV2's build_2d_sincos_position_embedding",
+            "rt_detr_resnet": "RT-DETR's backbone (position embeddings live in rt_detr)",
+            "d_fine": "DFine's build_2d_sincos_position_embedding",
+            "deimv2": "Deimv2's build_2d_sincos_position_embedding",
+            "mask2former": "Mask2FormerSinePositionEmbedding",
+            "maskformer": "MaskFormerSinePositionEmbedding",
+            "maskformer-swin": "MaskFormerSwin's window relative_position_index",
+            "oneformer": "OneFormerSinePositionEmbedding",
+            "pp_doclayout_v2": "PPDocLayoutV2 SinePositionEmbedding plus rel_pos_bins",
+            "pp_doclayout_v3": "PPDocLayoutV3 SinePositionEmbedding",
+            "pp_doclayout_v4": "PPDocLayoutV4 SinePositionEmbedding",
+        }.items()
+    },
+    **{
+        t: _SAM.format(module=m)
+        for t, m in {
+            "sam2": "Sam2SinePositionEmbedding",
+            "sam2_hiera_det_model": "Sam2HieraDetModel",
+            "sam2_mask_decoder": "Sam2 mask decoder",
+            "sam2_prompt_encoder": "Sam2PositionalEmbedding",
+            "sam2_vision_model": "Sam2SinePositionEmbedding",
+            "edgetam": "EdgeTamSinePositionEmbedding",
+            "edgetam_mask_decoder": "EdgeTam mask decoder",
+            "edgetam_prompt_encoder": "EdgeTam prompt encoder",
+            "edgetam_vision_model": "EdgeTamSinePositionEmbedding",
+            "sam3": "Sam3SinePositionEmbedding",
+            "sam3_detr_decoder": "Sam3SinePositionEmbedding",
+            "sam3_detr_encoder": "Sam3SinePositionEmbedding",
+            "sam3_geometry_encoder": "Sam3SinePositionEmbedding",
+            "sam3_mask_decoder": "Sam3 mask decoder",
+            "sam3_vision_model": "Sam3SinePositionEmbedding",
+            "sam3_lite_text": "Sam3LiteText SinePositionEmbedding",
+            "sam3_lite_text_detr_decoder": "Sam3LiteText SinePositionEmbedding",
+            "sam3_lite_text_detr_encoder": "Sam3LiteText SinePositionEmbedding",
+            "sam3_lite_text_geometry_encoder": "Sam3LiteText SinePositionEmbedding",
+            "sam3_lite_text_mask_decoder": "Sam3LiteText mask decoder",
+            "sam3_lite_text_text_model": "Sam3LiteText text model",
+        }.items()
+    },
+    **{
+        t: _TIME_SERIES.format(module=m)
+        for t, m in {
+            "autoformer": "AutoformerSinusoidalPositionalEmbedding",
+            "informer": "InformerSinusoidalPositionalEmbedding",
+            "time_series_transformer": "TimeSeriesSinusoidalPositionalEmbedding",
+        }.items()
+    },
+    # Relative indices posenc's schemes do not reproduce.
+    "swinv2": _RELATIVE.format(
+        module="Swinv2SelfAttention",
+        why="Swin V2 feeds log-spaced continuous coordinates "
+        "(relative_coords_table) through an MLP; the index alone is not the bias",
+    ),
+    "swin2sr": _RELATIVE.format(
+        module="Swin2SRSelfAttention", why="Swin V2's continuous position bias (an MLP)"
+    ),
+    "donut-swin": _RELATIVE.format(
+        module="DonutSwinSelfAttention", why="a Swin copy under its own model_type; not mapped yet"
+    ),
+    "clap": _RELATIVE.format(
+        module="ClapAudioSelfAttention (Swin windows)",
+        why="the text tower has learned absolute positions (checkpoint weights)",
+    ),
+    "clap_audio_model": _RELATIVE.format(
+        module="ClapAudioSelfAttention (Swin windows)", why="not mapped yet"
+    ),
+    "clap_text_model": "learned absolute position embeddings (RoBERTa-like; checkpoint "
+    "weights), not a formula",
+    "data2vec-audio": "convolutional relative positions (Data2VecAudioPositionalConvLayer: "
+    "checkpoint weights), not a formula",
+    "data2vec-text": "learned absolute position embeddings (RoBERTa-like; checkpoint weights), "
+    "not a formula",
+    "grounding-dino": _LEARNED_TEXT.format(
+        other="the vision side (DETR-style sine of the feature map, Swin windows) is"
+    ),
+    "mm-grounding-dino": _LEARNED_TEXT.format(
+        other="the vision side (DETR-style sine of the feature map, Swin windows) is"
+    ),
+    "layoutlmv2": "1-D and 2-D relative position bins (rel_pos_bins, max_rel_pos, "
+    "rel_2d_pos_bins: LayoutLMv2SelfAttention's relative_position_bucket over token and "
+    "bounding-box coordinates) plus learned absolute tables; not mapped",
+    "layoutlmv3": "1-D and 2-D relative position bins (rel_pos_bins, max_rel_pos, "
+    "rel_2d_pos_bins over token and bounding-box coordinates) plus learned absolute tables; "
+    "not mapped",
+    # T5 buckets with extra parts.
+    "udop": "T5 buckets plus 2-D layout biases (RelativePositionBiasHorizontal/Vertical over "
+    "bounding boxes) summed per layer; not mapped",
+    "pix2struct": "text decoder: T5 causal buckets; vision encoder: learned row/column "
+    "embeddings of the patches (checkpoint weights); not mapped",
+    "pix2struct_text_model": "T5 causal buckets of Pix2StructTextAttention; not mapped yet",
+    "pix2struct_vision_model": "learned row/column patch embeddings (checkpoint weights); "
+    "relative_attention_num_buckets is unused by the vision encoder",
+    # Sinusoids inside models with other parts.
+    "fsmt": "fairseq sinusoids (SinusoidalPositionalEmbedding) with separate source and target "
+    "tables sized by the vocabularies' padding; not mapped yet",
+    "kosmos-2": "text model: fairseq sinusoids (Kosmos2TextSinusoidalPositionalEmbedding) with "
+    "scale_embedding; vision: learned CLIP positions; not mapped",
+    "kosmos_2_text_model": "fairseq sinusoids (Kosmos2TextSinusoidalPositionalEmbedding); not "
+    "mapped yet",
+    "kosmos_2_vision_model": "learned absolute positions (CLIP vision; checkpoint weights)",
+    "kosmos-2.5": "text model: fairseq sinusoids; vision: learned row/column embeddings; not "
+    "mapped",
+    "kosmos_2_5_text_model": "fairseq sinusoids (Kosmos2_5TextSinusoidalPositionalEmbedding); "
+    "not mapped yet",
+    "kosmos_2_5_vision_model": "learned row/column patch embeddings (checkpoint weights)",
+    "musicgen": "MusicgenSinusoidalPositionalEmbedding in the decoder; not mapped yet",
+    "musicgen_decoder": "MusicgenSinusoidalPositionalEmbedding; not mapped yet",
+    "musicgen_melody": "MusicgenMelodySinusoidalPositionalEmbedding; not mapped yet",
+    "musicgen_melody_decoder": "MusicgenMelodySinusoidalPositionalEmbedding; not mapped yet",
+    "pegasus_x": "PegasusXSinusoidalPositionalEmbedding; not mapped yet",
+    "roformer": "rotary sinusoids (RoFormerSinusoidalPositionalEmbedding, rotate-every-two) "
+    "served by no RoPE key of its config; not mapped yet",
+    "seamless_m4t": "several sub-models (speech encoder relative positions, text fairseq "
+    "sinusoids, t2u decoder); not mapped",
+    "seamless_m4t_v2": "several sub-models (speech encoder relative positions, text fairseq "
+    "sinusoids, t2u decoder); not mapped",
+    "speecht5": "SpeechT5 speech encoder relative positions (SpeechT5RelativePositionalEncoding) "
+    "and scaled sinusoids (SpeechT5ScaledPositionalEncoding, a learned alpha); not mapped",
+    "speecht5_hifigan": "a vocoder: no position encoding",
+    "tipsv2": "text tower sinusoids and vision learned positions; not mapped",
+    "tipsv2_text_model": "TipsV2 text sinusoids; not mapped yet",
+    "tipsv2_vision_model": "learned absolute positions (checkpoint weights)",
+}
+"""model_type -> why `/v1/resolve` serves no table for it."""
+
+
+def refuse(view: ConfigView) -> list[Entry]:
+    """Refuses a model type of `REFUSED`, naming its encoding and why it is not mapped."""
+    fail(view.key("model_type"), REFUSED[view.model_type], view.model_type)
