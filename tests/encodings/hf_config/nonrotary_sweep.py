@@ -37,9 +37,9 @@ MARKERS: dict[str, tuple[str, ...]] = {
     "sinusoidal_2d": (
         "SinePositionEmbedding",
         "build_2d_sincos_position_embedding",
-        "get_2d_sincos_pos_embed",
+        "build_2d_sinusoidal_position_embedding",
     ),
-    "relative_index": ("relative_position_index", "rel_pos_bins"),
+    "relative_index": ("relative_position_index", "rel_pos_bins", "attention_bias_idxs"),
 }
 """family -> strings whose presence in a modeling file marks a model using that family."""
 
@@ -61,8 +61,19 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
 ALTERNATIVES: dict[str, str] = {
     "falcon": "rope",  # alibi=False (the class default): rotary
     "swin+absolute": "learned",  # the learned table next to the index
+    # The text sub-config of a multimodal model: its 2-D table is the vision tower's.
+    "granite_docling_text": "rope",
 }
 """case -> a family the config chooses instead of (or beside) the marked one."""
+
+NOT_SERVED: dict[str, str] = {"granite_docling": "sinusoidal_2d"}
+"""Multimodal cases served in part: the marked family each table's `not_served` note names."""
+
+ROTARY: dict[str, str] = {
+    "roformer": "RoFormerSinusoidalPositionalEmbedding feeds rotary embeddings: issue 17's RoPE "
+    "sweep",
+}
+"""Marked model types whose sinusoids are rotary: the RoPE side's, left out of this sweep."""
 
 
 @functools.cache
@@ -82,7 +93,9 @@ def cases() -> dict[str, tuple[str, dict[str, Any]]]:
     """case name -> (model_type, extra config keys): every marked model type, then `VARIANTS`."""
     modules = marked_modules()
     out: dict[str, tuple[str, dict[str, Any]]] = {
-        t: (t, {}) for t in sorted(CONFIG_MAPPING_NAMES) if model_type_to_module_name(t) in modules
+        t: (t, {})
+        for t in sorted(CONFIG_MAPPING_NAMES)
+        if model_type_to_module_name(t) in modules and t not in ROTARY
     }
     out.update(VARIANTS)
     return out
@@ -178,6 +191,10 @@ def _sinusoidal(model_type: str, cfg: Any, named: NamedSpec) -> Pair:
         rows = cfg.max_source_positions if role == "encoder" else cfg.max_target_positions
         module = mod.Speech2TextSinusoidalPositionalEmbedding(rows, cfg.d_model, cfg.pad_token_id)
         theirs = module.weights
+    elif model_type == "fsmt":
+        pad = cfg.pad_token_id
+        rows = cfg.max_position_embeddings + pad + 1
+        theirs = mod.SinusoidalPositionalEmbedding.get_embedding(rows, cfg.d_model, pad)
     elif model_type == "trocr":
         pad = cfg.pad_token_id
         rows = cfg.max_position_embeddings + pad + 1

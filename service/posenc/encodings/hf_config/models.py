@@ -239,6 +239,7 @@ MAPPERS: dict[str, Mapper] = {
     "nllb-moe": text.fairseq_sinusoids,
     "speech_to_text": text.speech_to_text,
     "trocr": text.trocr,
+    "fsmt": text.fsmt,
     **dict.fromkeys(unmapped.REFUSED, unmapped.refuse),
 }
 """model_type -> its mapper; a model type not listed is read as transformers' generic RoPE

@@ -307,6 +307,16 @@ def trocr(view: ConfigView) -> list[Entry]:
     return [_fairseq(view, rows, pad, None, source)]
 
 
+def fsmt(view: ConfigView) -> list[Entry]:
+    """FSMT (`modeling_fsmt.SinusoidalPositionalEmbedding(max_position_embeddings + pad + 1,
+    d_model, pad)`): the same fairseq table in the encoder and the decoder."""
+    pad = int(view.number("pad_token_id"))
+    rows = int(view.number("max_position_embeddings")) + pad + 1
+    source = "FSMTEncoder and FSMTDecoder.embed_positions(max_position_embeddings + pad + 1, "
+    source += "d_model, pad): one table, shared"
+    return [_fairseq(view, rows, pad, None, source)]
+
+
 def pegasus(view: ConfigView) -> list[Entry]:
     """Pegasus (`PegasusSinusoidalPositionalEmbedding.create_weight`): Marian's table (sin half,
     cos half, exponent 2(j//2)/dim) of max_position_embeddings rows, shared by both stacks."""

@@ -126,6 +126,13 @@ REFUSED: dict[str, str] = {
     "layoutlmv3": "1-D and 2-D relative position bins (rel_pos_bins, max_rel_pos, "
     "rel_2d_pos_bins over token and bounding-box coordinates) plus learned absolute tables; "
     "not mapped",
+    "levit": "per-stage attention offsets (LevitAttention.attention_bias_idxs over the stage's "
+    "resolution, with strided queries in the subsample blocks); not mapped",
+    "aimv2_vision_model": "a 2-D sin-cos table of the patch grid (build_2d_sinusoidal_position_"
+    "embedding) when is_native, else learned positions (checkpoint weights); not mapped yet",
+    "aimv2_text_model": "learned absolute position embeddings (checkpoint weights), not a formula",
+    "granite_docling_vision": "the vision tower's fixed 2-D sin-cos table (granite_docling's "
+    "build_2d_sinusoidal_position_embedding, columns before rows); not mapped yet",
     # T5 buckets with extra parts.
     "udop": "T5 buckets plus 2-D layout biases (RelativePositionBiasHorizontal/Vertical over "
     "bounding boxes) summed per layer; not mapped",
@@ -135,10 +142,8 @@ REFUSED: dict[str, str] = {
     "pix2struct_vision_model": "learned row/column patch embeddings (checkpoint weights); "
     "relative_attention_num_buckets is unused by the vision encoder",
     # Sinusoids inside models with other parts.
-    "fsmt": "fairseq sinusoids (SinusoidalPositionalEmbedding) with separate source and target "
-    "tables sized by the vocabularies' padding; not mapped yet",
-    "kosmos-2": "text model: fairseq sinusoids (Kosmos2TextSinusoidalPositionalEmbedding) with "
-    "scale_embedding; vision: learned CLIP positions; not mapped",
+    "kosmos-2": "text model: fairseq sinusoids (Kosmos2TextSinusoidalPositionalEmbedding); "
+    "vision: learned positions (checkpoint weights); not mapped",
     "kosmos_2_text_model": "fairseq sinusoids (Kosmos2TextSinusoidalPositionalEmbedding); not "
     "mapped yet",
     "kosmos_2_vision_model": "learned absolute positions (CLIP vision; checkpoint weights)",
@@ -152,20 +157,27 @@ REFUSED: dict[str, str] = {
     "musicgen_melody": "MusicgenMelodySinusoidalPositionalEmbedding; not mapped yet",
     "musicgen_melody_decoder": "MusicgenMelodySinusoidalPositionalEmbedding; not mapped yet",
     "pegasus_x": "PegasusXSinusoidalPositionalEmbedding; not mapped yet",
-    "roformer": "rotary sinusoids (RoFormerSinusoidalPositionalEmbedding, rotate-every-two) "
-    "served by no RoPE key of its config; not mapped yet",
     "seamless_m4t": "several sub-models (speech encoder relative positions, text fairseq "
     "sinusoids, t2u decoder); not mapped",
     "seamless_m4t_v2": "several sub-models (speech encoder relative positions, text fairseq "
     "sinusoids, t2u decoder); not mapped",
-    "speecht5": "SpeechT5 speech encoder relative positions (SpeechT5RelativePositionalEncoding) "
-    "and scaled sinusoids (SpeechT5ScaledPositionalEncoding, a learned alpha); not mapped",
+    "speecht5": "speech encoder relative positions (SpeechT5RelativePositionalEncoding), "
+    "SpeechT5ScaledPositionalEncoding and SpeechT5SinusoidalPositionalEmbedding in the pre-nets; "
+    "not mapped",
     "speecht5_hifigan": "a vocoder: no position encoding",
     "tipsv2": "text tower sinusoids and vision learned positions; not mapped",
     "tipsv2_text_model": "TipsV2 text sinusoids; not mapped yet",
     "tipsv2_vision_model": "learned absolute positions (checkpoint weights)",
 }
 """model_type -> why `/v1/resolve` serves no table for it."""
+
+
+LEFT_OUT: dict[str, str] = {
+    "granite_docling": "the vision tower's fixed 2-D sin-cos table (build_2d_sinusoidal_position_"
+    "embedding, columns before rows) is not served; only the text model's tables are",
+}
+"""Multimodal model_type -> the part `/v1/resolve` leaves out when it serves the text model's
+tables (noted as `not_served` on every table it returns)."""
 
 
 def refuse(view: ConfigView) -> list[Entry]:
