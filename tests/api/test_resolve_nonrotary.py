@@ -52,12 +52,25 @@ def test_newly_mapped_sinusoid_models(client: httpx.Client) -> None:
 
 
 def test_unmapped_models_are_refused_with_their_encoding(client: httpx.Client) -> None:
-    r = client.post("/v1/resolve", json=_config("detr"))
+    r = client.post("/v1/resolve", json=_config("mask2former"))
     assert r.status_code == 422, r.text
     body = r.json()
     assert set(body) >= {"error", "error_type", "detail"}
-    assert "DetrSinePositionEmbedding" in r.text
+    assert "Mask2FormerSinePositionEmbedding" in r.text
     assert "model_type" in r.text
     r = client.post("/v1/resolve", json=_config("swinv2"))
     assert r.status_code == 422
     assert "relative_coords_table" in r.text
+
+
+def test_detr_needs_the_feature_map_size_from_the_request(client: httpx.Client) -> None:
+    config = _config("detr")
+    r = client.post("/v1/resolve", json=config)
+    assert r.status_code == 422
+    assert {p["field"] for p in r.json()["detail"]} >= {"height", "width"}
+    request = {"hf_config": config, "height": 25, "width": 34, "valid_width": 30}
+    (spec,) = client.post("/v1/resolve", json=request).json()["specs"]
+    assert spec["name"] == "sinusoidal_2d"
+    assert spec["spec"]["num_pos_feats"] == 128
+    table = decode(client.get(spec["url"]))["embedding"]
+    assert table.shape == (256, 25, 34)

@@ -69,6 +69,12 @@ ALTERNATIVES: dict[str, str] = {
 NOT_SERVED: dict[str, str] = {"granite_docling": "sinusoidal_2d"}
 """Multimodal cases served in part: the marked family each table's `not_served` note names."""
 
+REQUEST: dict[str, dict[str, int]] = {
+    t: {"height": 13, "width": 17, "valid_height": 11, "valid_width": 14}
+    for t in ("detr", "conditional_detr", "deformable_detr", "table-transformer")
+}
+"""model_type -> the request fields its tables need beside config.json (a feature map's size)."""
+
 ROTARY: dict[str, str] = {
     "roformer": "RoFormerSinusoidalPositionalEmbedding feeds rotary embeddings: issue 17's RoPE "
     "sweep",
@@ -223,6 +229,22 @@ def _relative_index(model_type: str, cfg: Any, named: NamedSpec) -> Pair:
 
 def _sinusoidal_2d(model_type: str, cfg: Any, named: NamedSpec) -> Pair:
     ours = compute(named.spec).tensors["embedding"]
+    if model_type in REQUEST:
+        # The model's own module as the model builds it, on a padded pixel mask.
+        size = REQUEST[model_type]
+        mask = torch.zeros(1, size["height"], size["width"], dtype=torch.long)
+        mask[:, : size["valid_height"], : size["valid_width"]] = 1
+        mod = _modeling(model_type)
+        if model_type == "table-transformer":
+            module = mod.build_position_encoding(cfg)
+            pixels = torch.zeros(1, 3, size["height"], size["width"])
+            return ours, module(pixels, mask)[0]
+        cls = next(
+            getattr(mod, n) for n in sorted(dir(mod)) if n.endswith("DetrSinePositionEmbedding")
+        )
+        module = cls(cfg.d_model // 2, normalize=True)
+        shape = torch.Size((1, cfg.d_model, size["height"], size["width"]))
+        return ours, module(shape=shape, device="cpu", dtype=torch.float32, mask=mask)[0]
     if model_type != "vit_mae":
         raise AssertionError(f"{model_type}: resolved a 2-D table no reference checks")
     mod = _modeling(model_type)

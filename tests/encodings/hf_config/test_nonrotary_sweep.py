@@ -35,8 +35,13 @@ def test_the_sweep_finds_the_families() -> None:
 def test_exact_or_refused_with_the_reason(case: str) -> None:
     model_type, extra = CASES[case]
     cfg, config = _config(model_type, extra)
+    if model_type in sweep.REQUEST:
+        # Tables sized by the request: without its fields the error names them.
+        with pytest.raises(ConfigError) as missing:
+            resolve_hf_config(config)
+        assert {p.field for p in missing.value.problems} >= {"height", "width"}, missing.value
     try:
-        resolved = resolve_hf_config(config)
+        resolved = resolve_hf_config(config, **sweep.REQUEST.get(model_type, {}))
     except ConfigError as err:
         (problem,) = err.problems
         # The generic message is only true of a text_config read instead of the model itself.

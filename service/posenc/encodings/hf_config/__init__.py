@@ -46,6 +46,9 @@ the table in `notes`. The rules reproduce transformers 5.x (`modeling_rope_utils
 | (`use_[shared_]relative_position_bias`)       |                                                 |
 | + `use_absolute_position_embeddings`          | + `learned` (hf_vit; the table by `table_key`)  |
 | ViTMAE `hidden_size`, `decoder_hidden_size`   | `sinusoidal_2d:encoder` / `:decoder` (mae)      |
+| DETR, conditional / Deformable DETR, Table    | `sinusoidal_2d` (detr, d_model // 2 features,   |
+| Transformer `d_model`; the request's height,  | normalize; offset -0.5 in Deformable DETR)      |
+| width, valid_height, valid_width              |                                                 |
 
 Vision configs (transformers `modeling_vit.py`, `modeling_swin.py`, `modeling_beit.py`,
 `modeling_data2vec_vision.py`, `modeling_vit_mae.py`): the patch grid is `image_size //

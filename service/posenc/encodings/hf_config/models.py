@@ -240,6 +240,7 @@ MAPPERS: dict[str, Mapper] = {
     "speech_to_text": text.speech_to_text,
     "trocr": text.trocr,
     "fsmt": text.fsmt,
+    **dict.fromkeys(vision.DETR_MODELS, vision.detr),
     **dict.fromkeys(unmapped.REFUSED, unmapped.refuse),
 }
 """model_type -> its mapper; a model type not listed is read as transformers' generic RoPE

@@ -13,9 +13,8 @@ from posenc.encodings.config_values import fail
 from posenc.encodings.hf_config.view import ConfigView, Entry
 
 _DETR = (
-    "DETR-style 2-D sine embedding of the backbone feature map's pixel mask "
-    "({module}): its height and width depend on each image and the backbone, not config.json; "
-    "request kind=sinusoidal_2d with style=detr and the feature map's height/width"
+    "2-D sine embeddings ({module}) of feature maps whose sizes come from each image and the "
+    "backbone, at the model's own widths per stage; not mapped"
 )
 _SAM = (
     "SAM-style sine embeddings ({module}) of prompts and a feature map whose size comes from "
@@ -36,11 +35,7 @@ REFUSED: dict[str, str] = {
     **{
         t: _DETR.format(module=m)
         for t, m in {
-            "detr": "DetrSinePositionEmbedding",
-            "conditional_detr": "ConditionalDetrSinePositionEmbedding",
-            "deformable_detr": "DeformableDetrSinePositionEmbedding",
             "dab-detr": "DabDetrSinePositionEmbedding",
-            "table-transformer": "TableTransformerSinePositionEmbedding",
             "rt_detr": "RTDetr's build_2d_sincos_position_embedding",
             "rt_detr_v2": "RTDetrV2's build_2d_sincos_position_embedding",
             "rt_detr_resnet": "RT-DETR's backbone (position embeddings live in rt_detr)",
@@ -48,7 +43,6 @@ REFUSED: dict[str, str] = {
             "deimv2": "Deimv2's build_2d_sincos_position_embedding",
             "mask2former": "Mask2FormerSinePositionEmbedding",
             "maskformer": "MaskFormerSinePositionEmbedding",
-            "maskformer-swin": "MaskFormerSwin's window relative_position_index",
             "oneformer": "OneFormerSinePositionEmbedding",
             "pp_doclayout_v2": "PPDocLayoutV2 SinePositionEmbedding plus rel_pos_bins",
             "pp_doclayout_v3": "PPDocLayoutV3 SinePositionEmbedding",
@@ -100,6 +94,10 @@ REFUSED: dict[str, str] = {
     ),
     "donut-swin": _RELATIVE.format(
         module="DonutSwinSelfAttention", why="a Swin copy under its own model_type; not mapped yet"
+    ),
+    "maskformer-swin": _RELATIVE.format(
+        module="MaskFormerSwinSelfAttention (Swin windows)",
+        why="a Swin backbone copy under its own model_type; not mapped yet",
     ),
     "clap": _RELATIVE.format(
         module="ClapAudioSelfAttention (Swin windows)",
