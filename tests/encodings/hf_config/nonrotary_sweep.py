@@ -217,6 +217,15 @@ def _relative_index(model_type: str, cfg: Any, named: NamedSpec) -> Pair:
         window = (cfg.window_size, cfg.window_size)
         bias = mod.SwinRelativePositionBias(cfg.num_heads[0], window)
         return ours.reshape(-1), bias.relative_position_index
+    if model_type in ("donut-swin", "maskformer-swin"):
+        cls = (
+            "DonutSwinSelfAttention"
+            if model_type == "donut-swin"
+            else "MaskFormerSwinSelfAttention"
+        )
+        heads = cfg.num_heads[0]
+        attention = getattr(mod, cls)(cfg, heads * 2, heads, cfg.window_size)
+        return ours, attention.relative_position_index
     if model_type == "beit":
         bias = mod.BeitRelativePositionBias(cfg)
         return ours, bias.generate_relative_position_index(bias.window_size)

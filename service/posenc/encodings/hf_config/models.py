@@ -241,6 +241,8 @@ MAPPERS: dict[str, Mapper] = {
     "trocr": text.trocr,
     "fsmt": text.fsmt,
     **dict.fromkeys(vision.DETR_MODELS, vision.detr),
+    "donut-swin": vision.swin_copy,
+    "maskformer-swin": vision.swin_copy,
     **dict.fromkeys(unmapped.REFUSED, unmapped.refuse),
 }
 """model_type -> its mapper; a model type not listed is read as transformers' generic RoPE

@@ -14,16 +14,13 @@ from posenc.encodings.hf_config.view import ConfigView, Entry
 
 _DETR = (
     "2-D sine embeddings ({module}) of feature maps whose sizes come from each image and the "
-    "backbone, at the model's own widths per stage; not mapped"
+    "backbone; not mapped"
 )
 _SAM = (
-    "SAM-style sine embeddings ({module}) of prompts and a feature map whose size comes from "
-    "the image encoder, alongside learned tables (checkpoint weights); not mapped"
+    "sine embeddings ({module}) of feature maps and prompts whose sizes come from each input; "
+    "not mapped"
 )
-_TIME_SERIES = (
-    "sinusoidal table of time lags ({module}, a fairseq/XLM layout over context_length + "
-    "prediction_length rows) next to learned value embeddings; not mapped"
-)
+_TIME_SERIES = "sinusoidal table ({module}) of the time-series positions; not mapped"
 _RELATIVE = "relative position index ({module}); not mapped: {why}"
 _LEARNED_TEXT = (
     "its text encoder's positions are learned absolute embeddings (checkpoint weights); "
@@ -38,7 +35,6 @@ REFUSED: dict[str, str] = {
             "dab-detr": "DabDetrSinePositionEmbedding",
             "rt_detr": "RTDetr's build_2d_sincos_position_embedding",
             "rt_detr_v2": "RTDetrV2's build_2d_sincos_position_embedding",
-            "rt_detr_resnet": "RT-DETR's backbone (position embeddings live in rt_detr)",
             "d_fine": "DFine's build_2d_sincos_position_embedding",
             "deimv2": "Deimv2's build_2d_sincos_position_embedding",
             "mask2former": "Mask2FormerSinePositionEmbedding",
@@ -92,13 +88,6 @@ REFUSED: dict[str, str] = {
     "swin2sr": _RELATIVE.format(
         module="Swin2SRSelfAttention", why="Swin V2's continuous position bias (an MLP)"
     ),
-    "donut-swin": _RELATIVE.format(
-        module="DonutSwinSelfAttention", why="a Swin copy under its own model_type; not mapped yet"
-    ),
-    "maskformer-swin": _RELATIVE.format(
-        module="MaskFormerSwinSelfAttention (Swin windows)",
-        why="a Swin backbone copy under its own model_type; not mapped yet",
-    ),
     "clap": _RELATIVE.format(
         module="ClapAudioSelfAttention (Swin windows)",
         why="the text tower has learned absolute positions (checkpoint weights)",
@@ -108,6 +97,8 @@ REFUSED: dict[str, str] = {
     ),
     "clap_text_model": "learned absolute position embeddings (RoBERTa-like; checkpoint "
     "weights), not a formula",
+    "rt_detr_resnet": "a ResNet backbone: no position encoding (RT-DETR's sine tables are "
+    "rt_detr's)",
     "data2vec-audio": "convolutional relative positions (Data2VecAudioPositionalConvLayer: "
     "checkpoint weights), not a formula",
     "data2vec-text": "learned absolute position embeddings (RoBERTa-like; checkpoint weights), "

@@ -147,6 +147,17 @@ def swin(view: ConfigView) -> list[Entry]:
     return entries
 
 
+def swin_copy(view: ConfigView) -> list[Entry]:
+    """Donut's and MaskFormer's Swin encoders (`DonutSwinSelfAttention`,
+    `MaskFormerSwinSelfAttention`): Swin's window index under their own model_type."""
+    entries = swin(view)
+    entries[0].notes["transformers"] = (
+        f"{view.model_type}: <Model>SelfAttention.relative_position_index, Swin's (N, N) window "
+        "index; the shifted-window mask (SW-MSA) is separate and not a position table"
+    )
+    return entries
+
+
 def beit(view: ConfigView) -> list[Entry]:
     """BEiT / data2vec-vision (`modeling_beit.BeitRelativePositionBias`,
     `modeling_data2vec_vision.Data2VecVisionRelativePositionBias`): the class-token index over the
