@@ -66,8 +66,12 @@ ALTERNATIVES: dict[str, str] = {
 }
 """case -> a family the config chooses instead of (or beside) the marked one."""
 
-NOT_SERVED: dict[str, str] = {"granite_docling": "sinusoidal_2d"}
-"""Multimodal cases served in part: the marked family each table's `not_served` note names."""
+NOT_SERVED: dict[str, str] = {
+    "granite_docling": "2-D sin-cos",
+    "musicgen": "text encoder",
+    "musicgen_melody": "text encoder",
+}
+"""Composite cases served in part -> what each table's `not_served` note must name."""
 
 REQUEST: dict[str, dict[str, int]] = {
     t: {"height": 13, "width": 17, "valid_height": 11, "valid_width": 14}
@@ -197,6 +201,12 @@ def _sinusoidal(model_type: str, cfg: Any, named: NamedSpec) -> Pair:
         rows = cfg.max_source_positions if role == "encoder" else cfg.max_target_positions
         module = mod.Speech2TextSinusoidalPositionalEmbedding(rows, cfg.d_model, cfg.pad_token_id)
         theirs = module.weights
+    elif model_type.startswith("musicgen"):
+        dec = getattr(cfg, "decoder", cfg)
+        cls = next(
+            getattr(mod, n) for n in sorted(dir(mod)) if n.endswith("SinusoidalPositionalEmbedding")
+        )
+        theirs = cls(dec.max_position_embeddings, dec.hidden_size).weights
     elif model_type == "fsmt":
         pad = cfg.pad_token_id
         rows = cfg.max_position_embeddings + pad + 1

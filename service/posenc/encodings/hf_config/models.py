@@ -240,6 +240,7 @@ MAPPERS: dict[str, Mapper] = {
     "speech_to_text": text.speech_to_text,
     "trocr": text.trocr,
     "fsmt": text.fsmt,
+    **dict.fromkeys(text.MUSICGEN_MODELS, text.musicgen),
     **dict.fromkeys(vision.DETR_MODELS, vision.detr),
     "donut-swin": vision.swin_copy,
     "maskformer-swin": vision.swin_copy,

@@ -41,6 +41,10 @@ LEARNED_MODELS = frozenset(
 T5_MODELS = frozenset({"t5", "mt5", "umt5", "longt5", "switch_transformers", "pop2piano"})
 """Models whose attention is T5's (`compute_bias` with `_relative_position_bucket`)."""
 
+MUSICGEN_MODELS = frozenset(
+    {"musicgen", "musicgen_decoder", "musicgen_melody", "musicgen_melody_decoder"}
+)
+
 T5_DEFAULT_KEY_LENGTH = 512
 """key_length of a T5-family table when the config has no n_positions (T5's pre-training length;
 the bucket table needs only some length: a request's key_length replaces it)."""
@@ -315,6 +319,27 @@ def fsmt(view: ConfigView) -> list[Entry]:
     source = "FSMTEncoder and FSMTDecoder.embed_positions(max_position_embeddings + pad + 1, "
     source += "d_model, pad): one table, shared"
     return [_fairseq(view, rows, pad, None, source)]
+
+
+def musicgen(view: ConfigView) -> list[Entry]:
+    """MusicGen / MusicGen Melody decoders (`MusicgenSinusoidalPositionalEmbedding(
+    max_position_embeddings, hidden_size)`): tensor2tensor's table with cos before sin, no padding
+    row; a composite config is read through its `decoder`."""
+    decoder = view.data.get("decoder")
+    if isinstance(decoder, Mapping):
+        view = ConfigView(decoder, view.key("decoder."), f"{view.model_type}_decoder", None)
+    data = {
+        "kind": "sinusoidal",
+        "dim": int(view.number("hidden_size")),
+        "max_positions": int(view.number("max_position_embeddings")),
+        "convention": "tensor2tensor",
+        "layout": "cos_sin",
+    }
+    notes = {
+        "transformers": "get_embedding: [cos | sin] of p * exp(-k ln(10000) / (dim/2 - 1)); "
+        "the decoder adds rows at the positions cache_length.. of each codebook stream",
+    }
+    return [Entry("sinusoidal", "decoder", data, notes)]
 
 
 def pegasus(view: ConfigView) -> list[Entry]:

@@ -141,10 +141,6 @@ REFUSED: dict[str, str] = {
     "kosmos_2_5_text_model": "fairseq sinusoids (Kosmos2_5TextSinusoidalPositionalEmbedding); "
     "not mapped yet",
     "kosmos_2_5_vision_model": "learned row/column patch embeddings (checkpoint weights)",
-    "musicgen": "MusicgenSinusoidalPositionalEmbedding in the decoder; not mapped yet",
-    "musicgen_decoder": "MusicgenSinusoidalPositionalEmbedding; not mapped yet",
-    "musicgen_melody": "MusicgenMelodySinusoidalPositionalEmbedding; not mapped yet",
-    "musicgen_melody_decoder": "MusicgenMelodySinusoidalPositionalEmbedding; not mapped yet",
     "pegasus_x": "PegasusXSinusoidalPositionalEmbedding; not mapped yet",
     "seamless_m4t": "several sub-models (speech encoder relative positions, text fairseq "
     "sinusoids, t2u decoder); not mapped",
@@ -164,6 +160,11 @@ REFUSED: dict[str, str] = {
 LEFT_OUT: dict[str, str] = {
     "granite_docling": "the vision tower's fixed 2-D sin-cos table (build_2d_sinusoidal_position_"
     "embedding, columns before rows) is not served; only the text model's tables are",
+    **dict.fromkeys(
+        ("musicgen", "musicgen_melody"),
+        "the text encoder's tables are not served: resolve its text_encoder config on its own "
+        "(a T5 config: t5_bias)",
+    ),
 }
 """Multimodal model_type -> the part `/v1/resolve` leaves out when it serves the text model's
 tables (noted as `not_served` on every table it returns)."""
