@@ -55,6 +55,11 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     # BEiT / data2vec-vision checkpoints: relative position bias per layer.
     "beit+relative": ("beit", {"use_relative_position_bias": True}),
     "data2vec-vision+relative": ("data2vec-vision", {"use_relative_position_bias": True}),
+    # Time-series checkpoints set prediction_length (the class default is None).
+    **{
+        f"{t}+prediction_length": (t, {"prediction_length": 24})
+        for t in ("time_series_transformer", "informer", "autoformer")
+    },
 }
 """case name -> (model_type, config keys that released checkpoints set)."""
 
@@ -68,6 +73,7 @@ ALTERNATIVES: dict[str, str] = {
 
 NOT_SERVED: dict[str, str] = {
     "granite_docling": "2-D sin-cos",
+    "kosmos-2": "vision model",
     "musicgen": "text encoder",
     "musicgen_melody": "text encoder",
 }
@@ -78,6 +84,18 @@ REQUEST: dict[str, dict[str, int]] = {
     for t in ("detr", "conditional_detr", "deformable_detr", "table-transformer")
 }
 """model_type -> the request fields its tables need beside config.json (a feature map's size)."""
+
+DEFAULT_REFUSALS: dict[str, str] = {
+    "trocr": "use_learned_position_embeddings",
+    "beit": "use_relative_position_bias",
+    "data2vec-vision": "use_relative_position_bias",
+    "swin+absolute": "table_key",
+    "time_series_transformer": "prediction_length",
+    "informer": "prediction_length",
+    "autoformer": "prediction_length",
+}
+"""Cases of mapped model types whose config is refused -> the field the refusal must name (the
+default config chooses no table, or lacks a value checkpoints set)."""
 
 ROTARY: dict[str, str] = {
     "roformer": "RoFormerSinusoidalPositionalEmbedding feeds rotary embeddings: issue 17's RoPE "
@@ -207,6 +225,18 @@ def _sinusoidal(model_type: str, cfg: Any, named: NamedSpec) -> Pair:
             getattr(mod, n) for n in sorted(dir(mod)) if n.endswith("SinusoidalPositionalEmbedding")
         )
         theirs = cls(dec.max_position_embeddings, dec.hidden_size).weights
+    elif model_type in ("time_series_transformer", "informer", "autoformer"):
+        cls = next(
+            getattr(mod, n) for n in sorted(dir(mod)) if n.endswith("SinusoidalPositionalEmbedding")
+        )
+        rows = cfg.context_length + cfg.prediction_length
+        theirs = cls(rows, cfg.d_model).create_weight()
+    elif model_type in ("kosmos-2", "kosmos_2_text_model"):
+        text = getattr(cfg, "text_config", cfg)
+        module = mod.Kosmos2TextSinusoidalPositionalEmbedding(
+            text.max_position_embeddings, text.embed_dim, text.pad_token_id
+        )
+        theirs = module.weights
     elif model_type == "fsmt":
         pad = cfg.pad_token_id
         rows = cfg.max_position_embeddings + pad + 1

@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from posenc.encodings import ConfigError
-from posenc.encodings.hf_config import resolve_hf_config
+from posenc.encodings.hf_config import MAPPERS, resolve_hf_config
+from posenc.encodings.hf_config.unmapped import refuse
 from tests.encodings.hf_config import nonrotary_sweep as sweep
 
 CASES = sweep.cases()
@@ -50,6 +51,10 @@ def test_exact_or_refused_with_the_reason(case: str) -> None:
             problem,
         )
         assert problem.message, case
+        mapper = MAPPERS.get(model_type)
+        if mapper is not None and mapper is not refuse:
+            # A mapped model type is refused only where the sweep knows why.
+            assert sweep.DEFAULT_REFUSALS.get(case, "\0") in problem.field, (case, problem)
         return
     marked = sweep.families(model_type)
     got = {n.spec.kind for n in resolved}

@@ -40,6 +40,9 @@ the table in `notes`. The rules reproduce transformers 5.x (`modeling_rope_utils
 | FSMT; TrOCR (`use_learned_position_embeddings | `sinusoidal` (fairseq, max_position_embeddings  |
 | false`)                                       | + pad + 1 rows)                                 |
 | MusicGen (Melody) decoder `hidden_size`       | `sinusoidal:decoder` (tensor2tensor, cos_sin)   |
+| Kosmos-2 text model `embed_dim`               | `sinusoidal` (fairseq, padding_idx, offset 2)   |
+| Time Series Transformer, Informer, Autoformer | `sinusoidal` (marian convention, context_length |
+|                                               | + prediction_length rows)                       |
 | ViT `image_size`, `patch_size`, `hidden_size` | `learned` (hf_vit; the table by `table_key`)    |
 | Swin `window_size`                            | `relative_index` (swin window)                  |
 | + `use_absolute_embeddings`                   | + `learned` (timm bicubic, no antialias)        |

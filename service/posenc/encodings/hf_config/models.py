@@ -241,6 +241,8 @@ MAPPERS: dict[str, Mapper] = {
     "trocr": text.trocr,
     "fsmt": text.fsmt,
     **dict.fromkeys(text.MUSICGEN_MODELS, text.musicgen),
+    **dict.fromkeys(text.TIME_SERIES_MODELS, text.time_series),
+    "kosmos_2_text_model": text.kosmos2_text,
     **dict.fromkeys(vision.DETR_MODELS, vision.detr),
     "donut-swin": vision.swin_copy,
     "maskformer-swin": vision.swin_copy,

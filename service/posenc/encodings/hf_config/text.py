@@ -45,6 +45,8 @@ MUSICGEN_MODELS = frozenset(
     {"musicgen", "musicgen_decoder", "musicgen_melody", "musicgen_melody_decoder"}
 )
 
+TIME_SERIES_MODELS = frozenset({"time_series_transformer", "informer", "autoformer"})
+
 T5_DEFAULT_KEY_LENGTH = 512
 """key_length of a T5-family table when the config has no n_positions (T5's pre-training length;
 the bucket table needs only some length: a request's key_length replaces it)."""
@@ -250,12 +252,14 @@ def mpnet(view: ConfigView) -> list[Entry]:
     return [Entry("t5_bias", None, data, notes)]
 
 
-def _fairseq(view: ConfigView, rows: int, pad: int, role: str | None, source: str) -> Entry:
+def _fairseq(
+    view: ConfigView, rows: int, pad: int, role: str | None, source: str, dim: int | None = None
+) -> Entry:
     """A fairseq table `get_embedding(rows, dim, padding_idx)` (rows counts the module's offset
-    of 2 when it adds one)."""
+    of 2 when it adds one; dim: d_model unless given)."""
     data = {
         "kind": "sinusoidal",
-        "dim": int(view.number("d_model", "hidden_size")),
+        "dim": int(view.number("d_model", "hidden_size")) if dim is None else dim,
         "max_positions": rows,
         "convention": "fairseq",
         "padding_idx": pad,
@@ -340,6 +344,35 @@ def musicgen(view: ConfigView) -> list[Entry]:
         "the decoder adds rows at the positions cache_length.. of each codebook stream",
     }
     return [Entry("sinusoidal", "decoder", data, notes)]
+
+
+def time_series(view: ConfigView) -> list[Entry]:
+    """Time Series Transformer, Informer, Autoformer (`<Model>SinusoidalPositionalEmbedding(
+    context_length + prediction_length, d_model)`, `create_weight`): Marian's table, one per stack,
+    the same in both."""
+    # The config class sets context_length = context_length or prediction_length.
+    prediction = int(view.number("prediction_length"))
+    rows = int(view.number("context_length", "prediction_length")) + prediction
+    data = {
+        "kind": "sinusoidal",
+        "dim": int(view.number("d_model")),
+        "max_positions": rows,
+        "convention": "marian",
+    }
+    notes = {
+        "rows": "context_length + prediction_length time steps",
+        "shared": "encoder and decoder build the same static table",
+    }
+    return [Entry("sinusoidal", None, data, notes)]
+
+
+def kosmos2_text(view: ConfigView) -> list[Entry]:
+    """Kosmos-2's text model (`Kosmos2TextSinusoidalPositionalEmbedding(max_position_embeddings,
+    embed_dim, pad_token_id)`, M2M100's module): the fairseq table, offset 2."""
+    rows = int(view.number("max_position_embeddings"))
+    pad = int(view.number("pad_token_id"))
+    source = "Kosmos2TextTransformer.embed_positions"
+    return [_fairseq(view, rows + 2, pad, None, source, int(view.number("embed_dim")))]
 
 
 def pegasus(view: ConfigView) -> list[Entry]:

@@ -20,7 +20,6 @@ _SAM = (
     "sine embeddings ({module}) of feature maps and prompts whose sizes come from each input; "
     "not mapped"
 )
-_TIME_SERIES = "sinusoidal table ({module}) of the time-series positions; not mapped"
 _RELATIVE = "relative position index ({module}); not mapped: {why}"
 _LEARNED_TEXT = (
     "its text encoder's positions are learned absolute embeddings (checkpoint weights); "
@@ -69,14 +68,6 @@ REFUSED: dict[str, str] = {
             "sam3_lite_text_geometry_encoder": "Sam3LiteText SinePositionEmbedding",
             "sam3_lite_text_mask_decoder": "Sam3LiteText mask decoder",
             "sam3_lite_text_text_model": "Sam3LiteText text model",
-        }.items()
-    },
-    **{
-        t: _TIME_SERIES.format(module=m)
-        for t, m in {
-            "autoformer": "AutoformerSinusoidalPositionalEmbedding",
-            "informer": "InformerSinusoidalPositionalEmbedding",
-            "time_series_transformer": "TimeSeriesSinusoidalPositionalEmbedding",
         }.items()
     },
     # Relative indices posenc's schemes do not reproduce.
@@ -131,10 +122,6 @@ REFUSED: dict[str, str] = {
     "pix2struct_vision_model": "learned row/column patch embeddings (checkpoint weights); "
     "relative_attention_num_buckets is unused by the vision encoder",
     # Sinusoids inside models with other parts.
-    "kosmos-2": "text model: fairseq sinusoids (Kosmos2TextSinusoidalPositionalEmbedding); "
-    "vision: learned positions (checkpoint weights); not mapped",
-    "kosmos_2_text_model": "fairseq sinusoids (Kosmos2TextSinusoidalPositionalEmbedding); not "
-    "mapped yet",
     "kosmos_2_vision_model": "learned absolute positions (CLIP vision; checkpoint weights)",
     "kosmos-2.5": "text model: fairseq sinusoids; vision: learned row/column embeddings; not "
     "mapped",
@@ -160,6 +147,8 @@ REFUSED: dict[str, str] = {
 LEFT_OUT: dict[str, str] = {
     "granite_docling": "the vision tower's fixed 2-D sin-cos table (build_2d_sinusoidal_position_"
     "embedding, columns before rows) is not served; only the text model's tables are",
+    "kosmos-2": "the vision model's learned positions (checkpoint weights) are not served; only "
+    "the text model's table is",
     **dict.fromkeys(
         ("musicgen", "musicgen_melody"),
         "the text encoder's tables are not served: resolve its text_encoder config on its own "
