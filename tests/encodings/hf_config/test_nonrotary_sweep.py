@@ -14,7 +14,7 @@ import torch
 
 from posenc.encodings import ConfigError
 from posenc.encodings.hf_config import MAPPERS, resolve_hf_config
-from posenc.encodings.hf_config.unmapped import refuse
+from posenc.encodings.hf_config.unmapped import REFUSED, refuse
 from tests.encodings.hf_config import nonrotary_sweep as sweep
 
 CASES = sweep.cases()
@@ -82,8 +82,19 @@ def test_exact_or_refused_with_the_reason(case: str) -> None:
 
 def test_every_refusal_names_a_swept_model_type() -> None:
     """`unmapped.REFUSED` holds no stale names: each is a model type the sweep finds."""
-    from posenc.encodings.hf_config.unmapped import LEFT_OUT, REFUSED
+    from posenc.encodings.hf_config.unmapped import LEFT_OUT
 
     swept = {t for t, _ in CASES.values()}
     assert set(REFUSED) <= swept, sorted(set(REFUSED) - swept)
     assert set(LEFT_OUT) <= swept
+
+
+@pytest.mark.parametrize("model_type", sorted(REFUSED))
+def test_every_refusal_is_what_resolve_says(model_type: str) -> None:
+    """Each reason of `unmapped.REFUSED` is the error of the model type's own config (not shadowed
+    by a `text_config` read first)."""
+    _, config = _config(model_type, {})
+    with pytest.raises(ConfigError) as err:
+        resolve_hf_config(config)
+    (problem,) = err.value.problems
+    assert (problem.field, problem.message) == ("model_type", REFUSED[model_type])

@@ -21,10 +21,6 @@ _SAM = (
     "not mapped"
 )
 _RELATIVE = "relative position index ({module}); not mapped: {why}"
-_LEARNED_TEXT = (
-    "its text encoder's positions are learned absolute embeddings (checkpoint weights); "
-    "{other} not mapped"
-)
 
 REFUSED: dict[str, str] = {
     # 2-D sine tables of a feature map (size fixed only by each image).
@@ -56,20 +52,18 @@ REFUSED: dict[str, str] = {
             "edgetam_mask_decoder": "EdgeTam mask decoder",
             "edgetam_prompt_encoder": "EdgeTam prompt encoder",
             "edgetam_vision_model": "EdgeTamSinePositionEmbedding",
-            "sam3": "Sam3SinePositionEmbedding",
             "sam3_detr_decoder": "Sam3SinePositionEmbedding",
             "sam3_detr_encoder": "Sam3SinePositionEmbedding",
             "sam3_geometry_encoder": "Sam3SinePositionEmbedding",
             "sam3_mask_decoder": "Sam3 mask decoder",
             "sam3_vision_model": "Sam3SinePositionEmbedding",
-            "sam3_lite_text": "Sam3LiteText SinePositionEmbedding",
             "sam3_lite_text_detr_decoder": "Sam3LiteText SinePositionEmbedding",
             "sam3_lite_text_detr_encoder": "Sam3LiteText SinePositionEmbedding",
             "sam3_lite_text_geometry_encoder": "Sam3LiteText SinePositionEmbedding",
             "sam3_lite_text_mask_decoder": "Sam3LiteText mask decoder",
-            "sam3_lite_text_text_model": "Sam3LiteText text model",
         }.items()
     },
+    "sam3_lite_text_text_model": "SAM 3 Lite's text encoder: its positions are not mapped",
     # Relative indices posenc's schemes do not reproduce.
     "swinv2": _RELATIVE.format(
         module="Swinv2SelfAttention",
@@ -78,10 +72,6 @@ REFUSED: dict[str, str] = {
     ),
     "swin2sr": _RELATIVE.format(
         module="Swin2SRSelfAttention", why="Swin V2's continuous position bias (an MLP)"
-    ),
-    "clap": _RELATIVE.format(
-        module="ClapAudioSelfAttention (Swin windows)",
-        why="the text tower has learned absolute positions (checkpoint weights)",
     ),
     "clap_audio_model": _RELATIVE.format(
         module="ClapAudioSelfAttention (Swin windows)", why="not mapped yet"
@@ -94,12 +84,6 @@ REFUSED: dict[str, str] = {
     "checkpoint weights), not a formula",
     "data2vec-text": "learned absolute position embeddings (RoBERTa-like; checkpoint weights), "
     "not a formula",
-    "grounding-dino": _LEARNED_TEXT.format(
-        other="the vision side (DETR-style sine of the feature map, Swin windows) is"
-    ),
-    "mm-grounding-dino": _LEARNED_TEXT.format(
-        other="the vision side (DETR-style sine of the feature map, Swin windows) is"
-    ),
     "layoutlmv2": "1-D and 2-D relative position bins (rel_pos_bins, max_rel_pos, "
     "rel_2d_pos_bins: LayoutLMv2SelfAttention's relative_position_bucket over token and "
     "bounding-box coordinates) plus learned absolute tables; not mapped",
@@ -116,15 +100,11 @@ REFUSED: dict[str, str] = {
     # T5 buckets with extra parts.
     "udop": "T5 buckets plus 2-D layout biases (RelativePositionBiasHorizontal/Vertical over "
     "bounding boxes) summed per layer; not mapped",
-    "pix2struct": "text decoder: T5 causal buckets; vision encoder: learned row/column "
-    "embeddings of the patches (checkpoint weights); not mapped",
     "pix2struct_text_model": "T5 causal buckets of Pix2StructTextAttention; not mapped yet",
-    "pix2struct_vision_model": "learned row/column patch embeddings (checkpoint weights); "
-    "relative_attention_num_buckets is unused by the vision encoder",
+    "pix2struct_vision_model": "learned row/column patch embeddings (row_embedder, "
+    "column_embedder: checkpoint weights), not a formula",
     # Sinusoids inside models with other parts.
     "kosmos_2_vision_model": "learned absolute positions (CLIP vision; checkpoint weights)",
-    "kosmos-2.5": "text model: fairseq sinusoids; vision: learned row/column embeddings; not "
-    "mapped",
     "kosmos_2_5_text_model": "fairseq sinusoids (Kosmos2_5TextSinusoidalPositionalEmbedding); "
     "not mapped yet",
     "kosmos_2_5_vision_model": "learned row/column patch embeddings (checkpoint weights)",
@@ -137,7 +117,6 @@ REFUSED: dict[str, str] = {
     "SpeechT5ScaledPositionalEncoding and SpeechT5SinusoidalPositionalEmbedding in the pre-nets; "
     "not mapped",
     "speecht5_hifigan": "a vocoder: no position encoding",
-    "tipsv2": "text tower sinusoids and vision learned positions; not mapped",
     "tipsv2_text_model": "TipsV2 text sinusoids; not mapped yet",
     "tipsv2_vision_model": "learned absolute positions (checkpoint weights)",
 }
