@@ -461,3 +461,12 @@ def test_single_rows_are_the_fp32_products_bit_for_bit(
     dist = torch.arange(first, first + k, dtype=torch.float32)
     expected = (out["slopes"][:, None] * dist[None, :]).to(getattr(torch, dtype))
     assert torch.equal(out["bias"], expected[:, None, :])
+
+
+@pytest.mark.parametrize("heads", [1, 8, 12, 32, 71])
+def test_bfloat16_slope_rounding_equals_falcon_build_alibi_tensor(heads: int) -> None:
+    """`slope_rounding="bfloat16"`: the slopes transformers Falcon multiplies the key positions by
+    (`build_alibi_tensor`, key position 1 gives the slope itself), bit for bit."""
+    spec = AlibiSpec(num_heads=heads, slope_rounding="bfloat16")
+    falcon = falcon_alibi(torch.ones(1, 2, dtype=torch.long), heads, torch.float32)
+    assert torch.equal(compute(spec).tensors["slopes"], falcon[:, 0, 1])

@@ -7,6 +7,9 @@ otherwise `get(c) + get(2c)[0::2][:n-c]` with c the largest power of two below n
 are then multiplied by `slope_scale` (Falcon-RW divides by sqrt(head_dim)) and divided by
 `interpolation_factor` (ALiBi position interpolation, Al-Khateeb et al. 2023, arXiv:2310.13017, as
 Cerebras BTLM/Jais `alibi_scaling={"type": "linear", "factor": f}` apply it).
+`slope_rounding="bfloat16"` rounds the reference slopes to bfloat16 first, as transformers Falcon's
+`build_alibi_tensor` does (`slopes[..., None].bfloat16()`): what Falcon computes, up to 2^-9
+relative away from the paper's slopes.
 
 Precision: every slope is evaluated in float64 (the reference is Python float math) and rounded
 once to float32. transformers BLOOM/Falcon (`torch.pow` in fp32) and MPT (`1/torch.pow(2, x)`) are
@@ -56,6 +59,7 @@ FP16_MAX = 65504.0
 BiasForm = Literal["causal", "symmetric", "bottom_right", "row_constant", "mpt"]
 MaskedValue = Literal["-inf", "min", "none"]
 FloatDtype = Literal["float32", "float16", "bfloat16"]
+SlopeRounding = Literal["bfloat16"]
 
 MASKED_FORMS: frozenset[str] = frozenset({"causal", "row_constant", "mpt"})
 """Decoder forms: keys after the query position are masked with `masked_value`."""
@@ -79,6 +83,7 @@ class AlibiSpec(SpecBase):
     num_heads: Annotated[int, Field(ge=1, le=MAX_HEADS)]
     alibi_bias_max: Annotated[float, Field(gt=0.0, le=1024.0)] = 8.0
     slope_scale: Annotated[float, Field(gt=0.0)] = 1.0
+    slope_rounding: SlopeRounding | None = None
     interpolation_factor: Annotated[float, Field(ge=1.0)] = 1.0
     tp_size: Annotated[int, Field(ge=1, le=MAX_HEADS)] = 1
     tp_rank: Annotated[int, Field(ge=0, lt=MAX_HEADS)] = 0
@@ -216,9 +221,20 @@ def reference_slopes(num_heads: int, bias_max: float = 8.0) -> list[float]:
 
 
 def global_slopes(spec: AlibiSpec) -> list[float]:
-    """All H slopes in float64 with `slope_scale` and `interpolation_factor` applied."""
+    """All H slopes in float64 (rounded to `slope_rounding` first when set) with `slope_scale` and
+    `interpolation_factor` applied."""
     scale = spec.slope_scale / spec.interpolation_factor
-    return [m * scale for m in _reference_slopes(spec.num_heads, float(spec.alibi_bias_max))]
+    slopes = _reference_slopes(spec.num_heads, float(spec.alibi_bias_max))
+    if spec.slope_rounding == "bfloat16":
+        slopes = _bfloat16(slopes)
+    return [m * scale for m in slopes]
+
+
+def _bfloat16(values: tuple[float, ...]) -> tuple[float, ...]:
+    """float64 values rounded to float32, then to bfloat16 (nearest, ties to even), as
+    `torch.pow(...)` in float32 followed by `.bfloat16()` rounds them."""
+    as32 = torch.tensor(values, dtype=torch.float64).float()
+    return tuple(float(v) for v in as32.bfloat16().double().tolist())
 
 
 def local_slopes64(spec: AlibiSpec) -> list[float]:

@@ -24,14 +24,25 @@ the table in `notes`. The rules reproduce transformers 5.x (`modeling_rope_utils
 | Phi-3 "su" / "yarn"                           | `longrope` (Phi3Config's legacy names)          |
 | Gemma 4 `proportional`, per-layer head_dim    | `proportional`, head_dim of that layer type     |
 | BLOOM `n_head`                                | `alibi` slopes                                  |
-| Falcon `alibi: true`                          | `alibi`, slope_scale 1/sqrt(head_dim)           |
+| Falcon `alibi: true`                          | `alibi`, slope_scale 1/sqrt(head_dim),          |
+|                                               | slope_rounding bfloat16 (as build_alibi_tensor) |
 | MPT `attn_config.alibi`, `alibi_bias_max`     | `alibi`, alibi_bias_max                         |
 | Baichuan 13B (hidden 5120, 40 heads)          | `alibi` (the 7B variants are RoPE)              |
-| T5 `relative_attention_num_buckets`,          | `t5_bias:encoder` (bidirectional) and           |
-| `relative_attention_max_distance`             | `t5_bias:decoder` (causal)                      |
+| T5, mT5, UMT5, LongT5, SwitchTransformers,    | `t5_bias:encoder` (bidirectional) and           |
+| Pop2Piano `relative_attention_num_buckets`,   | `t5_bias:decoder` (causal); key_length from     |
+| `relative_attention_max_distance`             | n_positions, else 512 (override per request)    |
+| MPNet                                         | `t5_bias` (32 buckets, 128: the call's default) |
 | Whisper `max_source_positions`, `d_model`     | `sinusoidal:encoder` (decoder is learned)       |
 | Marian `max_position_embeddings`, `d_model`   | `sinusoidal` (marian convention, both stacks)   |
-| M2M100 `pad_token_id`                         | `sinusoidal` (fairseq, padding_idx, offset 2)   |
+| Pegasus                                       | `sinusoidal` (marian convention, both stacks)   |
+| M2M100, NLLB-MoE, XGLM `pad_token_id`         | `sinusoidal` (fairseq, padding_idx, offset 2)   |
+| Speech2Text `max_source/target_positions`     | `sinusoidal:encoder` / `:decoder` (fairseq)     |
+| FSMT; TrOCR (`use_learned_position_embeddings | `sinusoidal` (fairseq, max_position_embeddings  |
+| false`)                                       | + pad + 1 rows)                                 |
+| MusicGen (Melody) decoder `hidden_size`       | `sinusoidal:decoder` (tensor2tensor, cos_sin)   |
+| Kosmos-2 text model `embed_dim`               | `sinusoidal` (fairseq, padding_idx, offset 2)   |
+| Time Series Transformer, Informer, Autoformer | `sinusoidal` (marian convention, context_length |
+|                                               | + prediction_length rows)                       |
 | ViT `image_size`, `patch_size`, `hidden_size` | `learned` (hf_vit; the table by `table_key`)    |
 | Swin `window_size`                            | `relative_index` (swin window)                  |
 | + `use_absolute_embeddings`                   | + `learned` (timm bicubic, no antialias)        |
@@ -39,6 +50,9 @@ the table in `notes`. The rules reproduce transformers 5.x (`modeling_rope_utils
 | (`use_[shared_]relative_position_bias`)       |                                                 |
 | + `use_absolute_position_embeddings`          | + `learned` (hf_vit; the table by `table_key`)  |
 | ViTMAE `hidden_size`, `decoder_hidden_size`   | `sinusoidal_2d:encoder` / `:decoder` (mae)      |
+| DETR, conditional / Deformable DETR, Table    | `sinusoidal_2d` (detr, d_model // 2 features,   |
+| Transformer `d_model`; the request's height,  | normalize; offset -0.5 in Deformable DETR)      |
+| width, valid_height, valid_width              |                                                 |
 
 Vision configs (transformers `modeling_vit.py`, `modeling_swin.py`, `modeling_beit.py`,
 `modeling_data2vec_vision.py`, `modeling_vit_mae.py`): the patch grid is `image_size //
@@ -49,7 +63,9 @@ inline `table`) as an override; without one the mapping raises `ConfigError` nam
 
 Modules: `view.py` (the config view and the unvalidated `Entry`), `rope.py` (transformers' generic
 RoPE reading; each variant's keys map in its own `rope/variants/<rope_type>.py` `from_hf`),
-`text.py` (ALiBi, T5, sinusoidal and learned text models), `vision.py`, `models.py` (per-model
+`text.py` (ALiBi, T5, sinusoidal and learned text models), `vision.py`, `unmapped.py` (the
+non-rotary models refused, each with its reason, and the parts left out of multimodal configs,
+noted as `not_served`), `models.py` (per-model
 facts: `MAPPERS` from `model_type` to its mapper, `MODEL_DEFAULTS`) and `resolve.py`.
 
 Multimodal configs are read through their `text_config`. `max_positions` defaults to

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from posenc.encodings.config_values import check_number, fail
-from posenc.encodings.hf_config import text, vision
+from posenc.encodings.hf_config import text, unmapped, vision
 from posenc.encodings.hf_config.rope import GENERIC_ROPE, RopeModel
 from posenc.encodings.hf_config.view import ConfigView, Entry, head_dim
 
@@ -513,6 +513,21 @@ MAPPERS: dict[str, Mapper] = {
     "swin": vision.swin,
     **dict.fromkeys(vision.BEIT_MODELS, vision.beit),
     "vit_mae": vision.vit_mae,
+    # Non-rotary models of the nonrotary sweep (issue 24): mapped, then refused with the reason.
+    "mpnet": text.mpnet,
+    "pegasus": text.pegasus,
+    "xglm": text.fairseq_sinusoids,
+    "nllb-moe": text.fairseq_sinusoids,
+    "speech_to_text": text.speech_to_text,
+    "trocr": text.trocr,
+    "fsmt": text.fsmt,
+    **dict.fromkeys(text.MUSICGEN_MODELS, text.musicgen),
+    **dict.fromkeys(text.TIME_SERIES_MODELS, text.time_series),
+    "kosmos_2_text_model": text.kosmos2_text,
+    **dict.fromkeys(vision.DETR_MODELS, vision.detr),
+    "donut-swin": vision.swin_copy,
+    "maskformer-swin": vision.swin_copy,
+    **dict.fromkeys(unmapped.REFUSED, unmapped.refuse),
 }
 """model_type -> its mapper; a model type not listed is read as transformers' generic RoPE
 (`GENERIC_ROPE`), which refuses configs without any RoPE key unless `MODEL_DEFAULTS` knows the

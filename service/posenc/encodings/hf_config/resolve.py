@@ -12,6 +12,7 @@ from posenc.encodings.config_values import fail
 from posenc.encodings.errors import ConfigError, FieldProblem, SpecError
 from posenc.encodings.hf_config.models import entries as model_entries
 from posenc.encodings.hf_config.models import text_view
+from posenc.encodings.hf_config.unmapped import LEFT_OUT
 from posenc.encodings.hf_config.view import Entry
 
 
@@ -145,6 +146,8 @@ def resolve_hf_config(
         notes = dict(group.notes)
         if group.layer_types:
             notes["layer_types"] = list(group.layer_types)
+        if config.get("model_type") in LEFT_OUT:
+            notes["not_served"] = LEFT_OUT[str(config["model_type"])]
         if kind is not None and group.family != kind:
             continue
         if layer_type is not None and not _serves(group, layer_type, declared):

@@ -38,7 +38,18 @@ LEARNED_MODELS = frozenset(
 """Text models with learned absolute position embeddings: checkpoint weights, not a formula
 (vision models with learned tables map to `learned` specs that take the uploaded table)."""
 
-T5_MODELS = frozenset({"t5", "mt5", "umt5"})
+T5_MODELS = frozenset({"t5", "mt5", "umt5", "longt5", "switch_transformers", "pop2piano"})
+"""Models whose attention is T5's (`compute_bias` with `_relative_position_bucket`)."""
+
+MUSICGEN_MODELS = frozenset(
+    {"musicgen", "musicgen_decoder", "musicgen_melody", "musicgen_melody_decoder"}
+)
+
+TIME_SERIES_MODELS = frozenset({"time_series_transformer", "informer", "autoformer"})
+
+T5_DEFAULT_KEY_LENGTH = 512
+"""key_length of a T5-family table when the config has no n_positions (T5's pre-training length;
+the bucket table needs only some length: a request's key_length replaces it)."""
 
 SLOPES_NOTE = "serve slopes; full bias only for runtimes without an ALiBi input"
 
@@ -81,9 +92,14 @@ def falcon_alibi(view: ConfigView) -> list[Entry]:
         "bias_form": "row_constant",
         "slope_scale": f"1/sqrt(head_dim={width})",
         "transformers": "FalconModel adds build_alibi_tensor(...) / sqrt(head_dim) to the mask; "
-        "its slopes are rounded to bfloat16 before the multiply",
+        "its slopes are rounded to bfloat16 before the multiply (slope_rounding): up to 2^-9 "
+        "relative from the paper's slopes",
+        "bias_rounding": "build_alibi_tensor also rounds slope * key position to bfloat16 before "
+        "the / sqrt(head_dim): a float32 bias from these slopes differs from Falcon's past the "
+        "bfloat16 precision",
     }
-    return [_alibi_entry(view, heads, notes, slope_scale=1.0 / math.sqrt(width))]
+    fields = {"slope_scale": 1.0 / math.sqrt(width), "slope_rounding": "bfloat16"}
+    return [_alibi_entry(view, heads, notes, **fields)]
 
 
 def mpt(view: ConfigView) -> list[Entry]:
@@ -141,8 +157,7 @@ def t5(view: ConfigView) -> list[Entry]:
         "max_distance": distance,
     }
     length = view.number("n_positions", required=False)
-    if length is not None:
-        base["key_length"] = int(length)
+    base["key_length"] = int(T5_DEFAULT_KEY_LENGTH if length is None else length)
     notes: dict[str, Any] = {
         "bias": "the (num_buckets, num_heads) relative_attention_bias weights are in the "
         "checkpoint; pass them as relative_attention_bias to get the bias table",
@@ -150,8 +165,11 @@ def t5(view: ConfigView) -> list[Entry]:
     }
     if heads is not None:
         notes["num_heads"] = int(heads)
-    if length is not None:
-        notes["key_length"] = f"from n_positions={int(length)}; override key_length per request"
+    notes["key_length"] = (
+        f"no n_positions in the config: {T5_DEFAULT_KEY_LENGTH}; override key_length per request"
+        if length is None
+        else f"from n_positions={int(length)}; override key_length per request"
+    )
     if view.model_type == "umt5":
         notes["per_layer"] = "UMT5: every layer has its own relative_attention_bias weights"
     entries = [
@@ -209,5 +227,162 @@ def m2m100(view: ConfigView) -> list[Entry]:
         "rows": f"position ids: tokens use padding_idx+1={pad + 1}.. (create_position_ids_from_"
         "input_ids); the padding row is zero; max_position_embeddings + 2 rows",
         "shared": "encoder and decoder use the same table (M2M100SinusoidalPositionalEmbedding)",
+    }
+    return [Entry("sinusoidal", None, data, notes)]
+
+
+def mpnet(view: ConfigView) -> list[Entry]:
+    """MPNet (`modeling_mpnet.MPNetEncoder.compute_position_bias`): T5's bidirectional buckets with
+    the call's defaults num_buckets=32, max_distance=128, whatever the config says."""
+    heads = view.number("num_attention_heads", required=False)
+    data = {
+        "kind": "t5_bias",
+        "num_buckets": 32,
+        "max_distance": 128,
+        "bidirectional": True,
+        "key_length": int(view.number("max_position_embeddings", required=False) or 512),
+    }
+    notes = {
+        "bias": "the (relative_attention_num_buckets, num_attention_heads) relative_attention_bias "
+        "weights are in the checkpoint; pass them as relative_attention_bias for the bias table",
+        "transformers": "MPNetEncoder.compute_position_bias(hidden_states) uses its defaults "
+        "num_buckets=32, max_distance=128 (relative_attention_num_buckets sizes only the weights)",
+        "num_heads": None if heads is None else int(heads),
+    }
+    return [Entry("t5_bias", None, data, notes)]
+
+
+def _fairseq(
+    view: ConfigView, rows: int, pad: int, role: str | None, source: str, dim: int | None = None
+) -> Entry:
+    """A fairseq table `get_embedding(rows, dim, padding_idx)` (rows counts the module's offset
+    of 2 when it adds one; dim: d_model unless given)."""
+    data = {
+        "kind": "sinusoidal",
+        "dim": int(view.number("d_model", "hidden_size")) if dim is None else dim,
+        "max_positions": rows,
+        "convention": "fairseq",
+        "padding_idx": pad,
+    }
+    notes = {
+        "rows": f"position ids: tokens use padding_idx+1={pad + 1}.. (create_position_ids_from_"
+        "input_ids); the padding row is zero",
+        "transformers": source,
+    }
+    return Entry("sinusoidal", role, data, notes)
+
+
+def fairseq_sinusoids(view: ConfigView) -> list[Entry]:
+    """XGLM, NLLB-MoE (`XGLMSinusoidalPositionalEmbedding`, `NllbMoeSinusoidalPositionalEmbedding`):
+    one fairseq table of max_position_embeddings + 2 rows, padding row pad_token_id."""
+    rows = int(view.number("max_position_embeddings"))
+    pad = int(view.number("pad_token_id"))
+    source = f"{view.model_type}: <Model>SinusoidalPositionalEmbedding(max_position_embeddings, "
+    source += "d_model, pad_token_id) (+ 2 rows), shared by encoder and decoder"
+    return [_fairseq(view, rows + 2, pad, None, source)]
+
+
+def speech_to_text(view: ConfigView) -> list[Entry]:
+    """Speech2Text (`Speech2TextSinusoidalPositionalEmbedding`): encoder table of
+    max_source_positions, decoder table of max_target_positions (+ 2 rows each)."""
+    pad = int(view.number("pad_token_id"))
+    return [
+        _fairseq(
+            view,
+            int(view.number(f"max_{side}_positions")) + 2,
+            pad,
+            role,
+            f"Speech2Text{role.capitalize()}.embed_positions(max_{side}_positions, d_model, "
+            "pad_token_id)",
+        )
+        for role, side in (("encoder", "source"), ("decoder", "target"))
+    ]
+
+
+def trocr(view: ConfigView) -> list[Entry]:
+    """TrOCR decoder (`TrOCRSinusoidalPositionalEmbedding(max_position_embeddings + padding_idx + 1,
+    hidden_size, padding_idx)`) unless `use_learned_position_embeddings`."""
+    if view.get("use_learned_position_embeddings", True):
+        fail(
+            view.key("use_learned_position_embeddings"),
+            "true (the class default): TrOCR then uses learned positions (checkpoint weights)",
+            view.get("use_learned_position_embeddings", True),
+        )
+    pad = int(view.number("pad_token_id"))
+    rows = int(view.number("max_position_embeddings")) + pad + 1
+    source = "TrOCRDecoder.embed_positions(max_position_embeddings + pad + 1, hidden_size, pad): "
+    source += "exactly that many rows (no extra offset rows)"
+    return [_fairseq(view, rows, pad, None, source)]
+
+
+def fsmt(view: ConfigView) -> list[Entry]:
+    """FSMT (`modeling_fsmt.SinusoidalPositionalEmbedding(max_position_embeddings + pad + 1,
+    d_model, pad)`): the same fairseq table in the encoder and the decoder."""
+    pad = int(view.number("pad_token_id"))
+    rows = int(view.number("max_position_embeddings")) + pad + 1
+    source = "FSMTEncoder and FSMTDecoder.embed_positions(max_position_embeddings + pad + 1, "
+    source += "d_model, pad): one table, shared"
+    return [_fairseq(view, rows, pad, None, source)]
+
+
+def musicgen(view: ConfigView) -> list[Entry]:
+    """MusicGen / MusicGen Melody decoders (`MusicgenSinusoidalPositionalEmbedding(
+    max_position_embeddings, hidden_size)`): tensor2tensor's table with cos before sin, no padding
+    row; a composite config is read through its `decoder`."""
+    decoder = view.data.get("decoder")
+    if isinstance(decoder, Mapping):
+        view = ConfigView(decoder, view.key("decoder."), f"{view.model_type}_decoder", None)
+    data = {
+        "kind": "sinusoidal",
+        "dim": int(view.number("hidden_size")),
+        "max_positions": int(view.number("max_position_embeddings")),
+        "convention": "tensor2tensor",
+        "layout": "cos_sin",
+    }
+    notes = {
+        "transformers": "get_embedding: [cos | sin] of p * exp(-k ln(10000) / (dim/2 - 1)); "
+        "the decoder adds rows at the positions cache_length.. of each codebook stream",
+    }
+    return [Entry("sinusoidal", "decoder", data, notes)]
+
+
+def time_series(view: ConfigView) -> list[Entry]:
+    """Time Series Transformer, Informer, Autoformer (`<Model>SinusoidalPositionalEmbedding(
+    context_length + prediction_length, d_model)`, `create_weight`): Marian's table, one per stack,
+    the same in both."""
+    # The config class sets context_length = context_length or prediction_length.
+    prediction = int(view.number("prediction_length"))
+    rows = int(view.number("context_length", "prediction_length")) + prediction
+    data = {
+        "kind": "sinusoidal",
+        "dim": int(view.number("d_model")),
+        "max_positions": rows,
+        "convention": "marian",
+    }
+    notes = {
+        "rows": "context_length + prediction_length time steps",
+        "shared": "encoder and decoder build the same static table",
+    }
+    return [Entry("sinusoidal", None, data, notes)]
+
+
+def kosmos2_text(view: ConfigView) -> list[Entry]:
+    """Kosmos-2's text model (`Kosmos2TextSinusoidalPositionalEmbedding(max_position_embeddings,
+    embed_dim, pad_token_id)`, M2M100's module): the fairseq table, offset 2."""
+    rows = int(view.number("max_position_embeddings"))
+    pad = int(view.number("pad_token_id"))
+    source = "Kosmos2TextTransformer.embed_positions"
+    return [_fairseq(view, rows + 2, pad, None, source, int(view.number("embed_dim")))]
+
+
+def pegasus(view: ConfigView) -> list[Entry]:
+    """Pegasus (`PegasusSinusoidalPositionalEmbedding.create_weight`): Marian's table (sin half,
+    cos half, exponent 2(j//2)/dim) of max_position_embeddings rows, shared by both stacks."""
+    dim = int(view.number("d_model"))
+    rows = int(view.number("max_position_embeddings"))
+    data = {"kind": "sinusoidal", "dim": dim, "max_positions": rows, "convention": "marian"}
+    notes = {
+        "shared": "encoder and decoder use the same static table",
+        "rows": "position ids 0..max_position_embeddings-1 (decoding offsets by the cache length)",
     }
     return [Entry("sinusoidal", None, data, notes)]

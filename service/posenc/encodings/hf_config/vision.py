@@ -19,6 +19,15 @@ from posenc.encodings.hf_config.view import ConfigView, Entry
 
 BEIT_MODELS = frozenset({"beit", "data2vec-vision"})
 
+DETR_MODELS: dict[str, float] = {
+    "detr": 0.0,
+    "conditional_detr": 0.0,
+    "deformable_detr": -0.5,
+    "table-transformer": 0.0,
+}
+"""DETR-family model_type -> the normalisation offset of its sine embedding (Deformable DETR
+subtracts 0.5 from the cumulative sums)."""
+
 
 def _pair(view: ConfigView, name: str) -> tuple[int, int]:
     """An int-or-[h, w] config value (`image_size`, `patch_size`) as (h, w), as transformers'
@@ -138,6 +147,17 @@ def swin(view: ConfigView) -> list[Entry]:
     return entries
 
 
+def swin_copy(view: ConfigView) -> list[Entry]:
+    """Donut's and MaskFormer's Swin encoders (`DonutSwinSelfAttention`,
+    `MaskFormerSwinSelfAttention`): Swin's window index under their own model_type."""
+    entries = swin(view)
+    entries[0].notes["transformers"] = (
+        f"{view.model_type}: <Model>SelfAttention.relative_position_index, Swin's (N, N) window "
+        "index; the shifted-window mask (SW-MSA) is separate and not a position table"
+    )
+    return entries
+
+
 def beit(view: ConfigView) -> list[Entry]:
     """BEiT / data2vec-vision (`modeling_beit.BeitRelativePositionBias`,
     `modeling_data2vec_vision.Data2VecVisionRelativePositionBias`): the class-token index over the
@@ -228,3 +248,36 @@ def vit_mae(view: ConfigView) -> list[Entry]:
         )
         for role, dim in dims.items()
     ]
+
+
+def detr(view: ConfigView) -> list[Entry]:
+    """DETR family (`DetrSinePositionEmbedding(d_model // 2, normalize=True)` and its copies in
+    conditional DETR, Deformable DETR and Table Transformer): the sine table of a feature map.
+
+    Its size is the backbone feature map of each batch, which no config gives: the request passes
+    `height`, `width` (and the image's unpadded `valid_height`, `valid_width` there)."""
+    kind = view.get("position_embedding_type", "sine")
+    if kind != "sine":
+        fail(
+            view.key("position_embedding_type"),
+            f"{kind!r}: learned row/column embeddings (checkpoint weights), not a formula",
+            kind,
+        )
+    data: dict[str, Any] = {
+        "kind": "sinusoidal_2d",
+        "style": "detr",
+        "num_pos_feats": int(view.number("d_model")) // 2,
+        "normalize": True,
+    }
+    offset = DETR_MODELS[view.model_type]
+    if offset:
+        data["offset"] = offset
+    notes = {
+        "size": "pass height and width: the backbone feature map of the batch (the pixel mask "
+        "resized to it, nearest), and valid_height / valid_width: the image's unpadded extent "
+        "there (default: all valid); config.json does not give them",
+        "transformers": f"{view.model_type}: <Model>SinePositionEmbedding(d_model // 2, "
+        f"normalize=True){' with (cumsum - 0.5)' if offset else ''}, computed per feature map "
+        "(one table per feature level in Deformable DETR)",
+    }
+    return [Entry("sinusoidal_2d", None, data, notes)]

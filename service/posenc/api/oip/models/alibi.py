@@ -42,8 +42,8 @@ OUTPUTS = (
     TensorDecl("bias", "FP32", (-1, -1, -1), "additive bias [H, Q, K]", ("FP32", "FP16", "BF16")),
     TensorDecl("slopes", "FP32", (-1,), "per-head slopes [H], always FP32"),
 )
-SLOPE_FIELDS = ("num_heads", "alibi_bias_max", "slope_scale", "interpolation_factor", "tp_size",
-                "tp_rank", "kind")  # fmt: skip
+SLOPE_FIELDS = ("num_heads", "alibi_bias_max", "slope_scale", "slope_rounding",
+                "interpolation_factor", "tp_size", "tp_rank", "kind")  # fmt: skip
 
 
 def _alibi(spec: dict[str, object]) -> AlibiSpec:

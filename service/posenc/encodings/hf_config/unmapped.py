@@ -1,0 +1,143 @@
+"""Model types whose modeling code uses a non-rotary position encoding posenc has (ALiBi, T5
+buckets, sinusoids, 2-D sine tables, relative indices) but that `/v1/resolve` does not map from
+config.json, each with the reason: `REFUSED` (model_type -> reason) and `refuse`, the mapper that
+raises it on the `model_type` field.
+
+Source: the transformers 5.24 modeling files named in each reason (found by the sweep in
+tests/encodings/hf_config/test_nonrotary_sweep.py).
+"""
+
+from __future__ import annotations
+
+from posenc.encodings.config_values import fail
+from posenc.encodings.hf_config.view import ConfigView, Entry
+
+_DETR = (
+    "2-D sine embeddings ({module}) of feature maps whose sizes come from each image and the "
+    "backbone; not mapped"
+)
+_SAM = (
+    "sine embeddings ({module}) of feature maps and prompts whose sizes come from each input; "
+    "not mapped"
+)
+_RELATIVE = "relative position index ({module}); not mapped: {why}"
+
+REFUSED: dict[str, str] = {
+    # 2-D sine tables of a feature map (size fixed only by each image).
+    **{
+        t: _DETR.format(module=m)
+        for t, m in {
+            "dab-detr": "DabDetrSinePositionEmbedding",
+            "rt_detr": "RTDetr's build_2d_sincos_position_embedding",
+            "rt_detr_v2": "RTDetrV2's build_2d_sincos_position_embedding",
+            "d_fine": "DFine's build_2d_sincos_position_embedding",
+            "deimv2": "Deimv2's build_2d_sincos_position_embedding",
+            "mask2former": "Mask2FormerSinePositionEmbedding",
+            "maskformer": "MaskFormerSinePositionEmbedding",
+            "oneformer": "OneFormerSinePositionEmbedding",
+            "pp_doclayout_v2": "PPDocLayoutV2 SinePositionEmbedding plus rel_pos_bins",
+            "pp_doclayout_v3": "PPDocLayoutV3 SinePositionEmbedding",
+            "pp_doclayout_v4": "PPDocLayoutV4 SinePositionEmbedding",
+        }.items()
+    },
+    **{
+        t: _SAM.format(module=m)
+        for t, m in {
+            "sam2": "Sam2SinePositionEmbedding",
+            "sam2_hiera_det_model": "Sam2HieraDetModel",
+            "sam2_mask_decoder": "Sam2 mask decoder",
+            "sam2_prompt_encoder": "Sam2PositionalEmbedding",
+            "sam2_vision_model": "Sam2SinePositionEmbedding",
+            "edgetam": "EdgeTamSinePositionEmbedding",
+            "edgetam_mask_decoder": "EdgeTam mask decoder",
+            "edgetam_prompt_encoder": "EdgeTam prompt encoder",
+            "edgetam_vision_model": "EdgeTamSinePositionEmbedding",
+            "sam3_detr_decoder": "Sam3SinePositionEmbedding",
+            "sam3_detr_encoder": "Sam3SinePositionEmbedding",
+            "sam3_geometry_encoder": "Sam3SinePositionEmbedding",
+            "sam3_mask_decoder": "Sam3 mask decoder",
+            "sam3_vision_model": "Sam3SinePositionEmbedding",
+            "sam3_lite_text_detr_decoder": "Sam3LiteText SinePositionEmbedding",
+            "sam3_lite_text_detr_encoder": "Sam3LiteText SinePositionEmbedding",
+            "sam3_lite_text_geometry_encoder": "Sam3LiteText SinePositionEmbedding",
+            "sam3_lite_text_mask_decoder": "Sam3LiteText mask decoder",
+        }.items()
+    },
+    "sam3_lite_text_text_model": "SAM 3 Lite's text encoder: its positions are not mapped",
+    # Relative indices posenc's schemes do not reproduce.
+    "swinv2": _RELATIVE.format(
+        module="Swinv2SelfAttention",
+        why="Swin V2 feeds log-spaced continuous coordinates "
+        "(relative_coords_table) through an MLP; the index alone is not the bias",
+    ),
+    "swin2sr": _RELATIVE.format(
+        module="Swin2SRSelfAttention", why="Swin V2's continuous position bias (an MLP)"
+    ),
+    "clap_audio_model": _RELATIVE.format(
+        module="ClapAudioSelfAttention (Swin windows)", why="not mapped yet"
+    ),
+    "clap_text_model": "learned absolute position embeddings (RoBERTa-like; checkpoint "
+    "weights), not a formula",
+    "rt_detr_resnet": "a ResNet backbone: no position encoding (RT-DETR's sine tables are "
+    "rt_detr's)",
+    "data2vec-audio": "convolutional relative positions (Data2VecAudioPositionalConvLayer: "
+    "checkpoint weights), not a formula",
+    "data2vec-text": "learned absolute position embeddings (RoBERTa-like; checkpoint weights), "
+    "not a formula",
+    "layoutlmv2": "1-D and 2-D relative position bins (rel_pos_bins, max_rel_pos, "
+    "rel_2d_pos_bins: LayoutLMv2SelfAttention's relative_position_bucket over token and "
+    "bounding-box coordinates) plus learned absolute tables; not mapped",
+    "layoutlmv3": "1-D and 2-D relative position bins (rel_pos_bins, max_rel_pos, "
+    "rel_2d_pos_bins over token and bounding-box coordinates) plus learned absolute tables; "
+    "not mapped",
+    "levit": "per-stage attention offsets (LevitAttention.attention_bias_idxs over the stage's "
+    "resolution, with strided queries in the subsample blocks); not mapped",
+    "aimv2_vision_model": "a 2-D sin-cos table of the patch grid (build_2d_sinusoidal_position_"
+    "embedding) when is_native, else learned positions (checkpoint weights); not mapped yet",
+    "aimv2_text_model": "learned absolute position embeddings (checkpoint weights), not a formula",
+    "granite_docling_vision": "the vision tower's fixed 2-D sin-cos table (granite_docling's "
+    "build_2d_sinusoidal_position_embedding, columns before rows); not mapped yet",
+    # T5 buckets with extra parts.
+    "udop": "T5 buckets plus 2-D layout biases (RelativePositionBiasHorizontal/Vertical over "
+    "bounding boxes) summed per layer; not mapped",
+    "pix2struct_text_model": "T5 causal buckets of Pix2StructTextAttention; not mapped yet",
+    "pix2struct_vision_model": "learned row/column patch embeddings (row_embedder, "
+    "column_embedder: checkpoint weights), not a formula",
+    # Sinusoids inside models with other parts.
+    "kosmos_2_vision_model": "learned absolute positions (CLIP vision; checkpoint weights)",
+    "kosmos_2_5_text_model": "fairseq sinusoids (Kosmos2_5TextSinusoidalPositionalEmbedding); "
+    "not mapped yet",
+    "kosmos_2_5_vision_model": "learned row/column patch embeddings (checkpoint weights)",
+    "pegasus_x": "PegasusXSinusoidalPositionalEmbedding; not mapped yet",
+    "seamless_m4t": "several sub-models (speech encoder relative positions, text fairseq "
+    "sinusoids, t2u decoder); not mapped",
+    "seamless_m4t_v2": "several sub-models (speech encoder relative positions, text fairseq "
+    "sinusoids, t2u decoder); not mapped",
+    "speecht5": "speech encoder relative positions (SpeechT5RelativePositionalEncoding), "
+    "SpeechT5ScaledPositionalEncoding and SpeechT5SinusoidalPositionalEmbedding in the pre-nets; "
+    "not mapped",
+    "speecht5_hifigan": "a vocoder: no position encoding",
+    "tipsv2_text_model": "TipsV2 text sinusoids; not mapped yet",
+    "tipsv2_vision_model": "learned absolute positions (checkpoint weights)",
+}
+"""model_type -> why `/v1/resolve` serves no table for it."""
+
+
+LEFT_OUT: dict[str, str] = {
+    "granite_docling": "the vision tower's fixed 2-D sin-cos table (build_2d_sinusoidal_position_"
+    "embedding, columns before rows) is not served; only the text model's tables are",
+    "kosmos-2": "the vision model's learned positions (checkpoint weights) are not served; only "
+    "the text model's table is",
+    **dict.fromkeys(
+        ("musicgen", "musicgen_melody"),
+        "the text encoder's tables are not served: resolve its text_encoder config on its own "
+        "(a T5 config: t5_bias)",
+    ),
+}
+"""Multimodal model_type -> the part `/v1/resolve` leaves out when it serves the text model's
+tables (noted as `not_served` on every table it returns)."""
+
+
+def refuse(view: ConfigView) -> list[Entry]:
+    """Refuses a model type of `REFUSED`, naming its encoding and why it is not mapped."""
+    fail(view.key("model_type"), REFUSED[view.model_type], view.model_type)

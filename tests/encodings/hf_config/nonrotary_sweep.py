@@ -1,0 +1,320 @@
+"""Support of test_nonrotary_sweep.py: every model type of the locked transformers whose modeling
+code uses a non-rotary family posenc has (`MARKERS`), the variants released checkpoints use
+(`VARIANTS`), and per model type the model's own code each resolved table is compared with
+(`REFERENCES`).
+
+Sources: transformers' `models/<name>/modeling_*.py` (scanned for the markers) and
+`CONFIG_MAPPING_NAMES` (model_type -> module), the reference functions and modules named below.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+import math
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import transformers
+from transformers import AutoConfig
+from transformers.models.auto.configuration_auto import (
+    CONFIG_MAPPING,
+    CONFIG_MAPPING_NAMES,
+    model_type_to_module_name,
+)
+
+from posenc.encodings import compute
+from posenc.encodings.hf_config import NamedSpec
+
+MARKERS: dict[str, tuple[str, ...]] = {
+    "alibi": ("build_alibi_tensor",),
+    "t5_bias": ("relative_attention_num_buckets",),
+    "sinusoidal": ("SinusoidalPositionalEmbedding", "def sinusoids"),
+    "sinusoidal_2d": (
+        "SinePositionEmbedding",
+        "build_2d_sincos_position_embedding",
+        "build_2d_sinusoidal_position_embedding",
+    ),
+    "relative_index": ("relative_position_index", "rel_pos_bins", "attention_bias_idxs"),
+}
+"""family -> strings whose presence in a modeling file marks a model using that family."""
+
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    # tiiuae/falcon-rw-1b, falcon-rw-7b: alibi=true.
+    "falcon+alibi": ("falcon", {"alibi": True}),
+    # google-t5/t5-small's config.json carries n_positions=512.
+    "t5+n_positions": ("t5", {"n_positions": 512}),
+    # microsoft/trocr-base-handwritten and -printed: sinusoidal positions.
+    "trocr+sinusoidal": ("trocr", {"use_learned_position_embeddings": False}),
+    # microsoft/swin-*: 224 px, window 7 (the default config's own values; absolute variant).
+    "swin+absolute": ("swin", {"use_absolute_embeddings": True}),
+    # BEiT / data2vec-vision checkpoints: relative position bias per layer.
+    "beit+relative": ("beit", {"use_relative_position_bias": True}),
+    "data2vec-vision+relative": ("data2vec-vision", {"use_relative_position_bias": True}),
+    # Time-series checkpoints set prediction_length (the class default is None).
+    **{
+        f"{t}+prediction_length": (t, {"prediction_length": 24})
+        for t in ("time_series_transformer", "informer", "autoformer")
+    },
+}
+"""case name -> (model_type, config keys that released checkpoints set)."""
+
+ALTERNATIVES: dict[str, str] = {
+    "falcon": "rope",  # alibi=False (the class default): rotary
+    "swin+absolute": "learned",  # the learned table next to the index
+    # The text sub-config of a multimodal model: its 2-D table is the vision tower's.
+    "granite_docling_text": "rope",
+}
+"""case -> a family the config chooses instead of (or beside) the marked one."""
+
+NOT_SERVED: dict[str, str] = {
+    "granite_docling": "2-D sin-cos",
+    "kosmos-2": "vision model",
+    "musicgen": "text encoder",
+    "musicgen_melody": "text encoder",
+}
+"""Composite cases served in part -> what each table's `not_served` note must name."""
+
+REQUEST: dict[str, dict[str, int]] = {
+    t: {"height": 13, "width": 17, "valid_height": 11, "valid_width": 14}
+    for t in ("detr", "conditional_detr", "deformable_detr", "table-transformer")
+}
+"""model_type -> the request fields its tables need beside config.json (a feature map's size)."""
+
+DEFAULT_REFUSALS: dict[str, str] = {
+    "trocr": "use_learned_position_embeddings",
+    "beit": "use_relative_position_bias",
+    "data2vec-vision": "use_relative_position_bias",
+    "swin+absolute": "table_key",
+    "time_series_transformer": "prediction_length",
+    "informer": "prediction_length",
+    "autoformer": "prediction_length",
+}
+"""Cases of mapped model types whose config is refused -> the field the refusal must name (the
+default config chooses no table, or lacks a value checkpoints set)."""
+
+ROTARY: dict[str, str] = {
+    "roformer": "RoFormerSinusoidalPositionalEmbedding feeds rotary embeddings: issue 17's RoPE "
+    "sweep",
+}
+"""Marked model types whose sinusoids are rotary: the RoPE side's, left out of this sweep."""
+
+
+@functools.cache
+def marked_modules() -> dict[str, frozenset[str]]:
+    """module name -> the families its modeling files mark."""
+    root = Path(transformers.__file__).parent / "models"
+    found: dict[str, set[str]] = {}
+    for path in sorted(root.glob("*/modeling_*.py")):
+        text = path.read_text()
+        for family, markers in MARKERS.items():
+            if any(m in text for m in markers):
+                found.setdefault(path.parent.name, set()).add(family)
+    return {k: frozenset(v) for k, v in found.items()}
+
+
+def cases() -> dict[str, tuple[str, dict[str, Any]]]:
+    """case name -> (model_type, extra config keys): every marked model type, then `VARIANTS`."""
+    modules = marked_modules()
+    out: dict[str, tuple[str, dict[str, Any]]] = {
+        t: (t, {})
+        for t in sorted(CONFIG_MAPPING_NAMES)
+        if model_type_to_module_name(t) in modules and t not in ROTARY
+    }
+    out.update(VARIANTS)
+    return out
+
+
+def families(model_type: str) -> frozenset[str]:
+    return marked_modules()[model_type_to_module_name(model_type)]
+
+
+def hf_config(model_type: str, extra: dict[str, Any]) -> Any:
+    """transformers' default config object of `model_type` with `extra` keys."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return AutoConfig.for_model(model_type, **extra)
+
+
+def _modeling(model_type: str) -> Any:
+    """The modeling module beside the model type's configuration module."""
+    config_module = CONFIG_MAPPING[model_type].__module__
+    return importlib.import_module(config_module.replace(".configuration_", ".modeling_"))
+
+
+# ---------------------------------------------------------------------------------------------
+# The model's own code, per family: each returns (ours, theirs) for one resolved table.
+
+Pair = tuple[torch.Tensor, torch.Tensor]
+
+
+def _alibi(model_type: str, cfg: Any, named: NamedSpec) -> Pair:
+    ours = compute(named.spec).tensors["slopes"]
+    mod = _modeling(model_type)
+    mask = torch.ones(1, 2, dtype=torch.long)
+    if model_type == "bloom":
+        return ours, mod.build_alibi_tensor(mask, cfg.n_head, torch.float32)[:, 0, 1]
+    if model_type == "falcon":
+        # FalconModel.forward: causal_mask + alibi / sqrt(head_dim), alibi at key position 1.
+        heads = cfg.num_attention_heads
+        alibi = mod.build_alibi_tensor(mask, heads, torch.float32)[:, 0, 1]
+        return ours, alibi / math.sqrt(cfg.hidden_size // heads)
+    if model_type == "mpt":
+        # MptModel builds with alibi_bias_max=8 whatever the config says: slope * [-1, 0].
+        return ours, -mod.build_mpt_alibi_tensor(cfg.n_heads, 2, alibi_bias_max=8)[:, 0, 0]
+    raise AssertionError(f"{model_type}: resolved an alibi table no reference checks")
+
+
+def _t5_buckets(model_type: str, cfg: Any, named: NamedSpec) -> Pair:
+    ours = compute(named.spec).tensors["buckets"]
+    q, k = ours.shape
+    offset = named.spec.model_dump()["query_offset"]
+    rel = torch.arange(k)[None, :] - torch.arange(offset, offset + q)[:, None]
+    mod = _modeling(model_type)
+    if model_type == "mpnet":
+        # MPNetEncoder.compute_position_bias(x): relative_position_bucket with its defaults.
+        return ours, mod.MPNetEncoder.relative_position_bucket(rel)
+    attention = next(
+        getattr(mod, n)
+        for n in sorted(dir(mod))
+        if n.endswith("Attention") and hasattr(getattr(mod, n), "_relative_position_bucket")
+    )
+    # The attention module built as the model builds it: its own buckets, distance, direction.
+    cfg.is_decoder = named.name.partition(":")[2] == "decoder"
+    module = attention(cfg, has_relative_attention_bias=True)
+    if "bidirectional" not in inspect.signature(module._relative_position_bucket).parameters:
+        return ours, module._relative_position_bucket(rel)  # UMT5: reads its own attributes
+    theirs = module._relative_position_bucket(
+        rel,
+        bidirectional=not module.is_decoder,
+        num_buckets=module.relative_attention_num_buckets,
+        max_distance=module.relative_attention_max_distance,
+    )
+    return ours, theirs
+
+
+def _sinusoidal(model_type: str, cfg: Any, named: NamedSpec) -> Pair:
+    ours = compute(named.spec).tensors["embedding"]
+    mod = _modeling(model_type)
+    role = named.name.partition(":")[2]
+    theirs: torch.Tensor
+    if model_type == "whisper":
+        theirs = mod.sinusoids(cfg.max_source_positions, cfg.d_model)
+    elif model_type in ("marian", "pegasus"):
+        cls = getattr(mod, f"{model_type.capitalize()}SinusoidalPositionalEmbedding")
+        theirs = cls(cfg.max_position_embeddings, cfg.d_model, cfg.pad_token_id).create_weight()
+    elif model_type in ("m2m_100", "xglm", "nllb-moe"):
+        cls = {
+            "m2m_100": "M2M100SinusoidalPositionalEmbedding",
+            "xglm": "XGLMSinusoidalPositionalEmbedding",
+            "nllb-moe": "NllbMoeSinusoidalPositionalEmbedding",
+        }[model_type]
+        module = getattr(mod, cls)(cfg.max_position_embeddings, cfg.d_model, cfg.pad_token_id)
+        theirs = module.weights
+    elif model_type == "speech_to_text":
+        rows = cfg.max_source_positions if role == "encoder" else cfg.max_target_positions
+        module = mod.Speech2TextSinusoidalPositionalEmbedding(rows, cfg.d_model, cfg.pad_token_id)
+        theirs = module.weights
+    elif model_type.startswith("musicgen"):
+        dec = getattr(cfg, "decoder", cfg)
+        cls = next(
+            getattr(mod, n) for n in sorted(dir(mod)) if n.endswith("SinusoidalPositionalEmbedding")
+        )
+        theirs = cls(dec.max_position_embeddings, dec.hidden_size).weights
+    elif model_type in ("time_series_transformer", "informer", "autoformer"):
+        cls = next(
+            getattr(mod, n) for n in sorted(dir(mod)) if n.endswith("SinusoidalPositionalEmbedding")
+        )
+        rows = cfg.context_length + cfg.prediction_length
+        theirs = cls(rows, cfg.d_model).create_weight()
+    elif model_type in ("kosmos-2", "kosmos_2_text_model"):
+        text = getattr(cfg, "text_config", cfg)
+        module = mod.Kosmos2TextSinusoidalPositionalEmbedding(
+            text.max_position_embeddings, text.embed_dim, text.pad_token_id
+        )
+        theirs = module.weights
+    elif model_type == "fsmt":
+        pad = cfg.pad_token_id
+        rows = cfg.max_position_embeddings + pad + 1
+        theirs = mod.SinusoidalPositionalEmbedding.get_embedding(rows, cfg.d_model, pad)
+    elif model_type == "trocr":
+        pad = cfg.pad_token_id
+        rows = cfg.max_position_embeddings + pad + 1
+        theirs = mod.TrOCRSinusoidalPositionalEmbedding(rows, cfg.hidden_size, pad).weights
+    else:
+        raise AssertionError(f"{model_type}: resolved a sinusoidal table no reference checks")
+    return ours, theirs
+
+
+def _relative_index(model_type: str, cfg: Any, named: NamedSpec) -> Pair:
+    ours = compute(named.spec).tensors["index"]
+    mod = _modeling(model_type)
+    if model_type == "swin":
+        window = (cfg.window_size, cfg.window_size)
+        bias = mod.SwinRelativePositionBias(cfg.num_heads[0], window)
+        return ours.reshape(-1), bias.relative_position_index
+    if model_type in ("donut-swin", "maskformer-swin"):
+        cls = (
+            "DonutSwinSelfAttention"
+            if model_type == "donut-swin"
+            else "MaskFormerSwinSelfAttention"
+        )
+        heads = cfg.num_heads[0]
+        attention = getattr(mod, cls)(cfg, heads * 2, heads, cfg.window_size)
+        return ours, attention.relative_position_index
+    if model_type == "beit":
+        bias = mod.BeitRelativePositionBias(cfg)
+        return ours, bias.generate_relative_position_index(bias.window_size)
+    if model_type == "data2vec-vision":
+        grid = (cfg.image_size // cfg.patch_size,) * 2
+        bias = mod.Data2VecVisionRelativePositionBias(cfg, window_size=grid)
+        return ours, bias.generate_relative_position_index(grid)
+    raise AssertionError(f"{model_type}: resolved a relative index no reference checks")
+
+
+def _sinusoidal_2d(model_type: str, cfg: Any, named: NamedSpec) -> Pair:
+    ours = compute(named.spec).tensors["embedding"]
+    if model_type in REQUEST:
+        # The model's own module as the model builds it, on a padded pixel mask.
+        size = REQUEST[model_type]
+        mask = torch.zeros(1, size["height"], size["width"], dtype=torch.long)
+        mask[:, : size["valid_height"], : size["valid_width"]] = 1
+        mod = _modeling(model_type)
+        if model_type == "table-transformer":
+            module = mod.build_position_encoding(cfg)
+            pixels = torch.zeros(1, 3, size["height"], size["width"])
+            return ours, module(pixels, mask)[0]
+        cls = next(
+            getattr(mod, n) for n in sorted(dir(mod)) if n.endswith("DetrSinePositionEmbedding")
+        )
+        module = cls(cfg.d_model // 2, normalize=True)
+        shape = torch.Size((1, cfg.d_model, size["height"], size["width"]))
+        return ours, module(shape=shape, device="cpu", dtype=torch.float32, mask=mask)[0]
+    if model_type != "vit_mae":
+        raise AssertionError(f"{model_type}: resolved a 2-D table no reference checks")
+    mod = _modeling(model_type)
+    cfg.decoder_num_hidden_layers = 1
+    embeddings = mod.ViTMAEEmbeddings(cfg)
+    embeddings.initialize_weights()
+    if named.name.endswith("decoder"):
+        decoder = mod.ViTMAEDecoder(cfg, num_patches=embeddings.patch_embeddings.num_patches)
+        return ours, decoder.decoder_pos_embed.detach()[0]
+    return ours, embeddings.position_embeddings.detach()[0]
+
+
+REFERENCES: dict[str, Callable[[str, Any, NamedSpec], Pair]] = {
+    "alibi": _alibi,
+    "t5_bias": _t5_buckets,
+    "sinusoidal": _sinusoidal,
+    "relative_index": _relative_index,
+    "sinusoidal_2d": _sinusoidal_2d,
+}
+"""family -> (model_type, transformers config, resolved table) -> (ours, the model's)."""
+
+TOLERANCE: dict[str, float] = {"alibi": 1e-6}
+"""Relative tolerance per family (BLOOM and MPT build float32 slopes with torch.pow; posenc
+rounds float64 slopes once); every other family is compared bit for bit."""

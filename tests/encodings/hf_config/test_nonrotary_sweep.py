@@ -1,0 +1,100 @@
+"""The non-rotary sweep (issue 24): every model type of the locked transformers whose modeling
+code uses ALiBi, T5 buckets, sinusoids, 2-D sine tables or relative indices (`nonrotary_sweep.
+MARKERS`), default config plus the released variants, through `resolve_hf_config` (what
+/v1/resolve calls). Each is exact against the model's own code or refused with a reason that
+names the model's encoding; never accepted and different, never a marked family dropped without
+a refusal."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from posenc.encodings import ConfigError
+from posenc.encodings.hf_config import MAPPERS, resolve_hf_config
+from posenc.encodings.hf_config.unmapped import REFUSED, refuse
+from tests.encodings.hf_config import nonrotary_sweep as sweep
+
+CASES = sweep.cases()
+GENERIC = "unknown model_type without rope/alibi/relative-bias/sinusoidal fields"
+
+
+def _config(model_type: str, extra: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    cfg = sweep.hf_config(model_type, extra)
+    return cfg, cfg.to_dict()
+
+
+def test_the_sweep_finds_the_families() -> None:
+    found = {f for t, _ in CASES.values() for f in sweep.families(t)}
+    assert found == set(sweep.MARKERS)
+    assert len(CASES) > 100, len(CASES)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_exact_or_refused_with_the_reason(case: str) -> None:
+    model_type, extra = CASES[case]
+    cfg, config = _config(model_type, extra)
+    if model_type in sweep.REQUEST:
+        # Tables sized by the request: without its fields the error names them.
+        with pytest.raises(ConfigError) as missing:
+            resolve_hf_config(config)
+        assert {p.field for p in missing.value.problems} >= {"height", "width"}, missing.value
+    try:
+        resolved = resolve_hf_config(config, **sweep.REQUEST.get(model_type, {}))
+    except ConfigError as err:
+        (problem,) = err.problems
+        # The generic message is only true of a text_config read instead of the model itself.
+        assert problem.message != GENERIC or problem.field.startswith("text_config."), (
+            case,
+            problem,
+        )
+        assert problem.message, case
+        mapper = MAPPERS.get(model_type)
+        if mapper is not None and mapper is not refuse:
+            # A mapped model type is refused only where the sweep knows why.
+            assert sweep.DEFAULT_REFUSALS.get(case, "\0") in problem.field, (case, problem)
+        return
+    marked = sweep.families(model_type)
+    got = {n.spec.kind for n in resolved}
+    for named in resolved:
+        # Served in part: every table says what is left out.
+        if case in sweep.NOT_SERVED:
+            assert sweep.NOT_SERVED[case] in named.notes.get("not_served", ""), case
+        else:
+            assert "not_served" not in named.notes, case
+    if case in sweep.NOT_SERVED and not got <= marked:
+        return  # the text model's tables only: the RoPE sweep's
+    allowed = marked | {sweep.ALTERNATIVES.get(case, sweep.ALTERNATIVES.get(model_type, ""))}
+    assert got <= allowed, (case, got, marked)
+    if model_type in sweep.ALTERNATIVES and case not in sweep.VARIANTS:
+        return  # the config chose the alternative (e.g. Falcon's RoPE): the RoPE sweep's part
+    for named in resolved:
+        ours, theirs = sweep.REFERENCES[named.spec.kind](model_type, cfg, named)
+        assert ours.shape == theirs.shape, (case, named.name)
+        rtol = sweep.TOLERANCE.get(named.spec.kind, 0.0)
+        if rtol:
+            torch.testing.assert_close(ours, theirs.to(ours.dtype), rtol=rtol, atol=0)
+        else:
+            assert torch.equal(ours, theirs.to(ours.dtype)), (case, named.name)
+
+
+def test_every_refusal_names_a_swept_model_type() -> None:
+    """`unmapped.REFUSED` holds no stale names: each is a model type the sweep finds."""
+    from posenc.encodings.hf_config.unmapped import LEFT_OUT
+
+    swept = {t for t, _ in CASES.values()}
+    assert set(REFUSED) <= swept, sorted(set(REFUSED) - swept)
+    assert set(LEFT_OUT) <= swept
+
+
+@pytest.mark.parametrize("model_type", sorted(REFUSED))
+def test_every_refusal_is_what_resolve_says(model_type: str) -> None:
+    """Each reason of `unmapped.REFUSED` is the error of the model type's own config (not shadowed
+    by a `text_config` read first)."""
+    _, config = _config(model_type, {})
+    with pytest.raises(ConfigError) as err:
+        resolve_hf_config(config)
+    (problem,) = err.value.problems
+    assert (problem.field, problem.message) == ("model_type", REFUSED[model_type])
