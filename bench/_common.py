@@ -14,6 +14,7 @@ import subprocess
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Protocol
 
 IMG_DIR = Path(__file__).resolve().parent.parent / "docs" / "img"
 
@@ -158,3 +159,24 @@ def reexec_with(module: str, env: dict[str, str]) -> None:
     if all(os.environ.get(k) == v for k, v in env.items()):
         return
     os.execve(sys.executable, [sys.executable, "-m", module, *sys.argv[1:]], {**os.environ, **env})
+
+
+class ReadyProbe(Protocol):
+    """A tritonclient client (HTTP or gRPC): anything with `is_server_ready()`."""
+
+    def is_server_ready(self) -> bool: ...
+
+
+def wait_ready(client: ReadyProbe, proc: subprocess.Popen[bytes], timeout: float = 120) -> None:
+    """Poll `client.is_server_ready()` until the server process `proc` is ready (or fails)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError("posenc serve exited")
+        try:
+            if client.is_server_ready():
+                return
+        except Exception:  # not listening yet
+            pass
+        time.sleep(0.2)
+    raise RuntimeError("posenc serve did not become ready")

@@ -35,7 +35,7 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.http as http
 
-from bench._common import alternate, header, load, ms, table
+from bench._common import alternate, header, load, ms, table, wait_ready
 from bench.v2_infer import PARAMS, free_port
 
 
@@ -62,20 +62,6 @@ def start(device: str, port: int, grpc_port: int) -> subprocess.Popen[bytes]:
             "--log-level", "warning", "--cache-bytes", str(4 << 30),
             "--max-response-bytes", str(1 << 30)]  # fmt: skip
     return subprocess.Popen(args)
-
-
-def wait_ready(client: grpcclient.InferenceServerClient, proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError("posenc serve exited")
-        try:
-            if client.is_server_ready():
-                return
-        except Exception:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError("posenc serve did not become ready")
 
 
 def http_call(client: http.InferenceServerClient, positions: np.ndarray[Any, Any]) -> Any:

@@ -36,6 +36,8 @@ import numpy as np
 import torch
 import tritonclient.http as http
 
+from bench._common import wait_ready
+
 SPEC = {
     "head_dim": 128,
     "rope_theta": 500000.0,
@@ -79,20 +81,6 @@ def start(device: str, port: int) -> subprocess.Popen[bytes]:
             "--cache-bytes", str(4 << 30), "--max-response-bytes", str(1 << 30),
             "--json-max-elements", str(1 << 26), "--max-body-bytes", str(16 << 20)]  # fmt: skip
     return subprocess.Popen(args)
-
-
-def wait_ready(client: http.InferenceServerClient, proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError("posenc serve exited")
-        try:
-            if client.is_server_ready():
-                return
-        except Exception:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError("posenc serve did not become ready")
 
 
 def infer(

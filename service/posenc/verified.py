@@ -27,6 +27,11 @@ VERIFIED_AGAINST: Final[Mapping[str, str]] = MappingProxyType(
 """Package name -> release (no local build label: torch's CPU and CUDA builds compute alike)."""
 
 
+VERIFIED_AGAINST_TEXT: Final[str] = ", ".join(f"{n} {v}" for n, v in VERIFIED_AGAINST.items())
+"""`"transformers 5.24.0, timm 1.0.31, ..."`: the mapping as one metadata string (built once; every
+safetensors body carries it)."""
+
+
 def verified_against_text() -> str:
-    """`"transformers 5.24.0, timm 1.0.31, ..."`: the mapping as one metadata string."""
-    return ", ".join(f"{name} {version}" for name, version in VERIFIED_AGAINST.items())
+    """`VERIFIED_AGAINST_TEXT`, the mapping as one metadata string."""
+    return VERIFIED_AGAINST_TEXT

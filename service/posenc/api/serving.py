@@ -89,7 +89,7 @@ from posenc.encodings.weights import (
 )
 from posenc.runtime import OFFLOAD_BYTES, Buffer, CacheEntry, Lease, TableCache
 from posenc.runtime.rows import preview_steps
-from posenc.verified import verified_against_text
+from posenc.verified import VERIFIED_AGAINST_TEXT
 
 IMMUTABLE = "public, max-age=31536000, immutable"
 """`Cache-Control` of content-addressed resources (`/v1/tables/{key}`, `/v1/onnx/{key}`)."""
@@ -359,7 +359,7 @@ def _builder(
                 "algorithm_version": str(meta.get("algorithm_version", "")),
                 "device": entry.device,
                 "meta": orjson.dumps(meta).decode(),
-                "verified_against": verified_against_text(),
+                "verified_against": VERIFIED_AGAINST_TEXT,
             }
             return build_safetensors(selected_tensors(table.tensors, selection), header)
         tensors = cpu_tensors(table.tensors, selection)

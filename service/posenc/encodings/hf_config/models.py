@@ -178,6 +178,14 @@ class V4Refused(RopeModel):
         return super().layers(view)
 
 
+def _v4_scaling(view: ConfigView) -> Mapping[str, Any]:
+    """A v4 config.json's `rope_scaling` object (empty when absent), or a failure at its key."""
+    scaling = view.data.get("rope_scaling") or {}
+    if not isinstance(scaling, Mapping):
+        fail(view.key("rope_scaling"), "must be an object", scaling)
+    return scaling
+
+
 class Gemma3Rope(RopeModel):
     """Gemma 3 (`Gemma3TextConfig`): v4 configs give `rope_local_base_freq` for the sliding layers
     and `rope_scaling` for the full ones; layer types follow `sliding_window_pattern`."""
@@ -187,9 +195,7 @@ class Gemma3Rope(RopeModel):
             return super().layers(view)
         # Gemma3TextConfig.convert_rope_params_to_dict: rope_scaling applies to full attention
         # only; sliding layers use rope_local_base_freq with the default RoPE.
-        scaling = view.data.get("rope_scaling") or {}
-        if not isinstance(scaling, Mapping):
-            fail(view.key("rope_scaling"), "must be an object", scaling)
+        scaling = _v4_scaling(view)
         full = {"rope_type": "default", **scaling}
         full.setdefault("rope_theta", view.get("rope_theta"))
         sliding = {"rope_type": "default", "rope_theta": view.get("rope_local_base_freq")}
@@ -274,9 +280,7 @@ class LayerTypeRope(RopeModel):
     def layers(self, view: ConfigView) -> tuple[str, dict[str | None, dict[str, Any] | None]]:
         if view.has("rope_parameters"):
             return super().layers(view)
-        scaling = view.data.get("rope_scaling") or {}
-        if not isinstance(scaling, Mapping):
-            fail(view.key("rope_scaling"), "must be an object", scaling)
+        scaling = _v4_scaling(view)
         layers: dict[str | None, dict[str, Any] | None] = {}
         for layer_type, default in self.theta_defaults.items():
             params: dict[str, Any] = {"rope_type": "default"}
