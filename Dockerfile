@@ -68,19 +68,21 @@ RUN --mount=type=cache,target=/root/.cache/pip \
 FROM deps-cpu AS build-cpu
 COPY pyproject.toml README* /src/
 COPY service /src/service
+COPY clients/python/src/posenc_check /src/clients/python/src/posenc_check
 RUN pip install --no-deps --no-build-isolation --no-cache-dir --no-compile --root /staging /src \
  && python -m compileall -q -s /staging -p / --invalidation-mode checked-hash /staging \
  && PYTHONPATH="$(echo /staging/opt/venv/lib/python3*/site-packages)" \
-    python -c "import posenc, torch, onnxruntime; print('posenc', posenc.__file__, 'torch', torch.__version__)"
+    python -c "import posenc, posenc_check.verify, torch, onnxruntime; print('posenc', posenc.__file__, 'torch', torch.__version__)"
 
 
 FROM deps-cuda AS build-cuda
 COPY pyproject.toml README* /src/
 COPY service /src/service
+COPY clients/python/src/posenc_check /src/clients/python/src/posenc_check
 RUN pip install --no-deps --no-build-isolation --no-cache-dir --no-compile --root /staging /src \
  && python -m compileall -q -s /staging -p / --invalidation-mode checked-hash /staging \
  && PYTHONPATH="$(echo /staging/opt/venv/lib/python3*/site-packages)" \
-    python -c "import posenc, torch, onnxruntime; print('posenc', posenc.__file__, 'torch', torch.__version__, 'cuda', torch.version.cuda)"
+    python -c "import posenc, posenc_check.verify, torch, onnxruntime; print('posenc', posenc.__file__, 'torch', torch.__version__, 'cuda', torch.version.cuda)"
 
 
 FROM python-base AS runtime

@@ -108,6 +108,17 @@ def gqa_block(
     return _model([node], inputs, outputs, inits, opset=17, contrib=True)
 
 
+def baked_gqa_block(hd: int, heads: int, kv_heads: int, cos: Any, sin: Any) -> onnx.ModelProto:
+    """`gqa_block` holding `cos`/`sin` (P, hd/2) as its cache initializers, as an exporter bakes
+    them."""
+    model = gqa_block(hd, heads, kv_heads, caches="initializer")
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(
+        [onnx.numpy_helper.from_array(cos, "cos"), onnx.numpy_helper.from_array(sin, "sin")]
+    )
+    return model
+
+
 def switch_block(
     hd: int, heads: int, kv_heads: int, *, short_rows: int, long_rows: int, threshold: int
 ) -> onnx.ModelProto:

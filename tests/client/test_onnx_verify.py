@@ -18,7 +18,6 @@ import ml_dtypes
 import numpy as np
 import onnx
 import pytest
-from onnx import numpy_helper
 
 from posenc_client import Client, Tables
 from posenc_client.cli import main
@@ -38,12 +37,7 @@ def _table(client: Client, theta: float = 500000.0, **scaling: Any) -> Tables:
 
 def _baked(cos: np.ndarray, sin: np.ndarray) -> onnx.ModelProto:
     """A GQA block holding `cos`/`sin` as its cache initializers, as an exporter bakes them."""
-    model = blocks.gqa_block(HD, HEADS, KV_HEADS, caches="initializer")
-    del model.graph.initializer[:]
-    model.graph.initializer.extend(
-        [numpy_helper.from_array(cos, "cos"), numpy_helper.from_array(sin, "sin")]
-    )
-    return model
+    return blocks.baked_gqa_block(HD, HEADS, KV_HEADS, cos, sin)
 
 
 def _reports(model: onnx.ModelProto, tables: Tables) -> tuple[set[str], str]:

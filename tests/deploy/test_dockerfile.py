@@ -164,8 +164,9 @@ def test_build_context_carries_what_copy_needs() -> None:
 
 
 def test_build_context_alone_builds_the_package(tmp_path: Path) -> None:
-    """What the image's `pip install --no-deps /src` sees (pyproject.toml, README*, service/)
-    builds a wheel holding the code, the presets and py.typed."""
+    """What the image's `pip install --no-deps /src` sees (pyproject.toml, README*, service/,
+    clients/python/src/posenc_check/) builds a wheel holding the code, the presets, py.typed and
+    the ONNX check shared with the client."""
     context = tmp_path / "src"
     context.mkdir()
     for name in ("pyproject.toml", "README.md"):
@@ -173,6 +174,8 @@ def test_build_context_alone_builds_the_package(tmp_path: Path) -> None:
             shutil.copy2(REPO / name, context / name)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
     shutil.copytree(REPO / "service", context / "service", ignore=ignore)
+    check = Path("clients/python/src/posenc_check")
+    shutil.copytree(REPO / check, context / check, ignore=ignore)
     done = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet",
          "--wheel-dir", str(tmp_path / "wheels"), str(context)],
@@ -182,4 +185,6 @@ def test_build_context_alone_builds_the_package(tmp_path: Path) -> None:
     (wheel,) = (tmp_path / "wheels").glob("posenc-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {"posenc/cli.py", "posenc/api/server.py", "posenc/py.typed"} <= names
+    assert {"posenc_check/verify.py", "posenc_check/py.typed"} <= names
+    assert not any(n.startswith("posenc_client/") for n in names)
     assert any(n.startswith("posenc/presets/") and n.endswith(".json") for n in names)

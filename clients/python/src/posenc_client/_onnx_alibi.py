@@ -9,21 +9,23 @@ from dataclasses import dataclass
 
 import onnx
 
+from posenc_check.graph import (
+    MICROSOFT,
+    attribute,
+    domain,
+    label,
+    matching_nodes,
+    node_input,
+    op_name,
+)
 from posenc_client._exceptions import IncompatibleModelError
 from posenc_client._onnx_merge import merge_subgraph
 from posenc_client._onnx_patch import (
-    MICROSOFT,
     GraphSources,
     ModelLike,
     Patcher,
     ValueTypes,
-    attribute,
-    domain,
-    label,
     load_model,
-    matching_nodes,
-    node_input,
-    op_name,
     patch,
     record_metadata,
     value_info,

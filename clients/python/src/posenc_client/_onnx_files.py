@@ -21,9 +21,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import onnx
-from onnx import numpy_helper
 
-from posenc_client._formats import Array
+from posenc_check.graph import external_field, is_external
 
 INLINE_LIMIT = 1024
 """Tensors of a model with external data that posenc writes are moved to its own data file
@@ -60,52 +59,10 @@ def tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
                     yield from item.tensors
 
 
-def is_external(tensor: onnx.TensorProto) -> bool:
-    return tensor.data_location == onnx.TensorProto.EXTERNAL
-
-
-def external_field(tensor: onnx.TensorProto, key: str) -> str | None:
-    """One `external_data` entry of a tensor ("location", "offset", "length")."""
-    for entry in tensor.external_data:
-        if entry.key == key:
-            return str(entry.value)
-    return None
-
-
 def external_locations(model: onnx.ModelProto) -> list[str]:
     """The data files the model's external tensors name (relative to its folder), sorted."""
     found = {external_field(t, "location") for t in tensors(model) if is_external(t)}
     return sorted(location for location in found if location)
-
-
-def read_tensor(tensor: onnx.TensorProto, data_dir: str | os.PathLike[str] | None) -> Array:
-    """The values of one tensor, reading only its own bytes (offset, length) from its data file
-    when external (`data_dir`: the folder its location is relative to; the location must stay
-    inside it). Read here rather than by onnx's loader, which refuses data files with several
-    hard links (`save_model(..., link=True)` makes such files)."""
-    if not is_external(tensor):
-        return numpy_helper.to_array(tensor)
-    location = external_field(tensor, "location") or ""
-    if data_dir is None:
-        raise ValueError(
-            f"tensor {tensor.name!r} is stored in external data ({location!r}): give the "
-            "model's folder"
-        )
-    folder = Path(data_dir).resolve()
-    path = (folder / location).resolve()
-    if Path(location).is_absolute() or folder not in path.parents:
-        raise ValueError(f"tensor {tensor.name!r}: data location {location!r} leaves the folder")
-    offset = int(external_field(tensor, "offset") or 0)
-    length = external_field(tensor, "length")
-    with open(path, "rb") as data:
-        data.seek(offset)
-        raw = data.read(int(length)) if length is not None else data.read()
-    inline = onnx.TensorProto()
-    inline.CopyFrom(tensor)
-    del inline.external_data[:]
-    inline.data_location = onnx.TensorProto.DEFAULT
-    inline.raw_data = raw
-    return numpy_helper.to_array(inline)
 
 
 def load_graph(path: str | os.PathLike[str]) -> onnx.ModelProto:

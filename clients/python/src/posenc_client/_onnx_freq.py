@@ -20,6 +20,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from posenc_check.graph import label
 from posenc_client._exceptions import IncompatibleModelError
 from posenc_client._models import Tables
 from posenc_client._onnx_patch import (
@@ -28,7 +29,6 @@ from posenc_client._onnx_patch import (
     ModelLike,
     Patcher,
     cast_array,
-    label,
     load_model,
     patch,
     record_metadata,

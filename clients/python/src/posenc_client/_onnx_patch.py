@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
@@ -25,15 +25,15 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from posenc_check.graph import (
+    label,
+)
 from posenc_client._exceptions import IncompatibleModelError
 from posenc_client._formats import Array
 from posenc_client._models import OnnxModel
 from posenc_client._onnx_files import load_graph
 
 ModelLike = onnx.ModelProto | bytes | str | os.PathLike[str] | OnnxModel
-
-MICROSOFT = "com.microsoft"
-"""onnxruntime's contrib-op domain."""
 
 ELEMENT_TYPES: dict[int, str] = {
     onnx.TensorProto.FLOAT: "float32",
@@ -45,51 +45,6 @@ ELEMENT_TYPES: dict[int, str] = {
     onnx.TensorProto.BOOL: "bool",
 }
 """`TensorProto` element types -> the dtype names tables use."""
-
-# reading nodes --------------------------------------------------------------------------------
-
-
-def domain(node: onnx.NodeProto) -> str:
-    """The node's domain, "" for the default one (however it is spelled)."""
-    return "" if node.domain in ("", "ai.onnx") else node.domain
-
-
-def label(node: onnx.NodeProto, index: int) -> str:
-    """The node's name, or `op_type#index` for an unnamed one."""
-    return node.name or f"{node.op_type}#{index}"
-
-
-def op_name(node: onnx.NodeProto) -> str:
-    """`op_type`, prefixed with its domain outside the default one."""
-    node_domain = domain(node)
-    return f"{node_domain}.{node.op_type}" if node_domain else node.op_type
-
-
-def attribute(node: onnx.NodeProto, name: str, default: Any = None) -> Any:
-    """The value of the node's attribute `name`, or `default`."""
-    for item in node.attribute:
-        if item.name == name:
-            return onnx.helper.get_attribute_value(item)
-    return default
-
-
-def node_input(node: onnx.NodeProto, index: int) -> str:
-    """The name of the node's input `index` ("" when left out)."""
-    return node.input[index] if len(node.input) > index else ""
-
-
-SlotT = TypeVar("SlotT")
-
-
-def matching_nodes(
-    graph: onnx.GraphProto, slots: Mapping[tuple[str, str], SlotT]
-) -> Iterator[tuple[int, onnx.NodeProto, SlotT]]:
-    """(index, node, what `slots` holds for it) for every node of `graph` whose
-    `(domain, op_type)` `slots` lists, in graph order."""
-    for index, node in enumerate(graph.node):
-        found = slots.get((domain(node), node.op_type))
-        if found is not None:
-            yield index, node, found
 
 
 def load_model(model: ModelLike) -> onnx.ModelProto:

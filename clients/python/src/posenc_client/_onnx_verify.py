@@ -1,246 +1,38 @@
-"""How far the position caches baked into a model are from the exact ones: `verify_rope_caches`.
+"""How far the position caches baked into a model are from the exact ones: `verify_rope_caches`
+and `verify_inv_freq`, changing nothing.
 
-Exporters bake half-width cos/sin caches (P, d/2) into models (onnxruntime-genai's builder: GQA
-`cos_cache` / `sin_cache` initializers, LongRoPE's two caches in an `If`). Each is compared,
-changing nothing, with the served table for the model's config: max abs and ulp error and the
-first (row, column) where it departs, then a diagnosis read from the cache itself:
-
-- the attention scaling A is `cos[0, 0]` (angle 0), each column's frequency the angle
-  `atan2(sin, cos)` at the furthest row where it stays below pi/2, divided by the row (one
-  rounding of a value below 1, so relative precision ~1e-7 / angle);
-- the frequencies' ratio to the table's `q[j]` says which: all 1 (rounding, positions off by
-  one: rows shifted), the unscaled default of the same theta (the config's scaling missing: a
-  repair), 1 outside the config's transition band only (its ramp computed differently: YaRN's
-  correction range not rounded as transformers does, `truncate`), a geometric ratio (another
-  rope_theta), a constant (another linear factor), anything else (another scaling variant).
-
-Verdicts: `exact` (bit-equal), `placeholder` (all zeros: an exporter left the slot to fill),
-`repair` (what the table replaces is a known exporter error or rounding, or a single row: plug
-fixes it), `mismatch` (the model's caches do not look like this config at all: a wrong config,
-refused by `posenc-client plug` without `--force`).
+Finding the caches, comparing and diagnosing them (the verdicts `exact`, `placeholder`, `repair`,
+`mismatch` and their causes) are `posenc_check.verify`'s, whose docstring says how the cause is
+read from the cache; the server's `POST /v1/check/onnx` (the explorer's check pane) runs the same
+code. This module takes the model as the client does (path, bytes, ModelProto, OnnxModel; a path
+is read without its external data, the caches' own bytes from its folder) and adds the frequency
+constants that `torch.onnx.export` models compute RoPE from (`verify_inv_freq`).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 
 import numpy as np
-import onnx
 
-from posenc_client._formats import Array, dtype_name
+from posenc_check.graph import read_tensor
+from posenc_check.verify import ULP_REPAIR, CacheReport, classify, compare
+from posenc_check.verify import verify_rope_caches as _verify_rope_caches
+from posenc_client._formats import dtype_name
 from posenc_client._models import Tables
-from posenc_client._onnx_files import read_tensor
 from posenc_client._onnx_patch import ModelLike, load_model
-from posenc_client._onnx_rope import LengthSwitch, find_rope_consumers, length_switch
 
-ULP_REPAIR = 4
-"""Departures of at most this many ulp are rounding (another op order or libm)."""
-RATIO_TOLERANCE = 1e-4
-"""Relative difference under which two frequencies are the same."""
+__all__ = ["CacheReport", "verify_inv_freq", "verify_rope_caches"]
 
 
-@dataclass(frozen=True)
-class CacheReport:
-    """One cache of the model against the exact table.
-
-    `name`: the cache the consumers read (an initializer, or an If output: then `side` is
-    "short"/"long" for its else/then branch, else ""); `nodes`: the consumers reading it;
-    `shape`/`dtype`: the model's cache; `rows`: rows compared (the model's, at most the
-    table's); `max_abs`, `max_ulp`: largest error (ulp of the exact value in the model's dtype,
-    taken at 1/2 for smaller values); `first`: first (row, column) that differs, None when
-    bit-equal; `verdict`: exact, placeholder, repair or mismatch; `diagnosis`: the likely
-    causes, most specific first."""
-
-    name: str
-    nodes: tuple[str, ...]
-    side: str
-    shape: tuple[int, ...]
-    dtype: str
-    rows: int
-    max_abs: float
-    max_ulp: int
-    first: tuple[int, int] | None
-    verdict: str
-    diagnosis: tuple[str, ...] = field(default=())
-
-    def line(self) -> str:
-        """A one-line summary for reports."""
-        where = f"{self.name}{f' ({self.side})' if self.side else ''}"
-        if self.first is None:
-            return f"{where}: exact ({self.rows} rows)"
-        row, col = self.first
-        return (
-            f"{where}: {self.verdict}: max abs {self.max_abs:.3g}, {self.max_ulp} ulp, first "
-            f"departs at row {row} column {col} ({self.rows} rows); " + "; ".join(self.diagnosis)
-        )
-
-
-def _ulps(model: Array, exact: Array) -> Array:
-    """|model - exact| in ulp of the exact value in the model's dtype, of 1/2 for smaller values
-    (trig tables cross zero, where ulp shrink to nothing: their scale is their amplitude)."""
-    a = model.astype(np.float64)
-    b = exact.astype(np.float64)
-    floor = np.maximum(np.abs(b), 0.5).astype(model.dtype)
-    spacing = np.spacing(floor) if model.dtype.kind == "f" else _bf16_spacing(floor)
-    result: Array = np.abs(a - b) / spacing.astype(np.float64)
-    return result
-
-
-def _bf16_spacing(values: Array) -> Array:
-    """ulp of bfloat16 values (8 significant bits): 2^(exponent - 7)."""
-    _, exponent = np.frexp(values.astype(np.float64))
-    result: Array = np.ldexp(1.0, exponent - 8)
-    return result
-
-
-def _frequencies(cos: Array, sin: Array) -> tuple[Array, float]:
-    """Per-column angle per position of a (P, w) cache pair, and its amplitude A = cos[0, 0]."""
-    amplitude = float(cos[0, 0])
-    if cos.shape[0] < 2:
-        return np.full(cos.shape[1], np.nan), amplitude
-    first = np.arctan2(sin[1].astype(np.float64), cos[1].astype(np.float64))
-    rows = np.clip(np.floor((np.pi / 2) / np.maximum(np.abs(first), 1e-30)), 1, cos.shape[0] - 1)
-    rows = rows.astype(np.int64)
-    columns = np.arange(cos.shape[1])
-    angles = np.arctan2(
-        sin[rows, columns].astype(np.float64), cos[rows, columns].astype(np.float64)
-    )
-    return angles / rows, amplitude
-
-
-def _default_frequencies(tables: Tables, width: int) -> Array | None:
-    """theta^(-2j/d) for the table's rope_theta (float64), d = 2 * width."""
-    theta = tables.spec.get("rope_theta")
-    if not isinstance(theta, (int, float)):
-        return None
-    return np.asarray(float(theta) ** (-np.arange(width) * 2.0 / (2 * width)))
-
-
-def _diagnose(
-    model: tuple[Array, Array], table: tuple[Array, Array], tables: Tables
-) -> tuple[str, list[str]]:
-    """(verdict, causes) for a cos/sin pair that is not bit-equal to the table."""
-    (mcos, msin), (tcos, tsin) = model, table
-    if mcos.shape[1] != tcos.shape[1]:
-        return "mismatch", [
-            f"wrong rotary width: the model's caches have {mcos.shape[1]} columns "
-            f"(d = {2 * mcos.shape[1]}), the config's {tcos.shape[1]} (d = {2 * tcos.shape[1]})"
-        ]
-    rows = min(mcos.shape[0], tcos.shape[0])
-    mcos, msin, tcos, tsin = mcos[:rows], msin[:rows], tcos[:rows], tsin[:rows]
-    if mcos.dtype != tcos.dtype:
-        low = tcos.astype(mcos.dtype)
-        if np.array_equal(mcos, low) and np.array_equal(msin, tsin.astype(msin.dtype)):
-            return "repair", [f"the exact table rounded to {dtype_name(mcos.dtype)}"]
-    for name, dtype in (("float16", np.float16), ("bfloat16", None)):
-        if dtype is None:
-            import ml_dtypes
-
-            dtype = ml_dtypes.bfloat16
-        if mcos.dtype != dtype and np.array_equal(mcos, tcos.astype(dtype).astype(mcos.dtype)):
-            return "repair", [f"the exact table went through {name}: precision lost"]
-    shift = 1e-5 + 4 * np.finfo(np.float32).eps
-    for offset, text in ((1, "row p holds position p + 1"), (-1, "row p holds position p - 1")):
-        a = mcos[: rows - 1] if offset == 1 else mcos[1:]
-        b = tcos[1:] if offset == 1 else tcos[: rows - 1]
-        if rows > 2 and float(np.max(np.abs(a - b.astype(a.dtype)))) < shift:
-            return "repair", [f"positions off by one: {text}"]
-    inv_m, amp_m = _frequencies(mcos, msin)
-    inv_t, amp_t = _frequencies(tcos, tsin)
-    return _classify(inv_m, inv_t, amp_m, amp_t, tables)
-
-
-def _classify(
-    inv_m: Array, inv_t: Array, amp_m: float, amp_t: float, tables: Tables
-) -> tuple[str, list[str]]:
-    """(verdict, causes) from the model's and the table's frequencies and amplitudes."""
-    causes: list[str] = []
-    if not np.isclose(amp_m, amp_t, rtol=1e-6, atol=0):
-        causes.append(
-            f"attention scaling differs: the model's cos[0] = {amp_m:.7g}, the config's "
-            f"{amp_t:.7g} (mscale / attention_factor)"
-        )
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = inv_m / inv_t
-    same = np.abs(ratio - 1) < RATIO_TOLERANCE
-    rope_type = str((tables.spec.get("rope_scaling") or {}).get("rope_type", "default"))
-    if same.all():
-        if causes:
-            return "repair", causes
-        return "repair", ["the same frequencies: rounding of the angles or op order"]
-    default = _default_frequencies(tables, len(inv_t))
-    if default is not None:
-        expected = default / inv_t
-        if np.all(np.abs(ratio / expected - 1) < RATIO_TOLERANCE) and rope_type != "default":
-            return "repair", [
-                f"the config's {rope_type} scaling is missing: the model's caches are the "
-                "unscaled RoPE of the same rope_theta",
-                *causes,
-            ]
-        band = ~(np.abs(expected - 1) < RATIO_TOLERANCE)
-        band &= ~(np.abs(expected - expected.max()) < RATIO_TOLERANCE * expected.max())
-        near = np.convolve(band.astype(int), np.ones(3, int), mode="same") > 0
-        differs = np.flatnonzero(~same)
-        if rope_type != "default" and band.any() and near[differs].all():
-            cols = f"{differs.min()}..{differs.max()}"
-            what = (
-                "YaRN rounding: the correction range is not floored/ceiled as transformers "
-                "does (truncate=true)"
-                if rope_type == "yarn"
-                else f"the {rope_type} transition is computed differently"
-            )
-            return "repair", [f"{what}: frequencies differ in columns {cols} only", *causes]
-    columns = np.arange(len(ratio))
-    logs = np.log(np.abs(ratio))
-    if len(ratio) > 2 and np.isfinite(logs).all():
-        slope = float(np.dot(columns, logs) / np.dot(columns, columns))
-        if np.max(np.abs(logs - slope * columns)) < 1e-3 and abs(slope) > 1e-6:
-            theta = tables.spec.get("rope_theta")
-            if isinstance(theta, (int, float)):
-                # ratio = (theta / theta')^(2j/d): theta' = theta * exp(-slope * d / 2)
-                other = float(theta) * float(np.exp(-slope * len(ratio)))
-                causes.insert(0, f"wrong theta: the model's caches fit rope_theta ~ {other:.6g}")
-                return "mismatch", causes
-        if np.max(np.abs(logs - logs.mean())) < 1e-3:
-            factor = float(np.exp(-logs.mean()))
-            causes.insert(0, f"every frequency divided by {factor:.6g}: another linear factor")
-            return "mismatch", causes
-    top = int(np.argmax(np.abs(logs)))
-    causes.insert(
-        0,
-        f"another scaling variant: frequencies differ in {int((~same).sum())} of {len(ratio)} "
-        f"columns, up to x{float(ratio[top]):.4g} (column {top}); the config's is {rope_type}",
-    )
-    return "mismatch", causes
-
-
-CHUNK_ROWS = 8192
-"""Rows compared at a time: the float64 temporaries stay a few MiB whatever the table."""
-
-
-def compare(model: Array, table: Array) -> tuple[int, float, int, tuple[int, int] | None]:
-    """(rows compared, max abs, max ulp, first differing (row, column)) of one cache, in
-    chunks of `CHUNK_ROWS` rows."""
-    rows = min(model.shape[0], table.shape[0])
-    if model.ndim != 2 or table.ndim != 2 or model.shape[1] != table.shape[1]:
-        return rows, float("inf"), 0, (0, 0)
-    first: tuple[int, int] | None = None
-    max_abs, max_ulp = 0.0, 0.0
-    for start in range(0, rows, CHUNK_ROWS):
-        a = model[start : min(start + CHUNK_ROWS, rows)]
-        b = table[start : start + len(a)].astype(a.dtype)
-        differs = a != b
-        if not differs.any():
-            continue
-        if first is None:
-            row, col = np.argwhere(differs)[0]
-            first = (start + int(row), int(col))
-        error = np.abs(a.astype(np.float64) - b.astype(np.float64))
-        max_abs = max(max_abs, float(error.max()))
-        max_ulp = max(max_ulp, float(_ulps(a, b).max()))
-    return rows, max_abs, int(np.ceil(max_ulp)), first
+def _data_dir(
+    model: ModelLike, data_dir: str | os.PathLike[str] | None
+) -> str | os.PathLike[str] | None:
+    """Where external data is read: `data_dir`, else a path model's folder."""
+    if data_dir is None and isinstance(model, (str, os.PathLike)):
+        return os.path.dirname(os.fspath(model)) or "."
+    return data_dir
 
 
 def verify_inv_freq(
@@ -255,8 +47,7 @@ def verify_inv_freq(
     changing nothing; one `CacheReport` each (one row: `first` is (0, column))."""
     from posenc_client._onnx_freq import find_frequency_constants
 
-    if data_dir is None and isinstance(model, (str, os.PathLike)):
-        data_dir = os.path.dirname(os.fspath(model)) or "."
+    data_dir = _data_dir(model, data_dir)
     proto = load_model(model)
     wanted = set(nodes) if nodes is not None else None
     initializers = {t.name: t for t in proto.graph.initializer}
@@ -278,7 +69,7 @@ def verify_inv_freq(
             verdict, causes = "repair", [f"within {max_ulp} ulp: another op order or libm"]
         else:
             inv_m = value[0].astype(np.float64)
-            verdict, causes = _classify(inv_m, exact[0].astype(np.float64), 1.0, 1.0, tables)
+            verdict, causes = classify(inv_m, exact[0].astype(np.float64), 1.0, 1.0, tables)
         reports.append(
             CacheReport(
                 name=constant.node,
@@ -306,7 +97,8 @@ def verify_rope_caches(
     nodes: Iterable[str] | None = None,
 ) -> list[CacheReport]:
     """Compare every cos/sin cache baked into `model`'s RoPE consumers with `tables` (and, for
-    the long branch of a LongRoPE `If`, `long_tables`), changing nothing.
+    the long branch of a LongRoPE `If`, `long_tables`), changing nothing
+    (`posenc_check.verify.verify_rope_caches`).
 
     Args:
         model: the model (a path is read without its external data; only the caches' own bytes
@@ -318,65 +110,10 @@ def verify_rope_caches(
 
     Returns one `CacheReport` per cache (graph-input caches have no values and are skipped).
     """
-    if data_dir is None and isinstance(model, (str, os.PathLike)):
-        data_dir = os.path.dirname(os.fspath(model)) or "."
-    proto = load_model(model)
-    wanted = set(nodes) if nodes is not None else None
-    readers: dict[str, list[str]] = {}
-    pairs: dict[tuple[str, str], None] = {}
-    for consumer in find_rope_consumers(proto):
-        if wanted is not None and consumer.node not in wanted:
-            continue
-        pairs[(consumer.cos, consumer.sin)] = None
-        for name in (consumer.cos, consumer.sin):
-            readers.setdefault(name, []).append(consumer.node)
-    initializers = {t.name: t for t in proto.graph.initializer}
-    reports: list[CacheReport] = []
-    for cos_name, sin_name in pairs:
-        sides: list[tuple[str, onnx.TensorProto, onnx.TensorProto, Tables | None]] = []
-        if cos_name in initializers and sin_name in initializers:
-            sides.append(("", initializers[cos_name], initializers[sin_name], tables))
-        else:
-            cos_switch = length_switch(proto.graph, cos_name)
-            sin_switch = length_switch(proto.graph, sin_name)
-            if not isinstance(cos_switch, LengthSwitch) or not isinstance(sin_switch, LengthSwitch):
-                continue
-            sides.append(("short", cos_switch.short.tensor, sin_switch.short.tensor, tables))
-            sides.append(("long", cos_switch.long.tensor, sin_switch.long.tensor, long_tables))
-        for side, cos_tensor, sin_tensor, side_tables in sides:
-            if side_tables is None:
-                continue
-            values = (read_tensor(cos_tensor, data_dir), read_tensor(sin_tensor, data_dir))
-            exact = (side_tables["cos"], side_tables["sin"])
-            results = [compare(value, table) for value, table in zip(values, exact, strict=True)]
-            worst = max(max_ulp for _, _, max_ulp, _ in results)
-            if all(first is None for *_, first in results):
-                verdict, causes = "exact", []
-            elif not any(np.any(value) for value in values):
-                verdict, causes = "placeholder", ["all zeros: a placeholder, no table to compare"]
-            elif min(value.shape[0] for value in values) < 2:
-                verdict, causes = "repair", ["one row only: too little to diagnose"]
-            elif worst <= ULP_REPAIR and all(r[1] < 1e-3 for r in results):
-                verdict = "repair"
-                causes = [f"within {worst} ulp: another op order or libm (harmless)"]
-            else:
-                verdict, causes = _diagnose(values, exact, side_tables)
-            for name, value, (rows, max_abs, max_ulp, first) in zip(
-                (cos_name, sin_name), values, results, strict=True
-            ):
-                reports.append(
-                    CacheReport(
-                        name=name,
-                        nodes=tuple(readers[name]),
-                        side=side,
-                        shape=tuple(int(d) for d in value.shape),
-                        dtype=dtype_name(value.dtype),
-                        rows=rows,
-                        max_abs=max_abs,
-                        max_ulp=max_ulp,
-                        first=first,
-                        verdict=verdict if first is not None else "exact",
-                        diagnosis=tuple(causes) if first is not None else (),
-                    )
-                )
-    return reports
+    return _verify_rope_caches(
+        load_model(model),
+        tables,
+        long_tables=long_tables,
+        data_dir=_data_dir(model, data_dir),
+        nodes=nodes,
+    )

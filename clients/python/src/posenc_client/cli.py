@@ -351,7 +351,7 @@ def _rope_plan(
 ) -> tuple[list[Any], Tables, Tables | None]:
     """The RoPE consumers to fill or verify, the table for the model's config (its dtype and
     rows read from the model) and, with a LongRoPE length switch, the table past it."""
-    from posenc_client._onnx_rope import length_switch
+    from posenc_check.rope import length_switch
 
     config = _config(args.hf_config)
     fields = parse_fields(args.fields)

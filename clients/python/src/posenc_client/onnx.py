@@ -56,17 +56,13 @@ try:
 except ImportError as err:  # pragma: no cover - exercised in the fresh-venv test
     raise ImportError("posenc_client.onnx needs onnx: pip install 'posenc-client[onnx]'") from err
 
+from posenc_check.rope import LengthSwitch
 from posenc_client._onnx_alibi import AlibiConsumer, attach_alibi_bias, find_alibi_consumers
 from posenc_client._onnx_files import save_model
 from posenc_client._onnx_freq import FrequencyConstant, attach_inv_freq, find_frequency_constants
 from posenc_client._onnx_merge import merge_subgraph
 from posenc_client._onnx_patch import load_model
-from posenc_client._onnx_rope import (
-    LengthSwitch,
-    RopeConsumer,
-    attach_rope_caches,
-    find_rope_consumers,
-)
+from posenc_client._onnx_rope import RopeConsumer, attach_rope_caches, find_rope_consumers
 from posenc_client._onnx_verify import CacheReport, verify_inv_freq, verify_rope_caches
 
 __all__ = [

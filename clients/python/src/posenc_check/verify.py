@@ -1,0 +1,401 @@
+"""How far the position caches baked into a model are from the exact ones, and why:
+`baked_caches` finds them (reading no values), `check_caches` compares and diagnoses one pair,
+`verify_rope_caches` does both for a whole model, `departures` maps where a cache departs.
+
+Exporters bake half-width cos/sin caches (P, d/2) into models (onnxruntime-genai's builder: GQA
+`cos_cache` / `sin_cache` initializers, LongRoPE's two caches in an `If`). Each is compared,
+changing nothing, with the served table for the model's config: max abs and ulp error and the
+first (row, column) where it departs, then a diagnosis read from the cache itself:
+
+- the attention scaling A is `cos[0, 0]` (angle 0), each column's frequency the angle
+  `atan2(sin, cos)` at the furthest row where it stays below pi/2, divided by the row (one
+  rounding of a value below 1, so relative precision ~1e-7 / angle);
+- the frequencies' ratio to the table's `q[j]` says which: all 1 (rounding, positions off by
+  one: rows shifted), the unscaled default of the same theta (the config's scaling missing: a
+  repair), 1 outside the config's transition band only (its ramp computed differently: YaRN's
+  correction range not rounded as transformers does, `truncate`), a geometric ratio (another
+  rope_theta), a constant (another linear factor), anything else (another scaling variant).
+
+Verdicts: `exact` (bit-equal), `placeholder` (all zeros: an exporter left the slot to fill),
+`repair` (what the table replaces is a known exporter error or rounding, or a single row: plug
+fixes it), `mismatch` (the model's caches do not look like this config at all: a wrong config,
+refused by `posenc-client plug` without `--force`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+import onnx
+
+from posenc_check.graph import Array, label, node_input, read_tensor
+from posenc_check.rope import LengthSwitch, length_switch, rope_readers
+
+
+class ExactTable(Protocol):
+    """A served rope table: its canonical `spec` (transformers' field names: `rope_theta`,
+    `rope_scaling`) and its tensors by name (`cos`, `sin` (P, d/2); `inv_freq` (d/2,))."""
+
+    @property
+    def spec(self) -> Mapping[str, Any]: ...
+
+    def __getitem__(self, name: str, /) -> Array: ...
+
+
+ULP_REPAIR = 4
+"""Departures of at most this many ulp are rounding (another op order or libm)."""
+RATIO_TOLERANCE = 1e-4
+"""Relative difference under which two frequencies are the same."""
+
+
+@dataclass(frozen=True)
+class CacheReport:
+    """One cache of the model against the exact table.
+
+    `name`: the cache the consumers read (an initializer, or an If output: then `side` is
+    "short"/"long" for its else/then branch, else ""); `nodes`: the consumers reading it;
+    `shape`/`dtype`: the model's cache; `rows`: rows compared (the model's, at most the
+    table's); `max_abs`, `max_ulp`: largest error (ulp of the exact value in the model's dtype,
+    taken at 1/2 for smaller values); `first`: first (row, column) that differs, None when
+    bit-equal; `verdict`: exact, placeholder, repair or mismatch; `diagnosis`: the likely
+    causes, most specific first."""
+
+    name: str
+    nodes: tuple[str, ...]
+    side: str
+    shape: tuple[int, ...]
+    dtype: str
+    rows: int
+    max_abs: float
+    max_ulp: int
+    first: tuple[int, int] | None
+    verdict: str
+    diagnosis: tuple[str, ...] = field(default=())
+
+    def line(self) -> str:
+        """A one-line summary for reports."""
+        where = f"{self.name}{f' ({self.side})' if self.side else ''}"
+        if self.first is None:
+            return f"{where}: exact ({self.rows} rows)"
+        row, col = self.first
+        return (
+            f"{where}: {self.verdict}: max abs {self.max_abs:.3g}, {self.max_ulp} ulp, first "
+            f"departs at row {row} column {col} ({self.rows} rows); " + "; ".join(self.diagnosis)
+        )
+
+
+def _ulps(model: Array, exact: Array) -> Array:
+    """|model - exact| in ulp of the exact value in the model's dtype, of 1/2 for smaller values
+    (trig tables cross zero, where ulp shrink to nothing: their scale is their amplitude)."""
+    a = model.astype(np.float64)
+    b = exact.astype(np.float64)
+    floor = np.maximum(np.abs(b), 0.5).astype(model.dtype)
+    spacing = np.spacing(floor) if model.dtype.kind == "f" else _bf16_spacing(floor)
+    result: Array = np.abs(a - b) / spacing.astype(np.float64)
+    return result
+
+
+def _bf16_spacing(values: Array) -> Array:
+    """ulp of bfloat16 values (8 significant bits): 2^(exponent - 7)."""
+    _, exponent = np.frexp(values.astype(np.float64))
+    result: Array = np.ldexp(1.0, exponent - 8)
+    return result
+
+
+def _frequencies(cos: Array, sin: Array) -> tuple[Array, float]:
+    """Per-column angle per position of a (P, w) cache pair, and its amplitude A = cos[0, 0]."""
+    amplitude = float(cos[0, 0])
+    if cos.shape[0] < 2:
+        return np.full(cos.shape[1], np.nan), amplitude
+    first = np.arctan2(sin[1].astype(np.float64), cos[1].astype(np.float64))
+    rows = np.clip(np.floor((np.pi / 2) / np.maximum(np.abs(first), 1e-30)), 1, cos.shape[0] - 1)
+    rows = rows.astype(np.int64)
+    columns = np.arange(cos.shape[1])
+    angles = np.arctan2(
+        sin[rows, columns].astype(np.float64), cos[rows, columns].astype(np.float64)
+    )
+    return angles / rows, amplitude
+
+
+def _default_frequencies(tables: ExactTable, width: int) -> Array | None:
+    """theta^(-2j/d) for the table's rope_theta (float64), d = 2 * width."""
+    theta = tables.spec.get("rope_theta")
+    if not isinstance(theta, (int, float)):
+        return None
+    return np.asarray(float(theta) ** (-np.arange(width) * 2.0 / (2 * width)))
+
+
+def _diagnose(
+    model: tuple[Array, Array], table: tuple[Array, Array], tables: ExactTable
+) -> tuple[str, list[str]]:
+    """(verdict, causes) for a cos/sin pair that is not bit-equal to the table."""
+    (mcos, msin), (tcos, tsin) = model, table
+    if mcos.shape[1] != tcos.shape[1]:
+        return "mismatch", [
+            f"wrong rotary width: the model's caches have {mcos.shape[1]} columns "
+            f"(d = {2 * mcos.shape[1]}), the config's {tcos.shape[1]} (d = {2 * tcos.shape[1]})"
+        ]
+    rows = min(mcos.shape[0], tcos.shape[0])
+    mcos, msin, tcos, tsin = mcos[:rows], msin[:rows], tcos[:rows], tsin[:rows]
+    if mcos.dtype != tcos.dtype:
+        low = tcos.astype(mcos.dtype)
+        if np.array_equal(mcos, low) and np.array_equal(msin, tsin.astype(msin.dtype)):
+            return "repair", [f"the exact table rounded to {mcos.dtype.name}"]
+    for name, dtype in (("float16", np.float16), ("bfloat16", None)):
+        if dtype is None:
+            import ml_dtypes
+
+            dtype = ml_dtypes.bfloat16
+        if mcos.dtype != dtype and np.array_equal(mcos, tcos.astype(dtype).astype(mcos.dtype)):
+            return "repair", [f"the exact table went through {name}: precision lost"]
+    shift = 1e-5 + 4 * np.finfo(np.float32).eps
+    for offset, text in ((1, "row p holds position p + 1"), (-1, "row p holds position p - 1")):
+        a = mcos[: rows - 1] if offset == 1 else mcos[1:]
+        b = tcos[1:] if offset == 1 else tcos[: rows - 1]
+        if rows > 2 and float(np.max(np.abs(a - b.astype(a.dtype)))) < shift:
+            return "repair", [f"positions off by one: {text}"]
+    inv_m, amp_m = _frequencies(mcos, msin)
+    inv_t, amp_t = _frequencies(tcos, tsin)
+    return classify(inv_m, inv_t, amp_m, amp_t, tables)
+
+
+def classify(
+    inv_m: Array, inv_t: Array, amp_m: float, amp_t: float, tables: ExactTable
+) -> tuple[str, list[str]]:
+    """(verdict, causes) from the model's and the table's frequencies and amplitudes."""
+    causes: list[str] = []
+    if not np.isclose(amp_m, amp_t, rtol=1e-6, atol=0):
+        causes.append(
+            f"attention scaling differs: the model's cos[0] = {amp_m:.7g}, the config's "
+            f"{amp_t:.7g} (mscale / attention_factor)"
+        )
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = inv_m / inv_t
+    same = np.abs(ratio - 1) < RATIO_TOLERANCE
+    rope_type = str((tables.spec.get("rope_scaling") or {}).get("rope_type", "default"))
+    if same.all():
+        if causes:
+            return "repair", causes
+        return "repair", ["the same frequencies: rounding of the angles or op order"]
+    default = _default_frequencies(tables, len(inv_t))
+    if default is not None:
+        expected = default / inv_t
+        if np.all(np.abs(ratio / expected - 1) < RATIO_TOLERANCE) and rope_type != "default":
+            return "repair", [
+                f"the config's {rope_type} scaling is missing: the model's caches are the "
+                "unscaled RoPE of the same rope_theta",
+                *causes,
+            ]
+        band = ~(np.abs(expected - 1) < RATIO_TOLERANCE)
+        band &= ~(np.abs(expected - expected.max()) < RATIO_TOLERANCE * expected.max())
+        near = np.convolve(band.astype(int), np.ones(3, int), mode="same") > 0
+        differs = np.flatnonzero(~same)
+        if rope_type != "default" and band.any() and near[differs].all():
+            cols = f"{differs.min()}..{differs.max()}"
+            what = (
+                "YaRN rounding: the correction range is not floored/ceiled as transformers "
+                "does (truncate=true)"
+                if rope_type == "yarn"
+                else f"the {rope_type} transition is computed differently"
+            )
+            return "repair", [f"{what}: frequencies differ in columns {cols} only", *causes]
+    columns = np.arange(len(ratio))
+    logs = np.log(np.abs(ratio))
+    if len(ratio) > 2 and np.isfinite(logs).all():
+        slope = float(np.dot(columns, logs) / np.dot(columns, columns))
+        if np.max(np.abs(logs - slope * columns)) < 1e-3 and abs(slope) > 1e-6:
+            theta = tables.spec.get("rope_theta")
+            if isinstance(theta, (int, float)):
+                # ratio = (theta / theta')^(2j/d): theta' = theta * exp(-slope * d / 2)
+                other = float(theta) * float(np.exp(-slope * len(ratio)))
+                causes.insert(0, f"wrong theta: the model's caches fit rope_theta ~ {other:.6g}")
+                return "mismatch", causes
+        if np.max(np.abs(logs - logs.mean())) < 1e-3:
+            factor = float(np.exp(-logs.mean()))
+            causes.insert(0, f"every frequency divided by {factor:.6g}: another linear factor")
+            return "mismatch", causes
+    top = int(np.argmax(np.abs(logs)))
+    causes.insert(
+        0,
+        f"another scaling variant: frequencies differ in {int((~same).sum())} of {len(ratio)} "
+        f"columns, up to x{float(ratio[top]):.4g} (column {top}); the config's is {rope_type}",
+    )
+    return "mismatch", causes
+
+
+CHUNK_ROWS = 8192
+"""Rows compared at a time: the float64 temporaries stay a few MiB whatever the table."""
+
+
+def compare(model: Array, table: Array) -> tuple[int, float, int, tuple[int, int] | None]:
+    """(rows compared, max abs, max ulp, first differing (row, column)) of one cache, in
+    chunks of `CHUNK_ROWS` rows."""
+    rows = min(model.shape[0], table.shape[0])
+    if model.ndim != 2 or table.ndim != 2 or model.shape[1] != table.shape[1]:
+        return rows, float("inf"), 0, (0, 0)
+    first: tuple[int, int] | None = None
+    max_abs, max_ulp = 0.0, 0.0
+    for start in range(0, rows, CHUNK_ROWS):
+        a = model[start : min(start + CHUNK_ROWS, rows)]
+        b = table[start : start + len(a)].astype(a.dtype)
+        differs = a != b
+        if not differs.any():
+            continue
+        if first is None:
+            row, col = np.argwhere(differs)[0]
+            first = (start + int(row), int(col))
+        error = np.abs(a.astype(np.float64) - b.astype(np.float64))
+        max_abs = max(max_abs, float(error.max()))
+        max_ulp = max(max_ulp, float(_ulps(a, b).max()))
+    return rows, max_abs, int(np.ceil(max_ulp)), first
+
+
+@dataclass(frozen=True)
+class BakedCaches:
+    """One cos/sin cache pair that a model's RoPE consumers read, baked into it.
+
+    `cos`/`sin`: the values the consumers read (initializers, or outputs of a LongRoPE `If`:
+    then `side` is "short"/"long" for its else/then branch and `threshold` the length it
+    switches at, else "" and None); `nodes`: the consumers; `cos_tensor`/`sin_tensor`: where the
+    values are stored (possibly in external data: `graph.is_external`)."""
+
+    cos: str
+    sin: str
+    side: str
+    threshold: int | None
+    nodes: tuple[str, ...]
+    cos_tensor: onnx.TensorProto
+    sin_tensor: onnx.TensorProto
+
+
+def baked_caches(model: onnx.ModelProto, nodes: Iterable[str] | None = None) -> list[BakedCaches]:
+    """Every cos/sin cache pair baked into `model`'s RoPE consumers (only `nodes`, when given),
+    in graph order, reading no values. Caches fed by graph inputs, or by an `If` that is not a
+    length switch, hold no values to compare and are left out."""
+    wanted = set(nodes) if nodes is not None else None
+    readers: dict[str, list[str]] = {}
+    pairs: dict[tuple[str, str], None] = {}
+    for index, node, slots in rope_readers(model.graph):
+        name = label(node, index)
+        if wanted is not None and name not in wanted:
+            continue
+        cos, sin = node_input(node, slots.cos), node_input(node, slots.sin)
+        pairs[(cos, sin)] = None
+        for value in (cos, sin):
+            readers.setdefault(value, []).append(name)
+    initializers = {t.name: t for t in model.graph.initializer}
+    found: list[BakedCaches] = []
+    for cos, sin in pairs:
+        users = tuple(dict.fromkeys(readers[cos] + readers[sin]))
+        if cos in initializers and sin in initializers:
+            found.append(
+                BakedCaches(cos, sin, "", None, users, initializers[cos], initializers[sin])
+            )
+            continue
+        cos_switch, sin_switch = length_switch(model.graph, cos), length_switch(model.graph, sin)
+        if isinstance(cos_switch, LengthSwitch) and isinstance(sin_switch, LengthSwitch):
+            threshold = cos_switch.threshold
+            short = (cos_switch.short.tensor, sin_switch.short.tensor)
+            long = (cos_switch.long.tensor, sin_switch.long.tensor)
+            found.append(BakedCaches(cos, sin, "short", threshold, users, *short))
+            found.append(BakedCaches(cos, sin, "long", threshold, users, *long))
+    return found
+
+
+def check_caches(
+    caches: BakedCaches, values: tuple[Array, Array], tables: ExactTable
+) -> list[CacheReport]:
+    """The cos and the sin report of one baked pair (`values`: its cos and sin) against the
+    exact table: compared (`compare`), then diagnosed (`_diagnose`) when they differ."""
+    exact = (tables["cos"], tables["sin"])
+    results = [compare(value, table) for value, table in zip(values, exact, strict=True)]
+    worst = max(max_ulp for _, _, max_ulp, _ in results)
+    if all(first is None for *_, first in results):
+        verdict, causes = "exact", []
+    elif not any(np.any(value) for value in values):
+        verdict, causes = "placeholder", ["all zeros: a placeholder, no table to compare"]
+    elif min(value.shape[0] for value in values) < 2:
+        verdict, causes = "repair", ["one row only: too little to diagnose"]
+    elif worst <= ULP_REPAIR and all(r[1] < 1e-3 for r in results):
+        verdict = "repair"
+        causes = [f"within {worst} ulp: another op order or libm (harmless)"]
+    else:
+        verdict, causes = _diagnose(values, exact, tables)
+    return [
+        CacheReport(
+            name=name,
+            nodes=caches.nodes,
+            side=caches.side,
+            shape=tuple(int(d) for d in value.shape),
+            dtype=value.dtype.name,
+            rows=rows,
+            max_abs=max_abs,
+            max_ulp=max_ulp,
+            first=first,
+            verdict=verdict if first is not None else "exact",
+            diagnosis=tuple(causes) if first is not None else (),
+        )
+        for name, value, (rows, max_abs, max_ulp, first) in zip(
+            (caches.cos, caches.sin), values, results, strict=True
+        )
+    ]
+
+
+def verify_rope_caches(
+    model: onnx.ModelProto,
+    tables: ExactTable,
+    *,
+    long_tables: ExactTable | None = None,
+    data_dir: str | os.PathLike[str] | None = None,
+    nodes: Iterable[str] | None = None,
+) -> list[CacheReport]:
+    """Compare every cos/sin cache baked into `model`'s RoPE consumers (`baked_caches`) with
+    `tables` (and, for the long branch of a LongRoPE `If`, `long_tables`), changing nothing.
+
+    Args:
+        model: the model, its weights possibly left in external data: only the caches' own
+            bytes are read, from `data_dir` (`graph.read_tensor`).
+        tables: the exact table for the model's config (half-width (P, d/2) `cos`/`sin`, at
+            least the model's rows).
+        long_tables: the table past a length switch (compared with the If's long branch).
+        nodes: only these consumers.
+
+    Returns two `CacheReport`s (cos, sin) per baked pair.
+    """
+    reports: list[CacheReport] = []
+    for caches in baked_caches(model, nodes):
+        side_tables = long_tables if caches.side == "long" else tables
+        if side_tables is None:
+            continue
+        values = (
+            read_tensor(caches.cos_tensor, data_dir),
+            read_tensor(caches.sin_tensor, data_dir),
+        )
+        reports.extend(check_caches(caches, values, side_tables))
+    return reports
+
+
+def departures(model: Array, table: Array, rows: int = 256, columns: int = 256) -> Array:
+    """Where a (P, w) cache departs from the exact (P', w) table: max |model - exact| over
+    blocks of ceil(P/rows) positions by ceil(w/columns) columns, (ceil(P/block rows),
+    ceil(w/block columns)) float64, comparing the first min(P, P') rows in chunks of
+    `CHUNK_ROWS` (a map small enough to plot whatever the table)."""
+    count = min(model.shape[0], table.shape[0])
+    row_step = max(1, -(-count // rows))
+    col_step = max(1, -(-model.shape[1] // columns))
+    out = np.zeros((-(-count // row_step), -(-model.shape[1] // col_step)))
+    chunk = row_step * max(1, CHUNK_ROWS // row_step)
+    for start in range(0, count, chunk):
+        stop = min(start + chunk, count)
+        error = np.abs(model[start:stop].astype(np.float64) - table[start:stop].astype(np.float64))
+        blocks = np.maximum.reduceat(
+            np.maximum.reduceat(error, np.arange(0, stop - start, row_step), axis=0),
+            np.arange(0, error.shape[1], col_step),
+            axis=1,
+        )
+        out[start // row_step : start // row_step + blocks.shape[0]] = blocks
+    return out
