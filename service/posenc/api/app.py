@@ -32,6 +32,7 @@ from posenc.api.metrics import Metrics, MetricsMiddleware
 from posenc.api.middleware import BodyLimitMiddleware, RouteLimit
 from posenc.api.openapi import install_openapi
 from posenc.api.routes import (
+    check,
     health,
     kinds,
     oip,
@@ -53,6 +54,7 @@ log = logging.getLogger("posenc.api")
 
 
 UPLOAD_PATH = re.compile(r"/v1/uploads/?")
+CHECK_PATH = re.compile(r"/v1/check/onnx/?")
 INFER_PATH = re.compile(r"/v2/models/[^/]+(?:/versions/[^/]+)?/infer")
 
 
@@ -83,10 +85,12 @@ def hot_routes(*routers: APIRouter) -> list[APIRoute]:
 
 
 def body_limits(settings: Settings) -> list[RouteLimit]:
-    """Body caps beyond `max_body_bytes`: table uploads and /v2 infer requests (positions as
-    tensors: 131072 INT64 positions are 1 MiB in binary, several as JSON)."""
+    """Body caps beyond `max_body_bytes`: table uploads, models sent to /v1/check/onnx and /v2
+    infer requests (positions as tensors: 131072 INT64 positions are 1 MiB in binary, several as
+    JSON)."""
     return [
         (UPLOAD_PATH, settings.max_upload_bytes),
+        (CHECK_PATH, settings.max_upload_bytes),
         (INFER_PATH, settings.max_infer_body_bytes),
     ]
 
@@ -211,6 +215,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         presets.router,
         resolve.router,
         onnx.router,
+        check.router,
         version.router,
         ui.router,
     ):

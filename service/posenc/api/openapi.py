@@ -116,6 +116,15 @@ ROUTE_ERRORS: dict[tuple[str, str], dict[int, str]] = {
         500: "error_type export: the graph failed verification",
         503: "Too many computations in flight (busy, Retry-After)",
     },
+    ("post", "/v1/check/onnx"): {
+        **BODY_ERRORS,
+        400: "Not an ONNX model, or a cache that is not a (P, d/2) table (invalid_model)",
+        404: "Unknown key: resolve its config or preset first",
+        413: "Body over max_upload_bytes, or the exact table over max_response_bytes",
+        422: "key missing or not a rope table; no RoPE cache baked in (no_rope_caches); the "
+        "caches' rows or dtype out of a spec's range",
+        503: "Too many computations in flight (busy, Retry-After)",
+    },
     ("get", "/v2/health/ready"): {503: "Warming up or draining (not_ready)"},
 }
 """Per operation: every error status it can answer and when. Unlisted operations answer none

@@ -321,7 +321,8 @@ async def entry_digest(entry: CacheEntry, variant: Hashable, body: Buffer) -> st
     return value
 
 
-def _check_size(state: AppState, outputs: dict[str, TensorInfo]) -> None:
+def check_size(state: AppState, outputs: dict[str, TensorInfo]) -> None:
+    """Refuse a table over `max_response_bytes` (413 `too_large`) before it is computed."""
     size = sum(info.nbytes for info in outputs.values())
     limit = state.settings.max_response_bytes
     if size > limit:
@@ -415,7 +416,7 @@ async def serve_table(
     """Negotiate, check limits, look up (or compute) and send the table for a canonical spec."""
     fmt = negotiate(format, request.headers.get("accept"))
     outputs = state.index.outputs(key, spec)  # shapes only: nothing allocated before the check
-    _check_size(state, outputs)
+    check_size(state, outputs)
     selection = select(spec.kind, outputs, fmt, tensor, parse_rows(rows))
     infos = selected_infos(outputs, selection)
     if fmt.name == "json":
@@ -628,7 +629,7 @@ async def serve_preview(
     the cached table (computed once, like any table request) and is immutable like it.
     """
     outputs = state.index.outputs(key, spec)
-    _check_size(state, outputs)
+    check_size(state, outputs)
     max_points = parse_max_points(max_points_text, state.settings.json_max_elements)
     names = list(outputs)
     if tensor is None:

@@ -3,7 +3,8 @@
 Lists (`POSENC_WARM_PRESETS`, `POSENC_API_KEYS`) accept a JSON array or a comma-separated string.
 Sizes are bytes. Request bodies have three caps: `max_body_bytes` (specs, config.json),
 `max_infer_body_bytes` (`/v2` infer requests: positions as tensors) and `max_upload_bytes`
-(weight tables uploaded to `/v1/uploads`); `table_store_bytes` bounds the uploaded tables kept.
+(weight tables uploaded to `/v1/uploads`, models sent to `/v1/check/onnx`); `table_store_bytes`
+bounds the uploaded tables kept.
 Memory has two budgets: `cache_bytes` (resident tables and prepared bodies) and `in_flight_bytes`
 (tables being computed and bodies being sent outside the cache; new work beyond it is a 503).
 Connections have a cap (`max_connections`) and timeouts (`*_timeout_seconds`): api/server.py.

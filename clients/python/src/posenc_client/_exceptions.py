@@ -210,6 +210,8 @@ _BY_ERROR_TYPE: dict[str, type[APIError]] = {
     "invalid_rows": InvalidRowsError,
     "rows_unsupported": InvalidRowsError,
     "invalid_table": BadRequestError,
+    "invalid_model": BadRequestError,
+    "no_rope_caches": BadRequestError,
     "invalid_max_points": BadRequestError,
     "ambiguous_config": AmbiguousConfigError,
     "unauthorized": AuthenticationError,

@@ -8,6 +8,7 @@
 | `presets` | `GET /v1/presets[/{name}[/{part}[/table]]]`                          |
 | `kinds`   | `GET /v1/kinds`                                                      |
 | `onnx`    | `GET /v1/onnx`, `POST /v1/onnx`, `GET /v1/onnx/{key}`                |
+| `check`   | `POST /v1/check/onnx`: a model's baked RoPE caches against a table   |
 | `oip`     | `GET /v2`, `/v2/models/{model}[/versions/{version}][/ready, /config, |
 |           | /infer]` (infer is hot)                                              |
 | `health`  | `GET /v2/health/live`, `GET /v2/health/ready`, `GET /metrics`        |

@@ -1,0 +1,167 @@
+"""`POST /v1/check/onnx`: the RoPE caches baked into an uploaded ONNX model against a rope table
+the server resolved, with `posenc-client verify`'s verdicts and diagnosis (the same code,
+`posenc_check.verify`), a departure map, caches in external data named and not read, and every
+bad request a 4xx with `{"error", "error_type", "detail"}`.
+
+The models are GQA blocks (`tests.client.blocks`) baked with served tables of another spec, as
+in tests/client/test_onnx_verify.py: Llama 3.1's theta without its llama3 scaling is what
+onnxruntime-genai's builder bakes for a linear-scaled model (its scaling dropped, issue 19).
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import httpx
+import numpy as np
+import onnx
+import pytest
+
+from tests.client import blocks
+from tests.conftest import start_server
+
+HD, HEADS, KV_HEADS, ROWS = 128, 4, 2, 512
+LLAMA31 = "llama-3.1-8b"
+
+
+def _rope(client: httpx.Client, rows: int = ROWS, **fields: object) -> dict[str, np.ndarray]:
+    """A served half-width rope table (Llama 3.1's head size and theta unless overridden)."""
+    spec = {"kind": "rope", "head_dim": HD, "rope_theta": 500000.0, "max_positions": rows,
+            "profile": "ort_gqa", **fields}  # fmt: skip
+    response = client.post("/v1/tables", params={"format": "npz"}, json=spec)
+    assert response.status_code == 200, response.text
+    return dict(np.load(io.BytesIO(response.content)))
+
+
+def _model_bytes(cos: np.ndarray, sin: np.ndarray) -> bytes:
+    return blocks.baked_gqa_block(HD, HEADS, KV_HEADS, cos, sin).SerializeToString()
+
+
+def _preset_key(client: httpx.Client, name: str = LLAMA31) -> str:
+    key: str = client.get(f"/v1/presets/{name}").json()["parts"][0]["key"]
+    return key
+
+
+def _check(client: httpx.Client, key: str, body: bytes) -> httpx.Response:
+    return client.post(
+        "/v1/check/onnx",
+        params={"key": key},
+        content=body,
+        headers={"Content-Type": "application/octet-stream"},
+    )
+
+
+def test_missing_scaling_is_diagnosed_with_where_it_departs(client: httpx.Client) -> None:
+    default = _rope(client)  # Llama 3.1's theta, its llama3 scaling dropped
+    key = _preset_key(client)
+    response = _check(client, key, _model_bytes(default["cos"], default["sin"]))
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["key"] == key
+    assert body["external"] == []
+    cos, sin = body["caches"]
+    assert (cos["name"], sin["name"]) == ("cos", "sin")
+    for report in (cos, sin):
+        assert report["verdict"] == "repair"
+        assert report["nodes"] == ["gqa"]
+        assert report["shape"] == [ROWS, HD // 2]
+        assert report["dtype"] == "float32"
+        assert report["rows"] == ROWS
+        assert "the config's llama3 scaling is missing" in " ".join(report["diagnosis"])
+        assert report["max_abs"] > 0.1
+        assert report["max_ulp"] > 1000
+        assert report["line"].startswith(f"{report['name']}: repair: max abs")
+    # row 0 is angle 0 for every frequency; llama3 leaves pairs 0..28 unscaled (field guide)
+    assert cos["first"][0] == 1
+    assert cos["first"][1] > 28
+    # the map: the largest |model - exact| per block of 2 positions x 1 column, none at row 0
+    grid = np.array(cos["map"]["data"])
+    assert (cos["map"]["row_step"], cos["map"]["col_step"]) == (2, 1)
+    assert grid.shape == (ROWS // 2, HD // 2)
+    assert grid.max() == pytest.approx(cos["max_abs"])
+    assert np.all(grid[:, :29] == 0)  # unscaled pairs agree
+    # the exact table it was compared with: Llama 3.1's at the model's rows, half width
+    exact = client.get(f"/v1/tables/{cos['exact_key']}", params={"format": "npz"})
+    table = np.load(io.BytesIO(exact.content))
+    assert table["cos"].shape == (ROWS, HD // 2)
+    assert np.abs(table["cos"] - default["cos"]).max() == pytest.approx(cos["max_abs"])
+
+
+def test_exact_caches_and_another_theta(client: httpx.Client) -> None:
+    key = _preset_key(client)
+    served = client.get(f"/v1/presets/{LLAMA31}").json()["parts"][0]["spec"]
+    fields = {"rope_scaling": served["rope_scaling"], "max_positions": ROWS}
+    exact = _rope(client, **fields)
+    body = _check(client, key, _model_bytes(exact["cos"], exact["sin"])).json()
+    assert [(r["verdict"], r["first"], r["max_abs"]) for r in body["caches"]] == [
+        ("exact", None, 0.0),
+        ("exact", None, 0.0),
+    ]
+    other = _rope(client, rope_theta=10000.0)
+    llama2 = _preset_key(client, "llama-2-7b")  # default RoPE, theta 1e4
+    body = _check(client, llama2, _model_bytes(other["cos"], other["sin"])).json()
+    assert {r["verdict"] for r in body["caches"]} == {"exact"}
+    body = _check(
+        client, _preset_key(client, "qwen2.5-7b"), _model_bytes(other["cos"], other["sin"])
+    ).json()
+    verdicts = {r["verdict"] for r in body["caches"]}
+    assert verdicts == {"mismatch"}
+    assert "wrong theta" in body["caches"][0]["diagnosis"][0]
+
+
+def test_caches_in_external_data_are_named_not_read(client: httpx.Client, tmp_path: Path) -> None:
+    default = _rope(client)
+    model = blocks.baked_gqa_block(HD, HEADS, KV_HEADS, default["cos"], default["sin"])
+    path = tmp_path / "model.onnx"
+    onnx.save(model, path, save_as_external_data=True, location="model.onnx.data",
+              size_threshold=0)  # fmt: skip
+    response = _check(client, _preset_key(client), path.read_bytes())  # the graph only
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["caches"] == []
+    assert body["external"] == [
+        {"name": "cos", "location": "model.onnx.data"},
+        {"name": "sin", "location": "model.onnx.data"},
+    ]
+
+
+def _error(response: httpx.Response, status: int, error_type: str) -> str:
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert body["error_type"] == error_type
+    assert set(body) >= {"error", "error_type", "detail"}
+    message: str = body["error"]
+    return message
+
+
+def test_bad_requests_are_4xx(client: httpx.Client) -> None:
+    key = _preset_key(client)
+    default = _rope(client)
+    model = _model_bytes(default["cos"], default["sin"])
+    assert "not an ONNX model" in _error(_check(client, key, b"not a model"), 400, "invalid_model")
+    assert "no graph" in _error(_check(client, key, b""), 400, "invalid_model")
+    missing = client.post("/v1/check/onnx", content=model)
+    assert "key" in _error(missing, 422, "invalid_request")
+    _error(_check(client, "0" * 64, model), 404, "unknown_key")
+    alibi = _preset_key(client, "bloom-560m")
+    assert "rope table" in _error(_check(client, alibi, model), 422, "invalid_request")
+    no_rope = blocks.alibi_block(2, 8).SerializeToString()
+    assert "no RoPE cache" in _error(_check(client, key, no_rope), 422, "no_rope_caches")
+    flat = _model_bytes(default["cos"][0], default["sin"][0])
+    assert "(P, d/2)" in _error(_check(client, key, flat), 400, "invalid_model")
+    # a cache of a dtype a table cannot have: the spec error names the field
+    wide = _model_bytes(default["cos"].astype(np.float64), default["sin"].astype(np.float64))
+    _error(_check(client, key, wide), 422, "invalid_spec")
+
+
+def test_upload_limit_is_checked_before_the_body() -> None:
+    with start_server(max_upload_bytes=4096) as srv, srv.client() as c:
+        key = _preset_key(c)
+        response = c.post(
+            "/v1/check/onnx",
+            params={"key": key},
+            content=b"\x08" * 8192,
+            headers={"Content-Type": "application/octet-stream"},
+        )
+        assert "exceeds the limit of 4096" in _error(response, 413, "body_too_large")
