@@ -1,7 +1,8 @@
 """The explorer page (`/ui`) in headless Chromium against the real server: a preset and a pasted
 Gemma 3 config resolved into their tables, the plots drawn from previews, a zoom whose values are
 the API's, a difference heatmap, a download equal byte for byte to the API's answer, a table file
-checked against the exact table; with no console error and no failed request.
+checked against the exact table, an ONNX model's baked caches diagnosed (`POST /v1/check/onnx`);
+with no console error and no failed request.
 
 `POSENC_UI_SCREENSHOTS=docs/img` makes the test save the README's screenshots there.
 """
@@ -16,9 +17,11 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+import onnx
 import pytest
 from safetensors.numpy import save as safetensors_save
 
+from tests.client import blocks
 from tests.conftest import ServerHandle, start_server
 from tests.ui.conftest import Watched
 
@@ -37,6 +40,15 @@ def shot(w: Watched, name: str, selector: str | None = None) -> None:
         w.page.locator(selector).screenshot(path=str(path))
     else:
         w.page.screenshot(path=str(path), full_page=False)
+
+
+def open_preset(w: Watched, url: str, preset: str) -> None:
+    """Open the page and show a preset's tables."""
+    w.page.goto(f"{url}/ui")
+    w.page.locator(f"select[name=preset] option[value='{preset}']").wait_for(state="attached")
+    w.page.select_option("select[name=preset]", preset)
+    w.page.locator("#preset-form button").click()
+    w.idle()
 
 
 def no_error_shown(w: Watched) -> None:
@@ -187,11 +199,7 @@ def test_other_families_plot(
     server: ServerHandle, watched: Watched, preset: str, expected: list[str]
 ) -> None:
     page = watched.page
-    page.goto(f"{server.url}/ui")
-    page.locator(f"select[name=preset] option[value='{preset}']").wait_for(state="attached")
-    page.select_option("select[name=preset]", preset)
-    page.locator("#preset-form button").click()
-    watched.idle()
+    open_preset(watched, server.url, preset)
     no_error_shown(watched)
     text = page.locator("#plot-area").inner_text()
     for needle in expected:
@@ -253,11 +261,7 @@ def test_with_api_keys_the_page_sends_the_typed_key(watched: Watched) -> None:
 
 def test_t5_bias_per_head_from_pasted_weights(server: ServerHandle, watched: Watched) -> None:
     page = watched.page
-    page.goto(f"{server.url}/ui")
-    page.locator("select[name=preset] option[value='t5-base']").wait_for(state="attached")
-    page.select_option("select[name=preset]", "t5-base")
-    page.locator("#preset-form button").click()
-    watched.idle()
+    open_preset(watched, server.url, "t5-base")
     weights = (np.arange(32 * 4, dtype=np.float64).reshape(32, 4) / 10).tolist()  # (buckets, H)
     page.fill("textarea[name=relative_attention_bias]", json.dumps(weights))
     page.get_by_role("button", name="Show the bias").click()
@@ -294,3 +298,36 @@ def test_keys_the_server_forgot_are_registered_again(watched: Watched) -> None:
         assert forgotten  # the situation did arise
         assert all("/v1/tables/" in p or "responded with a status of 404" in p for p in forgotten)
         assert [p for p in watched.problems if "404" not in p] == []
+
+
+def test_onnx_model_checked_against_the_preset(
+    server: ServerHandle, client: httpx.Client, watched: Watched, tmp_path: Path
+) -> None:
+    # A model baking Llama 3.1's theta without its llama3 scaling (what onnxruntime-genai's
+    # builder bakes when it drops a model's scaling), chosen with the check pane's file input
+    # against the Llama 3.1 preset: both caches diagnosed, and where they depart drawn.
+    spec = {"kind": "rope", "head_dim": 128, "rope_theta": 500000.0, "max_positions": 512,
+            "profile": "ort_gqa"}  # fmt: skip
+    default = np.load(io.BytesIO(client.post("/v1/tables?format=npz", json=spec).content))
+    path = tmp_path / "builder-model.onnx"
+    onnx.save(blocks.baked_gqa_block(128, 4, 2, default["cos"], default["sin"]), path)
+    page = watched.page
+    open_preset(watched, server.url, "llama-3.1-8b")
+    page.locator("#check-file").set_input_files(str(path))
+    watched.idle()
+    no_error_shown(watched)
+    result = page.locator("#check-result")
+    assert result.locator("[data-verdict='repair']").count() == 2, result.inner_text()
+    text = result.inner_text()
+    assert "builder-model.onnx against rope" in text
+    assert text.count("the config's llama3 scaling is missing") == 2
+    assert "(512, 64) float32; 512 rows compared" in text
+    assert re.search(r"first departs\s+position 1, column (29|3\d)", text), text
+    heat = result.locator("canvas")
+    assert heat.count() == 2
+    # keyboard: the departure map takes focus and reads out the value under its cursor
+    heat.first.focus()
+    page.keyboard.press("ArrowDown")
+    assert "position" in result.locator(".readout").first.inner_text()
+    shot(watched, "check-onnx", "#check")
+    assert watched.problems == []

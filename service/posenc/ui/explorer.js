@@ -65,16 +65,21 @@
     if (apiKey) headers.Authorization = `Bearer ${apiKey}`;
     if (accept) headers.Accept = accept;
     const init = { method, headers };
-    if (body !== undefined) {
+    const binary = body instanceof Blob;
+    if (binary) {
+      headers["Content-Type"] = "application/octet-stream";
+      init.body = body;
+    } else if (body !== undefined) {
       headers["Content-Type"] = "application/json";
       init.body = typeof body === "string" ? body : JSON.stringify(body);
     }
     let response = await fetch(path, init);
     // A key this server does not know (another replica resolved it, or it left the server's
-    // LRU of keys): POST its spec again, asking for one byte, and retry.
-    for (let attempt = 0; attempt < 3 && response.status === 404 && method === "GET"; attempt += 1) {
-      const found = /v1\/tables\/([0-9a-f]{64})/.exec(path);
-      const spec = found && knownSpecs.get(found[1]);
+    // LRU of keys): POST its spec again, asking for one byte, and retry (a GET, or a file sent
+    // to the check route, which can be sent again).
+    for (let attempt = 0; attempt < 3 && response.status === 404 && (method === "GET" || binary); attempt += 1) {
+      const found = /v1\/tables\/([0-9a-f]{64})|[?&]key=([0-9a-f]{64})/.exec(path);
+      const spec = found && knownSpecs.get(found[1] || found[2]);
       if (!spec) break;
       const again = await fetch(`v1/tables?format=raw&tensor=${encodeURIComponent(spec.tensor)}`, {
         method: "POST", body: JSON.stringify(spec.spec),
@@ -1072,15 +1077,29 @@
   let checkFile = null;
   function checkTargetChanged() { if (checkFile) runCheck(); }
 
+  // By its name, else by its first bytes: an ONNX ModelProto starts with field 1 (ir_version,
+  // a varint: 0x08); safetensors has "{" at byte 8 (after the header length).
+  function isModel(name, head) {
+    if (/\.onnx$/i.test(name)) return true;
+    if (/\.(npy|safetensors)$/i.test(name)) return false;
+    return head[0] === 0x08 && head[8] !== 0x7b;
+  }
+
   async function onFile(file) {
     if (!file) return;
-    checkFile = { name: file.name, tables: readTables(await file.arrayBuffer(), file.name) };
+    const head = new Uint8Array(await file.slice(0, 9).arrayBuffer());
+    if (isModel(file.name, head)) {
+      checkFile = { name: file.name, model: file };
+    } else {
+      checkFile = { name: file.name, tables: readTables(await file.arrayBuffer(), file.name) };
+    }
     runCheck();
   }
 
   function runCheck() {
     const out = $("#check-result");
     if (!selected) { out.replaceChildren(el("p", {}, "Choose a model and a table first.")); return; }
+    if (checkFile.model) { working("Checking the model's caches", () => checkModel(checkFile, out)); return; }
     const fileNames = Object.keys(checkFile.tables);
     const tableNames = Object.keys(selected.outputs);
     const fileSel = el("select", { name: "file_tensor", "aria-label": "tensor in the file" }, fileNames.map((n) => el("option", { value: n }, n)));
@@ -1164,6 +1183,61 @@
       hlines: [{ y: tol, label: "tolerance" }], title: "difference per position" });
     out.replaceChildren(verdict, chart,
       el("p", { class: "muted" }, `Compared ${shapeText(shape)} ${mine.dtype} from the file with rows 0–${rows - 1} of ${selected.name}'s ${tensor} (${dtype}).`));
+  }
+
+  // --- check: the RoPE caches baked into an ONNX model (POST /v1/check/onnx) -----------------
+  // The server finds the caches the model's RotaryEmbedding / GroupQueryAttention nodes read,
+  // compares them with the exact table of the selected rope table (half width, the caches' rows
+  // and dtype) and diagnoses the departure: posenc-client verify's check, run on the server.
+  const VERDICTS = {
+    exact: "✓ Exact: bit-identical to the exact table",
+    repair: "✗ Departs: a known error or rounding (posenc-client plug repairs it)",
+    placeholder: "– A placeholder: all zeros, nothing to compare",
+    mismatch: "✗ Departs: these caches do not look like this config",
+  };
+
+  async function checkModel(file, out) {
+    if (selected.kind !== "rope") {
+      out.replaceChildren(el("p", {}, `${file.name}: an ONNX model's RoPE caches are compared with a rope table; ${selected.name} is ${selected.kind}. Plot a rope table first.`));
+      return;
+    }
+    const target = selected;
+    const response = await call(`v1/check/onnx?key=${target.key}`, { method: "POST", body: file.model });
+    const result = await response.json();
+    const parts = [el("p", {}, el("strong", {}, file.name), ` against ${target.name} (key ${target.key.slice(0, 12)}…): ${result.caches.length / 2} cache pair${result.caches.length === 2 ? "" : "s"} baked into the model.`)];
+    for (const r of result.caches) parts.push(cacheReport(r));
+    if (result.external.length) {
+      parts.push(el("p", { class: "muted", "data-external": "true" },
+        `Not read: ${result.external.map((e) => `${e.name} (in ${e.location})`).join(", ")}. Caches stored in external data stay with the weights, which are never sent; posenc-client verify reads them locally.`));
+    }
+    out.replaceChildren(...parts);
+  }
+
+  function cacheReport(r) {
+    const where = `${r.name}${r.side ? ` (${r.side} side of the length switch)` : ""}`;
+    const ok = r.verdict === "exact";
+    const verdict = el("p", { class: ok ? "verdict-ok" : r.verdict === "placeholder" ? "" : "verdict-bad", "data-verdict": r.verdict },
+      `${where}: ${VERDICTS[r.verdict] || r.verdict}`);
+    const facts = el("dl", {},
+      el("dt", {}, "read by"), el("dd", {}, r.nodes.join(", ")),
+      el("dt", {}, "cache"), el("dd", {}, `${shapeText(r.shape)} ${r.dtype}; ${r.rows} rows compared`),
+      el("dt", {}, "largest error"), el("dd", {}, r.max_abs === null ? "not comparable (another width)" : `${fmt(r.max_abs)} (${r.max_ulp} ulp)`),
+      el("dt", {}, "first departs"), el("dd", {}, r.first ? `position ${r.first[0]}, column ${r.first[1]}` : "nowhere"));
+    const parts = [verdict, facts];
+    if (r.diagnosis.length) parts.push(el("ul", { class: "diagnosis" }, r.diagnosis.map((d) => el("li", {}, d))));
+    if (r.map && !ok) {
+      const m = r.map;
+      const rows = m.data.length;
+      const cols = rows ? m.data[0].length : 0;
+      const matrix = {
+        rows, cols, data: Float64Array.from(m.data.flat()),
+        rowIndex: (k) => k * m.row_step, colIndex: (k) => k * m.col_step, rowStep: m.row_step,
+        rowName: "position", colName: "column",
+      };
+      const block = m.row_step > 1 || m.col_step > 1 ? ` Each cell is the largest difference over ${m.row_step} position${m.row_step > 1 ? "s" : ""} × ${m.col_step} column${m.col_step > 1 ? "s" : ""}.` : "";
+      parts.push(heatmap(matrix, { title: `|${r.name} − exact|`, caption: `|model − exact| of ${where}.${block}` }));
+    }
+    return el("div", { class: "card", "data-cache": r.name }, ...parts);
   }
 
   // --- start ----------------------------------------------------------------------------
