@@ -330,4 +330,22 @@ def test_onnx_model_checked_against_the_preset(
     page.keyboard.press("ArrowDown")
     assert "position" in result.locator(".readout").first.inner_text()
     shot(watched, "check-onnx", "#check")
+
+    # dropped on the drop zone: a model baking the exact Llama 3.1 caches is exact
+    preset = client.get("/v1/presets/llama-3.1-8b").json()["parts"][0]["spec"]
+    exact = np.load(io.BytesIO(client.post(
+        "/v1/tables?format=npz", json={**spec, "rope_scaling": preset["rope_scaling"]}
+    ).content))  # fmt: skip
+    data = blocks.baked_gqa_block(128, 4, 2, exact["cos"], exact["sin"]).SerializeToString()
+    transfer = page.evaluate_handle(
+        "([bytes, name]) => { const t = new DataTransfer();"
+        " t.items.add(new File([new Uint8Array(bytes)], name)); return t; }",
+        [list(data), "plugged.onnx"],
+    )
+    page.dispatch_event("#drop", "drop", {"dataTransfer": transfer})
+    watched.idle()
+    no_error_shown(watched)
+    assert result.locator("[data-verdict='exact']").count() == 2, result.inner_text()
+    assert "plugged.onnx against rope" in result.inner_text()
+    assert result.locator("canvas").count() == 0  # nothing departs: no map
     assert watched.problems == []

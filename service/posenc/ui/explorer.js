@@ -1237,7 +1237,7 @@
       const block = m.row_step > 1 || m.col_step > 1 ? ` Each cell is the largest difference over ${m.row_step} position${m.row_step > 1 ? "s" : ""} × ${m.col_step} column${m.col_step > 1 ? "s" : ""}.` : "";
       parts.push(heatmap(matrix, { title: `|${r.name} − exact|`, caption: `|model − exact| of ${where}.${block}` }));
     }
-    return el("div", { class: "card", "data-cache": r.name }, ...parts);
+    return el("div", { class: "cache-report", "data-cache": r.name }, ...parts);
   }
 
   // --- start ----------------------------------------------------------------------------
