@@ -180,6 +180,25 @@ def _map(value: Any, exact: Any) -> dict[str, Any] | None:
     }
 
 
+def _reports(
+    caches: BakedCaches, values: tuple[Any, Any], exact: _Exact, exact_key: str
+) -> list[dict[str, Any]]:
+    """The cos and sin reports of one baked pair as JSON (`check_caches`, plus the summary
+    line, the exact table's key and the departure map)."""
+    from posenc_check.verify import check_caches
+
+    pairs = zip(check_caches(caches, values, exact), values, ("cos", "sin"), strict=True)
+    return [
+        {
+            **asdict(report),
+            "line": report.line(),
+            "exact_key": exact_key,
+            "map": _map(value, exact[tensor]),
+        }
+        for report, value, tensor in pairs
+    ]
+
+
 @router.post(
     "/check/onnx",
     summary="How far the RoPE caches baked into an ONNX model are from a rope table, and why",
@@ -210,7 +229,7 @@ def _map(value: Any, exact: Any) -> dict[str, Any] | None:
 async def check_onnx(request: Request) -> Response:
     """Compare every cos/sin cache baked into the uploaded model with the table of `?key=`."""
     from posenc_check.graph import external_field, is_external
-    from posenc_check.verify import baked_caches, check_caches
+    from posenc_check.verify import baked_caches
 
     state = app_state(request)
     key, base = _key(state, request)
@@ -242,14 +261,8 @@ async def check_onnx(request: Request) -> Response:
         spec, exact_key = _side_spec(base, caches, values[0].dtype.name, rows)
         exact = await _exact(state, spec, exact_key)
         state.index.remember(exact_key, spec)  # GET /v1/tables/{exact_key} answers afterwards
-        pairs = zip(check_caches(caches, values, exact), values, ("cos", "sin"), strict=True)
-        for report, value, tensor in pairs:
-            reports.append(
-                {
-                    **asdict(report),
-                    "line": report.line(),
-                    "exact_key": exact_key,
-                    "map": _map(value, exact[tensor]),
-                }
-            )
+        if sum(value.nbytes for value in values) > OFFLOAD_BYTES:
+            reports += await asyncio.to_thread(_reports, caches, values, exact, exact_key)
+        else:
+            reports += _reports(caches, values, exact, exact_key)
     return json_response({"key": key, "caches": reports, "external": external})
