@@ -134,13 +134,8 @@ def _diagnose(
         low = tcos.astype(mcos.dtype)
         if np.array_equal(mcos, low) and np.array_equal(msin, tsin.astype(msin.dtype)):
             return "repair", [f"the exact table rounded to {dtype_name(mcos.dtype)}"]
-    for name, dtype in (("float16", np.float16), ("bfloat16", None)):
-        if dtype is None:
-            import ml_dtypes
-
-            dtype = ml_dtypes.bfloat16
-        if mcos.dtype != dtype and np.array_equal(mcos, tcos.astype(dtype).astype(mcos.dtype)):
-            return "repair", [f"the exact table went through {name}: precision lost"]
+    if through := _went_through(mcos, tcos):
+        return "repair", [f"the exact table went through {through}: precision lost"]
     shift = 1e-5 + 4 * np.finfo(np.float32).eps
     for offset, text in ((1, "row p holds position p + 1"), (-1, "row p holds position p - 1")):
         a = mcos[: rows - 1] if offset == 1 else mcos[1:]
@@ -150,6 +145,17 @@ def _diagnose(
     inv_m, amp_m = _frequencies(mcos, msin)
     inv_t, amp_t = _frequencies(tcos, tsin)
     return _classify(inv_m, inv_t, amp_m, amp_t, tables)
+
+
+def _went_through(model: Array, exact: Array) -> str | None:
+    """ "float16" or "bfloat16" when `model` is `exact` rounded through that dtype (and stored
+    wider), else None."""
+    import ml_dtypes
+
+    for name, dtype in (("float16", np.dtype(np.float16)), ("bfloat16", ml_dtypes.bfloat16)):
+        if model.dtype != dtype and np.array_equal(model, exact.astype(dtype).astype(model.dtype)):
+            return name
+    return None
 
 
 def _classify(
@@ -251,21 +257,23 @@ def verify_inv_freq(
     nodes: Iterable[str] | None = None,
 ) -> list[CacheReport]:
     """Compare every RoPE frequency constant of `model` (`find_frequency_constants`: RoPE
-    computed in the graph, as `torch.onnx.export` leaves it) with the table's `inv_freq`,
-    changing nothing; one `CacheReport` each (one row: `first` is (0, column))."""
-    from posenc_client._onnx_freq import find_frequency_constants
+    computed in the graph, as `torch.onnx.export` leaves it: initializers, `Constant` nodes,
+    values computed from constants) with the table's `inv_freq`, changing nothing; one
+    `CacheReport` each (one row: `first` is (0, column)). `IncompatibleModelError` naming the
+    node for frequencies that are not constant."""
+    from posenc_client._onnx_freq import find_frequency_constants, frequency_values
 
     if data_dir is None and isinstance(model, (str, os.PathLike)):
         data_dir = os.path.dirname(os.fspath(model)) or "."
     proto = load_model(model)
     wanted = set(nodes) if nodes is not None else None
-    initializers = {t.name: t for t in proto.graph.initializer}
     exact = np.asarray(tables["inv_freq"]).reshape(1, -1)
     reports = []
     for constant in find_frequency_constants(proto):
         if wanted is not None and constant.node not in wanted:
             continue
-        value = read_tensor(initializers[constant.node], data_dir).reshape(1, -1)
+        folder = None if data_dir is None else os.fspath(data_dir)
+        value = frequency_values(proto, constant, folder).reshape(1, -1)
         rows, max_abs, max_ulp, first = compare(value, exact)
         if first is None:
             verdict, causes = "exact", []
@@ -276,6 +284,8 @@ def verify_inv_freq(
             ]
         elif max_ulp <= ULP_REPAIR:
             verdict, causes = "repair", [f"within {max_ulp} ulp: another op order or libm"]
+        elif through := _went_through(value, exact):
+            verdict, causes = "repair", [f"the exact frequencies went through {through}"]
         else:
             inv_m = value[0].astype(np.float64)
             verdict, causes = _classify(inv_m, exact[0].astype(np.float64), 1.0, 1.0, tables)
