@@ -15,8 +15,9 @@ caches to replace, only the frequencies `inv`, which each exporter stores differ
 
 Found from the other end, as a pattern: a `Cos` and a `Sin` reached from one Mul or MatMul
 through Concat/Reshape/Transpose/Unsqueeze/Cast/Identity, one of whose inputs depends on the
-model's inputs (the positions) and the other, through Unsqueeze/Reshape/Expand/Cast/Transpose/
-Identity, on constants only (the frequencies). A product whose both sides depend on the inputs
+model's inputs (the positions) and the other is, through Unsqueeze/Reshape/Expand/Cast/
+Transpose/Identity (whose shape inputs may read the model's: optimum expands to the batch),
+a value computed from constants only (the frequencies). A product whose both sides depend on the inputs
 (frequencies that change with the length: dynamic NTK, LongRoPE computed in the graph) is still
 listed, with `problem` saying why it cannot be replaced; patching or verifying it refuses naming
 the node. Length-dependent configs (dynamic, longrope) are refused too: one constant cannot hold
@@ -273,7 +274,8 @@ def find_frequency_constants(model: ModelLike) -> list[FrequencyConstant]:
         if not (cos and sin):
             continue
         name = label(product, index)
-        constant = [graph.constant(value) for value in product.input]
+        # the values matter, not the shapes: an Expand to the batch reads the input's shape
+        constant = [graph.constant(graph.base(value)) for value in product.input]
         if constant == [False, False]:
             ops = tuple(dict.fromkeys(n.op_type for _, n in graph.ancestors(product.input[1])))
             found[name] = FrequencyConstant(
