@@ -17,11 +17,11 @@ Found from the other end, as a pattern: a `Cos` and a `Sin` reached from one Mul
 through Concat/Reshape/Transpose/Unsqueeze/Cast/Identity, one of whose inputs depends on the
 model's inputs (the positions) and the other is, through Unsqueeze/Reshape/Expand/Cast/
 Transpose/Identity (whose shape inputs may read the model's: optimum expands to the batch),
-a value computed from constants only (the frequencies). A product whose both sides depend on the inputs
-(frequencies that change with the length: dynamic NTK, LongRoPE computed in the graph) is still
-listed, with `problem` saying why it cannot be replaced; patching or verifying it refuses naming
-the node. Length-dependent configs (dynamic, longrope) are refused too: one constant cannot hold
-them.
+a value computed from constants only (the frequencies). A product whose both sides depend on
+the inputs (frequencies that change with the length: dynamic NTK, LongRoPE computed in the
+graph) is still listed, with `problem` saying why it cannot be replaced; patching or verifying
+it refuses naming the node. Length-dependent configs (dynamic, longrope) are refused too: one
+constant cannot hold them.
 """
 
 from __future__ import annotations
