@@ -81,15 +81,16 @@ class _Logits(nn.Module):
 
 
 def _export(module: nn.Module, args: tuple[torch.Tensor, ...], names: list[str],
-            path: Path, exporter: str, fold: bool = True) -> None:  # fmt: skip
-    """`torch.onnx.export` with the sequence axis dynamic, quietly; `fold=False`: without
-    constant folding (dynamo: `optimize=False`)."""
-    axes = {name: {1: "S"} for name in names}
+            path: Path, exporter: str, fold: bool = True, batch: bool = False) -> None:  # fmt: skip
+    """`torch.onnx.export` with the sequence axis dynamic (and the batch axis with `batch`),
+    quietly; `fold=False`: without constant folding (dynamo: `optimize=False`)."""
+    dims = {0: "B", 1: "S"} if batch else {1: "S"}
+    axes = {name: dims for name in names}
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         if exporter == "dynamo":
             program = torch.onnx.export(
                 module, args, dynamo=True, input_names=names, output_names=["y"],
-                dynamic_shapes=({1: "S"},) * len(args), optimize=fold,
+                dynamic_shapes=(dims,) * len(args), optimize=fold,
             )  # fmt: skip
             assert program is not None
             program.save(str(path))
@@ -206,12 +207,14 @@ def test_exported_frequencies_verify_plug_repair(
 
 
 class _ForwardRope(nn.Module):
-    """A rotary module computing its frequencies in `forward` (no buffer): q [1, S, d] ->
-    q rotated at positions 0..S-1; with `by_length`, the base grows with S (as dynamic NTK)."""
+    """A rotary module computing its frequencies in `forward` (no buffer): q [B, S, d] ->
+    q rotated at positions 0..S-1; with `by_length`, the base grows with S (as dynamic NTK);
+    with `batched`, the frequencies are expanded to the batch and multiplied by a MatMul, as
+    transformers' rotary modules and optimum's patched ones do."""
 
-    def __init__(self, by_length: bool = False) -> None:
+    def __init__(self, by_length: bool = False, batched: bool = False) -> None:
         super().__init__()
-        self.by_length = by_length
+        self.by_length, self.batched = by_length, batched
 
     def forward(self, q: torch.Tensor) -> torch.Tensor:
         length = q.shape[1]
@@ -220,7 +223,12 @@ class _ForwardRope(nn.Module):
             base = base * (torch.arange(length).float().max() + 1) / 16
         exponents = torch.arange(0, HEAD_DIM, 2, dtype=torch.int64).float() / HEAD_DIM
         inv_freq = 1.0 / base**exponents
-        freqs = torch.arange(length).float()[:, None] * inv_freq[None, :]
+        if self.batched:
+            inv = inv_freq[None, :, None].expand(q.shape[0], -1, 1)  # [B, d/2, 1]
+            positions = torch.arange(length).float()[None, None, :].expand(q.shape[0], 1, -1)
+            freqs = (inv @ positions).transpose(1, 2)  # [B, S, d/2]
+        else:
+            freqs = torch.arange(length).float()[:, None] * inv_freq[None, :]
         emb = torch.cat((freqs, freqs), dim=-1)
         half = q.shape[-1] // 2
         rotated = torch.cat((-q[..., half:], q[..., :half]), dim=-1)
@@ -228,19 +236,30 @@ class _ForwardRope(nn.Module):
 
 
 @pytest.mark.parametrize(
-    ("exporter", "fold", "source"),
-    [("torchscript", True, "constant"), ("dynamo", False, "computed")],
+    ("exporter", "fold", "batched", "source", "shape"),
+    [("torchscript", True, False, "constant", (1, 16)),
+     ("torchscript", True, True, "constant", (1, 16, 1)),
+     ("dynamo", False, False, "computed", (16,))],
 )  # fmt: skip
 def test_frequencies_computed_in_forward(
-    server: ServerHandle, tmp_path: Path, exporter: str, fold: bool, source: str
+    server: ServerHandle,
+    tmp_path: Path,
+    exporter: str,
+    fold: bool,
+    batched: bool,
+    source: str,
+    shape: tuple[int, ...],
 ) -> None:
     """Both exporters fold the computation into a constant by default (dynamo: an initializer,
     as `test_exported_frequencies_verify_plug_repair` covers; TorchScript even without
-    `do_constant_folding`); dynamo with `optimize=False` keeps the chain."""
+    `do_constant_folding`); dynamo with `optimize=False` keeps the chain. Batched with a dynamic
+    batch axis, the (1, d/2, 1) constant is expanded to a shape read from the input (optimum's
+    export)."""
     model = tmp_path / "rope.onnx"
-    _export(_ForwardRope(), (torch.randn(1, 16, HEAD_DIM),), ["q"], model, exporter, fold)
+    q = torch.randn(2 if batched else 1, 16, HEAD_DIM)
+    _export(_ForwardRope(batched=batched), (q,), ["q"], model, exporter, fold, batch=batched)
     (found,) = find_frequency_constants(model)
-    assert (found.source, found.width, found.problem) == (source, 16, None)
+    assert (found.source, found.width, found.shape, found.problem) == (source, 16, shape, None)
     assert ("Pow" in found.ops) == (source == "computed")
     config = tmp_path / "config.json"
     config.write_text(json.dumps({
