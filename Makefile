@@ -13,7 +13,7 @@ PORT ?= 8000
 TORCH_INDEX ?=
 TORCH_INDEX_ARG := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
 
-.PHONY: venv lock drift grpc-stubs nginx chromium wrk container-tools image image-test serve test check bench screenshots models-doc clean
+.PHONY: venv lock drift optimum-check grpc-stubs nginx chromium wrk container-tools image image-test serve test check bench screenshots models-doc clean
 
 venv: $(STAMP)
 
@@ -46,11 +46,28 @@ lock: $(STAMP)
 	$(LOCK) pyproject.toml requirements/image-cuda.in -c $(SUITE_PINS) -o requirements/image-cuda.txt
 	$(LOCK) clients/python/pyproject.toml requirements/client.in -c $(SUITE_PINS) \
 	  -o requirements/client.txt
+	$(LOCK) requirements/optimum.in -o requirements/optimum.txt
 
 # The newest releases of the references in a throwaway environment (.venv-drift), running the
 # reference and interop tests there; writes docs/compatibility.md. Never part of `make test`.
 drift:
 	$(PY) tools/drift.py
+
+# optimum's ONNX exporter in its own environment (.venv-optimum from requirements/optimum.txt,
+# resolved apart from the suite's pins: optimum-onnx needs transformers<4.58), never part of
+# `make test`: tools/optimum_check.py exports tiny models there, then plugs, verifies and compares
+# logits in the suite's environment, printing the table that docs/onnx.md records.
+OPTIMUM_VENV := .venv-optimum
+optimum-check: $(STAMP) $(OPTIMUM_VENV)/.installed
+	rm -rf $(OPTIMUM_VENV)/work
+	$(OPTIMUM_VENV)/bin/python tools/optimum_check.py export $(OPTIMUM_VENV)/work
+	PYTHONPATH=. $(BIN)/python tools/optimum_check.py check $(OPTIMUM_VENV)/work
+
+$(OPTIMUM_VENV)/.installed: requirements/optimum.txt
+	test -x $(OPTIMUM_VENV)/bin/python || $(PY) -m venv $(OPTIMUM_VENV)
+	$(OPTIMUM_VENV)/bin/pip install --quiet --require-hashes --no-deps $(TORCH_INDEX_ARG) \
+	  -r requirements/optimum.txt
+	touch $@
 
 # The gRPC stubs of the Open Inference Protocol (service/posenc/api/grpc/proto), generated with the
 # locked grpcio-tools from the vendored .proto files; tests/api/test_grpc_stubs.py checks that the
@@ -129,4 +146,4 @@ models-doc: $(STAMP)
 	$(BIN)/python -m tests.encodings.hf_config.rope_sweep --write-docs
 
 clean:
-	rm -rf $(VENV) .venv-drift .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-drift $(OPTIMUM_VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -259,3 +259,31 @@ def test_builder_model_plugs_and_matches_transformers(
             prefill, decode = run(plugged, ids)
             np.testing.assert_allclose(prefill, expected[:, :-1], atol=LOGITS_ATOL, rtol=0)
             np.testing.assert_allclose(decode, expected[:, -1:], atol=LOGITS_ATOL, rtol=0)
+
+
+def test_builder_does_not_take_gemma3_local_global_layers(tmp_path: Path) -> None:
+    """Gemma 3's local (sliding, rope_local_base_freq) and global layers, each with its own
+    table: the builder has the two caches (`cos_cache_local`, `cos_cache_global`), but 0.18
+    reads `rope_parameters["rope_type"]` flat, and transformers 5 (which the builder loads the
+    config with) nests Gemma 3's per layer type, so it stops before writing anything. When this
+    fails, the builder takes them: plug each cache with its layer type (docs/onnx.md)."""
+    from transformers import Gemma3TextConfig
+
+    config = Gemma3TextConfig(
+        **{**COMMON, "head_dim": 32, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2},
+        sliding_window=64,
+        layer_types=["sliding_attention", "full_attention"],
+        rope_parameters={
+            "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+        },
+    )
+    config.architectures = ["Gemma3ForCausalLM"]
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path / "hf")
+    _tokenizer(tmp_path / "hf")
+    args = (str(tmp_path / "hf"), str(tmp_path / "hf"), str(tmp_path / "onnx"), "fp32", "cpu",
+            str(tmp_path / "cache"))  # fmt: skip
+    with contextlib.redirect_stdout(io.StringIO()), pytest.raises(KeyError, match="rope_type"):
+        builder.create_model(*args, **builder.parse_extra_options(*args, None))
+    assert not (tmp_path / "onnx" / "model.onnx").exists()

@@ -159,3 +159,15 @@ def test_verified_against_names_the_locked_references() -> None:
 def test_readme_names_the_verified_releases() -> None:
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     assert f"Proven against: {verified_against_text()} (the lock's" in " ".join(readme.split())
+
+
+def test_optimum_lock_stands_apart() -> None:
+    """`make optimum-check`'s environment (requirements/optimum.txt) is hashed like the others
+    but resolved apart from the suite's pins: optimum-onnx needs transformers<4.58."""
+    pins = read_lock("optimum")
+    for name, (_, hashes) in pins.items():
+        assert hashes, f"optimum: {name} has no hash"
+    assert "optimum-onnx" in pins
+    assert pins["torch"][0].local == "cpu"
+    assert pins["transformers"][0] < Version("4.58")
+    assert read_lock("suite")["transformers"][0] >= Version("4.58")

@@ -145,13 +145,8 @@ def _diagnose(
         low = tcos.astype(mcos.dtype)
         if np.array_equal(mcos, low) and np.array_equal(msin, tsin.astype(msin.dtype)):
             return "repair", [f"the exact table rounded to {mcos.dtype.name}"]
-    for name, dtype in (("float16", np.float16), ("bfloat16", None)):
-        if dtype is None:
-            import ml_dtypes
-
-            dtype = ml_dtypes.bfloat16
-        if mcos.dtype != dtype and np.array_equal(mcos, tcos.astype(dtype).astype(mcos.dtype)):
-            return "repair", [f"the exact table went through {name}: precision lost"]
+    if through := went_through(mcos, tcos):
+        return "repair", [f"the exact table went through {through}: precision lost"]
     shift = 1e-5 + 4 * np.finfo(np.float32).eps
     for offset, text in ((1, "row p holds position p + 1"), (-1, "row p holds position p - 1")):
         a = mcos[: rows - 1] if offset == 1 else mcos[1:]
@@ -161,6 +156,17 @@ def _diagnose(
     inv_m, amp_m = _frequencies(mcos, msin)
     inv_t, amp_t = _frequencies(tcos, tsin)
     return classify(inv_m, inv_t, amp_m, amp_t, tables)
+
+
+def went_through(model: Array, exact: Array) -> str | None:
+    """ "float16" or "bfloat16" when `model` is `exact` rounded through that dtype (and stored
+    wider), else None."""
+    import ml_dtypes
+
+    for name, dtype in (("float16", np.dtype(np.float16)), ("bfloat16", ml_dtypes.bfloat16)):
+        if model.dtype != dtype and np.array_equal(model, exact.astype(dtype).astype(model.dtype)):
+            return name
+    return None
 
 
 def classify(

@@ -16,8 +16,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from posenc_check.graph import read_tensor
-from posenc_check.verify import ULP_REPAIR, CacheReport, classify, compare
+from posenc_check.verify import ULP_REPAIR, CacheReport, classify, compare, went_through
 from posenc_check.verify import verify_rope_caches as _verify_rope_caches
 from posenc_client._formats import dtype_name
 from posenc_client._models import Tables
@@ -43,20 +42,22 @@ def verify_inv_freq(
     nodes: Iterable[str] | None = None,
 ) -> list[CacheReport]:
     """Compare every RoPE frequency constant of `model` (`find_frequency_constants`: RoPE
-    computed in the graph, as `torch.onnx.export` leaves it) with the table's `inv_freq`,
-    changing nothing; one `CacheReport` each (one row: `first` is (0, column))."""
-    from posenc_client._onnx_freq import find_frequency_constants
+    computed in the graph, as `torch.onnx.export` leaves it: initializers, `Constant` nodes,
+    values computed from constants) with the table's `inv_freq`, changing nothing; one
+    `CacheReport` each (one row: `first` is (0, column)). `IncompatibleModelError` naming the
+    node for frequencies that are not constant."""
+    from posenc_client._onnx_freq import find_frequency_constants, frequency_values
 
     data_dir = _data_dir(model, data_dir)
     proto = load_model(model)
     wanted = set(nodes) if nodes is not None else None
-    initializers = {t.name: t for t in proto.graph.initializer}
     exact = np.asarray(tables["inv_freq"]).reshape(1, -1)
     reports = []
     for constant in find_frequency_constants(proto):
         if wanted is not None and constant.node not in wanted:
             continue
-        value = read_tensor(initializers[constant.node], data_dir).reshape(1, -1)
+        folder = None if data_dir is None else os.fspath(data_dir)
+        value = frequency_values(proto, constant, folder).reshape(1, -1)
         rows, max_abs, max_ulp, first = compare(value, exact)
         if first is None:
             verdict, causes = "exact", []
@@ -67,6 +68,8 @@ def verify_inv_freq(
             ]
         elif max_ulp <= ULP_REPAIR:
             verdict, causes = "repair", [f"within {max_ulp} ulp: another op order or libm"]
+        elif through := went_through(value, exact):
+            verdict, causes = "repair", [f"the exact frequencies went through {through}"]
         else:
             inv_m = value[0].astype(np.float64)
             verdict, causes = classify(inv_m, exact[0].astype(np.float64), 1.0, 1.0, tables)

@@ -24,9 +24,10 @@ without its external data) or an `OnnxModel`, never modifies it, and returns a n
   `check_pairing=False`.
   Caches inside the branches of an `If` on the length (onnxruntime-genai's LongRoPE) are
   filled on both sides: pass the table past the switch as `long_tables`.
-- `attach_inv_freq(model, tables)`: RoPE computed inside the graph from a frequency constant
-  (`torch.onnx.export` with dynamo keeps transformers' `inv_freq` buffer as an initializer):
-  the served `inv_freq` replaces it (`find_frequency_constants`, `verify_inv_freq`).
+- `attach_inv_freq(model, tables)`: RoPE computed inside the graph from frequencies
+  (`torch.onnx.export`: dynamo keeps transformers' `inv_freq` buffer as an initializer,
+  TorchScript and optimum fold it into a `Constant`; a chain over constants is evaluated): the
+  served `inv_freq` replaces them (`find_frequency_constants`, `verify_inv_freq`).
 - `verify_rope_caches(model, tables)`: how far the caches baked into a model are from the exact
   ones (max abs, ulp, first differing row and column) and the likely cause, changing nothing.
 - `load_model(path)`, `save_model(model, path, data_dir=...)`: models with external data are
