@@ -1,0 +1,50 @@
+"""Every M-RoPE model type transformers knows: posenc's `/v1/resolve` is exact on (3, N) position
+ids or rejects (issue 18).
+
+One test per model type enumerated from the installed transformers (`mrope_sweep`): the resolved
+table, gathered per `notes["mrope"]["pair_axes"]` and widened per `pairing`, must equal the
+model's own rotary module's cos/sin bit for bit, its `apply_rotary_pos_emb` must give equal q and
+k, and posenc's declared pairing must reproduce the model's q.k; or the config must be rejected
+naming a key. A type transformers cannot build is skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from posenc.encodings.hf_config.mrope import MROPE_MODELS
+from tests.encodings.hf_config import mrope_sweep
+from tests.encodings.hf_config import rope_sweep as sweep
+
+CASES = mrope_sweep.cases()
+TYPES = mrope_sweep.mrope_model_types()
+
+
+def test_enumeration_comes_from_transformers() -> None:
+    """The M-RoPE types are read from the installed transformers; the mapped ones are among them
+    and every released checkpoint is a known type."""
+    assert {"qwen2_vl", "qwen2_5_vl", "qwen3_vl", "glm4v", "ernie4_5_vl_moe"} <= set(TYPES)
+    assert set(MROPE_MODELS) - {"qwen2_5_omni_thinker", "qwen3_omni_moe_thinker"} <= set(TYPES)
+    assert {case[0] for case in CASES} == set(TYPES)
+
+
+@pytest.mark.parametrize("model_type", TYPES)
+def test_mrope_resolve_is_exact_or_rejected(model_type: str) -> None:
+    verdicts = {case: mrope_sweep.run_case(*case) for case in CASES if case[0] == model_type}
+    wrong = [
+        f"{'/'.join(case)}: {verdict.line()}"
+        for case, verdict in verdicts.items()
+        if verdict.outcome not in ("exact", "rejected", "unbuildable")
+    ]
+    assert not wrong, "accepted and different:\n" + "\n".join(wrong)
+    if all(v.outcome == "unbuildable" for v in verdicts.values()):
+        reason = next(iter(verdicts.values())).line()
+        pytest.skip(f"unbuildable in transformers {sweep.transformers_version()}: {reason}")
+
+
+@pytest.mark.parametrize("name", sorted(mrope_sweep.RELEASED))
+def test_released_checkpoints_are_exact(name: str) -> None:
+    """Released config.json files of Qwen2-VL, Qwen2.5-VL, Qwen3-VL, GLM-4.1V, ERNIE-4.5-VL and
+    Qwen2.5-Omni resolve with their M-RoPE notes, exact against the model."""
+    verdict = mrope_sweep.judge(mrope_sweep.RELEASED[name])
+    assert verdict.outcome == "exact", verdict.line()
