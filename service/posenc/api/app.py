@@ -34,6 +34,7 @@ from posenc.api.openapi import install_openapi
 from posenc.api.routes import (
     health,
     kinds,
+    mrope,
     oip,
     onnx,
     presets,
@@ -210,6 +211,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         kinds.router,
         presets.router,
         resolve.router,
+        mrope.router,
         onnx.router,
         version.router,
         ui.router,

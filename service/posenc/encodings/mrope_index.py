@@ -172,7 +172,9 @@ def rule_for(model_type: str, where: str = "model_type") -> MRopeRule:
     `where` for a model type posenc serves no rule for."""
     facts = MROPE_MODELS.get(model_type)
     if facts is None or facts.rule is None:
-        served = sorted(t for t, f in MROPE_MODELS.items() if f.rule is not None)
+        served = sorted(
+            t for t, f in MROPE_MODELS.items() if f.rule is not None and not t.endswith("_text")
+        )
         why = (
             "its get_rope_index is not served"
             if facts is not None

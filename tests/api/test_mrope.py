@@ -1,0 +1,208 @@
+"""`POST /v1/mrope/position_ids` and M-RoPE through `/v1/resolve` and `/v2`, end to end (issue 18).
+
+The route, called through posenc_client, equals transformers' `get_rope_index`; its ids fed to
+the `/v2` `rope` model with the resolved config's `notes.mrope.v2_parameters` (or, for ERNIE-4.5-VL,
+the resolved table's URL gathered per `notes.mrope.pair_axes`) give per-token cos/sin bit-equal to
+the model's own rotary module run on the position ids of its `get_rope_index`.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import warnings
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+import torch
+import tritonclient.http as http
+
+from posenc_client import Client, InvalidSpecError, UnsupportedConfigError
+from tests.api.v2client import as_torch, make_input, url
+from tests.conftest import ServerHandle
+from tests.encodings.hf_config import mrope_sweep
+from tests.encodings.test_mrope_index import layouts, transformers_index
+
+LAYOUT = [
+    {"text": 3},
+    {"image": [1, 4, 6]},
+    {"text": 2},
+    {"video": [3, 6, 4], "second_per_grid_t": 0.5},
+    {"text": 4},
+]
+FRAMES = [
+    {"text": 3},
+    {"image": [1, 4, 6]},
+    {"text": 2},
+    {"video": [1, 6, 4]},
+    {"text": 1},
+    {"video": [1, 6, 4]},
+    {"text": 4},
+]
+
+
+@pytest.fixture(scope="module")
+def triton(server: ServerHandle) -> http.InferenceServerClient:
+    return http.InferenceServerClient(url(server))
+
+
+@pytest.fixture
+def pclient(server: ServerHandle) -> Any:
+    with Client(server.url, retries=0) as client:
+        yield client
+
+
+def _layout(model_type: str) -> list[dict[str, Any]]:
+    if model_type in ("qwen3_vl", "glm4v"):
+        return FRAMES
+    if model_type == "qwen2_5_vl":
+        return LAYOUT
+    return [{k: v for k, v in s.items() if k != "second_per_grid_t"} for s in LAYOUT]
+
+
+@pytest.mark.parametrize(
+    "model_type", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "glm4v", "ernie4_5_vl_moe"]
+)
+def test_route_equals_get_rope_index(pclient: Client, model_type: str) -> None:
+    """The client's mrope_position_ids for a model_type (class defaults) equals get_rope_index."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        config = CONFIG_MAPPING[model_type]()
+    rule = "qwen3_vl" if model_type in ("qwen3_vl", "glm4v") else "qwen2_vl"
+    cases = {**layouts(rule), "mixed": _layout(model_type)}
+    for name, layout in cases.items():
+        if model_type != "qwen2_5_vl":
+            layout = [{k: v for k, v in s.items() if k != "second_per_grid_t"} for s in layout]
+        got = pclient.mrope_position_ids(layout, model_type=model_type)
+        want, delta = transformers_index(model_type, config, layout)
+        assert np.array_equal(got.position_ids, want.numpy()), name
+        assert got.mrope_position_deltas == int(delta), name
+        assert got.position_ids.dtype == np.int64
+
+
+def _rotary(data: dict[str, Any]) -> torch.nn.Module:
+    config = mrope_sweep.sweep.load_config(data)
+    text = mrope_sweep._text_config(config)
+    return mrope_sweep._rotary_class(mrope_sweep._module(text), text)(text)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "Qwen/Qwen2-VL-7B-Instruct",
+        "Qwen/Qwen2.5-VL-7B-Instruct",
+        "Qwen/Qwen3-VL-8B-Instruct",
+        "zai-org/GLM-4.1V-9B-Thinking",
+        "baidu/ERNIE-4.5-VL-28B-A3B-PT",
+    ],
+)
+def test_route_ids_through_v2_equal_the_model(
+    client: httpx.Client, triton: http.InferenceServerClient, server: ServerHandle, name: str
+) -> None:
+    """Released config -> /v1/resolve -> /v1/mrope/position_ids -> /v2 rope (or the table URL)
+    -> cos/sin per token, bit-equal to the model's rotary module on get_rope_index's ids."""
+    data = mrope_sweep.RELEASED[name]
+    model_type = str(data["model_type"])
+    layout = _layout(model_type)
+    resolved = client.post("/v1/resolve", json={"hf_config": data, "max_positions": 256})
+    assert resolved.status_code == 200, resolved.text
+    (entry,) = resolved.json()["specs"]
+    mrope = entry["notes"]["mrope"]
+    answer = client.post("/v1/mrope/position_ids", json={"hf_config": data, "layout": layout})
+    assert answer.status_code == 200, answer.text
+    ids = np.asarray(answer.json()["position_ids"], dtype=np.int64)
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        config = CONFIG_MAPPING[model_type].from_dict(json.loads(json.dumps(data)))
+    want_ids, _ = transformers_index(model_type, config, layout)
+    assert np.array_equal(ids, want_ids.numpy())
+    want_cos, want_sin = _rotary(data)(torch.zeros(1), want_ids[:, None, :])
+    pairing = entry["notes"]["pairing"]
+    if "v2_parameters" in mrope:
+        params = {"spec": json.dumps(entry["spec"]), **{
+            k: json.dumps(v) for k, v in mrope["v2_parameters"].items()
+        }}  # fmt: skip
+        result = triton.infer(
+            "rope", [make_input("position_ids", ids[:, None, :])], parameters=params
+        )
+        cos, sin = as_torch(result, "cos")[0], as_torch(result, "sin")[0]
+        if pairing == "interleaved":
+            # the spec's full width is the checkpoint's (2i, 2i+1) packing: repeat_interleave
+            assert entry["spec"]["interleaved"] is True
+    else:
+        # ERNIE-4.5-VL: the table by its URL, column i from the row of axis pair_axes[i]
+        got = client.get(entry["url"], params={"format": "npz"})
+        assert got.status_code == 200, got.text
+        npz = np.load(io.BytesIO(got.content))
+        half = entry["spec"]["rotary_dim"] // 2
+        cos_t = torch.from_numpy(npz["cos"].copy())[:, :: 2 if pairing == "interleaved" else 1]
+        sin_t = torch.from_numpy(npz["sin"].copy())[:, :: 2 if pairing == "interleaved" else 1]
+        cos_t, sin_t = cos_t[:, :half], sin_t[:, :half]
+        ids_t = torch.from_numpy(ids)
+        cos = mrope_sweep.widen(mrope_sweep.gather(cos_t, ids_t, mrope["pair_axes"]), pairing)
+        sin = mrope_sweep.widen(mrope_sweep.gather(sin_t, ids_t, mrope["pair_axes"]), pairing)
+    if server.device.type == "cpu":
+        assert torch.equal(cos, want_cos[0])
+        assert torch.equal(sin, want_sin[0])
+    else:
+        torch.testing.assert_close(cos, want_cos[0], atol=2.4e-7, rtol=0)
+        torch.testing.assert_close(sin, want_sin[0], atol=2.4e-7, rtol=0)
+
+
+Q2 = {"model_type": "qwen2_vl"}
+ERRORS: list[tuple[dict[str, Any], str]] = [
+    ({"model_type": "llama", "layout": [{"text": 1}]}, "model_type"),
+    ({"hf_config": {"model_type": "hy_v4_vl"}, "layout": [{"text": 1}]}, "hf_config.model_type"),
+    ({"layout": [{"text": 1}]}, "model_type"),
+    ({**Q2, "hf_config": Q2, "layout": []}, "model_type"),
+    ({**Q2, "layout": [{"text": 1}], "stride": 2}, "stride"),
+    ({**Q2, "layout": "text"}, "layout"),
+    ({**Q2, "layout": [{"text": 1 << 40}]}, "layout"),
+    ({**Q2, "layout": [{"image": [1, 2, 2]}], "spatial_merge_size": 0}, "spatial_merge_size"),
+    (
+        {"model_type": "qwen2_5_vl", "layout": [{"video": [1, 2, 2]}], "tokens_per_second": -1},
+        "tokens_per_second",
+    ),
+    ({"model_type": "qwen3_vl", "layout": [{"video": [2, 2, 2]}]}, "layout[0].video[0]"),
+]
+
+
+@pytest.mark.parametrize(("body", "field"), ERRORS)
+def test_bad_requests_name_the_field(
+    client: httpx.Client, body: dict[str, Any], field: str
+) -> None:
+    response = client.post("/v1/mrope/position_ids", json=body)
+    assert response.status_code == 422, response.text
+    data = response.json()
+    assert set(data) >= {"error", "error_type", "detail"}
+    assert data["detail"][0]["field"] == field
+
+
+def test_client_errors_are_typed(pclient: Client) -> None:
+    with pytest.raises(UnsupportedConfigError):
+        pclient.mrope_position_ids([{"text": 1}], model_type="llama")
+    with pytest.raises(InvalidSpecError):
+        pclient.mrope_position_ids([{"text": 0}], model_type="qwen2_vl")
+
+
+def test_resolve_notes_describe_mrope(client: httpx.Client) -> None:
+    """Qwen2-VL's v4 config ({"type": "mrope"}) resolves to the 1-D table with its sections;
+    GLM-4V's class defaults (sections that do not fit its rotary width) are refused naming the
+    key."""
+    answer = client.post("/v1/resolve", json=mrope_sweep.RELEASED["Qwen/Qwen2-VL-7B-Instruct"])
+    assert answer.status_code == 200, answer.text
+    (entry,) = answer.json()["specs"]
+    assert entry["notes"]["mrope"]["mrope_section"] == [16, 24, 24]
+    assert entry["notes"]["mrope"]["layout"] == "chunked"
+    assert entry["notes"]["mrope"]["v2_parameters"]["mrope_interleaved"] is False
+    text = {"model_type": "glm4v_text", "hidden_size": 4096, "num_attention_heads": 32}
+    glm = {"model_type": "glm4v", "text_config": {**text, "rope_theta": 1e4}}
+    refused = client.post("/v1/resolve", json=glm)
+    assert refused.status_code == 422
+    assert refused.json()["detail"][0]["field"] == "text_config.rope_parameters.mrope_section"
