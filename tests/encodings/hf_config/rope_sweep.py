@@ -29,7 +29,8 @@ The verdict (`judge`) for posenc's answer (`resolve_config`, the function `/v1/r
 - `unbuildable`: transformers itself cannot build or run the tiny model (the reason is kept).
 
 `python -m tests.encodings.hf_config.rope_sweep --write-docs` runs every case and writes
-`docs/models.md` (with the M-RoPE section of `mrope_sweep`); `--summary` prints the counts and the accepted-and-wrong cases.
+`docs/models.md` (with the M-RoPE section of `mrope_sweep`); `--summary` prints the counts and
+the accepted-and-wrong cases.
 """
 
 from __future__ import annotations
