@@ -184,6 +184,19 @@ def test_bad_requests_name_the_field(
     assert data["detail"][0]["field"] == field
 
 
+def test_client_takes_a_config(pclient: Client, client: httpx.Client) -> None:
+    """config= (a config.json dict) sends hf_config: its vision_config's tokens_per_second (2,
+    not the class default 4) is used."""
+    data = mrope_sweep.RELEASED["Qwen/Qwen2.5-VL-7B-Instruct"]
+    got = pclient.mrope_position_ids(LAYOUT, config=data)
+    direct = client.post("/v1/mrope/position_ids", json={"hf_config": data, "layout": LAYOUT})
+    assert got.parameters["tokens_per_second"] == 2
+    assert got.position_ids.tolist() == direct.json()["position_ids"]
+    default = pclient.mrope_position_ids(LAYOUT, model_type="qwen2_5_vl")
+    assert default.parameters["tokens_per_second"] == 4
+    assert not np.array_equal(default.position_ids, got.position_ids)
+
+
 def test_client_errors_are_typed(pclient: Client) -> None:
     with pytest.raises(UnsupportedConfigError):
         pclient.mrope_position_ids([{"text": 1}], model_type="llama")
