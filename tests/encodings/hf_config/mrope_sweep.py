@@ -5,8 +5,8 @@ three axes differ (issue 18).
 Enumeration (`mrope_model_types`): every model_type of `CONFIG_MAPPING_NAMES` whose modeling
 module defines a text `*RotaryEmbedding` (not a vision one) with `recomposition_frequencies` (the
 per-axis recombination of M-RoPE), read from the installed package, not a hand list. Configs
-(`cases`): each type's class defaults and YaRN variant in the v5 and v4 config.json forms (the
-rope sweep's `case_config`), plus released checkpoints' config.json (`RELEASED`).
+(`cases`): each type's class defaults (`to_dict()`) and the rope sweep's YaRN variant, in the v5
+and v4 config.json forms, plus released checkpoints' config.json (`RELEASED`).
 
 The reference (`reference`): transformers reads the config.json (`from_dict`), the text config's
 own rotary module (`<Model>TextRotaryEmbedding(config)`, the class the text model builds) runs
@@ -185,8 +185,16 @@ def cases() -> list[tuple[str, str, str]]:
 
 
 def case_config(model_type: str, variant: str, form: str) -> dict[str, Any]:
+    """The config.json of a case: a released file, the class defaults as they are (only the rotary
+    module is built: nothing to shrink; composite configs keep their own nesting, such as the
+    Omni models' thinker_config), or the rope sweep's YaRN variant."""
     if form == "file":
         return copy.deepcopy(RELEASED[variant])
+    if variant == "default":
+        with sweep._quiet():
+            config = sweep._config_class(model_type)()
+        data = json.loads(json.dumps(config.to_dict(), default=str))
+        return sweep.to_v4(data) if form == "v4" else data
     return sweep.case_config(model_type, variant, form)
 
 
