@@ -1,9 +1,9 @@
 """`POST /v1/mrope/position_ids` and M-RoPE through `/v1/resolve` and `/v2`, end to end (issue 18).
 
 The route, called through posenc_client, equals transformers' `get_rope_index`; its ids fed to
-the `/v2` `rope` model with the resolved config's `notes.mrope.v2_parameters` (or, for ERNIE-4.5-VL,
-the resolved table's URL gathered per `notes.mrope.pair_axes`) give per-token cos/sin bit-equal to
-the model's own rotary module run on the position ids of its `get_rope_index`.
+the `/v2` `rope` model with the resolved config's `notes.mrope.v2_parameters` (and the resolved
+table's URL gathered per `notes.mrope.pair_axes`) give per-token cos/sin bit-equal to the model's
+own rotary module run on the position ids of its `get_rope_index`.
 """
 
 from __future__ import annotations
@@ -124,29 +124,25 @@ def test_route_ids_through_v2_equal_the_model(
     assert np.array_equal(ids, want_ids.numpy())
     want_cos, want_sin = _rotary(data)(torch.zeros(1), want_ids[:, None, :])
     pairing = entry["notes"]["pairing"]
-    if "v2_parameters" in mrope:
-        params = {"spec": json.dumps(entry["spec"]), **{
-            k: json.dumps(v) for k, v in mrope["v2_parameters"].items()
-        }}  # fmt: skip
-        result = triton.infer(
-            "rope", [make_input("position_ids", ids[:, None, :])], parameters=params
-        )
-        cos, sin = as_torch(result, "cos")[0], as_torch(result, "sin")[0]
-        if pairing == "interleaved":
-            # the spec's full width is the checkpoint's (2i, 2i+1) packing: repeat_interleave
-            assert entry["spec"]["interleaved"] is True
-    else:
-        # ERNIE-4.5-VL: the table by its URL, column i from the row of axis pair_axes[i]
-        got = client.get(entry["url"], params={"format": "npz"})
-        assert got.status_code == 200, got.text
-        npz = np.load(io.BytesIO(got.content))
-        half = entry["spec"]["rotary_dim"] // 2
-        cos_t = torch.from_numpy(npz["cos"].copy())[:, :: 2 if pairing == "interleaved" else 1]
-        sin_t = torch.from_numpy(npz["sin"].copy())[:, :: 2 if pairing == "interleaved" else 1]
-        cos_t, sin_t = cos_t[:, :half], sin_t[:, :half]
-        ids_t = torch.from_numpy(ids)
-        cos = mrope_sweep.widen(mrope_sweep.gather(cos_t, ids_t, mrope["pair_axes"]), pairing)
-        sin = mrope_sweep.widen(mrope_sweep.gather(sin_t, ids_t, mrope["pair_axes"]), pairing)
+    params = {"spec": json.dumps(entry["spec"]), **{
+        k: json.dumps(v) if isinstance(v, list) else v
+        for k, v in mrope["v2_parameters"].items()
+    }}  # fmt: skip
+    result = triton.infer("rope", [make_input("position_ids", ids[:, None, :])], parameters=params)
+    cos, sin = as_torch(result, "cos")[0], as_torch(result, "sin")[0]
+    # the same from the table's URL, column i from the row of axis pair_axes[i]
+    got = client.get(entry["url"], params={"format": "npz"})
+    assert got.status_code == 200, got.text
+    npz = np.load(io.BytesIO(got.content))
+    step = 2 if pairing == "interleaved" else 1
+    half = entry["spec"]["rotary_dim"] // 2
+    cos_t = torch.from_numpy(npz["cos"].copy())[:, ::step][:, :half]
+    sin_t = torch.from_numpy(npz["sin"].copy())[:, ::step][:, :half]
+    ids_t = torch.from_numpy(ids)
+    cos_u = mrope_sweep.widen(mrope_sweep.gather(cos_t, ids_t, mrope["pair_axes"]), pairing)
+    sin_u = mrope_sweep.widen(mrope_sweep.gather(sin_t, ids_t, mrope["pair_axes"]), pairing)
+    assert torch.equal(cos_u, cos)
+    assert torch.equal(sin_u, sin)
     if server.device.type == "cpu":
         assert torch.equal(cos, want_cos[0])
         assert torch.equal(sin, want_sin[0])
@@ -219,3 +215,20 @@ def test_resolve_notes_describe_mrope(client: httpx.Client) -> None:
     refused = client.post("/v1/resolve", json=glm)
     assert refused.status_code == 422
     assert refused.json()["detail"][0]["field"] == "text_config.rope_parameters.mrope_section"
+
+
+def test_v2_mrope_layout_errors(triton: http.InferenceServerClient) -> None:
+    from tritonclient.utils import InferenceServerException
+
+    pos = make_input("position_ids", np.zeros((3, 1, 4), np.int64))
+    spec = {"head_dim": 64, "max_positions": 32, "mrope_section": "[8, 12, 12]"}
+    for extra, message in (
+        ({"mrope_layout": "ernie"}, "needs sections"),
+        ({"mrope_layout": "diagonal"}, "must be one of"),
+        ({"mrope_layout": "chunked", "mrope_interleaved": "true"}, "agrees with"),
+    ):
+        with pytest.raises(InferenceServerException, match=message):
+            triton.infer("rope", [pos], parameters={**spec, **extra})
+    ok = triton.infer("rope", [pos], parameters={**spec, "mrope_section": "[10, 10, 12]",
+                                                  "mrope_layout": "ernie"})  # fmt: skip
+    assert ok.get_response()["parameters"]["posenc_mrope"] == "ernie [10, 10, 12]"

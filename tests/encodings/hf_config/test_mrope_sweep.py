@@ -50,13 +50,16 @@ def test_released_checkpoints_are_exact(name: str) -> None:
     assert verdict.outcome == "exact", verdict.line()
 
 
-@pytest.mark.parametrize("section", [[16, 24, 24], [24, 20, 20], [8, 12, 12], [11, 11, 10]])
+@pytest.mark.parametrize(
+    "section", [[16, 24, 24], [24, 20, 20], [8, 12, 12], [11, 11, 10], [22, 22, 20]]
+)
 def test_pair_axes_match_the_v2_gather(section: list[int]) -> None:
     """notes.mrope.pair_axes is the axis map the /v2 rope model gathers with
-    (`runtime.rows.mrope_pair_axes`), chunked and interleaved."""
+    (`runtime.rows.mrope_pair_axes`), for every layout."""
     from posenc.encodings.hf_config.mrope import pair_axes
     from posenc.runtime.rows import mrope_pair_axes
 
-    for layout, interleaved in (("chunked", False), ("interleaved", True)):
-        want = mrope_pair_axes(section, interleaved).tolist()
+    layouts = ["chunked", "interleaved"] + (["ernie"] if section[0] == section[1] else [])
+    for layout in layouts:
+        want = mrope_pair_axes(section, layout).tolist()
         assert pair_axes(layout, section, sum(section)) == want

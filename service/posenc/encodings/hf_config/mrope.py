@@ -213,9 +213,9 @@ def mrope_notes(facts: MRopeFacts, section: list[int], pairs: int, default: bool
             else "this model's get_rope_index is not served"
         ),
     }
-    if facts.layout != "ernie":
-        notes["v2_parameters"] = {
-            "mrope_section": section,
-            "mrope_interleaved": facts.layout == "interleaved",
-        }
+    notes["v2_parameters"] = (
+        {"mrope_section": section, "mrope_layout": "ernie"}
+        if facts.layout == "ernie"
+        else {"mrope_section": section, "mrope_interleaved": facts.layout == "interleaved"}
+    )
     return notes
