@@ -191,6 +191,13 @@ class MRopeModel(RopeModel):
                     entry.notes.get("rope_type"),
                 )
             entry.notes["mrope"] = mrope_notes(self.facts, section, pairs, raw is None)
+            if entry.notes.get("rope_type") == "dynamic":
+                # dynamic_rope_update: seq_len = max(position_ids) + 1 over the three axes.
+                entry.notes["mrope"]["seq_len"] = (
+                    "dynamic NTK: transformers takes seq_len = max(position_ids) + 1 over the "
+                    "three axes (N + mrope_position_deltas), not the token count N: pass that "
+                    "as seq_len"
+                )
             # An odd head size is the config's: name the key a spec error comes from.
             size = view.key("head_dim" if view.has("head_dim") else "hidden_size")
             entry.config_keys = {"rotary_dim": size, "head_dim": size, **(entry.config_keys or {})}
