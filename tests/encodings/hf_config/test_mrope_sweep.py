@@ -63,3 +63,39 @@ def test_pair_axes_match_the_v2_gather(section: list[int]) -> None:
     for layout in layouts:
         want = mrope_pair_axes(section, layout).tolist()
         assert pair_axes(layout, section, sum(section)) == want
+
+
+def test_dynamic_ntk_takes_the_largest_position_id() -> None:
+    """notes.mrope.seq_len: a dynamic NTK M-RoPE table built for seq_len = max(position_ids) + 1
+    is the model's (its dynamic_rope_update reads the (3, N) ids), bit for bit."""
+    import copy
+
+    import torch
+
+    from posenc.api.specs import resolve_config
+    from posenc.encodings import compute
+
+    data = {
+        "model_type": "qwen2_vl",
+        "hidden_size": 256,
+        "num_attention_heads": 2,
+        "max_position_embeddings": 32,
+        "rope_theta": 10000.0,
+        "rope_scaling": {"type": "dynamic", "factor": 2.0, "mrope_section": [16, 24, 24]},
+    }
+    ids = mrope_sweep.positions()
+    longest = int(ids.max()) + 1
+    assert longest > ids.shape[1] > 32  # past the original length, unlike the token count
+    ref = mrope_sweep.reference(data, ids)
+    body = {"hf_config": copy.deepcopy(data), "max_positions": 128, "seq_len": longest}
+    (entry,) = resolve_config(body)
+    assert "max(position_ids) + 1" in entry.notes["mrope"]["seq_len"]
+    half = entry.spec.canonical().model_copy(
+        update={"width": "half", "packing": "separate", "dtype": "float32"}
+    )
+    table = compute(half, device="cpu").tensors
+    axes = entry.notes["mrope"]["pair_axes"]
+    cos = mrope_sweep.widen(mrope_sweep.gather(table["cos"], ids, axes), "half_split")
+    sin = mrope_sweep.widen(mrope_sweep.gather(table["sin"], ids, axes), "half_split")
+    assert torch.equal(cos, ref["cos"])
+    assert torch.equal(sin, ref["sin"])
