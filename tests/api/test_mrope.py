@@ -23,7 +23,12 @@ from posenc_client import Client, InvalidSpecError, UnsupportedConfigError
 from tests.api.v2client import as_torch, make_input, url
 from tests.conftest import ServerHandle
 from tests.encodings.hf_config import mrope_sweep
-from tests.encodings.test_mrope_index import layouts, transformers_index
+from tests.encodings.test_mrope_index import (
+    OMNI_LAYOUTS,
+    layouts,
+    omni_index,
+    transformers_index,
+)
 
 LAYOUT = [
     {"text": 3},
@@ -82,6 +87,24 @@ def test_route_equals_get_rope_index(pclient: Client, model_type: str) -> None:
         assert np.array_equal(got.position_ids, want.numpy()), name
         assert got.mrope_position_deltas == int(delta), name
         assert got.position_ids.dtype == np.int64
+
+
+def test_route_equals_qwen2_5_omni(pclient: Client) -> None:
+    """Qwen2.5-Omni's thinker rule through the client, from a released-style config.json (its
+    thinker_config's position_id_per_seconds and vision_config), equals its get_rope_index."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        config = CONFIG_MAPPING["qwen2_5_omni"]()
+    data = json.loads(config.to_json_string())
+    for name, layout in OMNI_LAYOUTS.items():
+        got = pclient.mrope_position_ids(layout, config=data)
+        want, delta = omni_index(config, layout)
+        assert got.rule == "qwen2_5_omni"
+        assert got.parameters["position_id_per_seconds"] == 25
+        assert np.array_equal(got.position_ids, want.numpy()), name
+        assert got.mrope_position_deltas == int(delta), name
 
 
 def _rotary(data: dict[str, Any]) -> torch.nn.Module:

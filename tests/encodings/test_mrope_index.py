@@ -25,9 +25,12 @@ from posenc.encodings.mrope_index import (
 )
 
 SERVED = sorted(
-    t for t, facts in MROPE_MODELS.items() if facts.rule is not None and not t.endswith("_text")
+    t
+    for t, facts in MROPE_MODELS.items()
+    if facts.rule is not None and not t.endswith("_text") and not RULES[facts.rule].omni
 )
-"""Composite model types (config with a vision_config) whose get_rope_index posenc serves."""
+"""Composite model types (config with a vision_config) whose get_rope_index posenc serves with
+the transformers 5.24 signature (mm_token_type_ids); Qwen2.5-Omni has its own test below."""
 
 
 def _video(rule: str, t: int, h: int, w: int, seconds: float | None = None) -> list[dict[str, Any]]:
@@ -194,7 +197,106 @@ def test_bad_layouts_name_the_field(model_type: str, layout: list[Any], field: s
 
 
 def test_unserved_model_types_are_refused() -> None:
-    for model_type in ("llama", "qwen2_5_omni_thinker", "hy_v4_vl"):
+    for model_type in ("llama", "qwen2_5_omni_talker", "hy_v4_vl"):
         with pytest.raises(ConfigError) as err:
             rule_for(model_type)
         assert err.value.problems[0].field == "model_type"
+
+
+def omni_index(config: Any, layout: list[dict[str, Any]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Qwen2.5-Omni's get_rope_index (`Qwen2_5OmniThinkerForConditionalGeneration`, the thinker
+    config) on input_ids spelled from the layout: text spans end with vision_start before a
+    vision span and start with vision_end after one; image and video tokens; second_per_grids."""
+    from transformers.models.qwen2_5_omni import modeling_qwen2_5_omni as omni
+
+    thinker = config.thinker_config
+    # Released thinker configs carry the vision start/end ids (Qwen/Qwen2.5-Omni-7B config.json);
+    # the 5.24 thinker class has no default for them, and its get_rope_index reads the start id.
+    thinker.vision_start_token_id = 151652
+    thinker.vision_end_token_id = 151653
+    cls = omni.Qwen2_5OmniThinkerForConditionalGeneration
+    model = cls.__new__(cls)
+    torch.nn.Module.__init__(model)
+    model.config = thinker
+    model.spatial_merge_size = thinker.vision_config.spatial_merge_size
+    merge = model.spatial_merge_size
+    tokens: list[int] = []
+    images, videos, seconds = [], [], []
+    for index, span in enumerate(layout):
+        if "text" in span:
+            ids = [100] * span["text"]
+            if index + 1 < len(layout) and "text" not in layout[index + 1]:
+                ids[-1] = thinker.vision_start_token_id
+            if index > 0 and "text" not in layout[index - 1]:
+                ids[0] = thinker.vision_end_token_id
+            tokens += ids
+            continue
+        kind = "image" if "image" in span else "video"
+        t, h, w = span[kind]
+        token = thinker.image_token_id if kind == "image" else thinker.video_token_id
+        tokens += [token] * (t * (h // merge) * (w // merge))
+        (images if kind == "image" else videos).append([t, h, w])
+        if kind == "video":
+            seconds.append(span["second_per_grid_t"])
+    ids = torch.tensor([tokens])
+    with torch.no_grad():
+        position_ids, deltas = model.get_rope_index(
+            ids,
+            torch.tensor(images) if images else None,
+            torch.tensor(videos) if videos else None,
+            torch.ones_like(ids),
+            False,
+            None,
+            torch.tensor(seconds, dtype=torch.float32) if seconds else None,
+        )
+    return position_ids[:, 0], deltas
+
+
+OMNI_LAYOUTS = {
+    "text": [{"text": 7}],
+    "image": [{"text": 3}, {"image": [1, 4, 6]}, {"text": 5}],
+    "images": [{"text": 2}, {"image": [1, 4, 4]}, {"text": 2}, {"image": [1, 6, 2]}, {"text": 1}],
+    "image_video": [
+        {"text": 2},
+        {"image": [1, 4, 4]},
+        {"text": 3},
+        {"video": [4, 4, 6], "second_per_grid_t": 0.7},
+        {"text": 3},
+        {"video": [3, 6, 4], "second_per_grid_t": 1.0 / 3.0},
+        {"text": 2},
+    ],
+    "video": [{"text": 1}, {"video": [6, 2, 2], "second_per_grid_t": 2.0}, {"text": 1}],
+}
+
+
+@pytest.mark.parametrize("name", sorted(OMNI_LAYOUTS))
+def test_qwen2_5_omni_equals_get_rope_index(name: str) -> None:
+    """The Qwen2.5-Omni thinker's rule (audio not interleaved with video), from the config."""
+    config = _config("qwen2_5_omni")
+    layout = OMNI_LAYOUTS[name]
+    rule = rule_for("qwen2_5_omni")
+    params = vision_parameters(rule, json.loads(config.to_json_string()))
+    assert params == {"spatial_merge_size": 2, "position_id_per_seconds": 25}
+    want, want_delta = omni_index(config, layout)
+    got, delta = rope_index(rule, parse_layout(layout), **params, max_tokens=10_000)
+    assert torch.equal(got, want), (got, want)
+    assert delta == int(want_delta)
+
+
+@pytest.mark.parametrize(
+    ("layout", "field"),
+    [
+        ([{"image": [1, 2, 2]}, {"text": 2}], "layout[0]"),
+        ([{"text": 2}, {"image": [1, 2, 2]}], "layout[1]"),
+        ([{"text": 1}, {"video": [1, 2, 2]}, {"text": 1}], "layout[1].second_per_grid_t"),
+        (
+            [{"text": 1}, {"image": [1, 2, 2]}, {"text": 1}, {"image": [1, 2, 2]}, {"text": 1}],
+            "layout[2].text",
+        ),
+    ],
+)
+def test_qwen2_5_omni_layouts_transformers_cannot_take(layout: list[Any], field: str) -> None:
+    rule = rule_for("qwen2_5_omni")
+    with pytest.raises(SpecError) as err:
+        rope_index(rule, parse_layout(layout), **vision_parameters(rule, None), max_tokens=999)
+    assert err.value.problems[0].field == field

@@ -23,6 +23,12 @@ Rules (`RULES`), by the modeling code of each family (transformers 5.24):
   between the timestamp text the processor writes: the layout gives each frame as a video span
   [1, h, w].
 - `ernie4_5_vl` (ERNIE-4.5-VL): videos merge `temporal_merge_size` patches in time (tm).
+- `qwen2_5_omni` (Qwen2.5-Omni thinker, `Qwen2_5OmniPreTrainedModelForConditionalGeneration.
+  get_rope_index`, audio not interleaved with video): every span starts at the previous span's
+  largest id + 1; temporal ids are `int(k * position_id_per_seconds)` for images and
+  `int(float32(k * second_per_grid_t) * position_id_per_seconds)` for videos (each video needs its
+  `second_per_grid_t`); a vision span needs text on both sides (its start and end tokens). Audio
+  tokens are positioned as text: give them as a text span.
 
 transformers groups consecutive tokens of one modality (`itertools.groupby` over
 `mm_token_type_ids`), so two vision spans of one modality must have text between them: such a
@@ -58,12 +64,15 @@ __all__ = [
 class MRopeRule:
     """One `get_rope_index` family: `video_seconds` (video temporal ids scaled by
     tokens_per_second * second_per_grid_t), `frames` (each video frame its own span),
-    `temporal_merge` (videos merge temporal_merge_size patches in time)."""
+    `temporal_merge` (videos merge temporal_merge_size patches in time), `omni` (Qwen2.5-Omni:
+    vision spans between their start/end tokens, the next span after max id + 1, temporal ids
+    in position_id_per_seconds)."""
 
     name: str
     video_seconds: bool = False
     frames: bool = False
     temporal_merge: bool = False
+    omni: bool = False
 
 
 RULES: dict[str, MRopeRule] = {
@@ -71,6 +80,7 @@ RULES: dict[str, MRopeRule] = {
     "qwen2_5_vl": MRopeRule("qwen2_5_vl", video_seconds=True),
     "qwen3_vl": MRopeRule("qwen3_vl", frames=True),
     "ernie4_5_vl": MRopeRule("ernie4_5_vl", temporal_merge=True),
+    "qwen2_5_omni": MRopeRule("qwen2_5_omni", omni=True),
 }
 """Rule name -> rule; `hf_config.mrope.MROPE_MODELS` names the rule of each model type."""
 
@@ -80,6 +90,7 @@ RULE_DEFAULTS: dict[str, dict[str, float]] = {
     "qwen2_5_vl": {"spatial_merge_size": 2, "tokens_per_second": 4},
     "qwen3_vl": {"spatial_merge_size": 2},
     "ernie4_5_vl": {"spatial_merge_size": 2, "temporal_merge_size": 2},
+    "qwen2_5_omni": {"spatial_merge_size": 2, "position_id_per_seconds": 25},
 }
 
 MAX_SECONDS = 86400.0
@@ -201,6 +212,7 @@ def rope_index(
     spatial_merge_size: int,
     tokens_per_second: float | None = None,
     temporal_merge_size: int = 1,
+    position_id_per_seconds: float | None = None,
     max_tokens: int,
 ) -> tuple[torch.Tensor, int]:
     """(3, N) int64 position ids and mrope_position_deltas of one sequence (module docstring).
@@ -211,6 +223,8 @@ def rope_index(
         spatial_merge_size: s, the vision config's `spatial_merge_size`.
         tokens_per_second: the vision config's `tokens_per_second` (rule `qwen2_5_vl`).
         temporal_merge_size: the vision config's `temporal_merge_size` (rule `ernie4_5_vl`).
+        position_id_per_seconds: the thinker config's `position_id_per_seconds` (rule
+            `qwen2_5_omni`).
         max_tokens: N must not exceed it; checked before anything is allocated.
 
     Raises:
@@ -225,6 +239,19 @@ def rope_index(
     for index, span in enumerate(spans):
         where = f"layout[{index}]"
         if span.kind == "text":
+            between = 0 < index < len(spans) - 1 and spans[index + 1].kind != "text"
+            if rule.omni and between and previous != "text" and span.length < 2:
+                raise SpecError(
+                    "invalid layout",
+                    [
+                        FieldProblem(
+                            f"{where}.text",
+                            f"rule {rule.name!r}: text between two vision spans holds the end "
+                            "token of one and the start token of the next: at least 2",
+                            span.length,
+                        )
+                    ],
+                )
             total += span.length
             previous = "text"
             sizes.append((span.length, 0, 0))
@@ -244,13 +271,37 @@ def rope_index(
             )
         previous = span.kind
         t, h, w = span.grid
-        if span.kind == "video" and span.seconds is not None and not rule.video_seconds:
+        if rule.omni and not (0 < index < len(spans) - 1 and spans[index + 1].kind == "text"):
+            raise SpecError(
+                "invalid layout",
+                [
+                    FieldProblem(
+                        where,
+                        f"rule {rule.name!r} needs text before and after every {span.kind} "
+                        "(its start and end tokens are text positions)",
+                        None,
+                    )
+                ],
+            )
+        if rule.omni and span.kind == "video" and span.seconds is None:
             raise SpecError(
                 "invalid layout",
                 [
                     FieldProblem(
                         f"{where}.second_per_grid_t",
-                        f"rule {rule.name!r} does not use it (only qwen2_5_vl)",
+                        f"rule {rule.name!r} needs it for every video (second_per_grids)",
+                        None,
+                    )
+                ],
+            )
+        uses_seconds = rule.video_seconds or rule.omni
+        if span.kind == "video" and span.seconds is not None and not uses_seconds:
+            raise SpecError(
+                "invalid layout",
+                [
+                    FieldProblem(
+                        f"{where}.second_per_grid_t",
+                        f"rule {rule.name!r} does not use it (qwen2_5_vl and qwen2_5_omni do)",
                         span.seconds,
                     )
                 ],
@@ -309,6 +360,8 @@ def rope_index(
         )
     if rule.video_seconds and any(s.kind == "video" for s in spans):
         _check_number("tokens_per_second", tokens_per_second, False)
+    if rule.omni and any(s.kind != "text" for s in spans):
+        _check_number("position_id_per_seconds", position_id_per_seconds, False)
     columns: list[torch.Tensor] = []
     current = 0
     for span, grid in zip(spans, sizes, strict=True):
@@ -327,13 +380,24 @@ def rope_index(
                 else tokens_per_second
             )
             steps = (steps * interval).long()
+        elif rule.omni:
+            # transformers: (arange(t) * 1 * position_id_per_seconds).long() for an image,
+            # (arange(t) * second_per_grids[i].float() * position_id_per_seconds).long() for a
+            # video: two float32 products, each rounded.
+            seconds: Any = (
+                1 if span.kind == "image" else torch.tensor(span.seconds, dtype=torch.float32)
+            )
+            steps = (steps * seconds * position_id_per_seconds).long()
         height = torch.arange(grid[1]) + current
         width = torch.arange(grid[2]) + current
         t_ids, h_ids, w_ids = torch.meshgrid(steps, height, width, indexing="ij")
         block = torch.stack([t_ids, h_ids, w_ids]).reshape(3, -1)
         block[0] += current
         columns.append(block)
-        current += max(span.grid[1], span.grid[2]) // merge
+        if rule.omni:
+            current = int(block.max()) + 1
+        else:
+            current += max(span.grid[1], span.grid[2]) // merge
     ids = torch.cat(columns, dim=1).to(torch.int64)
     delta = int(ids.max()) + 1 - ids.shape[1]
     return ids, delta
@@ -341,9 +405,16 @@ def rope_index(
 
 def vision_parameters(rule: MRopeRule, config: Mapping[str, Any] | None) -> dict[str, Any]:
     """spatial_merge_size, tokens_per_second, temporal_merge_size: the config's `vision_config`
-    values, else the rule's class defaults (`RULE_DEFAULTS`)."""
+    values (position_id_per_seconds: the Omni thinker config's), else the rule's class defaults
+    (`RULE_DEFAULTS`)."""
     values: dict[str, Any] = dict(RULE_DEFAULTS[rule.name])
-    vision = (config or {}).get("vision_config")
+    config = config or {}
+    thinker = config.get("thinker_config")
+    if isinstance(thinker, Mapping):
+        config = thinker
+    if config.get("position_id_per_seconds") is not None and rule.omni:
+        values["position_id_per_seconds"] = config["position_id_per_seconds"]
+    vision = config.get("vision_config")
     if isinstance(vision, Mapping):
         for name in ("spatial_merge_size", "tokens_per_second", "temporal_merge_size"):
             if vision.get(name) is not None:

@@ -327,6 +327,7 @@ class Client(BaseClient):
         spatial_merge_size: int | None = None,
         tokens_per_second: float | None = None,
         temporal_merge_size: int | None = None,
+        position_id_per_seconds: float | None = None,
     ) -> MRopePositions:
         """M-RoPE position ids (3, N) of a token layout, as transformers' `get_rope_index` of the
         model named by `model_type` or its `config` (config.json path, folder or dict). `layout`:
@@ -337,6 +338,7 @@ class Client(BaseClient):
             "spatial_merge_size": spatial_merge_size,
             "tokens_per_second": tokens_per_second,
             "temporal_merge_size": temporal_merge_size,
+            "position_id_per_seconds": position_id_per_seconds,
         }
         return self._run(self._core.mrope_position_ids(layout, model_type, config, options))
 
@@ -511,12 +513,14 @@ class AsyncClient(BaseClient):
         spatial_merge_size: int | None = None,
         tokens_per_second: float | None = None,
         temporal_merge_size: int | None = None,
+        position_id_per_seconds: float | None = None,
     ) -> MRopePositions:
         """See `Client.mrope_position_ids`."""
         options = {
             "spatial_merge_size": spatial_merge_size,
             "tokens_per_second": tokens_per_second,
             "temporal_merge_size": temporal_merge_size,
+            "position_id_per_seconds": position_id_per_seconds,
         }
         return await self._run(self._core.mrope_position_ids(layout, model_type, config, options))
 

@@ -488,7 +488,12 @@ class MRopePositions:
                 mrope_position_deltas=int(data["mrope_position_deltas"]),
                 parameters={
                     k: data[k]
-                    for k in ("spatial_merge_size", "tokens_per_second", "temporal_merge_size")
+                    for k in (
+                        "spatial_merge_size",
+                        "tokens_per_second",
+                        "temporal_merge_size",
+                        "position_id_per_seconds",
+                    )
                     if k in data
                 },
             )

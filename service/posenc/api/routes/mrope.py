@@ -1,9 +1,9 @@
 """`POST /v1/mrope/position_ids`: a token layout -> the (3, N) M-RoPE position ids of a model.
 
 The body names the model (`model_type`, or its config.json as `hf_config`, whose `vision_config`
-gives spatial_merge_size, tokens_per_second and temporal_merge_size) and the `layout` (spans of
-text tokens, image and video grids); `spatial_merge_size`, `tokens_per_second` and
-`temporal_merge_size` override the config's. The answer is transformers' `get_rope_index` of that
+gives spatial_merge_size, tokens_per_second and temporal_merge_size; an Omni thinker's
+position_id_per_seconds) and the `layout` (spans of text tokens, image and video grids); those
+parameters in the body override the config's. The answer is transformers' `get_rope_index` of that
 model for one unpadded sequence (`posenc.encodings.mrope_index`): `position_ids` [3][N] and
 `mrope_position_deltas`. N is capped at `json_max_elements` / 3 before anything is allocated.
 """
@@ -23,7 +23,12 @@ from posenc.encodings.mrope_index import parse_layout, rope_index, rule_for, vis
 
 router = APIRouter(prefix="/v1", tags=["catalog"])
 
-PARAMETERS = ("spatial_merge_size", "tokens_per_second", "temporal_merge_size")
+PARAMETERS = (
+    "spatial_merge_size",
+    "tokens_per_second",
+    "temporal_merge_size",
+    "position_id_per_seconds",
+)
 FIELDS = frozenset({"model_type", "hf_config", "layout", *PARAMETERS})
 
 
@@ -62,7 +67,8 @@ def _model(body: dict[str, Any]) -> tuple[str, dict[str, Any] | None, str]:
                         "type": "object",
                         "description": '{"model_type" | "hf_config", "layout": [{"text": n} | '
                         '{"image": [t, h, w]} | {"video": [t, h, w], "second_per_grid_t"?}], '
-                        '"spatial_merge_size"?, "tokens_per_second"?, "temporal_merge_size"?}',
+                        '"spatial_merge_size"?, "tokens_per_second"?, "temporal_merge_size"?, '
+                        '"position_id_per_seconds"?}',
                     }
                 }
             },
@@ -92,6 +98,7 @@ async def position_ids(request: Request, state: State) -> Response:
             spatial_merge_size=params["spatial_merge_size"],
             tokens_per_second=params.get("tokens_per_second"),
             temporal_merge_size=params.get("temporal_merge_size", 1),
+            position_id_per_seconds=params.get("position_id_per_seconds"),
             max_tokens=limit,
         ),
     )

@@ -73,7 +73,11 @@ MROPE_MODELS: dict[str, MRopeFacts] = {
         ("qwen2_5_vl", "qwen2_5_vl_text"), MRopeFacts("chunked", (16, 24, 24), "qwen2_5_vl")
     ),
     **dict.fromkeys(
-        ("qwen2_5_omni_thinker", "qwen2_5_omni_text", "qwen2_5_omni_talker"),
+        ("qwen2_5_omni", "qwen2_5_omni_thinker", "qwen2_5_omni_text"),
+        MRopeFacts("chunked", (16, 24, 24), "qwen2_5_omni"),
+    ),
+    **dict.fromkeys(
+        ("qwen2_5_omni_talker",),
         MRopeFacts("chunked", (16, 24, 24), None),
     ),
     **dict.fromkeys(
