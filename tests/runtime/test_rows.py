@@ -64,10 +64,33 @@ def test_mrope_axes_match_transformers(section: list[int]) -> None:
     from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLRotaryEmbedding
     from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLTextRotaryEmbedding
 
-    assert mrope_pair_axes(section, False).tolist() == _recompose(Qwen2VLRotaryEmbedding, section)
-    assert mrope_pair_axes(section, True).tolist() == _recompose(
+    assert mrope_pair_axes(section, "chunked").tolist() == _recompose(
+        Qwen2VLRotaryEmbedding, section
+    )
+    assert mrope_pair_axes(section, "interleaved").tolist() == _recompose(
         Qwen3VLTextRotaryEmbedding, section
     )
+
+
+@pytest.mark.parametrize("section", [[22, 22, 20], [2, 2, 1], [8, 8, 16]])
+def test_mrope_ernie_axes_match_transformers(section: list[int]) -> None:
+    """ERNIE-4.5-VL: the recomposed (repeat_interleave'd) pairs of axis-valued frequencies taken
+    through its inverse-frequency pre-permutation: pair i of the output holds inv_freq[i]."""
+    from transformers.models.ernie4_5_vl_moe.modeling_ernie4_5_vl_moe import (
+        Ernie4_5_VLMoeTextRotaryEmbedding as Ernie,
+    )
+
+    half = sum(section)
+    freq = torch.arange(3, dtype=torch.float32)[:, None, None, None].expand(3, 1, 1, half).clone()
+    out = Ernie.recomposition_frequencies(SimpleNamespace(mrope_section=section), freq)[0, 0, 0::2]
+    # the same recomposition of the pair indices shows which inv_freq pair each output holds
+    hw = section[0] + section[1]
+    index = torch.cat([torch.arange(hw)[0::2], torch.arange(hw)[1::2], torch.arange(hw, half)])
+    order = Ernie.recomposition_frequencies(
+        SimpleNamespace(mrope_section=section), index.float().expand(3, 1, 1, half).clone()
+    )[0, 0, 0::2]
+    assert order.tolist() == list(range(half))
+    assert mrope_pair_axes(section, "ernie").tolist() == [int(v) for v in out]
 
 
 def test_lookup_bias() -> None:

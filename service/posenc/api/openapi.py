@@ -101,6 +101,12 @@ ROUTE_ERRORS: dict[tuple[str, str], dict[int, str]] = {
         400: "Malformed JSON, or not an object",
         422: "A config that cannot be mapped, or invalid overrides (detail names the key)",
     },
+    ("post", "/v1/mrope/position_ids"): {
+        **BODY_ERRORS,
+        400: "Malformed JSON, or not an object",
+        422: "An unknown or unserved model_type, a bad layout or a layout over json_max_elements "
+        "/ 3 tokens (detail names the field)",
+    },
     ("post", "/v1/onnx"): {
         **BODY_ERRORS,
         400: "Malformed JSON, an ambiguous config or preset",

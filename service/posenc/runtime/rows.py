@@ -123,21 +123,28 @@ def gather_block(
     return table.index_select(row_axis, r).index_select(row_axis + 1, c)
 
 
-def mrope_pair_axes(section: Sequence[int], interleaved: bool) -> torch.Tensor:
+def mrope_pair_axes(section: Sequence[int], layout: str) -> torch.Tensor:
     """Position axis (0 temporal, 1 height, 2 width) of each rotary frequency pair, (sum(section),).
 
     Chunked (Qwen2-VL, transformers `Qwen2VLRotaryEmbedding.recomposition_frequencies`): pairs are
     split into consecutive runs of `section[0]`, `section[1]`, `section[2]`; run k reads axis k.
     Interleaved (Qwen3-VL, `Qwen3VLTextRotaryEmbedding.recomposition_frequencies`): pair i reads
     axis 1 when `i % 3 == 1 and i < 3*section[1]`, axis 2 when `i % 3 == 2 and i < 3*section[2]`,
-    axis 0 otherwise (the layout [THWTHW...TT]).
+    axis 0 otherwise (the layout [THWTHW...TT]). ERNIE-4.5-VL
+    (`Ernie4_5_VLMoeTextRotaryEmbedding`: pre-permuted inverse frequencies, h and w stacked back):
+    pairs below section[0] + section[1] alternate axis 1 (even) and 2 (odd), the rest read axis 0.
     """
     half = sum(section)
-    if not interleaved:
+    if layout == "chunked":
         return torch.repeat_interleave(
             torch.arange(len(section), dtype=torch.int64), torch.tensor(list(section))
         )
     axes = torch.zeros(half, dtype=torch.int64)
+    if layout == "ernie":
+        hw = section[0] + section[1]
+        axes[0:hw:2] = 1
+        axes[1:hw:2] = 2
+        return axes
     for axis in (1, 2):
         axes[axis : section[axis] * 3 : 3] = axis
     return axes

@@ -29,7 +29,8 @@ The verdict (`judge`) for posenc's answer (`resolve_config`, the function `/v1/r
 - `unbuildable`: transformers itself cannot build or run the tiny model (the reason is kept).
 
 `python -m tests.encodings.hf_config.rope_sweep --write-docs` runs every case and writes
-`docs/models.md`; `--summary` prints the counts and the accepted-and-wrong cases.
+`docs/models.md` (with the M-RoPE section of `mrope_sweep`); `--summary` prints the counts and
+the accepted-and-wrong cases.
 """
 
 from __future__ import annotations
@@ -1434,7 +1435,10 @@ def main(argv: list[str] | None = None) -> int:
     else:
         results = run_all(progress=args.progress)
     if args.write_docs:
-        DOCS.write_text(render(results), encoding="utf-8")
+        from tests.encodings.hf_config import mrope_sweep
+
+        mrope = mrope_sweep.render(mrope_sweep.run_all())
+        DOCS.write_text(render(results) + "\n" + mrope, encoding="utf-8")
     if args.summary or not args.write_docs:
         counts: dict[str, int] = {}
         for verdict in results.values():

@@ -40,7 +40,14 @@ from posenc_client._exceptions import (
     UnsupportedExportError,
 )
 from posenc_client._formats import dump_safetensors, parse_safetensors
-from posenc_client._models import OnnxModel, Preset, PresetPart, ResolvedSpec, Tables
+from posenc_client._models import (
+    MRopePositions,
+    OnnxModel,
+    Preset,
+    PresetPart,
+    ResolvedSpec,
+    Tables,
+)
 from posenc_client._version import __version__
 
 __all__ = [
@@ -61,6 +68,7 @@ __all__ = [
     "InternalServerError",
     "InvalidRowsError",
     "InvalidSpecError",
+    "MRopePositions",
     "NotFoundError",
     "OnnxModel",
     "PosencError",

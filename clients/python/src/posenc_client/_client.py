@@ -15,7 +15,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar, Unpack
 
 import httpx
@@ -34,6 +34,7 @@ from posenc_client._exceptions import TransportError
 from posenc_client._models import (
     JSON,
     AlibiOptions,
+    MRopePositions,
     OnnxModel,
     OnnxOptions,
     Preset,
@@ -317,6 +318,30 @@ class Client(BaseClient):
         """The tables of a preset, by part name."""
         return self._run(self._core.preset_tables(name))
 
+    def mrope_position_ids(
+        self,
+        layout: Sequence[Mapping[str, Any]],
+        *,
+        model_type: str | None = None,
+        config: ConfigLike | None = None,
+        spatial_merge_size: int | None = None,
+        tokens_per_second: float | None = None,
+        temporal_merge_size: int | None = None,
+        position_id_per_seconds: float | None = None,
+    ) -> MRopePositions:
+        """M-RoPE position ids (3, N) of a token layout, as transformers' `get_rope_index` of the
+        model named by `model_type` or its `config` (config.json path, folder or dict). `layout`:
+        spans `{"text": n}`, `{"image": [t, h, w]}`, `{"video": [t, h, w],
+        "second_per_grid_t"?: s}` in sequence order; the vision parameters override the
+        config's."""
+        options = {
+            "spatial_merge_size": spatial_merge_size,
+            "tokens_per_second": tokens_per_second,
+            "temporal_merge_size": temporal_merge_size,
+            "position_id_per_seconds": position_id_per_seconds,
+        }
+        return self._run(self._core.mrope_position_ids(layout, model_type, config, options))
+
     def kinds(self) -> list[JSON]:
         """The families: kind, summary, required fields, valid values and JSON schema."""
         return self._run(self._core.kinds())
@@ -478,6 +503,26 @@ class AsyncClient(BaseClient):
     async def preset_tables(self, name: str) -> dict[str, Tables]:
         """See `Client.preset_tables`."""
         return await self._run(self._core.preset_tables(name))
+
+    async def mrope_position_ids(
+        self,
+        layout: Sequence[Mapping[str, Any]],
+        *,
+        model_type: str | None = None,
+        config: ConfigLike | None = None,
+        spatial_merge_size: int | None = None,
+        tokens_per_second: float | None = None,
+        temporal_merge_size: int | None = None,
+        position_id_per_seconds: float | None = None,
+    ) -> MRopePositions:
+        """See `Client.mrope_position_ids`."""
+        options = {
+            "spatial_merge_size": spatial_merge_size,
+            "tokens_per_second": tokens_per_second,
+            "temporal_merge_size": temporal_merge_size,
+            "position_id_per_seconds": position_id_per_seconds,
+        }
+        return await self._run(self._core.mrope_position_ids(layout, model_type, config, options))
 
     async def kinds(self) -> list[JSON]:
         """See `Client.kinds`."""

@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Generator, Mapping
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -56,6 +56,7 @@ from posenc_client._exceptions import (
 from posenc_client._models import (
     JSON,
     AlibiOptions,
+    MRopePositions,
     OnnxModel,
     OnnxOptions,
     Preset,
@@ -542,6 +543,27 @@ class Core:
         for part in preset.parts:
             out[part.name] = yield from self.table_by_key(part.key, part.name, part.spec)
         return out
+
+    def mrope_position_ids(
+        self,
+        layout: Sequence[Mapping[str, Any]],
+        model_type: str | None,
+        config: ConfigLike | None,
+        options: Mapping[str, Any],
+    ) -> Flow[MRopePositions]:
+        """POST /v1/mrope/position_ids (needs the server: nothing is cached)."""
+        if self.offline:
+            raise CacheMissError("offline: POST /v1/mrope/position_ids needs the server")
+        body: dict[str, Any] = {"layout": [dict(span) for span in layout]}
+        if model_type is not None:
+            body["model_type"] = model_type
+        if config is not None:
+            body["hf_config"] = load_config(config)
+        body.update({k: v for k, v in options.items() if v is not None})
+        reply = yield Call("POST", "/v1/mrope/position_ids", json=body)
+        if reply.status != 200:
+            raise api_error(reply)
+        return MRopePositions.from_json(reply.json())
 
     def kinds(self) -> Flow[list[JSON]]:
         data = yield from self.get_json("/v1/kinds")

@@ -462,6 +462,45 @@ class ResolvedSpec:
             raise DecodeError(f"unexpected spec description from the server: {err!r}") from None
 
 
+@dataclass(frozen=True, eq=False)
+class MRopePositions:
+    """M-RoPE position ids of one token layout (`Client.mrope_position_ids`): `position_ids`
+    (3, N) int64 (temporal, height, width: feed them to the `/v2` `rope` model with the resolved
+    notes' `mrope_section`), `mrope_position_deltas` (max id + 1 - N: decoding positions are
+    cache length + delta), the server's `rule` and the vision parameters it used."""
+
+    model_type: str
+    rule: str
+    position_ids: Array
+    mrope_position_deltas: int
+    parameters: JSON
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> MRopePositions:
+        try:
+            ids = np.asarray(data["position_ids"], dtype=np.int64)
+            if ids.ndim != 2 or ids.shape[0] != 3:
+                raise ValueError(f"position_ids of shape {ids.shape}, expected (3, N)")
+            return cls(
+                model_type=str(data["model_type"]),
+                rule=str(data["rule"]),
+                position_ids=ids,
+                mrope_position_deltas=int(data["mrope_position_deltas"]),
+                parameters={
+                    k: data[k]
+                    for k in (
+                        "spatial_merge_size",
+                        "tokens_per_second",
+                        "temporal_merge_size",
+                        "position_id_per_seconds",
+                    )
+                    if k in data
+                },
+            )
+        except (KeyError, TypeError, ValueError) as err:
+            raise DecodeError(f"unexpected position ids from the server: {err!r}") from None
+
+
 @dataclass(frozen=True)
 class PresetPart:
     """One table of a preset (`rope`, `full_attention`, `encoder`, ...)."""

@@ -5,6 +5,7 @@
 | `tables`  | `POST /v1/tables`, `GET /v1/tables/{key}` (hot), `GET .../preview`   |
 | `uploads` | `POST /v1/uploads`, `GET /v1/uploads/{table_key}`                    |
 | `resolve` | `POST /v1/resolve`                                                   |
+| `mrope`   | `POST /v1/mrope/position_ids`                                        |
 | `presets` | `GET /v1/presets[/{name}[/{part}[/table]]]`                          |
 | `kinds`   | `GET /v1/kinds`                                                      |
 | `onnx`    | `GET /v1/onnx`, `POST /v1/onnx`, `GET /v1/onnx/{key}`                |

@@ -23,6 +23,9 @@ the table in `notes`. The rules reproduce transformers 5.x (`modeling_rope_utils
 | HunYuan "dynamic" with `alpha`                | `ntk_alpha` (fixed, not length dependent)       |
 | Phi-3 "su" / "yarn"                           | `longrope` (Phi3Config's legacy names)          |
 | Gemma 4 `proportional`, per-layer head_dim    | `proportional`, head_dim of that layer type     |
+| M-RoPE text models (Qwen2/2.5/3-VL, GLM-4V,   | `rope` (the 1-D table every axis reads) with    |
+| ERNIE-4.5-VL, Omni thinkers) `mrope_section`, | notes.mrope: section, layout, pair_axes         |
+| v4 `{"type": "mrope"}`                        | (`mrope.py`; position ids: `mrope_index`)       |
 | BLOOM `n_head`                                | `alibi` slopes                                  |
 | Falcon `alibi: true`                          | `alibi`, slope_scale 1/sqrt(head_dim),          |
 |                                               | slope_rounding bfloat16 (as build_alibi_tensor) |
@@ -63,7 +66,8 @@ inline `table`) as an override; without one the mapping raises `ConfigError` nam
 
 Modules: `view.py` (the config view and the unvalidated `Entry`), `rope.py` (transformers' generic
 RoPE reading; each variant's keys map in its own `rope/variants/<rope_type>.py` `from_hf`),
-`text.py` (ALiBi, T5, sinusoidal and learned text models), `vision.py`, `unmapped.py` (the
+`text.py` (ALiBi, T5, sinusoidal and learned text models), `mrope.py` (multimodal RoPE),
+`vision.py`, `unmapped.py` (the
 non-rotary models refused, each with its reason, and the parts left out of multimodal configs,
 noted as `not_served`), `models.py` (per-model
 facts: `MAPPERS` from `model_type` to its mapper, `MODEL_DEFAULTS`) and `resolve.py`.

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from posenc.encodings.config_values import check_number, fail
-from posenc.encodings.hf_config import text, unmapped, vision
+from posenc.encodings.hf_config import mrope, text, unmapped, vision
 from posenc.encodings.hf_config.rope import GENERIC_ROPE, RopeModel
 from posenc.encodings.hf_config.view import ConfigView, Entry, head_dim
 
@@ -160,6 +160,35 @@ REFUSED: dict[str, str] = {
 }
 """Families the RoPE sweep finds posenc cannot serve exactly yet: every config is refused (a 422
 naming model_type) rather than answered with a wrong table."""
+
+
+MROPE_INTERLEAVED_PAIRS = frozenset(
+    t
+    for t in mrope.MROPE_MODELS
+    if t.startswith(("glm4v", "glm_image", "glm_ocr", "ernie4_5_vl_moe"))
+)
+"""M-RoPE families whose `apply_rotary_pos_emb` rotates (2i, 2i+1) pairs (`rotate_half_llm` /
+`rotate_half_text` with `repeat_interleave`d cos/sin), measured by the M-RoPE sweep."""
+
+MROPE_REFUSED: dict[str, str] = {
+    **dict.fromkeys(
+        ("cohere_compass", "cohere_compass_text"),
+        "M-RoPE with a section per layer type (CohereCompassRotaryEmbedding); not mapped",
+    ),
+    **dict.fromkeys(
+        ("hunyuan_vl", "hunyuan_vl_text"),
+        "M-RoPE over len(mrope_section) axes with channel-sized sections "
+        "(HunYuanVLRotaryEmbedding); not mapped",
+    ),
+    **dict.fromkeys(
+        ("hy_v4_vl", "hy_v4_vl_text"),
+        "M-RoPE whose interleaved pairs read cat(c, c)-packed sections (HYV4VLRotaryEmbedding with "
+        "rotate_half on (2i, 2i+1)): not a rotation posenc's tables declare; not mapped",
+    ),
+    "neomme": "two-axis row/column M-RoPE (NeoMMERotaryEmbedding.recomposition_frequencies); "
+    "not mapped",
+}
+"""M-RoPE families posenc does not map: refused naming model_type, never a plain 1-D table."""
 
 
 class V4Refused(RopeModel):
@@ -532,6 +561,13 @@ MAPPERS: dict[str, Mapper] = {
     "donut-swin": vision.swin_copy,
     "maskformer-swin": vision.swin_copy,
     **dict.fromkeys(unmapped.REFUSED, unmapped.refuse),
+    # Multimodal RoPE text models (issue 18): the 1-D table plus notes["mrope"].
+    **{
+        t: mrope.MRopeModel(interleaved_pairs=t in MROPE_INTERLEAVED_PAIRS, facts=facts)
+        for t, facts in mrope.MROPE_MODELS.items()
+    },
+    **{t: RopeModel(refusal=why) for t, why in MROPE_REFUSED.items()},
+    **dict.fromkeys(mrope.OMNI_THINKERS, lambda view: omni_thinker(view)),
 }
 """model_type -> its mapper; a model type not listed is read as transformers' generic RoPE
 (`GENERIC_ROPE`), which refuses configs without any RoPE key unless `MODEL_DEFAULTS` knows the
@@ -550,6 +586,24 @@ def text_view(config: Mapping[str, Any]) -> ConfigView:
         )
         return ConfigView(text_config, "text_config.", text_type, MODEL_DEFAULTS.get(text_type))
     return ConfigView(config, "", model_type, MODEL_DEFAULTS.get(model_type))
+
+
+def omni_thinker(view: ConfigView) -> list[Entry]:
+    """Qwen2.5-Omni / Qwen3-Omni-MoE: the language model is `thinker_config.text_config` (the
+    talker's and the audio/vision towers' positions are not served)."""
+    thinker = view.data.get("thinker_config")
+    text_config = thinker.get("text_config") if isinstance(thinker, Mapping) else None
+    if not isinstance(text_config, Mapping):
+        fail(view.key("thinker_config.text_config"), "required: the thinker's text config", None)
+    default_type = mrope.OMNI_THINKERS[view.model_type]
+    text_type = str(text_config.get("model_type") or default_type)
+    inner = ConfigView(
+        text_config,
+        view.key("thinker_config.text_config."),
+        text_type,
+        MODEL_DEFAULTS.get(text_type),
+    )
+    return entries(inner)
 
 
 def entries(view: ConfigView) -> list[Entry]:

@@ -7,8 +7,10 @@ RoPE fields go into `rope_scaling` (`rope_type`, `factor`, `original_max_positio
 
 Multimodal RoPE: with `mrope_section` (three pair counts summing to d/2) and position ids whose
 leading axis is 3 (temporal, height, width), each frequency pair reads the angle of its axis:
-chunked sections as Qwen2-VL, or `mrope_interleaved` as Qwen3-VL (`posenc.runtime.rows`); the
-outputs drop that leading axis. Position ids without the leading 3 are the text-only case
+chunked sections as Qwen2-VL, `mrope_interleaved` as Qwen3-VL, or `mrope_layout` ("chunked",
+"interleaved", "ernie": ERNIE-4.5-VL's alternating height/width pairs) (`posenc.runtime.rows`);
+the outputs drop that leading axis. `/v1/resolve` states these parameters per model
+(`notes.mrope.v2_parameters`). Position ids without the leading 3 are the text-only case
 (transformers expands them to all three axes, which changes nothing).
 
 Rows are gathered from the cached table of `max_positions` rows when every position falls inside
@@ -68,17 +70,19 @@ OUTPUTS = (
     TensorDecl("pairs", "FP32", (-1, -1, 2), "packing pairs: [.., d/2, 2] (cos, sin)", FLOATS),
     TensorDecl("inv_freq", "FP32", (-1,), "inverse frequencies [d/2] (FP64 when exact)"),
 )
-MROPE_KEYS = ("mrope_section", "mrope_interleaved")
+MROPE_KEYS = ("mrope_section", "mrope_interleaved", "mrope_layout")
+MROPE_LAYOUTS = ("chunked", "interleaved", "ernie")
 TOP_LEVEL = frozenset(RopeSpec.model_fields)
 
 
 @dataclass(frozen=True)
 class RopeRequest:
-    """What the request parameters say: the spec (and its key...), the MRoPE sections."""
+    """What the request parameters say: the spec (and its key...), the MRoPE sections and their
+    layout ("chunked", "interleaved" or "ernie")."""
 
     info: SpecInfo
     section: list[int] | None
-    interleaved: bool
+    layout: str
 
     @property
     def spec(self) -> RopeSpec:
@@ -125,7 +129,14 @@ def build_spec(parameters: dict[str, Any]) -> RopeRequest:
         raise bad_request(f"mrope_interleaved must be a boolean, got {interleaved!r}")
     if interleaved and section is None:
         raise bad_request("mrope_interleaved needs mrope_section")
-    return RopeRequest(describe(canon), section, interleaved)
+    layout = extras.get("mrope_layout", "interleaved" if interleaved else "chunked")
+    if layout not in MROPE_LAYOUTS:
+        raise bad_request(f"mrope_layout must be one of {list(MROPE_LAYOUTS)}, got {layout!r}")
+    if "mrope_layout" in extras and (section is None or (interleaved and layout != "interleaved")):
+        raise bad_request("mrope_layout needs mrope_section (and agrees with mrope_interleaved)")
+    if layout == "ernie" and section is not None and (section[0] != section[1] or not section[2]):
+        raise bad_request(f"mrope_layout ernie needs sections [s, s, t] with t > 0, got {section}")
+    return RopeRequest(describe(canon), section, layout)
 
 
 def _section(value: Any, rotary_dim: int) -> list[int] | None:
@@ -160,18 +171,18 @@ def _rows(spec: RopeSpec, positions: torch.Tensor, device: torch.device) -> dict
     return rows
 
 
-def _column_axes(spec: RopeSpec, section: list[int], interleaved: bool) -> dict[str, torch.Tensor]:
-    """Position axis of every output column, laid out by the spec's own `layout` (the axis of a
-    pair travels with it through widening, interleaving and packing; 0..2 are exact in any
-    float dtype)."""
-    axes = mrope_pair_axes(section, interleaved).to(torch.float32)[None, :]
+def _column_axes(spec: RopeSpec, section: list[int], mrope: str) -> dict[str, torch.Tensor]:
+    """Position axis of every output column (`mrope`: the sections' layout), laid out by the
+    spec's own `layout` (the axis of a pair travels with it through widening, interleaving and
+    packing; 0..2 are exact in any float dtype)."""
+    axes = mrope_pair_axes(section, mrope).to(torch.float32)[None, :]
     return {name: t[0].to(torch.int64) for name, t in layout(spec, axes, axes).items()}
 
 
 async def infer(ctx: OipContext, request: InferRequest) -> InferResult:
     check_unknown_inputs(request, MODEL)
     parsed = MEMO.get(request.parameters, lambda: build_spec(request.parameters))
-    spec, section, interleaved = parsed.spec, parsed.section, parsed.interleaved
+    spec, section, mrope_layout = parsed.spec, parsed.section, parsed.layout
     positions = get_input(request, POSITION_IDS)
     assert positions is not None
     positions = positions.to(torch.int64)
@@ -202,7 +213,7 @@ async def infer(ctx: OipContext, request: InferRequest) -> InferResult:
 
     def gather() -> dict[str, torch.Tensor]:
         out: dict[str, torch.Tensor] = {}
-        columns = _column_axes(spec, section, interleaved) if mrope and section else {}
+        columns = _column_axes(spec, section, mrope_layout) if mrope and section else {}
         run = None if mrope else consecutive(index.reshape(-1))
         for n in names:
             if n == "inv_freq":
@@ -216,7 +227,7 @@ async def infer(ctx: OipContext, request: InferRequest) -> InferResult:
     tensors = await ctx.offload(gather, nbytes)
     params = spec_parameters(parsed.info, source, device)
     if section is not None:
-        params["posenc_mrope"] = ("interleaved " if interleaved else "chunked ") + str(section)
+        params["posenc_mrope"] = f"{mrope_layout} {section}"
     return InferResult(tensors, params)
 
 
@@ -229,6 +240,8 @@ MODEL = OipModel(
     parameters={
         "mrope_section": "three pair counts (T, H, W) summing to rotary_dim/2: Qwen2-VL MRoPE",
         "mrope_interleaved": "true: Qwen3-VL interleaved sections [THWTHW..TT]",
+        "mrope_layout": "chunked (Qwen2-VL), interleaved (Qwen3-VL) or ernie (ERNIE-4.5-VL: "
+        "height/width pairs alternating, then time)",
         "rope_scaling keys": "flat rope_type, factor, ... go into rope_scaling",
     },
     notes=(

@@ -1,0 +1,232 @@
+"""Multimodal RoPE (M-RoPE) text models: the 1-D table plus the per-pair axis map.
+
+Every M-RoPE text rotary module of transformers 5.24 computes `freqs = position_ids[a] * inv_freq`
+for each of three position axes a (0 temporal, 1 height, 2 width; `position_ids` (3, B, N)), takes
+cos/sin of each and then picks, for every frequency pair i, the value of one axis
+(`recomposition_frequencies`). Pair i of axis a is therefore row `position_ids[a, n]`, column i
+of the model's ordinary 1-D table: posenc serves that table (the `rope` spec) and states the axis
+of each pair (`notes["mrope"]["pair_axes"]`), which is all a runtime needs:
+
+    cos[n, i] = table_cos[position_ids[pair_axes[i], n], i]   (then widened as `pairing` says)
+
+Layouts (`MROPE_MODELS`, read from each model's `recomposition_frequencies`):
+
+- chunked (Qwen2-VL, Qwen2.5-VL, Qwen2.5-Omni, PaddleOCR-VL; GLM-4V, GLM-4.1V-MoE, GLM-Image,
+  GLM-OCR with interleaved pairs): consecutive runs of mrope_section[k] pairs read axis k
+  (`m[i % 3]` of the split); the sections sum to d/2.
+- interleaved (Qwen3-VL (+MoE), Qwen3.5 (+MoE), Qwen4-Exp, Qwen3-Omni-MoE, Cosmos3-Edge): pair
+  i reads axis 1 if i % 3 == 1 and i < 3*s[1], axis 2 if i % 3 == 2 and i < 3*s[2], else axis 0
+  (the layout [THWTHW..TT]).
+- ernie (ERNIE-4.5-VL): pairs below s[0]+s[1] alternate height (even i) and width (odd i); the
+  last s[2] pairs read the temporal axis.
+
+ERNIE-4.5-VL pre-permutes its inverse frequencies (`inv_freq_3d`: the even then the odd pairs of
+the first s[0]+s[1]) and undoes it by stacking h and w back: pair i keeps frequency inv_freq[i],
+so the table is the plain one; it needs s[0] == s[1] and s[2] > 0, and its config class rejects
+any rope_type but "default". Pairing (half split with `cat(c, c)` or interleaved with
+`repeat_interleave`) is each family's own `apply_rotary_pos_emb`, as for every RoPE model.
+
+`mrope_section` comes from the rope parameters (v5 `rope_parameters`, v4 `rope_scaling`, where
+Qwen2-VL spells the type `{"type": "mrope"}` for the default RoPE), else the rotary module's
+default. A section the model itself cannot apply (chunked sections not summing to d/2, ERNIE's
+unequal h/w sections) is refused naming `mrope_section`.
+
+The position ids of text, image and video tokens are `posenc.encodings.mrope_index` (the
+`get_rope_index` rule of each model, `POST /v1/mrope/position_ids`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from posenc.encodings.config_values import fail
+from posenc.encodings.hf_config.rope import RopeModel
+from posenc.encodings.hf_config.view import ConfigView, Entry
+
+MROPE_KEYS = ("mrope_section", "mrope_interleaved")
+"""Rope-parameter keys of M-RoPE models; `mrope_interleaved` is informational in transformers 5
+(the layout is the modeling code's, not the key's)."""
+
+
+@dataclass(frozen=True)
+class MRopeFacts:
+    """One M-RoPE family: `layout` ("chunked", "interleaved", "ernie"), the rotary module's
+    default `mrope_section`, and the `get_rope_index` rule of `mrope_index` (None: not served)."""
+
+    layout: str
+    default_section: tuple[int, int, int]
+    rule: str | None
+
+
+_QWEN2 = MRopeFacts("chunked", (16, 24, 24), "qwen2_vl")
+_GLM = MRopeFacts("chunked", (8, 12, 12), "qwen3_vl")
+_QWEN3 = MRopeFacts("interleaved", (24, 20, 20), "qwen3_vl")
+_QWEN35 = MRopeFacts("interleaved", (11, 11, 10), "qwen3_vl")
+
+MROPE_MODELS: dict[str, MRopeFacts] = {
+    # transformers 5.24 modeling_<model>.py: `<Model>RotaryEmbedding.recomposition_frequencies`
+    # and `get_rope_index` (whose body glm4v, glm4v_moe, glm_ocr, qwen3_5 and qwen3_vl share).
+    **dict.fromkeys(("qwen2_vl", "qwen2_vl_text", "paddleocr_vl", "paddleocr_vl_text"), _QWEN2),
+    **dict.fromkeys(
+        ("qwen2_5_vl", "qwen2_5_vl_text"), MRopeFacts("chunked", (16, 24, 24), "qwen2_5_vl")
+    ),
+    **dict.fromkeys(
+        ("qwen2_5_omni", "qwen2_5_omni_thinker", "qwen2_5_omni_text"),
+        MRopeFacts("chunked", (16, 24, 24), "qwen2_5_omni"),
+    ),
+    **dict.fromkeys(
+        ("qwen2_5_omni_talker",),
+        MRopeFacts("chunked", (16, 24, 24), None),
+    ),
+    **dict.fromkeys(
+        ("glm4v", "glm4v_text", "glm4v_moe", "glm4v_moe_text", "glm_ocr", "glm_ocr_text"), _GLM
+    ),
+    **dict.fromkeys(("glm_image", "glm_image_text"), MRopeFacts("chunked", (8, 12, 12), None)),
+    **dict.fromkeys(("qwen3_vl", "qwen3_vl_text", "qwen3_vl_moe", "qwen3_vl_moe_text"), _QWEN3),
+    **dict.fromkeys(("qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"), _QWEN35),
+    **dict.fromkeys(("qwen4_exp", "qwen4_exp_text"), _QWEN35),
+    **dict.fromkeys(
+        (
+            "qwen3_omni_moe_thinker",
+            "qwen3_omni_moe_text",
+            "qwen3_omni_moe_talker_text",
+            "cosmos3_edge",
+            "cosmos3_edge_text",
+        ),
+        MRopeFacts("interleaved", (24, 20, 20), None),
+    ),
+    **dict.fromkeys(
+        ("ernie4_5_vl_moe", "ernie4_5_vl_moe_text"),
+        MRopeFacts("ernie", (22, 22, 20), "ernie4_5_vl"),
+    ),
+}
+"""model_type -> its M-RoPE facts (the composite type, for flat v4 config.json files, and the
+text config's type)."""
+
+OMNI_THINKERS = {"qwen2_5_omni": "qwen2_5_omni_thinker", "qwen3_omni_moe": "qwen3_omni_moe_thinker"}
+"""Omni configs whose language model is `thinker_config.text_config` (the talker and the speech
+parts are not served)."""
+
+
+def pair_axes(layout: str, section: list[int], pairs: int) -> list[int]:
+    """The position axis (0 temporal, 1 height, 2 width) each of `pairs` frequency pairs reads.
+
+    Args:
+        layout: "chunked", "interleaved" or "ernie" (see the module table).
+        section: the three `mrope_section` pair counts (validated by the caller).
+        pairs: rotary_dim // 2, the table's half width.
+
+    Returns:
+        A list of `pairs` axis indices.
+    """
+    if layout == "chunked":
+        return [k % 3 for k, count in enumerate(section) for _ in range(count)]
+    if layout == "interleaved":
+        axes = [0] * pairs
+        for axis in (1, 2):
+            for i in range(axis, min(section[axis] * 3, pairs), 3):
+                axes[i] = axis
+        return axes
+    hw = section[0] + section[1]
+    return [(1 if i % 2 == 0 else 2) if i < hw else 0 for i in range(pairs)]
+
+
+def read_section(value: Any, key: str, layout: str, pairs: int) -> list[int]:
+    """`mrope_section` checked against what the model's own recomposition can apply."""
+    if (
+        not isinstance(value, (list, tuple))
+        or len(value) != 3
+        or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value)
+    ):
+        fail(key, "must be three non-negative integers (T, H, W frequency pairs)", value)
+    section = [int(v) for v in value]
+    if layout != "interleaved" and sum(section) != pairs:
+        fail(
+            key,
+            f"sums to {sum(section)}, but the rotary width has {pairs} frequency pairs "
+            "(rotary_dim / 2): the model's recomposition splits exactly that many",
+            value,
+        )
+    if layout == "ernie" and (section[0] != section[1] or section[2] == 0):
+        fail(
+            key,
+            "ERNIE-4.5-VL interleaves equal height and width sections and needs a temporal one: "
+            "[s, s, t] with t > 0",
+            value,
+        )
+    return section
+
+
+@dataclass(frozen=True)
+class MRopeModel(RopeModel):
+    """A text model with M-RoPE: transformers' generic RoPE reading (the 1-D table), the
+    `mrope_section` keys taken out of the rope parameters, and `notes["mrope"]` added."""
+
+    facts: MRopeFacts = _QWEN2
+
+    def rename(self, rope_type: str, params: Mapping[str, Any]) -> str:
+        # Qwen2VLTextConfig.convert_rope_params_to_dict: "mrope" is the default RoPE.
+        return "default" if rope_type == "mrope" else super().rename(rope_type, params)
+
+    def layers(self, view: ConfigView) -> tuple[str, dict[str | None, dict[str, Any] | None]]:
+        key, layers = super().layers(view)
+        return key, {
+            t: None if p is None else {k: v for k, v in p.items() if k not in MROPE_KEYS}
+            for t, p in layers.items()
+        }
+
+    def entries(self, view: ConfigView) -> list[Entry]:
+        key, raw_layers = RopeModel.layers(self, view)
+        if list(raw_layers) != [None]:
+            fail(key, "M-RoPE with rope parameters per layer type is not mapped", None)
+        raw = (raw_layers[None] or {}).get("mrope_section")
+        entries = super().entries(view)
+        layout = self.facts.layout
+        for entry in entries:
+            pairs = int(entry.data.get("rotary_dim", entry.data["head_dim"])) // 2
+            given = list(self.facts.default_section) if raw is None else raw
+            section = read_section(given, f"{key}.mrope_section", layout, pairs)
+            if layout == "ernie" and entry.notes.get("rope_type") != "default":
+                fail(
+                    f"{key}.rope_type",
+                    "ERNIE-4.5-VL's rotary module accepts only the default RoPE",
+                    entry.notes.get("rope_type"),
+                )
+            entry.notes["mrope"] = mrope_notes(self.facts, section, pairs, raw is None)
+            if entry.notes.get("rope_type") == "dynamic":
+                # dynamic_rope_update: seq_len = max(position_ids) + 1 over the three axes.
+                entry.notes["mrope"]["seq_len"] = (
+                    "dynamic NTK: transformers takes seq_len = max(position_ids) + 1 over the "
+                    "three axes (N + mrope_position_deltas), not the token count N: pass that "
+                    "as seq_len"
+                )
+            # An odd head size is the config's: name the key a spec error comes from.
+            size = view.key("head_dim" if view.has("head_dim") else "hidden_size")
+            entry.config_keys = {"rotary_dim": size, "head_dim": size, **(entry.config_keys or {})}
+        return entries
+
+
+def mrope_notes(facts: MRopeFacts, section: list[int], pairs: int, default: bool) -> dict[str, Any]:
+    """What a runtime needs beside the 1-D table to apply the model's M-RoPE."""
+    notes: dict[str, Any] = {
+        "mrope_section": section,
+        "section_source": "the rotary module's default" if default else "config",
+        "layout": facts.layout,
+        "pair_axes": pair_axes(facts.layout, section, pairs),
+        "apply": "position_ids (3, N) = temporal, height, width; cos[n, i] = "
+        "table_cos[position_ids[pair_axes[i], n], i] for pair i (sin alike), then widened as "
+        "`pairing` says; text-only tokens have three equal ids: the table's rows",
+        "position_ids": (
+            f"POST /v1/mrope/position_ids (rule {facts.rule!r}: transformers' get_rope_index)"
+            if facts.rule is not None
+            else "this model's get_rope_index is not served"
+        ),
+    }
+    notes["v2_parameters"] = (
+        {"mrope_section": section, "mrope_layout": "ernie"}
+        if facts.layout == "ernie"
+        else {"mrope_section": section, "mrope_interleaved": facts.layout == "interleaved"}
+    )
+    return notes

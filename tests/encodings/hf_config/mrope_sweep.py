@@ -1,0 +1,417 @@
+"""The M-RoPE sweep: every multimodal-RoPE model type of the installed transformers, its config
+resolved by posenc and compared with the model's own rotary module on (3, N) position ids whose
+three axes differ (issue 18).
+
+Enumeration (`mrope_model_types`): every model_type of `CONFIG_MAPPING_NAMES` whose modeling
+module defines a text `*RotaryEmbedding` (not a vision one) with `recomposition_frequencies` (the
+per-axis recombination of M-RoPE), read from the installed package, not a hand list. Configs
+(`cases`): each type's class defaults (`to_dict()`) and the rope sweep's YaRN variant, in the v5
+and v4 config.json forms, plus released checkpoints' config.json (`RELEASED`).
+
+The reference (`reference`): transformers reads the config.json (`from_dict`), the text config's
+own rotary module (`<Model>TextRotaryEmbedding(config)`, the class the text model builds) runs
+`forward(x, position_ids)` on (3, 1, N) ids, and the modeling module's `apply_rotary_pos_emb`
+rotates random q and k with its cos/sin.
+
+The verdict (`judge`) of posenc's answer (`resolve_config`, what `POST /v1/resolve` runs):
+- `rejected`: a `ConfigError` naming a key of the config.json;
+- `exact`: the entry has `notes["mrope"]`; posenc's half-width table gathered per
+  `pair_axes` and widened per `pairing` equals the model's cos/sin bit for bit, the model's own
+  apply function gives bit-equal q and k from both, and posenc's declared pairing and rotary
+  width reproduce the model's q.k (relative 1e-5, as the rope sweep);
+- `wrong`: anything else posenc accepted; `unbuildable`: transformers cannot build or run it.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import importlib
+import inspect
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from tests.encodings.hf_config import rope_sweep as sweep
+
+N = 40
+"""Tokens per reference forward."""
+
+ROWS = 4096
+"""Rows of the posenc table (max_positions override): above every position id used."""
+
+
+@functools.cache
+def mrope_model_types() -> tuple[str, ...]:
+    """model_types whose modeling module has a text rotary class with per-axis recomposition."""
+    from transformers.models.auto.configuration_auto import (
+        CONFIG_MAPPING_NAMES,
+        model_type_to_module_name,
+    )
+
+    root = sweep._models_root()
+    found = []
+    for model_type in CONFIG_MAPPING_NAMES:
+        module = model_type_to_module_name(model_type)
+        path = root.joinpath(*module.split(".")) / f"modeling_{module.split('.')[-1]}.py"
+        if path.exists() and _text_rotary_names(path.read_text(encoding="utf-8")):
+            found.append(model_type)
+    return tuple(sorted(found))
+
+
+def _text_rotary_names(source: str) -> list[str]:
+    names = []
+    for match in re.finditer(
+        r"^class (\w*RotaryEmbedding)\b(.*?)(?=^class |\Z)", source, re.M | re.S
+    ):
+        name, body = match.group(1), match.group(2)
+        if (
+            "vision" not in name.lower()
+            and "def recomposition_frequencies" in body
+            and "self.mrope_section" in body
+        ):
+            names.append(name)
+    return names
+
+
+RELEASED: dict[str, dict[str, Any]] = {
+    "Qwen/Qwen2-VL-7B-Instruct": {
+        "model_type": "qwen2_vl",
+        "hidden_size": 3584,
+        "num_attention_heads": 28,
+        "num_key_value_heads": 4,
+        "max_position_embeddings": 32768,
+        "rope_theta": 1000000.0,
+        "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
+        "vision_config": {"spatial_merge_size": 2, "in_chans": 3, "patch_size": 14},
+    },
+    "Qwen/Qwen2.5-VL-7B-Instruct": {
+        "model_type": "qwen2_5_vl",
+        "hidden_size": 3584,
+        "num_attention_heads": 28,
+        "num_key_value_heads": 4,
+        "max_position_embeddings": 128000,
+        "rope_theta": 1000000.0,
+        "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
+        "vision_config": {"spatial_merge_size": 2, "tokens_per_second": 2},
+    },
+    "Qwen/Qwen3-VL-8B-Instruct": {
+        "model_type": "qwen3_vl",
+        "text_config": {
+            "model_type": "qwen3_vl_text",
+            "head_dim": 128,
+            "hidden_size": 4096,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8,
+            "max_position_embeddings": 262144,
+            "rope_scaling": {
+                "mrope_interleaved": True,
+                "mrope_section": [24, 20, 20],
+                "rope_type": "default",
+            },
+            "rope_theta": 5000000,
+        },
+        "vision_config": {"spatial_merge_size": 2},
+    },
+    "zai-org/GLM-4.1V-9B-Thinking": {
+        "model_type": "glm4v",
+        "text_config": {
+            "model_type": "glm4v_text",
+            "hidden_size": 4096,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 2,
+            "partial_rotary_factor": 0.5,
+            "max_position_embeddings": 65536,
+            "rope_theta": 10000.0,
+            "rope_scaling": {"type": "default", "mrope_section": [8, 12, 12]},
+        },
+        "vision_config": {"spatial_merge_size": 2},
+    },
+    "baidu/ERNIE-4.5-VL-28B-A3B-PT": {
+        "model_type": "ernie4_5_vl_moe",
+        "text_config": {
+            "model_type": "ernie4_5_vl_moe_text",
+            "hidden_size": 2560,
+            "num_attention_heads": 20,
+            "num_key_value_heads": 4,
+            "max_position_embeddings": 131072,
+            "rope_parameters": {
+                "rope_type": "default",
+                "rope_theta": 500000.0,
+                "mrope_section": [22, 22, 20],
+            },
+        },
+        "vision_config": {"spatial_merge_size": 2, "temporal_merge_size": 2},
+    },
+    "Qwen/Qwen2.5-Omni-7B": {
+        "model_type": "qwen2_5_omni",
+        "thinker_config": {
+            "model_type": "qwen2_5_omni_thinker",
+            "text_config": {
+                "model_type": "qwen2_5_omni_text",
+                "hidden_size": 3584,
+                "num_attention_heads": 28,
+                "num_key_value_heads": 4,
+                "max_position_embeddings": 32768,
+                "rope_theta": 1000000.0,
+                "rope_scaling": {
+                    "mrope_section": [16, 24, 24],
+                    "rope_type": "default",
+                    "type": "default",
+                },
+            },
+        },
+    },
+}
+"""The RoPE facts of released checkpoints' config.json files (their M-RoPE keys, sizes that set
+head_dim and rotary width; layer counts and vocabularies left at the class defaults, since only
+the rotary module is built)."""
+
+
+def cases() -> list[tuple[str, str, str]]:
+    """(model_type, variant, form) of every case: class defaults and YaRN in both forms per type,
+    and each released checkpoint (variant = its name, form "file")."""
+    out = [
+        (t, variant, form)
+        for t in mrope_model_types()
+        for variant in sweep.GENERIC_VARIANTS
+        for form in sweep.FORMS
+    ]
+    out += [(str(data["model_type"]), name, "file") for name, data in RELEASED.items()]
+    return out
+
+
+def case_config(model_type: str, variant: str, form: str) -> dict[str, Any]:
+    """The config.json of a case: a released file, the class defaults as they are (only the rotary
+    module is built: nothing to shrink; composite configs keep their own nesting, such as the
+    Omni models' thinker_config), or the rope sweep's YaRN variant."""
+    if form == "file":
+        return copy.deepcopy(RELEASED[variant])
+    if variant == "default":
+        with sweep._quiet():
+            config = sweep._config_class(model_type)()
+        data = json.loads(json.dumps(config.to_dict(), default=str))
+        return sweep.to_v4(data) if form == "v4" else data
+    return sweep.case_config(model_type, variant, form)
+
+
+def positions(length: int = N) -> torch.Tensor:
+    """(3, N) position ids whose axes all differ (a wrong axis shows in every section)."""
+    n = torch.arange(length)
+    return torch.stack([n, (n * 7 + 3) % 97, (n * 13 + 5) % 89])
+
+
+def _text_config(config: Any) -> Any:
+    if getattr(config, "thinker_config", None) is not None:
+        config = config.thinker_config
+    return sweep._open(sweep._text_config(config))
+
+
+def _module(config: Any) -> Any:
+    from transformers.models.auto.configuration_auto import model_type_to_module_name
+
+    name = model_type_to_module_name(str(config.model_type))
+    return importlib.import_module(f"transformers.models.{name}.modeling_{name.split('.')[-1]}")
+
+
+def _rotary_class(module: Any, text: Any) -> type:
+    """The rotary class the text config's model builds (`self.rotary_emb = <Class>(...)` in the
+    `__init__` of the module's model class for this config class)."""
+    names = _text_rotary_names(inspect.getsource(module))
+    built = set()
+    for obj in vars(module).values():
+        if isinstance(obj, type) and getattr(obj, "config_class", None) is type(text):
+            init = obj.__dict__.get("__init__")
+            found = (
+                re.search(r"self\.rotary_emb = (\w+)\(", inspect.getsource(init)) if init else None
+            )
+            if found:
+                built.add(found.group(1))
+    mrope = tuple(getattr(module, n) for n in names if hasattr(module, n))
+    chosen = [
+        cls
+        for cls in (getattr(module, b, None) for b in sorted(built))
+        if isinstance(cls, type) and issubclass(cls, mrope)
+    ]
+    if not chosen and built:
+        raise sweep.UnbuildableError(
+            f"{type(text).__name__}'s model builds {sorted(built)}: no M-RoPE"
+        )
+    if not chosen and len(mrope) == 1:
+        chosen = list(mrope)
+    if len(chosen) != 1:
+        raise sweep.UnbuildableError(f"no text rotary class for {type(text).__name__}")
+    return chosen[0]
+
+
+def reference(data: Mapping[str, Any], ids: torch.Tensor) -> dict[str, Any]:
+    """The model's cos/sin (N, W) for (3, N) ids, its apply function and rotary class name."""
+    config = sweep.load_config(data)
+    text = _text_config(config)
+    module = _module(text)
+    try:
+        with sweep._quiet():
+            rotary = _rotary_class(module, text)(text)
+            x = torch.zeros(1, dtype=torch.float32)
+            cos, sin = rotary(x, ids[:, None, :])
+    except sweep.UnbuildableError:
+        raise
+    except Exception as err:
+        raise sweep.UnbuildableError(f"rotary: {type(err).__name__}: {str(err)[:160]}") from None
+    apply = getattr(module, "apply_rotary_pos_emb", None)
+    if apply is None:
+        raise sweep.UnbuildableError(f"{module.__name__} has no apply_rotary_pos_emb")
+    return {
+        "cos": cos[0].float(),
+        "sin": sin[0].float(),
+        "apply": apply,
+        "rotary": type(rotary).__name__,
+        "head_dim": int(
+            getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+        ),
+    }
+
+
+def widen(half: torch.Tensor, pairing: str) -> torch.Tensor:
+    """(N, d/2) -> (N, d): cat(c, c) for half split, repeat_interleave for interleaved pairs."""
+    if pairing == "interleaved":
+        return half.repeat_interleave(2, dim=-1)
+    return torch.cat([half, half], dim=-1)
+
+
+def gather(table: torch.Tensor, ids: torch.Tensor, axes: list[int]) -> torch.Tensor:
+    """(P, d/2) table, (3, N) ids, per-pair axes -> (N, d/2): column i from row ids[axes[i]]."""
+    columns = torch.arange(len(axes))
+    rows = ids[torch.tensor(axes)]  # (d/2, N)
+    return table[rows.T, columns[None, :]]
+
+
+def posenc_entry(data: Mapping[str, Any]) -> tuple[Any, dict[str, Any], torch.Tensor, torch.Tensor]:
+    """resolve_config's rope entry (spec, notes) and its half-width float32 table."""
+    from posenc.api.specs import resolve_config
+    from posenc.encodings import compute
+
+    named = [
+        n
+        for n in resolve_config({"hf_config": copy.deepcopy(dict(data)), "max_positions": ROWS})
+        if n.spec.kind == "rope"
+    ]
+    if len(named) != 1:
+        raise AssertionError(f"expected one rope table, got {[n.name for n in named]}")
+    spec = named[0].spec.canonical()
+    half = spec.model_copy(update={"width": "half", "packing": "separate", "dtype": "float32"})
+    table = compute(half, device="cpu")
+    return spec, dict(named[0].notes), table.tensors["cos"], table.tensors["sin"]
+
+
+def judge(data: Mapping[str, Any]) -> sweep.Verdict:
+    """The verdict of one config (see the module docstring)."""
+    from posenc.encodings import SpecError
+
+    ids = positions()
+    try:
+        ref = reference(data, ids)
+    except sweep.UnbuildableError as err:
+        return sweep.Verdict("unbuildable", [str(err)])
+    except Exception as err:
+        return sweep.Verdict("unbuildable", [f"config: {type(err).__name__}: {str(err)[:160]}"])
+    try:
+        spec, notes, cos_t, sin_t = posenc_entry(data)
+    except SpecError as err:
+        return sweep.rejection(err, data)
+    mrope = notes.get("mrope")
+    if not isinstance(mrope, dict):
+        return sweep.Verdict("wrong", ["accepted without notes['mrope']"])
+    pairing = str(notes.get("pairing"))
+    facts = {"layout": mrope["layout"], "section": mrope["mrope_section"], "pairing": pairing}
+    cos = widen(gather(cos_t, ids, mrope["pair_axes"]), pairing)
+    sin = widen(gather(sin_t, ids, mrope["pair_axes"]), pairing)
+    reasons = []
+    if cos.shape != ref["cos"].shape:
+        return sweep.Verdict(
+            "wrong", [f"width: model {tuple(ref['cos'].shape)}, posenc {tuple(cos.shape)}"], facts
+        )
+    if not (torch.equal(cos, ref["cos"]) and torch.equal(sin, ref["sin"])):
+        diff = float(torch.maximum((cos - ref["cos"]).abs(), (sin - ref["sin"]).abs()).max())
+        reasons.append(f"cos/sin differ (max |d| {diff:.3g})")
+    torch.manual_seed(0)
+    q = torch.randn(1, 2, ids.shape[1], ref["head_dim"])
+    k = torch.randn(1, 2, ids.shape[1], ref["head_dim"])
+    rotary = int(spec.resolved_rotary_dim())
+    q_model, k_model = ref["apply"](q, k, ref["cos"][None], ref["sin"][None])
+    q_mine, k_mine = ref["apply"](q, k, cos[None], sin[None])
+    if not (torch.equal(q_model, q_mine) and torch.equal(k_model, k_mine)):
+        reasons.append("the model's apply_rotary_pos_emb differs with posenc's cos/sin")
+    c, s = cos[:, : rotary // 2], sin[:, : rotary // 2]
+    if pairing == "interleaved":
+        c, s = cos[:, 0:rotary:2], sin[:, 0:rotary:2]
+    want = q_model[0, 0].double() @ k_model[0, 0].double().T
+    got_q = sweep.rotate(q[0].double(), c, s, rotary, pairing)
+    got_k = sweep.rotate(k[0].double(), c, s, rotary, pairing)
+    got = got_q[0] @ got_k[0].T
+    scale = float(q[0, 0].norm(dim=-1).max() * k[0, 0].norm(dim=-1).max())
+    err = float((want - got).abs().max()) / scale
+    if not err < sweep.QK_RTOL:
+        reasons.append(f"q.k off by {err:.3g} under posenc's {pairing} over {rotary} channels")
+    return sweep.Verdict("wrong" if reasons else "exact", reasons, facts)
+
+
+def run_case(model_type: str, variant: str, form: str) -> sweep.Verdict:
+    try:
+        data = case_config(model_type, variant, form)
+    except Exception as err:
+        return sweep.Verdict("unbuildable", [f"config: {type(err).__name__}: {str(err)[:160]}"])
+    return judge(data)
+
+
+def render(results: Mapping[tuple[str, str, str], sweep.Verdict]) -> str:
+    """The docs/models.md section of the M-RoPE types."""
+    from posenc.encodings.hf_config.mrope import MROPE_MODELS
+
+    lines = [
+        "## Multimodal RoPE (M-RoPE)",
+        "",
+        "Generated with the table above by `make models-doc` "
+        "(`tests/encodings/hf_config/mrope_sweep.py`): every model type whose modeling module "
+        "recombines per-axis (temporal, height, width) frequencies, each config resolved by "
+        "posenc and compared on (3, N) position ids with three different axes: `exact` is "
+        "bit-equal cos/sin (posenc's table gathered per `notes.mrope.pair_axes`) and equal q, k "
+        "after the model's own `apply_rotary_pos_emb`. `get_rope_index` is the rule of `POST "
+        "/v1/mrope/position_ids` for the model's position ids.",
+        "",
+        "| model type | layout | mrope_section | pairing | get_rope_index | outcome |",
+        "|---|---|---|---|---|---|",
+    ]
+    by_type: dict[str, list[tuple[str, str, sweep.Verdict]]] = {}
+    for (model_type, variant, form), verdict in results.items():
+        by_type.setdefault(model_type, []).append((variant, form, verdict))
+    for model_type in sorted(by_type):
+        entries = by_type[model_type]
+        facts = next((v.facts for _, _, v in entries if v.facts), {})
+        known = MROPE_MODELS.get(model_type)
+        rule = known.rule if known is not None and known.rule else "-"
+        groups: dict[str, list[str]] = {}
+        for variant, form, verdict in entries:
+            why = (
+                f" ({sweep._cell(verdict.reasons[0][:100])})" if verdict.outcome != "exact" else ""
+            )
+            groups.setdefault(f"{verdict.outcome}{why}", []).append(f"{variant}/{form}")
+        outcome = "<br>".join(f"{k}: {', '.join(v)}" for k, v in groups.items())
+        lines.append(
+            f"| {model_type} | {facts.get('layout', '-')} | {facts.get('section', '-')} "
+            f"| {facts.get('pairing', '-')} | {rule} | {outcome} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def run_all() -> dict[tuple[str, str, str], sweep.Verdict]:
+    return {case: run_case(*case) for case in cases()}
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    for case, verdict in run_all().items():
+        print("/".join(case), verdict.line()[:200], json.dumps(verdict.facts))
