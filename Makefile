@@ -142,8 +142,9 @@ bench: $(STAMP) nginx wrk
 
 # docs/models.md: every RoPE model type of the locked transformers, swept against posenc
 # (tests/encodings/hf_config/rope_sweep.py); regenerated here, never edited by hand.
+# PYTHONHASHSEED=0: transformers' messages print sets, whose order follows the hash seed.
 models-doc: $(STAMP)
-	$(BIN)/python -m tests.encodings.hf_config.rope_sweep --write-docs
+	PYTHONHASHSEED=0 $(BIN)/python -m tests.encodings.hf_config.rope_sweep --write-docs
 
 clean:
 	rm -rf $(VENV) .venv-drift $(OPTIMUM_VENV) .pytest_cache .mypy_cache .ruff_cache
