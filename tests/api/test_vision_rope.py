@@ -124,8 +124,10 @@ def _check_exact(config: dict[str, Any], entry: dict[str, Any], got: dict[str, A
     name = _rotary_class(vision)
     spec = parse_spec(entry["spec"]).canonical()
     cos, sin = ref.tower_tables(name, CLASSES[name], vision, spec)
-    assert got["cos"].dtype == cos.dtype and got["cos"].shape == cos.shape
-    assert torch.equal(got["cos"], cos) and torch.equal(got["sin"], sin)
+    assert got["cos"].dtype == cos.dtype
+    assert got["cos"].shape == cos.shape
+    assert torch.equal(got["cos"], cos)
+    assert torch.equal(got["sin"], sin)
     gen = torch.Generator().manual_seed(1)
     n = cos.shape[0]
     q = torch.randn(n, 2, spec.head_dim, generator=gen)
@@ -201,7 +203,8 @@ def test_tables_route_serves_the_towers_table(client: httpx.Client) -> None:
     r = client.post("/v1/tables", json=spec)
     assert r.status_code == 200, r.text
     got = decode(r)
-    assert got["cos"].shape == (17, 16) and got["cos"].dtype == torch.bfloat16
+    assert got["cos"].shape == (17, 16)
+    assert got["cos"].dtype == torch.bfloat16
     from transformers.models.llama4.configuration_llama4 import Llama4VisionConfig
     from transformers.models.llama4.modeling_llama4 import Llama4VisionRotaryEmbedding
 
@@ -221,14 +224,13 @@ def test_v2_infer_takes_the_grid(server: ServerHandle) -> None:
     spec = {"kind": "vision_rope", "style": "qwen2_vl", "head_dim": 16, "grid_height": 2,
             "grid_width": 2, "window_size": 112, "patch_size": 14}  # fmt: skip
     grid = np.array([2, 12, 20], np.int64)
-    result = triton.infer(
-        "vision_rope", [make_input("grid", grid)], parameters=spec_param(spec)
-    )
+    result = triton.infer("vision_rope", [make_input("grid", grid)], parameters=spec_param(spec))
     got = {n: as_torch(result, n) for n in ("cos", "sin")}
     canon = parse_spec({**spec, "frames": 2, "grid_height": 12, "grid_width": 20}).canonical()
     name = "Qwen2_5_VLVisionRotaryEmbedding"
     cos, sin = ref.tower_tables(name, CLASSES[name], vision, canon)
-    assert torch.equal(got["cos"], cos) and torch.equal(got["sin"], sin)
+    assert torch.equal(got["cos"], cos)
+    assert torch.equal(got["sin"], sin)
     with pytest.raises(http.InferenceServerException) as err:
         triton.infer("vision_rope", [make_input("grid", np.array([1, 2, 3, 4], np.int64))],
                      parameters=spec_param(spec))  # fmt: skip
@@ -246,8 +248,8 @@ def test_onnx_subgraph_gathers_the_towers_rows(client: httpx.Client) -> None:
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     ids = np.arange(25, dtype=np.int64)[::-1].copy()
     cos, sin = session.run(["cos", "sin"], {"patch_ids": ids})
-    spec = parse_spec({"kind": "vision_rope", "style": "dinov3", "head_dim": 32,
-                       "grid_height": 5, "grid_width": 5, "rope_theta": 100.0}).canonical()  # fmt: skip
+    fields = {"style": "dinov3", "head_dim": 32, "grid_height": 5, "grid_width": 5}
+    spec = parse_spec({"kind": "vision_rope", **fields, "rope_theta": 100.0}).canonical()
     name = "DINOv3ViTRopePositionEmbedding"
     want_cos, want_sin = ref.tower_tables(name, CLASSES[name], config, spec)
     assert torch.equal(torch.from_numpy(cos), want_cos[torch.from_numpy(ids)])

@@ -68,8 +68,9 @@ def test_tower_tables_and_scores_are_bit_exact(name: str) -> None:
     cos, sin = ref.tower_tables(name, CLASSES[name], config, spec)
     ours = _ours(**fields)
     assert ours["cos"].shape == cos.shape
-    assert torch.equal(ours["cos"], cos) and torch.equal(ours["sin"], sin)
-    n, width = cos.shape
+    assert torch.equal(ours["cos"], cos)
+    assert torch.equal(ours["sin"], sin)
+    n, _width = cos.shape
     head_dim = spec.head_dim
     gen = torch.Generator().manual_seed(0)
     q = torch.randn(n, 2, head_dim, generator=gen)
@@ -94,10 +95,13 @@ def test_pixtral_and_dinov3_cast_last_as_the_tower_does() -> None:
     config = PixtralVisionConfig(hidden_size=64, num_attention_heads=2, head_dim=32)
     hp, wp = torch.meshgrid(torch.arange(9), torch.arange(4), indexing="ij")
     x = torch.zeros(1, dtype=torch.bfloat16)
-    cos, sin = PixtralVisionRotaryEmbedding(config)(x, torch.stack([hp.flatten(), wp.flatten()], -1))
+    cos, sin = PixtralVisionRotaryEmbedding(config)(
+        x, torch.stack([hp.flatten(), wp.flatten()], -1)
+    )
     ours = _ours(style="pixtral", head_dim=32, grid_height=9, grid_width=4, dtype="bfloat16")
     assert ours["cos"].dtype == torch.bfloat16
-    assert torch.equal(ours["cos"], cos) and torch.equal(ours["sin"], sin)
+    assert torch.equal(ours["cos"], cos)
+    assert torch.equal(ours["sin"], sin)
 
 
 def test_qwen_window_order_is_a_permutation_of_merge_units() -> None:
@@ -114,7 +118,8 @@ def test_qwen_window_order_is_a_permutation_of_merge_units() -> None:
 def test_llama4_class_token_row_is_the_identity() -> None:
     t = _ours(style="llama4", head_dim=16, grid_height=3, grid_width=3)
     assert t["cos"].shape == (10, 8)
-    assert torch.equal(t["cos"][-1], torch.ones(8)) and torch.equal(t["sin"][-1], torch.zeros(8))
+    assert torch.equal(t["cos"][-1], torch.ones(8))
+    assert torch.equal(t["sin"][-1], torch.zeros(8))
 
 
 def test_property_cos2_plus_sin2_is_one() -> None:
@@ -129,16 +134,43 @@ def test_property_cos2_plus_sin2_is_one() -> None:
     [
         ({"style": "pixtral", "head_dim": 30, "grid_height": 2, "grid_width": 2}, "head_dim"),
         ({"style": "qwen2_vl", "head_dim": 16, "grid_height": 3, "grid_width": 4}, "grid_height"),
-        ({"style": "qwen2_vl", "head_dim": 16, "grid_height": 4, "grid_width": 4,
-          "window_size": 112}, "patch_size"),  # fmt: skip
-        ({"style": "qwen2_vl", "head_dim": 16, "grid_height": 4, "grid_width": 4,
-          "window_size": 20, "patch_size": 14}, "window_size"),  # fmt: skip
-        ({"style": "pixtral", "head_dim": 16, "grid_height": 4, "grid_width": 4,
-          "spatial_merge_size": 2}, "spatial_merge_size"),  # fmt: skip
+        (
+            {
+                "style": "qwen2_vl",
+                "head_dim": 16,
+                "grid_height": 4,
+                "grid_width": 4,
+                "window_size": 112,
+            },
+            "patch_size",
+        ),
+        (
+            {
+                "style": "qwen2_vl",
+                "head_dim": 16,
+                "grid_height": 4,
+                "grid_width": 4,
+                "window_size": 20,
+                "patch_size": 14,
+            },
+            "window_size",
+        ),
+        (
+            {
+                "style": "pixtral",
+                "head_dim": 16,
+                "grid_height": 4,
+                "grid_width": 4,
+                "spatial_merge_size": 2,
+            },
+            "spatial_merge_size",
+        ),
         ({"style": "llama4", "head_dim": 16, "grid_height": 4, "grid_width": 5}, "grid_width"),
         ({"style": "dinov3", "head_dim": 16, "grid_height": 0, "grid_width": 5}, "grid_height"),
-        ({"style": "dinov3", "head_dim": 16, "grid_height": 4, "grid_width": 1 << 13},
-         "grid_width"),  # fmt: skip
+        (
+            {"style": "dinov3", "head_dim": 16, "grid_height": 4, "grid_width": 1 << 13},
+            "grid_width",
+        ),
     ],
 )
 def test_bad_specs_name_the_field(fields: dict[str, Any], field: str) -> None:

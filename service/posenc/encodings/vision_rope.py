@@ -130,7 +130,10 @@ class VisionRopeSpec(SpecBase):
         if (self.window_size is None) != (self.patch_size is None):
             name = "patch_size" if self.patch_size is None else "window_size"
             _bad(name, "window_size and patch_size go together (the Qwen2.5-VL window order)", None)
-        if self.window_size is not None and self.window_size // merge // int(self.patch_size or 1) < 1:
+        if (
+            self.window_size is not None
+            and self.window_size // merge // int(self.patch_size or 1) < 1
+        ):
             _bad(
                 "window_size",
                 f"window_size // spatial_merge_size // patch_size must be >= 1 (merge={merge}, "
@@ -200,8 +203,7 @@ def _qwen(spec: VisionRopeSpec, device: torch.device) -> Pair:
     """Full-width (N, D) `cat(h*f, w*f, h*f, w*f)` in the tower's row order."""
     spatial = spec.head_dim // 2
     inv = 1.0 / (
-        float(spec.rope_theta or 0.0)
-        ** (torch.arange(0, spatial, 2, dtype=torch.float) / spatial)
+        float(spec.rope_theta or 0.0) ** (torch.arange(0, spatial, 2, dtype=torch.float) / spatial)
     )
     merge = int(spec.spatial_merge_size or 2)
     frames = int(spec.frames or 1)

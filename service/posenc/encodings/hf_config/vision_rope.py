@@ -117,7 +117,7 @@ def _head_dim(view: ConfigView, hidden: tuple[str, ...], heads: tuple[str, ...])
 
 
 def _grid(view: ConfigView) -> tuple[int, int] | None:
-    """image_size // patch_size per axis (ints or [h, w]), None when the config has no image size."""
+    """image_size // patch_size per axis (ints or [h, w]); None without an image size."""
     image = view.data.get("image_size")
     patch = view.data.get("patch_size")
     if image is None or patch is None:
