@@ -52,8 +52,8 @@ REFUSED_CLASSES: dict[str, str] = {
     "of the SAM 2 video memory, not a patch grid of this family",
     "EdgeTamVideoVisionRotaryEmbedding": "SAM 2 video memory-attention rotary (pairwise), not "
     "served",
-    "Sam3ViTRotaryEmbedding": "windowed ViT rotary with pairwise rotation and interpolated "
-    "positions (not served)",
+    "Sam3ViTRotaryEmbedding": "pairwise (2i, 2i+1) layout (repeat_interleave of cat(h, w)) over "
+    "its own position grid (not served)",
     "Sam3TrackerVideoVisionRotaryEmbedding": "SAM 2 video memory-attention rotary (pairwise), "
     "not served",
     "Kimi_K25VisionRotaryEmbedding": "W-H order interleaved within the head dim (not served)",
@@ -61,8 +61,8 @@ REFUSED_CLASSES: dict[str, str] = {
     "pass-through rest (not served)",
     "Inkling2VisionRotaryEmbedding": "W-H order with pairwise rotation (not served)",
     "Step3p7VisionRotaryEmbedding": "W-H order (not served)",
-    "MuseGlimmerVisionRotaryEmbedding": "its own position ids (not served)",
-    "MuseSparkVisionRotaryEmbedding": "its own position ids (not served)",
+    "MuseGlimmerVisionRotaryEmbedding": "not verified against its tower (not served)",
+    "MuseSparkVisionRotaryEmbedding": "not verified against its tower (not served)",
     "PaddleOCRVisionRotaryEmbedding": "its tower builds its own position ids (not "
     "get_vision_position_ids with spatial_merge_size; not served)",
     "VideoLlama3VisionRotaryEmbedding": "its tower builds its own position ids (not served)",
