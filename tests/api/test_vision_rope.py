@@ -38,8 +38,9 @@ DEFAULT_TYPES = (
     "dinov3_vit",
 )
 """Default configs whose text side (if any) maps today: resolved whole."""
-VISION_ONLY_ASKED = ("qwen2_5_omni", "qwen3_omni_moe", "glm4v_moe")
-"""Default configs resolved with kind=vision_rope (their text side is refused or M-RoPE)."""
+TOWER_TYPES = sorted({CLASSES[name] for name in CLASSES if name in ROTARY_CLASSES})
+"""The model type of every served vision rotary module (its modeling directory), derived from the
+installed package: resolved with kind=vision_rope (their text side may be refused or M-RoPE)."""
 
 RELEASED: dict[str, dict[str, Any]] = {
     # the vision_config keys of released checkpoints' config.json (the rotary facts)
@@ -145,30 +146,59 @@ def _vision_entry(specs: list[dict[str, Any]]) -> dict[str, Any]:
     return entry
 
 
-@pytest.mark.parametrize("model_type", DEFAULT_TYPES + VISION_ONLY_ASKED)
-def test_resolve_default_configs_serve_the_towers_table(
+def _body(config: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"hf_config": config, **extra}
+    if _vision_config(config).__dict__.get("spatial_merge_size"):
+        body |= {"grid_height": 8, "grid_width": 12}  # tiny: a request for one image's grid
+    return body
+
+
+@pytest.mark.parametrize("model_type", DEFAULT_TYPES)
+def test_resolve_default_configs_return_text_and_vision_tables(
     client: httpx.Client, model_type: str
 ) -> None:
     config = _default(model_type)
-    body: dict[str, Any] = {"hf_config": config}
-    if model_type in VISION_ONLY_ASKED:
-        body["kind"] = "vision_rope"
-    if "qwen" in model_type or "glm" in model_type or "ernie" in model_type:
-        body |= {"grid_height": 8, "grid_width": 12}  # tiny: a request for one image's grid
-    r = client.post("/v1/resolve", json=body)
+    r = client.post("/v1/resolve", json=_body(config))
     assert r.status_code == 200, r.text
     specs = r.json()["specs"]
     entry = _vision_entry(specs)
     if model_type in ("pixtral", "dinov3_vit"):
         assert [s["name"] for s in specs] == ["vision_rope:vision"]
-    elif model_type not in VISION_ONLY_ASKED:
+    else:
         assert any(s["name"].startswith("rope") for s in specs)  # the text table beside it
-    if model_type in ("qwen2_5_vl", "qwen2_5_omni"):
+    if model_type == "qwen2_5_vl":
         assert "get_vision_window_index" in entry["notes"]["window"]
     if model_type == "llama4":
         assert "last row" in entry["notes"]["class_token"]
     got = decode(client.get(entry["url"]))
     _check_exact(config, entry, got)
+
+
+@pytest.mark.parametrize("model_type", TOWER_TYPES)
+def test_every_served_tower_resolves_to_its_table(client: httpx.Client, model_type: str) -> None:
+    config = _default(model_type)
+    r = client.post("/v1/resolve", json=_body(config, kind="vision_rope"))
+    assert r.status_code == 200, r.text
+    entry = _vision_entry(r.json()["specs"])
+    name = _rotary_class(_vision_config(config))
+    if ref.uses_window(ref.load(name, CLASSES[name])[1]):
+        assert "window" in entry["notes"]
+        assert entry["spec"]["window_size"]
+    else:
+        assert "window" not in entry["notes"]
+    _check_exact(config, entry, decode(client.get(entry["url"])))
+
+
+def test_refused_tower_is_noted_beside_the_text_tables(client: httpx.Client) -> None:
+    config = _default("gemma4")
+    r = client.post("/v1/resolve", json=config)
+    assert r.status_code == 200, r.text
+    specs = r.json()["specs"]
+    assert specs
+    assert all("Gemma4VisionRotaryEmbedding" in s["notes"]["not_served"] for s in specs)
+    r = client.post("/v1/resolve", json={"hf_config": config, "kind": "vision_rope"})
+    assert r.status_code == 422
+    assert r.json()["detail"][0]["field"] == "model_type"
 
 
 @pytest.mark.parametrize("repo", sorted(RELEASED))

@@ -26,7 +26,7 @@ def test_every_vision_rotary_class_is_mapped_or_refused() -> None:
     assert len(CLASSES) >= 20
     assert not set(ROTARY_CLASSES) & set(REFUSED_CLASSES)
     assert set(CLASSES) == set(ROTARY_CLASSES) | set(REFUSED_CLASSES)
-    assert {"qwen2_vl", "pixtral", "llama4", "dinov3"} == set(ROTARY_CLASSES.values())
+    assert {"qwen2_vl", "minimax_m3", "pixtral", "llama4", "dinov3"} == set(ROTARY_CLASSES.values())
 
 
 def _fields(name: str, config: Any, frames: int) -> dict[str, Any]:
@@ -44,6 +44,10 @@ def _fields(name: str, config: Any, frames: int) -> dict[str, Any]:
                 "rope_theta": float(config.rope_theta)}  # fmt: skip
     rope = cls(config)
     head_dim = int(rope.inv_freq.numel() * (2 if style == "pixtral" else 4))
+    if style == "minimax_m3":
+        head_dim = (
+            getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        )
     fields: dict[str, Any] = {
         "style": style,
         "head_dim": head_dim,
@@ -70,8 +74,9 @@ def test_tower_tables_and_scores_are_bit_exact(name: str) -> None:
     assert ours["cos"].shape == cos.shape
     assert torch.equal(ours["cos"], cos)
     assert torch.equal(ours["sin"], sin)
-    n, _width = cos.shape
+    n, width = cos.shape
     head_dim = spec.head_dim
+    assert width == (spec.rotary_width() if spec.width == "full" else spec.rotary_width() // 2)
     gen = torch.Generator().manual_seed(0)
     q = torch.randn(n, 2, head_dim, generator=gen)
     k = torch.randn(n, 2, head_dim, generator=gen)
@@ -83,7 +88,7 @@ def test_tower_tables_and_scores_are_bit_exact(name: str) -> None:
     other = "full" if spec.width == "half" else "half"
     alt = _ours(**fields, width=other)["cos"]
     if other == "half":
-        assert torch.equal(alt, cos[:, : head_dim // 2])
+        assert torch.equal(alt, cos[:, : width // 2])
     else:
         assert torch.equal(alt, cos.repeat_interleave(2, dim=-1))
 
@@ -123,7 +128,13 @@ def test_llama4_class_token_row_is_the_identity() -> None:
 
 
 def test_property_cos2_plus_sin2_is_one() -> None:
-    for style, extra in (("qwen2_vl", {}), ("pixtral", {}), ("llama4", {}), ("dinov3", {})):
+    for style, extra in (
+        ("qwen2_vl", {}),
+        ("minimax_m3", {"frames": 3}),
+        ("pixtral", {}),
+        ("llama4", {}),
+        ("dinov3", {}),
+    ):
         t = _ours(style=style, head_dim=24 if style != "llama4" else 16, grid_height=4,
                   grid_width=4, **extra)  # fmt: skip
         torch.testing.assert_close(t["cos"] ** 2 + t["sin"] ** 2, torch.ones_like(t["cos"]))
@@ -166,6 +177,18 @@ def test_property_cos2_plus_sin2_is_one() -> None:
             "spatial_merge_size",
         ),
         ({"style": "llama4", "head_dim": 16, "grid_height": 4, "grid_width": 5}, "grid_width"),
+        (
+            {
+                "style": "minimax_m3",
+                "head_dim": 16,
+                "grid_height": 4,
+                "grid_width": 4,
+                "window_size": 112,
+                "patch_size": 14,
+            },
+            "window_size",
+        ),
+        ({"style": "minimax_m3", "head_dim": 4, "grid_height": 2, "grid_width": 2}, "head_dim"),
         ({"style": "dinov3", "head_dim": 16, "grid_height": 0, "grid_width": 5}, "grid_height"),
         (
             {"style": "dinov3", "head_dim": 16, "grid_height": 4, "grid_width": 1 << 13},
@@ -187,3 +210,26 @@ def test_defaults_share_the_content_key() -> None:
     assert content_key(parse_spec(short)) == content_key(parse_spec(spelled))
     assert FAMILIES["vision_rope"].spec_type is VisionRopeSpec
     assert FAMILIES["vision_rope"].compute.__doc__
+
+
+def test_refused_towers_are_named_by_model_type() -> None:
+    from transformers import AutoConfig
+
+    from posenc.encodings import ConfigError, resolve_hf_config
+    from posenc.encodings.hf_config.vision_rope import UNSERVED
+
+    assert set(UNSERVED.values()) <= set(REFUSED_CLASSES)
+    # every refused tower of a multimodal model is listed; the two left are text rotaries
+    text_rotaries = set(REFUSED_CLASSES) - set(UNSERVED.values())
+    assert text_rotaries == {
+        "DeepseekOcr2VisionRotaryEmbedding",
+        "Granite4VisionTextRotaryEmbedding",
+    }
+    for model_type, name in UNSERVED.items():
+        assert CLASSES[name] == model_type
+        config = AutoConfig.for_model(model_type).to_dict()
+        with pytest.raises(ConfigError) as err:
+            resolve_hf_config(config, kind="vision_rope")
+        (problem,) = err.value.problems
+        assert problem.field == "model_type"
+        assert name in problem.message

@@ -4,7 +4,8 @@
 (class names matching `PATTERN`; no hand list). `tower_tables(cls, config, spec)` runs the module
 as its tower runs it for `spec`'s grid: the Qwen2-VL family through
 `vision_utils.get_vision_position_ids` (and, where the modeling module calls
-`get_vision_window_index`, the tower's own `permute_input_for_window_attn`), Pixtral over its
+`get_vision_window_index`, the tower's own `permute_input_for_window_attn`; MiniMax-M3-VL with
+its temporal axis), Pixtral over its
 meshgrid, Llama 4's `freqs_ci` buffer, DINOv3's forward on a blank image in eval mode.
 `applied(cls, q, k, cos, sin)` rotates q and k with the tower's own apply function.
 """
@@ -88,7 +89,8 @@ def tower_tables(
         return cos, sin
     merge = config.spatial_merge_size
     grid = torch.tensor([[spec.frames or 1, h, w]])
-    cos, sin = cls(config)(x, get_vision_position_ids(grid, merge))
+    temporal = spec.style == "minimax_m3"  # MiniMaxM3VLVisionModel: include_temporal = True
+    cos, sin = cls(config)(x, get_vision_position_ids(grid, merge, include_temporal=temporal))
     if uses_window(module):
         index, _ = get_vision_window_index(grid, merge, config.window_size, config.patch_size)
         cos, sin = (_permute(module, t, merge, index) for t in (cos, sin))

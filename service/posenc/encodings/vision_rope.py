@@ -15,6 +15,12 @@ products `float(position) * f` in fp32 as the reference module computes them, th
   `vision_utils.get_vision_window_index`, as `Qwen2_5_VisionTransformerPretrainedModel.
   permute_input_for_window_attn` permutes cos and sin: the table is in the order the blocks see
   the hidden states (the merger output is restored with argsort of that index).
+- "minimax_m3": `MiniMaxM3VLVisionRotaryEmbedding` (MiniMax-M3-VL), the 3-D form: positions
+  (t, h, w) from `get_vision_position_ids(..., include_temporal=True)` (t the frame index, h and w
+  in merge-block order as above), S = 2*((D//3)//2), f = 1 / theta^(arange(0, S, 2) / S) (S/2
+  values), per patch `[t*f, h*f, w*f]` (3S/2), full width `cat(., .)` = 3S <= D: the tower
+  rotates the first 3S dims (rotate-half) and passes the other D - 3S through
+  (`apply_rotary_pos_emb_vision`).
 - "pixtral": `PixtralVisionRotaryEmbedding` (Pixtral, Mistral 3's vision tower): f = 1 /
   theta^(arange(0, D, 2) / D) (D/2 values); per patch `[h*f[0::2], w*f[1::2]]` (D/2), full width
   `cat(half, half)` (rotate-half, `apply_rotary_pos_emb`); rows row-major over the image's
@@ -52,13 +58,14 @@ MAX_SIDE = 1 << 12
 MAX_FRAMES = 1 << 12
 MAX_HEAD_DIM = 8192
 
-Style = Literal["qwen2_vl", "pixtral", "llama4", "dinov3"]
+Style = Literal["qwen2_vl", "minimax_m3", "pixtral", "llama4", "dinov3"]
 Width = Literal["full", "half"]
 FloatDtype = Literal["float32", "float16", "bfloat16"]
 
-STYLES: tuple[str, ...] = ("qwen2_vl", "pixtral", "llama4", "dinov3")
+STYLES: tuple[str, ...] = ("qwen2_vl", "minimax_m3", "pixtral", "llama4", "dinov3")
 DEFAULT_THETA: dict[str, float] = {
     "qwen2_vl": 10000.0,
+    "minimax_m3": 10000.0,
     "pixtral": 10000.0,
     "llama4": 10000.0,
     "dinov3": 100.0,
@@ -66,12 +73,15 @@ DEFAULT_THETA: dict[str, float] = {
 """The config classes' default `rope_theta` (DINOv3ViTConfig: 100)."""
 DEFAULT_WIDTH: dict[str, str] = {
     "qwen2_vl": "full",
+    "minimax_m3": "full",
     "pixtral": "full",
     "llama4": "half",
     "dinov3": "full",
 }
 """The layout each tower itself applies (Llama 4: complex pairs, one value per pair)."""
 QWEN_FIELDS = ("spatial_merge_size", "frames", "window_size", "patch_size")
+MERGE_STYLES = ("qwen2_vl", "minimax_m3")
+"""Styles whose rows follow `get_vision_position_ids` (merge blocks, frames)."""
 
 Side = Annotated[int, Field(ge=1, le=MAX_SIDE)]
 
@@ -82,9 +92,10 @@ def _bad(field: str, message: str, value: Any) -> NoReturn:
 
 class VisionRopeSpec(SpecBase):
     """cos and sin (N, w) of one image's patch grid in a vision tower's order and layout (module
-    docstring). N = frames * grid_height * grid_width (qwen2_vl), grid_height * grid_width + 1
-    (llama4: class token last), grid_height * grid_width (pixtral, dinov3); w = head_dim (full)
-    or head_dim / 2 (half)."""
+    docstring). N = frames * grid_height * grid_width (qwen2_vl, minimax_m3), grid_height *
+    grid_width + 1 (llama4: class token last), grid_height * grid_width (pixtral, dinov3); w =
+    the rotated width R (head_dim; minimax_m3: 3 * 2 * ((head_dim // 3) // 2)) when full, R / 2
+    when half."""
 
     kind: Literal["vision_rope"] = "vision_rope"
     style: Style
@@ -101,19 +112,27 @@ class VisionRopeSpec(SpecBase):
 
     @model_validator(mode="after")
     def _check(self) -> Self:
-        if self.head_dim % 4:
+        if self.style == "minimax_m3":
+            if self.head_dim < 6:
+                _bad("head_dim", "must be >= 6 for minimax_m3 (three axes of pairs)", self.head_dim)
+        elif self.head_dim % 4:
             _bad("head_dim", "must be divisible by 4 (two axes of cos/sin pairs)", self.head_dim)
-        if self.style != "qwen2_vl":
-            for name in QWEN_FIELDS:
-                if getattr(self, name) is not None:
-                    _bad(name, "applies to style 'qwen2_vl' only", getattr(self, name))
+        for name in QWEN_FIELDS:
+            value = getattr(self, name)
+            if value is None or self.style == "qwen2_vl":
+                continue
+            if self.style != "minimax_m3" or name in ("window_size", "patch_size"):
+                applies = (
+                    "qwen2_vl" if name in ("window_size", "patch_size") else "qwen2_vl, minimax_m3"
+                )
+                _bad(name, f"applies to style {applies} only", value)
         if self.style == "llama4" and self.grid_height != self.grid_width:
             _bad(
                 "grid_width",
                 "llama4 builds a square grid of image_size // patch_size: must equal grid_height",
                 self.grid_width,
             )
-        if self.style == "qwen2_vl":
+        if self.style in MERGE_STYLES:
             self._check_qwen()
         return self
 
@@ -148,7 +167,7 @@ class VisionRopeSpec(SpecBase):
             else float(self.rope_theta),
             "width": self.width or DEFAULT_WIDTH[self.style],
         }
-        if self.style == "qwen2_vl":
+        if self.style in MERGE_STYLES:
             update["spatial_merge_size"] = self.spatial_merge_size or 2
             update["frames"] = self.frames or 1
         return self.model_copy(update=update)
@@ -156,13 +175,20 @@ class VisionRopeSpec(SpecBase):
     def rows(self) -> int:
         """N: the tokens the tower rotates (module docstring)."""
         patches = self.grid_height * self.grid_width
-        if self.style == "qwen2_vl":
+        if self.style in MERGE_STYLES:
             return patches * (self.frames or 1)
         return patches + (1 if self.style == "llama4" else 0)
 
+    def rotary_width(self) -> int:
+        """R: the head dims the tower rotates (all of them but in minimax_m3)."""
+        if self.style == "minimax_m3":
+            return 3 * 2 * ((self.head_dim // 3) // 2)
+        return self.head_dim
+
     def outputs(self) -> dict[str, TensorInfo]:
         width = self.width or DEFAULT_WIDTH[self.style]
-        cols = self.head_dim if width == "full" else self.head_dim // 2
+        rotated = self.rotary_width()
+        cols = rotated if width == "full" else rotated // 2
         info = TensorInfo((self.rows(), cols), self.dtype, row_axis=0)
         return {"cos": info, "sin": info}
 
@@ -221,6 +247,25 @@ def _qwen(spec: VisionRopeSpec, device: torch.device) -> Pair:
             full = full.reshape(-1, unit, spec.head_dim)[order.to(device)]
             full = full.reshape(-1, spec.head_dim)
         out.append(full)
+    return out[0], out[1]
+
+
+def _minimax(spec: VisionRopeSpec, device: torch.device) -> Pair:
+    """Full-width (N, 3S) `cat(t*f, h*f, w*f, t*f, h*f, w*f)` in the tower's row order."""
+    spatial = 2 * ((spec.head_dim // 3) // 2)
+    inv = 1.0 / (
+        float(spec.rope_theta or 0.0) ** (torch.arange(0, spatial, 2, dtype=torch.float) / spatial)
+    )
+    merge = int(spec.spatial_merge_size or 2)
+    frames = int(spec.frames or 1)
+    hpos, wpos = merge_order(spec.grid_height, spec.grid_width, merge)
+    tpos = torch.arange(frames).repeat_interleave(spec.grid_height * spec.grid_width)
+    positions = torch.stack([tpos, hpos.repeat(frames), wpos.repeat(frames)], dim=-1)  # (N, 3)
+    freqs = positions.to(device)[..., None].float() * inv.to(device)  # (N, 3, S/2)
+    out = []
+    for table in _trig(freqs):
+        flat = table.flatten(1)  # (N, 3S/2)
+        out.append(torch.cat([flat, flat], dim=-1))
     return out[0], out[1]
 
 
@@ -283,13 +328,20 @@ def _dinov3(spec: VisionRopeSpec, device: torch.device) -> Pair:
     return _trig(angles.flatten(1, 2).tile(2))
 
 
-_TABLES = {"qwen2_vl": _qwen, "pixtral": _pixtral, "llama4": _llama4, "dinov3": _dinov3}
+_TABLES = {
+    "qwen2_vl": _qwen,
+    "minimax_m3": _minimax,
+    "pixtral": _pixtral,
+    "llama4": _llama4,
+    "dinov3": _dinov3,
+}
 
 
 @register_family(
     "vision_rope",
     VisionRopeSpec,
-    "2-D rotary cos/sin of vision towers (Qwen2-VL family, Pixtral, Llama 4, DINOv3)",
+    "2-D and 3-D rotary cos/sin of vision towers (Qwen2-VL family, MiniMax-M3-VL, Pixtral, "
+    "Llama 4, DINOv3)",
 )
 def compute_vision_rope(
     spec: VisionRopeSpec, device: torch.device
@@ -302,8 +354,9 @@ def compute_vision_rope(
         if spec.width != native:
             # llama4 -> full: each complex pair's value twice; the others -> half: the first
             # copy of cat(c, c) / tile(c, 2)
-            half = spec.head_dim // 2
+            half = spec.rotary_width() // 2
             table = table.repeat_interleave(2, dim=-1) if native == "half" else table[:, :half]
         out[name] = table.to(DTYPES[spec.dtype])
     pairing = "interleaved" if spec.style == "llama4" else "half"
-    return out, {"style": spec.style, "rows": spec.rows(), "pairing": pairing}
+    facts = {"style": spec.style, "rows": spec.rows(), "pairing": pairing}
+    return out, facts | {"rotary_width": spec.rotary_width()}

@@ -14,7 +14,7 @@ from posenc.encodings.hf_config.models import entries as model_entries
 from posenc.encodings.hf_config.models import text_view
 from posenc.encodings.hf_config.unmapped import LEFT_OUT
 from posenc.encodings.hf_config.view import Entry
-from posenc.encodings.hf_config.vision_rope import vision_entries
+from posenc.encodings.hf_config.vision_rope import not_served, vision_entries
 
 
 @dataclass(frozen=True)
@@ -127,7 +127,7 @@ def resolve_hf_config(
     # vision towers' rotary tables (`vision_rope:vision`) follow the text ones; asked for alone,
     # the text side is not mapped (it may be refused while the tower is served)
     text_entries = [] if kind == "vision_rope" else model_entries(view)
-    entries = text_entries + vision_entries(config)
+    entries = text_entries + vision_entries(config, required=kind == "vision_rope")
     for entry in entries:
         if kind is not None and entry.family != kind:
             continue  # not validated: a table not asked for cannot fail the request
@@ -153,6 +153,8 @@ def resolve_hf_config(
             notes["layer_types"] = list(group.layer_types)
         if config.get("model_type") in LEFT_OUT:
             notes["not_served"] = LEFT_OUT[str(config["model_type"])]
+        if (tower := not_served(config)) is not None:
+            notes["not_served"] = tower
         if kind is not None and group.family != kind:
             continue
         if layer_type is not None and not _serves(group, layer_type, declared):

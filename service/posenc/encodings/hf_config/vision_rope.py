@@ -40,6 +40,7 @@ ROTARY_CLASSES: dict[str, str] = {
         ),
         "qwen2_vl",
     ),
+    "MiniMaxM3VLVisionRotaryEmbedding": "minimax_m3",
     "PixtralVisionRotaryEmbedding": "pixtral",
     "Llama4VisionRotaryEmbedding": "llama4",
     "DINOv3ViTRopePositionEmbedding": "dinov3",
@@ -57,8 +58,6 @@ REFUSED_CLASSES: dict[str, str] = {
     "Sam3TrackerVideoVisionRotaryEmbedding": "SAM 2 video memory-attention rotary (pairwise), "
     "not served",
     "Kimi_K25VisionRotaryEmbedding": "W-H order interleaved within the head dim (not served)",
-    "MiniMaxM3VLVisionRotaryEmbedding": "3-D (T, H, W) axes over 2*((D//3)//2) dims with a "
-    "pass-through rest (not served)",
     "Inkling2VisionRotaryEmbedding": "W-H order with pairwise rotation (not served)",
     "Step3p7VisionRotaryEmbedding": "W-H order (not served)",
     "MuseGlimmerVisionRotaryEmbedding": "not verified against its tower (not served)",
@@ -73,11 +72,28 @@ REFUSED_CLASSES: dict[str, str] = {
 """Vision rotary modules posenc does not serve, with the reason (a test keeps the two dicts equal
 to the installed package's classes)."""
 
+UNSERVED: dict[str, str] = {
+    "gemma4": "Gemma4VisionRotaryEmbedding",
+    "kimi_k25": "Kimi_K25VisionRotaryEmbedding",
+    "inkling2": "Inkling2VisionRotaryEmbedding",
+    "step3p7": "Step3p7VisionRotaryEmbedding",
+    "muse_glimmer": "MuseGlimmerVisionRotaryEmbedding",
+    "muse_spark": "MuseSparkVisionRotaryEmbedding",
+    "paddleocr_vl": "PaddleOCRVisionRotaryEmbedding",
+    "video_llama_3": "VideoLlama3VisionRotaryEmbedding",
+    "sam3": "Sam3ViTRotaryEmbedding",
+    "sam2_video": "Sam2VideoVisionRotaryEmbedding",
+    "edgetam_video": "EdgeTamVideoVisionRotaryEmbedding",
+    "sam3_tracker_video": "Sam3TrackerVideoVisionRotaryEmbedding",
+}
+"""Model types whose vision tower's rotary is refused (`REFUSED_CLASSES`): `/v1/resolve` notes it
+as `not_served` beside the text tables, and refuses `kind: vision_rope` naming `model_type`."""
+
 DEFAULT_GRID = 16
 """Patches per side when the config gives no image size (the Qwen2-VL family sizes each image at
 run time): the request passes grid_height and grid_width for its images."""
 
-QWEN_WINDOW = frozenset({"qwen2_5_vl", "qwen2_5_omni", "qwen2_5_omni_thinker"})
+QWEN_WINDOW = frozenset({"qwen2_5_vl", "qwen2_5_omni", "qwen2_5_omni_thinker", "exaone4_5"})
 """Towers that apply `get_vision_window_index`'s permutation (Qwen2.5-VL's window attention)."""
 
 Reader = Callable[[ConfigView], Entry]
@@ -180,6 +196,36 @@ def qwen(view: ConfigView) -> Entry:
     return _entry(data, notes)
 
 
+def minimax_m3(view: ConfigView) -> Entry:
+    """MiniMax-M3-VL's tower (`MiniMaxM3VLVisionRotaryEmbedding`): 3-D (t, h, w), partial."""
+    head_dim = _head_dim(view, ("hidden_size",), ("num_attention_heads", "num_heads"))
+    grid = _grid(view)
+    side_h, side_w = grid or (DEFAULT_GRID, DEFAULT_GRID)
+    rotated = 3 * 2 * ((head_dim // 3) // 2)
+    data: dict[str, Any] = {
+        "style": "minimax_m3",
+        "head_dim": head_dim,
+        "rope_theta": _theta(view, 10000.0),
+        "spatial_merge_size": _int(view, "spatial_merge_size", default=2),
+        "grid_height": side_h,
+        "grid_width": side_w,
+    }
+    notes: dict[str, Any] = {
+        "transformers": "MiniMaxM3VLVisionRotaryEmbedding (S = 2*((D//3)//2), f = 1/theta^"
+        "(arange(0, S, 2) / S), cos/sin = cat(t*f, h*f, w*f) twice) applied by "
+        "apply_rotary_pos_emb_vision to the first rotary_width dims (rotate-half)",
+        "pairing": "half_split",
+        "rotary_width": f"{rotated} of head_dim {head_dim}: the other {head_dim - rotated} dims "
+        "pass through unrotated",
+        "patch_order": "vision_utils.get_vision_position_ids(include_temporal=True): t the frame "
+        "index, h and w in spatial_merge_size blocks (row-major blocks, row-major inside); one "
+        "attention segment per clip (merge_temporal)",
+        "grid": "grid_height, grid_width, frames = each input's grid_thw; pass them per input"
+        + ("" if grid else f" (config.json has no image size: {DEFAULT_GRID}x{DEFAULT_GRID} here)"),
+    }
+    return _entry(data, notes)
+
+
 def pixtral(view: ConfigView) -> Entry:
     """Pixtral's tower (`PixtralVisionRotaryEmbedding`; Mistral 3 and Llava-Pixtral use it)."""
     head_dim = _head_dim(view, ("hidden_size",), ("num_attention_heads",))
@@ -265,14 +311,24 @@ TOWERS: dict[str, tuple[tuple[str, ...], Reader]] = {
             "qwen2_5_vl",
             "qwen3_vl",
             "qwen3_vl_moe",
+            "qwen3_5",
+            "qwen3_5_moe",
+            "qwen4_exp",
             "glm4v",
             "glm4v_moe",
+            "glm5_next",
+            "glm_ocr",
             "ernie4_5_vl_moe",
+            "cohere_compass",
+            "dots3_note",
+            "exaone4_5",
+            "lfm3_vl",
             "qwen2_5_omni_thinker",
         )
     },
     "qwen2_5_omni": (("thinker_config", "vision_config"), qwen),
     "qwen3_omni_moe": (("thinker_config", "vision_config"), qwen),
+    "minimax_m3_vl": (("vision_config",), minimax_m3),
     "llama4": (("vision_config",), llama4),
     "pixtral": ((), pixtral),
     "dinov3_vit": ((), dinov3),
@@ -284,9 +340,19 @@ VISION_ONLY = frozenset({"pixtral", "dinov3_vit"})
 """Model types whose config is the vision tower itself: no text tables."""
 
 
-def vision_entries(config: Mapping[str, Any]) -> list[Entry]:
-    """The `vision_rope:vision` entry of `config` (empty when its tower has no rotary)."""
+def not_served(config: Mapping[str, Any]) -> str | None:
+    """Why the vision tower of `config` has no `vision_rope` entry, when its rotary is refused."""
+    name = UNSERVED.get(str(config.get("model_type")))
+    return None if name is None else f"the vision tower's rotary ({name}): {REFUSED_CLASSES[name]}"
+
+
+def vision_entries(config: Mapping[str, Any], *, required: bool = False) -> list[Entry]:
+    """The `vision_rope:vision` entry of `config` (empty when its tower has no rotary; with
+    `required`, a refused tower is an error naming `model_type`)."""
     model_type = str(config.get("model_type"))
+    why = not_served(config)
+    if why is not None and required:
+        fail("model_type", why, model_type)
     found = TOWERS.get(model_type)
     vision = config.get("vision_config")
     if found is None and isinstance(vision, Mapping) and vision.get("model_type") == "pixtral":
