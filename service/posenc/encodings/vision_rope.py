@@ -62,7 +62,6 @@ Style = Literal["qwen2_vl", "minimax_m3", "pixtral", "llama4", "dinov3"]
 Width = Literal["full", "half"]
 FloatDtype = Literal["float32", "float16", "bfloat16"]
 
-STYLES: tuple[str, ...] = ("qwen2_vl", "minimax_m3", "pixtral", "llama4", "dinov3")
 DEFAULT_THETA: dict[str, float] = {
     "qwen2_vl": 10000.0,
     "minimax_m3": 10000.0,

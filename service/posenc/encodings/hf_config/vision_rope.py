@@ -358,6 +358,13 @@ def vision_entries(config: Mapping[str, Any], *, required: bool = False) -> list
     if found is None and isinstance(vision, Mapping) and vision.get("model_type") == "pixtral":
         found = (("vision_config",), pixtral)
     if found is None:
+        if required:
+            fail(
+                "kind",
+                f"model_type {model_type!r} has no vision tower with rotary positions (mapped: "
+                f"{sorted(TOWERS)} and configs whose vision_config is pixtral)",
+                "vision_rope",
+            )
         return []
     path, reader = found
     data: Any = config
