@@ -233,3 +233,109 @@ def test_refused_towers_are_named_by_model_type() -> None:
         (problem,) = err.value.problems
         assert problem.field == "model_type"
         assert name in problem.message
+
+
+class _Capture:
+    """Wraps a modeling module's apply function; records the tables its attention passes."""
+
+    def __init__(self, module: Any, name: str) -> None:
+        self.module, self.name = module, name
+        self.original = getattr(module, name)
+        self.calls: list[tuple[Any, ...]] = []
+
+    def __enter__(self) -> _Capture:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append((*args, *kwargs.values()))
+            return self.original(*args, **kwargs)
+
+        setattr(self.module, self.name, wrapper)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        setattr(self.module, self.name, self.original)
+
+
+def test_qwen2_5_vl_tower_forward_applies_the_served_table() -> None:
+    """A one-block Qwen2.5-VL tower, two images: the cos/sin its attention receives are the
+    served tables of both grids, each in window order, concatenated."""
+    from transformers.models.qwen2_5_vl import modeling_qwen2_5_vl as m
+    from transformers.models.qwen2_5_vl.configuration_qwen2_5_vl import Qwen2_5_VLVisionConfig
+
+    config = Qwen2_5_VLVisionConfig(depth=1, hidden_size=64, num_heads=4, intermediate_size=64,
+                                    out_hidden_size=64, fullatt_block_indexes=[])  # fmt: skip
+    config._attn_implementation = "eager"
+    tower = m.Qwen2_5_VisionTransformerPretrainedModel(config).eval()
+    grids = [(1, 8, 12), (2, 4, 4)]
+    n = sum(t * h * w for t, h, w in grids)
+    pixels = torch.randn(n, 3 * 2 * 14 * 14)
+    with _Capture(m, "apply_rotary_pos_emb_vision") as cap, torch.no_grad():
+        tower(pixels, grid_thw=torch.tensor(grids))
+    cos, sin = cap.calls[0][2], cap.calls[0][3]
+    # window_index numbers merge units across images: each image's rows stay in its own block
+    parts = [
+        _ours(
+            style="qwen2_vl",
+            head_dim=16,
+            frames=t,
+            grid_height=h,
+            grid_width=w,
+            window_size=112,
+            patch_size=14,
+        )  # fmt: skip
+        for t, h, w in grids
+    ]
+    assert torch.equal(cos, torch.cat([p["cos"] for p in parts]))
+    assert torch.equal(sin, torch.cat([p["sin"] for p in parts]))
+
+
+def test_pixtral_tower_forward_applies_each_images_table() -> None:
+    from transformers.models.pixtral import modeling_pixtral as m
+    from transformers.models.pixtral.configuration_pixtral import PixtralVisionConfig
+
+    config = PixtralVisionConfig(hidden_size=64, num_attention_heads=2, head_dim=32,
+                                 intermediate_size=64, num_hidden_layers=1, image_size=64,
+                                 patch_size=16)  # fmt: skip
+    config._attn_implementation = "eager"
+    tower = m.PixtralVisionModel(config).eval()
+    pixels = torch.randn(2, 3, 64, 64)
+    with _Capture(m, "apply_rotary_pos_emb") as cap, torch.no_grad():
+        tower(pixels, image_sizes=torch.tensor([[48, 64], [64, 32]]))
+    cos = cap.calls[0][2]
+    parts = [_ours(style="pixtral", head_dim=32, grid_height=h, grid_width=w)["cos"]
+             for h, w in ((3, 4), (4, 2))]  # fmt: skip
+    assert torch.equal(cos, torch.cat(parts))
+
+
+def test_llama4_tower_forward_applies_the_served_table() -> None:
+    from transformers.models.llama4 import modeling_llama4 as m
+    from transformers.models.llama4.configuration_llama4 import Llama4VisionConfig
+
+    # intermediate_size 128: the pixel shuffle (ratio 0.5) feeds 4 * hidden_size to the adapter
+    config = Llama4VisionConfig(hidden_size=32, num_attention_heads=2, intermediate_size=128,
+                                num_hidden_layers=1, image_size=56, patch_size=14,
+                                vision_output_dim=32, projector_input_dim=32,
+                                projector_output_dim=32, pixel_shuffle_ratio=0.5)  # fmt: skip
+    config._attn_implementation = "eager"
+    tower = m.Llama4VisionModel(config).eval()
+    with _Capture(m, "vision_apply_rotary_emb") as cap, torch.no_grad():
+        tower(torch.randn(1, 3, 56, 56))
+    freqs = cap.calls[0][2]
+    ours = _ours(style="llama4", head_dim=16, grid_height=4, grid_width=4)
+    assert torch.equal(freqs.real.reshape(17, 8), ours["cos"])
+    assert torch.equal(freqs.imag.reshape(17, 8), ours["sin"])
+
+
+def test_dinov3_tower_forward_rotates_patches_only() -> None:
+    from transformers.models.dinov3_vit import modeling_dinov3_vit as m
+    from transformers.models.dinov3_vit.configuration_dinov3_vit import DINOv3ViTConfig
+
+    config = DINOv3ViTConfig(hidden_size=64, num_attention_heads=2, intermediate_size=64,
+                             num_hidden_layers=1, image_size=48, patch_size=16)  # fmt: skip
+    config._attn_implementation = "eager"
+    tower = m.DINOv3ViTModel(config).eval()
+    with _Capture(m, "apply_rotary_pos_emb") as cap, torch.no_grad():
+        tower(torch.randn(1, 3, 48, 80))
+    q, _, cos, sin = cap.calls[0][:4]
+    ours = _ours(style="dinov3", head_dim=32, grid_height=3, grid_width=5)
+    assert torch.equal(cos, ours["cos"]) and torch.equal(sin, ours["sin"])
+    assert q.shape[-2] == 1 + config.num_register_tokens + 15  # prefix tokens first, unrotated
