@@ -281,7 +281,7 @@ def test_qwen2_5_vl_tower_forward_applies_the_served_table() -> None:
             grid_width=w,
             window_size=112,
             patch_size=14,
-        )  # fmt: skip
+        )
         for t, h, w in grids
     ]
     assert torch.equal(cos, torch.cat([p["cos"] for p in parts]))
@@ -337,5 +337,6 @@ def test_dinov3_tower_forward_rotates_patches_only() -> None:
         tower(torch.randn(1, 3, 48, 80))
     q, _, cos, sin = cap.calls[0][:4]
     ours = _ours(style="dinov3", head_dim=32, grid_height=3, grid_width=5)
-    assert torch.equal(cos, ours["cos"]) and torch.equal(sin, ours["sin"])
+    assert torch.equal(cos, ours["cos"])
+    assert torch.equal(sin, ours["sin"])
     assert q.shape[-2] == 1 + config.num_register_tokens + 15  # prefix tokens first, unrotated
