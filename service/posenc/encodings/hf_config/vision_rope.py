@@ -281,7 +281,7 @@ def dinov3(view: ConfigView) -> Entry:
     """DINOv3 ViT (`DINOv3ViTRopePositionEmbedding`) at inference."""
     head_dim = _int(view, "hidden_size") // _int(view, "num_attention_heads")
     grid = _grid(view) or fail(view.key("image_size"), "required key missing", None)
-    registers = view.data.get("num_register_tokens", 4)
+    registers = view.data.get("num_register_tokens", 0)
     data = {
         "style": "dinov3",
         "head_dim": head_dim,
