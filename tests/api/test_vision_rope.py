@@ -18,7 +18,7 @@ import tritonclient.http as http
 from transformers import AutoConfig
 
 from posenc.encodings import parse_spec
-from posenc.encodings.hf_config.vision_rope import ROTARY_CLASSES
+from posenc.encodings.hf_config.vision_rope import ROTARY_CLASSES, TOWERS
 from tests.api.v2client import as_torch, make_input, spec_param, url
 from tests.api.wire import decode
 from tests.conftest import ServerHandle
@@ -179,7 +179,11 @@ def test_resolve_default_configs_return_text_and_vision_tables(
     _check_exact(config, entry, got)
 
 
-@pytest.mark.parametrize("model_type", TOWER_TYPES)
+def test_every_served_module_is_reachable_from_a_config() -> None:
+    assert set(TOWER_TYPES) <= set(TOWERS)
+
+
+@pytest.mark.parametrize("model_type", sorted(set(TOWER_TYPES) | set(TOWERS)))
 def test_every_served_tower_resolves_to_its_table(client: httpx.Client, model_type: str) -> None:
     config = _default(model_type)
     r = client.post("/v1/resolve", json=_body(config, kind="vision_rope"))
