@@ -186,6 +186,11 @@ def test_every_served_module_is_reachable_from_a_config() -> None:
 @pytest.mark.parametrize("model_type", sorted(set(TOWER_TYPES) | set(TOWERS)))
 def test_every_served_tower_resolves_to_its_table(client: httpx.Client, model_type: str) -> None:
     config = _default(model_type)
+    path, _ = TOWERS[model_type]
+    if path == ("vision_config",) and config.get("vision_config") is None:
+        # a text-only default (Gemma 4): give it its tower's default config
+        (name,) = [n for n, d in CLASSES.items() if d == model_type and n in ROTARY_CLASSES]
+        config["vision_config"] = ref.config_class(ref.load(name, model_type)[0])().to_dict()
     r = client.post("/v1/resolve", json=_body(config, kind="vision_rope"))
     assert r.status_code == 200, r.text
     entry = _vision_entry(r.json()["specs"])
@@ -199,12 +204,12 @@ def test_every_served_tower_resolves_to_its_table(client: httpx.Client, model_ty
 
 
 def test_refused_tower_is_noted_beside_the_text_tables(client: httpx.Client) -> None:
-    config = _default("gemma4")
+    config = _default("kimi_k25")
     r = client.post("/v1/resolve", json=config)
     assert r.status_code == 200, r.text
     specs = r.json()["specs"]
     assert specs
-    assert all("Gemma4VisionRotaryEmbedding" in s["notes"]["not_served"] for s in specs)
+    assert all("Kimi_K25VisionRotaryEmbedding" in s["notes"]["not_served"] for s in specs)
     r = client.post("/v1/resolve", json={"hf_config": config, "kind": "vision_rope"})
     assert r.status_code == 422
     assert r.json()["detail"][0]["field"] == "model_type"

@@ -26,7 +26,8 @@ def test_every_vision_rotary_class_is_mapped_or_refused() -> None:
     assert len(CLASSES) >= 20
     assert not set(ROTARY_CLASSES) & set(REFUSED_CLASSES)
     assert set(CLASSES) == set(ROTARY_CLASSES) | set(REFUSED_CLASSES)
-    assert {"qwen2_vl", "minimax_m3", "pixtral", "llama4", "dinov3"} == set(ROTARY_CLASSES.values())
+    styles = {"qwen2_vl", "minimax_m3", "gemma4", "pixtral", "llama4", "dinov3"}
+    assert styles == set(ROTARY_CLASSES.values())
 
 
 def _fields(name: str, config: Any, frames: int) -> dict[str, Any]:
@@ -44,6 +45,10 @@ def _fields(name: str, config: Any, frames: int) -> dict[str, Any]:
                 "rope_theta": float(config.rope_theta)}  # fmt: skip
     rope = cls(config)
     head_dim = int(rope.inv_freq.numel() * (2 if style == "pixtral" else 4))
+    if style == "gemma4":
+        theta = float(config.rope_parameters["rope_theta"])
+        return {"style": style, "head_dim": head_dim, "grid_height": 5, "grid_width": 7,
+                "rope_theta": theta}  # fmt: skip
     if style == "minimax_m3":
         head_dim = (
             getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
@@ -87,7 +92,10 @@ def test_tower_tables_and_scores_are_bit_exact(name: str) -> None:
     # the other width is the same values: half is the first copy, full the tower's packing
     other = "full" if spec.width == "half" else "half"
     alt = _ours(**fields, width=other)["cos"]
-    if other == "half":
+    if other == "half" and style == "gemma4":  # one copy of each axis block
+        quarter = width // 4
+        assert torch.equal(alt, torch.cat([cos[:, :quarter], cos[:, 2 * quarter : 3 * quarter]], 1))
+    elif other == "half":
         assert torch.equal(alt, cos[:, : width // 2])
     else:
         assert torch.equal(alt, cos.repeat_interleave(2, dim=-1))
@@ -340,3 +348,24 @@ def test_dinov3_tower_forward_rotates_patches_only() -> None:
     assert torch.equal(cos, ours["cos"])
     assert torch.equal(sin, ours["sin"])
     assert q.shape[-2] == 1 + config.num_register_tokens + 15  # prefix tokens first, unrotated
+
+
+def test_gemma4_encoder_forward_applies_the_served_table() -> None:
+    """A one-layer Gemma 4 vision encoder on processor-style (x, y) positions with two padding
+    rows: the real patches' cos/sin are the served table."""
+    from transformers.models.gemma4 import modeling_gemma4 as m
+    from transformers.models.gemma4.configuration_gemma4 import Gemma4VisionConfig
+
+    config = Gemma4VisionConfig(hidden_size=64, num_attention_heads=2, num_key_value_heads=2,
+                                head_dim=32, intermediate_size=64, num_hidden_layers=1)  # fmt: skip
+    config._attn_implementation = "eager"
+    encoder = m.Gemma4VisionEncoder(config).eval()
+    positions = ref.gemma4_positions(3, 5)
+    padded = torch.cat([positions, torch.full((1, 2, 2), -1)], dim=1)
+    mask = torch.cat([torch.ones(1, 15), torch.zeros(1, 2)], dim=1).bool()
+    with _Capture(m, "apply_multidimensional_rope") as cap, torch.no_grad():
+        encoder(torch.randn(1, 17, 64), attention_mask=mask, pixel_position_ids=padded)
+    cos, sin = cap.calls[0][1][0, :15], cap.calls[0][2][0, :15]
+    ours = _ours(style="gemma4", head_dim=32, grid_height=3, grid_width=5)
+    assert torch.equal(cos, ours["cos"])
+    assert torch.equal(sin, ours["sin"])

@@ -83,6 +83,9 @@ def tower_tables(
         cos, sin = rope(torch.zeros(1, 3, h * p, w * p, dtype=torch.float32))
         return cos, sin
     x = torch.zeros(1, dtype=torch.float32)
+    if spec.style == "gemma4":
+        cos, sin = cls(config)(x, gemma4_positions(h, w))
+        return cos[0], sin[0]
     if spec.style == "pixtral":
         hp, wp = torch.meshgrid(torch.arange(h), torch.arange(w), indexing="ij")
         cos, sin = cls(config)(x, torch.stack([hp.flatten(), wp.flatten()], dim=-1))
@@ -97,6 +100,12 @@ def tower_tables(
     return cos, sin
 
 
+def gemma4_positions(h: int, w: int) -> torch.Tensor:
+    """(1, H*W, 2) (x, y) positions as `Gemma4ImageProcessor` builds them (no padding rows)."""
+    grid = torch.meshgrid(torch.arange(w), torch.arange(h), indexing="xy")
+    return torch.stack(grid, dim=-1).reshape(1, h * w, 2)
+
+
 def applied(
     name: str, model_dir: str, style: str, q: torch.Tensor, k: torch.Tensor, cos: Any, sin: Any
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -106,6 +115,12 @@ def applied(
         freqs = torch.complex(cos, sin)  # (N, D/2)
         # Llama4VisionAttention rotates (B, N, heads, D) before its transpose
         rq, rk = module.vision_apply_rotary_emb(q[None], k[None], freqs_ci=freqs)
+        return rq[0], rk[0]
+    if style == "gemma4":
+        # Gemma4VisionAttention: (B, L, heads, D) with (B, L, D) tables and (B, L, 2) positions
+        pos = torch.zeros(1, cos.shape[0], 2, dtype=torch.long)  # only its last axis (2) is read
+        rq = module.apply_multidimensional_rope(q[None], cos[None], sin[None], pos)
+        rk = module.apply_multidimensional_rope(k[None], cos[None], sin[None], pos)
         return rq[0], rk[0]
     if style == "dinov3":
         rq, rk = module.apply_rotary_pos_emb(q.transpose(0, 1), k.transpose(0, 1), cos, sin)

@@ -21,6 +21,12 @@ products `float(position) * f` in fp32 as the reference module computes them, th
   values), per patch `[t*f, h*f, w*f]` (3S/2), full width `cat(., .)` = 3S <= D: the tower
   rotates the first 3S dims (rotate-half) and passes the other D - 3S through
   (`apply_rotary_pos_emb_vision`).
+- "gemma4": `Gemma4VisionRotaryEmbedding` (Gemma 4's vision tower): f as qwen2_vl; positions
+  (x, y) = (column, row) from `Gemma4ImageProcessor` (`meshgrid(arange(W), arange(H),
+  indexing="xy")`, rows row-major); full width `cat(x*f, x*f, y*f, y*f)`, applied by
+  `apply_multidimensional_rope`: dims [0, D/2) rotate by x and [D/2, D) by y, each block
+  rotate-half within itself. Half width is `[x*f, y*f]`. The processor pads every image to
+  `max_patches` rows at position (-1, -1), masked out of attention: not part of the table.
 - "pixtral": `PixtralVisionRotaryEmbedding` (Pixtral, Mistral 3's vision tower): f = 1 /
   theta^(arange(0, D, 2) / D) (D/2 values); per patch `[h*f[0::2], w*f[1::2]]` (D/2), full width
   `cat(half, half)` (rotate-half, `apply_rotary_pos_emb`); rows row-major over the image's
@@ -58,21 +64,23 @@ MAX_SIDE = 1 << 12
 MAX_FRAMES = 1 << 12
 MAX_HEAD_DIM = 8192
 
-Style = Literal["qwen2_vl", "minimax_m3", "pixtral", "llama4", "dinov3"]
+Style = Literal["qwen2_vl", "minimax_m3", "gemma4", "pixtral", "llama4", "dinov3"]
 Width = Literal["full", "half"]
 FloatDtype = Literal["float32", "float16", "bfloat16"]
 
 DEFAULT_THETA: dict[str, float] = {
     "qwen2_vl": 10000.0,
     "minimax_m3": 10000.0,
+    "gemma4": 100.0,
     "pixtral": 10000.0,
     "llama4": 10000.0,
     "dinov3": 100.0,
 }
-"""The config classes' default `rope_theta` (DINOv3ViTConfig: 100)."""
+"""The config classes' default `rope_theta` (DINOv3ViTConfig and Gemma4VisionConfig: 100)."""
 DEFAULT_WIDTH: dict[str, str] = {
     "qwen2_vl": "full",
     "minimax_m3": "full",
+    "gemma4": "full",
     "pixtral": "full",
     "llama4": "half",
     "dinov3": "full",
@@ -268,6 +276,24 @@ def _minimax(spec: VisionRopeSpec, device: torch.device) -> Pair:
     return out[0], out[1]
 
 
+def _gemma4(spec: VisionRopeSpec, device: torch.device) -> Pair:
+    """Full-width (H*W, D) `cat(x*f, x*f, y*f, y*f)`, rows row-major, x the column."""
+    spatial = spec.head_dim // 2
+    inv = 1.0 / (
+        float(spec.rope_theta or 0.0) ** (torch.arange(0, spatial, 2, dtype=torch.float) / spatial)
+    )
+    xs, ys = torch.meshgrid(
+        torch.arange(spec.grid_width), torch.arange(spec.grid_height), indexing="xy"
+    )
+    positions = torch.stack([xs, ys], dim=-1).reshape(-1, 2).to(device)  # (N, 2): (x, y)
+    freqs = positions[..., None].float() * inv.to(device)  # (N, 2, D/4)
+    out = []
+    for table in _trig(freqs):
+        x, y = table[:, 0], table[:, 1]
+        out.append(torch.cat([x, x, y, y], dim=-1))
+    return out[0], out[1]
+
+
 def _pixtral(spec: VisionRopeSpec, device: torch.device) -> Pair:
     """Full-width (H*W, D) `cat(h*f[0::2], w*f[1::2])` twice, rows row-major."""
     dim = spec.head_dim
@@ -330,6 +356,7 @@ def _dinov3(spec: VisionRopeSpec, device: torch.device) -> Pair:
 _TABLES = {
     "qwen2_vl": _qwen,
     "minimax_m3": _minimax,
+    "gemma4": _gemma4,
     "pixtral": _pixtral,
     "llama4": _llama4,
     "dinov3": _dinov3,
@@ -339,8 +366,8 @@ _TABLES = {
 @register_family(
     "vision_rope",
     VisionRopeSpec,
-    "2-D and 3-D rotary cos/sin of vision towers (Qwen2-VL family, MiniMax-M3-VL, Pixtral, "
-    "Llama 4, DINOv3)",
+    "2-D and 3-D rotary cos/sin of vision towers (Qwen2-VL family, MiniMax-M3-VL, Gemma 4, "
+    "Pixtral, Llama 4, DINOv3)",
 )
 def compute_vision_rope(
     spec: VisionRopeSpec, device: torch.device
@@ -354,8 +381,16 @@ def compute_vision_rope(
             # llama4 -> full: each complex pair's value twice; the others -> half: the first
             # copy of cat(c, c) / tile(c, 2)
             half = spec.rotary_width() // 2
-            table = table.repeat_interleave(2, dim=-1) if native == "half" else table[:, :half]
+            if native == "half":
+                table = table.repeat_interleave(2, dim=-1)
+            elif spec.style == "gemma4":  # one copy of each axis block: [x*f, y*f]
+                quarter = half // 2
+                table = torch.cat([table[:, :quarter], table[:, half : half + quarter]], dim=-1)
+            else:
+                table = table[:, :half]
         out[name] = table.to(DTYPES[spec.dtype])
-    pairing = "interleaved" if spec.style == "llama4" else "half"
+    pairing = {"llama4": "interleaved", "gemma4": "half_split_per_axis"}.get(
+        spec.style, "half_split"
+    )
     facts = {"style": spec.style, "rows": spec.rows(), "pairing": pairing}
     return out, facts | {"rotary_width": spec.rotary_width()}

@@ -41,6 +41,7 @@ ROTARY_CLASSES: dict[str, str] = {
         "qwen2_vl",
     ),
     "MiniMaxM3VLVisionRotaryEmbedding": "minimax_m3",
+    "Gemma4VisionRotaryEmbedding": "gemma4",
     "PixtralVisionRotaryEmbedding": "pixtral",
     "Llama4VisionRotaryEmbedding": "llama4",
     "DINOv3ViTRopePositionEmbedding": "dinov3",
@@ -48,7 +49,6 @@ ROTARY_CLASSES: dict[str, str] = {
 """transformers vision rotary module -> the `vision_rope` style that reproduces its tower."""
 
 REFUSED_CLASSES: dict[str, str] = {
-    "Gemma4VisionRotaryEmbedding": "H-H-W-W layout over a per-image position grid (not served)",
     "Sam2VideoVisionRotaryEmbedding": "memory-attention rotary with pairwise (2i, 2i+1) rotation "
     "of the SAM 2 video memory, not a patch grid of this family",
     "EdgeTamVideoVisionRotaryEmbedding": "SAM 2 video memory-attention rotary (pairwise), not "
@@ -73,7 +73,6 @@ REFUSED_CLASSES: dict[str, str] = {
 to the installed package's classes)."""
 
 UNSERVED: dict[str, str] = {
-    "gemma4": "Gemma4VisionRotaryEmbedding",
     "kimi_k25": "Kimi_K25VisionRotaryEmbedding",
     "inkling2": "Inkling2VisionRotaryEmbedding",
     "step3p7": "Step3p7VisionRotaryEmbedding",
@@ -226,6 +225,30 @@ def minimax_m3(view: ConfigView) -> Entry:
     return _entry(data, notes)
 
 
+def gemma4(view: ConfigView) -> Entry:
+    """Gemma 4's vision tower (`Gemma4VisionRotaryEmbedding`, `apply_multidimensional_rope`)."""
+    head_dim = _head_dim(view, ("hidden_size",), ("num_attention_heads",))
+    data = {
+        "style": "gemma4",
+        "head_dim": head_dim,
+        "rope_theta": _theta(view, 100.0),
+        "grid_height": DEFAULT_GRID,
+        "grid_width": DEFAULT_GRID,
+    }
+    notes = {
+        "transformers": "Gemma4VisionRotaryEmbedding (f = 1/theta^(arange(0, D/2, 2) / (D/2)), "
+        "cos/sin = cat(x*f, x*f, y*f, y*f)) applied by apply_multidimensional_rope: dims "
+        "[0, D/2) rotate by the column x, [D/2, D) by the row y, rotate-half within each block",
+        "pairing": "half_split_per_axis",
+        "patch_order": "row-major (Gemma4ImageProcessor: meshgrid(arange(W), arange(H), "
+        "indexing='xy'), positions (x, y)); rows padded to max_patches (position -1, masked "
+        "out of attention) are not in the table",
+        "grid": f"the processor sizes each image: pass grid_height = height // patch_size, "
+        f"grid_width = width // patch_size ({DEFAULT_GRID}x{DEFAULT_GRID} here)",
+    }
+    return _entry(data, notes)
+
+
 def pixtral(view: ConfigView) -> Entry:
     """Pixtral's tower (`PixtralVisionRotaryEmbedding`; Mistral 3 and Llava-Pixtral use it)."""
     head_dim = _head_dim(view, ("hidden_size",), ("num_attention_heads",))
@@ -329,6 +352,7 @@ TOWERS: dict[str, tuple[tuple[str, ...], Reader]] = {
     "qwen2_5_omni": (("thinker_config", "vision_config"), qwen),
     "qwen3_omni_moe": (("thinker_config", "vision_config"), qwen),
     "minimax_m3_vl": (("vision_config",), minimax_m3),
+    "gemma4": (("vision_config",), gemma4),
     "llama4": (("vision_config",), llama4),
     "pixtral": ((), pixtral),
     "dinov3_vit": ((), dinov3),
@@ -371,8 +395,9 @@ def vision_entries(config: Mapping[str, Any], *, required: bool = False) -> list
     for part in path:
         data = data.get(part) if isinstance(data, Mapping) else None
     if not isinstance(data, Mapping):
-        prefix = ".".join(path)
-        fail(prefix, "required: the vision tower's config", None)
+        if not required:
+            return []  # a text-only config of a multimodal family (Gemma 4's default)
+        fail(".".join(path), "required: the vision tower's config", None)
     prefix = "".join(f"{p}." for p in path)
     return [reader(ConfigView(data, prefix, model_type, None))]
 

@@ -57,7 +57,9 @@ class VisionRopeCosSin(GraphExporter):
             "rows": rows,
             "style": spec.style,
             "width": spec.width,
-            "pairing": "interleaved" if spec.style == "llama4" else "half_split",
+            "pairing": {"llama4": "interleaved", "gemma4": "half_split_per_axis"}.get(
+                spec.style, "half_split"
+            ),
         }
 
     def samples(self, spec: VisionRopeSpec, options: ExportOptions) -> list[Sample]:
