@@ -84,6 +84,12 @@ CASES: dict[str, tuple[str, dict[str, Any], Inputs, list[str] | None]] = {
         [("grid", np.array([3, 5], np.int32))],
         None,
     ),
+    "vision_rope": (
+        "vision_rope",
+        {"style": "pixtral", "head_dim": 16},
+        [("grid", np.array([3, 5], np.int64))],
+        None,
+    ),
     "t5_bias": (
         "t5_bias",
         {"query_length": 10, "key_length": 10},

@@ -105,6 +105,17 @@ BASE: dict[tuple[str, str], dict[str, Any]] = {
         "max_positions": 6,
         "pad_value": -1.0,
     },
+    # Qwen2.5-VL window order over a 2-frame 8x12 grid
+    ("vision_rope", "cos_sin"): {
+        "kind": "vision_rope",
+        "style": "qwen2_vl",
+        "head_dim": 16,
+        "grid_height": 8,
+        "grid_width": 12,
+        "frames": 2,
+        "window_size": 56,
+        "patch_size": 14,
+    },
     ("learned", "embedding"): {
         "kind": "learned",
         "method": "timm",

@@ -21,8 +21,8 @@ from posenc.onnx.graphs._rotary import reference_rotate
 from tests.onnx.cases import DTYPES, assert_close, run, spec_for
 from tests.tolerances import ATOL
 
-LATER_KINDS = {"cope", "learned", "normalized", "relative_index", "xpos"}
-"""Issue 9's graphs, checked by `_later_case`."""
+LATER_KINDS = {"cope", "learned", "normalized", "relative_index", "xpos", "vision_rope"}
+"""Issue 9's graphs (and issue 18's vision_rope), checked by `_later_case`."""
 ENDS = (OPSETS[0], OPSETS[-1])
 
 
@@ -208,5 +208,8 @@ def _later_case(
             "lengths": torch.tensor(spec.lengths),
         }
         return feeds, {"embedding": table["embedding"]}, 0.0
+    if spec.kind == "vision_rope":
+        rows = torch.arange(spec.rows()).flip(0)  # every row, gathered in reverse
+        return {"patch_ids": rows}, {n: table[n][rows] for n in ("cos", "sin")}, 0.0
     rows = table["embedding"].shape[0]
     return {"position_ids": torch.arange(rows)[None]}, {"embedding": table["embedding"][None]}, 0.0

@@ -17,6 +17,7 @@ from posenc.encodings import (
     sinusoidal,
     sinusoidal_2d,
     t5_bias,
+    vision_rope,
     weights,
     xpos,
 )
@@ -73,6 +74,7 @@ __all__ = [
     "sinusoidal",
     "sinusoidal_2d",
     "t5_bias",
+    "vision_rope",
     "weights",
     "xpos",
 ]

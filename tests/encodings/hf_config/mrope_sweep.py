@@ -86,7 +86,16 @@ RELEASED: dict[str, dict[str, Any]] = {
         "max_position_embeddings": 32768,
         "rope_theta": 1000000.0,
         "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
-        "vision_config": {"spatial_merge_size": 2, "in_chans": 3, "patch_size": 14},
+        "vision_config": {
+            "depth": 32,
+            "embed_dim": 1280,
+            "hidden_size": 3584,
+            "num_heads": 16,
+            "in_chans": 3,
+            "patch_size": 14,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+        },
     },
     "Qwen/Qwen2.5-VL-7B-Instruct": {
         "model_type": "qwen2_5_vl",
@@ -96,7 +105,16 @@ RELEASED: dict[str, dict[str, Any]] = {
         "max_position_embeddings": 128000,
         "rope_theta": 1000000.0,
         "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
-        "vision_config": {"spatial_merge_size": 2, "tokens_per_second": 2},
+        "vision_config": {
+            "hidden_size": 1280,
+            "num_heads": 16,
+            "patch_size": 14,
+            "spatial_merge_size": 2,
+            "window_size": 112,
+            "temporal_patch_size": 2,
+            "fullatt_block_indexes": [7, 15, 23, 31],
+            "tokens_per_second": 2,
+        },
     },
     "Qwen/Qwen3-VL-8B-Instruct": {
         "model_type": "qwen3_vl",
@@ -114,7 +132,15 @@ RELEASED: dict[str, dict[str, Any]] = {
             },
             "rope_theta": 5000000,
         },
-        "vision_config": {"spatial_merge_size": 2},
+        "vision_config": {
+            "model_type": "qwen3_vl",
+            "hidden_size": 1152,
+            "num_heads": 16,
+            "patch_size": 16,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+            "num_position_embeddings": 2304,
+        },
     },
     "zai-org/GLM-4.1V-9B-Thinking": {
         "model_type": "glm4v",
@@ -128,7 +154,14 @@ RELEASED: dict[str, dict[str, Any]] = {
             "rope_theta": 10000.0,
             "rope_scaling": {"type": "default", "mrope_section": [8, 12, 12]},
         },
-        "vision_config": {"spatial_merge_size": 2},
+        "vision_config": {
+            "hidden_size": 1536,
+            "num_heads": 12,
+            "image_size": 336,
+            "patch_size": 14,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+        },
     },
     "baidu/ERNIE-4.5-VL-28B-A3B-PT": {
         "model_type": "ernie4_5_vl_moe",
@@ -144,7 +177,13 @@ RELEASED: dict[str, dict[str, Any]] = {
                 "mrope_section": [22, 22, 20],
             },
         },
-        "vision_config": {"spatial_merge_size": 2, "temporal_merge_size": 2},
+        "vision_config": {
+            "hidden_size": 1280,
+            "num_heads": 16,
+            "patch_size": 14,
+            "spatial_merge_size": 2,
+            "temporal_merge_size": 2,
+        },
     },
     "Qwen/Qwen2.5-Omni-7B": {
         "model_type": "qwen2_5_omni",
@@ -167,7 +206,7 @@ RELEASED: dict[str, dict[str, Any]] = {
     },
 }
 """The RoPE facts of released checkpoints' config.json files (their M-RoPE keys, sizes that set
-head_dim and rotary width; layer counts and vocabularies left at the class defaults, since only
+head_dim and rotary width, the vision tower's rotary facts as in tests/api/test_vision_rope.py; layer counts and vocabularies left at the class defaults, since only
 the rotary module is built)."""
 
 

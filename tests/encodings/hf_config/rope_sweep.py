@@ -1419,7 +1419,38 @@ def render(results: Mapping[tuple[str, str, str], Verdict]) -> str:
             f"| {model_type} | {variants} | {pairing or '-'} | {width or '-'} | {types} | {nope} "
             f"| {outcome} | transformers {version} |"
         )
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + vision_lines(version)) + "\n"
+
+
+def vision_lines(version: str) -> list[str]:
+    """The vision rotary modules of the installed transformers (enumerated from its modeling
+    sources, `tests/encodings/vision_reference.py`): served as a `vision_rope` style (its tower's
+    cos/sin and q.k bit-exact in `tests/encodings/test_vision_rope.py`) or refused, with why."""
+    from posenc.encodings.hf_config.vision_rope import REFUSED_CLASSES, ROTARY_CLASSES
+    from tests.encodings.vision_reference import rotary_classes
+
+    found = rotary_classes()
+    served = sum(1 for name in found if name in ROTARY_CLASSES)
+    lines = [
+        "",
+        "## Vision rotary modules (`vision_rope`)",
+        "",
+        f"Every vision rotary module of transformers {version} (a class named "
+        "`*Vision*Rotary*Embedding` / `*ViT*Rope*Embedding` in a modeling module), served as a "
+        "`vision_rope` style (cos/sin of the tower's grid in its patch order, and q.k after its "
+        "own apply function, bit for bit: `tests/encodings/test_vision_rope.py`) or refused "
+        f"with the reason. Served {served} of {len(found)}.",
+        "",
+        "| module | model | outcome | verified against |",
+        "|---|---|---|---|",
+    ]
+    for name in sorted(found, key=lambda n: (found[n], n)):
+        if name in ROTARY_CLASSES:
+            outcome = f"exact: style `{ROTARY_CLASSES[name]}`"
+        else:
+            outcome = f"refused ({_cell(REFUSED_CLASSES.get(name, 'not listed'))})"
+        lines.append(f"| {name} | {found[name]} | {outcome} | transformers {version} |")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:

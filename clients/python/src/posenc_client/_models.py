@@ -342,6 +342,7 @@ ROW_AXES: dict[str, dict[str, int | None]] = {
     "learned": {"embedding": 0},
     "normalized": {"embedding": -1},
     "sinusoidal_2d": {"embedding": None},
+    "vision_rope": {"cos": 0, "sin": 0},
 }
 """Each family's position axis per tensor, as the server declares it (`TensorInfo.row_axis`):
 the axis a `rows=` range slices (the query axis of a (H, Q, K) bias), None for tensors sent

@@ -1,7 +1,7 @@
 """posenc.api.oip: the Open Inference Protocol (KServe v2) with the binary tensor extension.
 
-One model per family (`rope`, `alibi`, `sinusoidal`, `sinusoidal_2d`, `t5_bias`, see
-`models`); the table spec comes in the request parameters (`spec` JSON or flat keys); inputs are
+One model per family (`rope`, `alibi`, `sinusoidal`, `sinusoidal_2d`, `t5_bias`, `vision_rope`,
+see `models`); the table spec comes in the request parameters (`spec` JSON or flat keys); inputs are
 positions, outputs the rows for them, gathered from the service's cached tables or computed for
 exactly those positions. `codec` is the wire format, `context` what the models need from the
 service (cache, limits, readiness), `params` the request parameters. The HTTP surface is

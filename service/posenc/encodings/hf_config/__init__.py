@@ -56,6 +56,9 @@ the table in `notes`. The rules reproduce transformers 5.x (`modeling_rope_utils
 | DETR, conditional / Deformable DETR, Table    | `sinusoidal_2d` (detr, d_model // 2 features,   |
 | Transformer `d_model`; the request's height,  | normalize; offset -0.5 in Deformable DETR)      |
 | width, valid_height, valid_width              |                                                 |
+| Vision towers with rotary positions (Qwen2-VL | + `vision_rope:vision` beside the text tables   |
+| family, GLM-4V, MiniMax-M3-VL, Llama 4,       | (`vision_rope.TOWERS`); Pixtral and DINOv3 ViT  |
+| Mistral 3 / Llava-Pixtral, Qwen Omni)         | configs are vision-only                         |
 
 Vision configs (transformers `modeling_vit.py`, `modeling_swin.py`, `modeling_beit.py`,
 `modeling_data2vec_vision.py`, `modeling_vit_mae.py`): the patch grid is `image_size //
@@ -67,7 +70,9 @@ inline `table`) as an override; without one the mapping raises `ConfigError` nam
 Modules: `view.py` (the config view and the unvalidated `Entry`), `rope.py` (transformers' generic
 RoPE reading; each variant's keys map in its own `rope/variants/<rope_type>.py` `from_hf`),
 `text.py` (ALiBi, T5, sinusoidal and learned text models), `mrope.py` (multimodal RoPE),
-`vision.py`, `unmapped.py` (the
+`vision.py`, `vision_rope.py` (the
+vision towers' rotary entries; every vision rotary module of transformers served or refused),
+`unmapped.py` (the
 non-rotary models refused, each with its reason, and the parts left out of multimodal configs,
 noted as `not_served`), `models.py` (per-model
 facts: `MAPPERS` from `model_type` to its mapper, `MODEL_DEFAULTS`) and `resolve.py`.

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from posenc.encodings.config_values import check_number, fail
-from posenc.encodings.hf_config import mrope, text, unmapped, vision
+from posenc.encodings.hf_config import mrope, text, unmapped, vision, vision_rope
 from posenc.encodings.hf_config.rope import GENERIC_ROPE, RopeModel
 from posenc.encodings.hf_config.view import ConfigView, Entry, head_dim
 
@@ -560,6 +560,8 @@ MAPPERS: dict[str, Mapper] = {
     **dict.fromkeys(vision.DETR_MODELS, vision.detr),
     "donut-swin": vision.swin_copy,
     "maskformer-swin": vision.swin_copy,
+    # Vision-only towers with rotary positions: their tables are vision_rope entries.
+    **dict.fromkeys(vision_rope.VISION_ONLY, vision_rope.no_text),
     **dict.fromkeys(unmapped.REFUSED, unmapped.refuse),
     # Multimodal RoPE text models (issue 18): the 1-D table plus notes["mrope"].
     **{

@@ -14,6 +14,7 @@ from posenc.encodings.hf_config.models import entries as model_entries
 from posenc.encodings.hf_config.models import text_view
 from posenc.encodings.hf_config.unmapped import LEFT_OUT
 from posenc.encodings.hf_config.view import Entry
+from posenc.encodings.hf_config.vision_rope import not_served, vision_entries
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,8 @@ def resolve_hf_config(
         config: the config dict (v4 `rope_scaling` or v5 `rope_parameters` shape; multimodal
             configs are read through `text_config`).
         kind: keep only this family ("rope", "alibi", "t5_bias", "sinusoidal",
-            "relative_index", "learned", "sinusoidal_2d"); other tables are not validated.
+            "relative_index", "learned", "sinusoidal_2d", "vision_rope"); other tables are not
+            validated.
         layer_type: keep only specs used by this layer type ("sliding_attention",
             "full_attention") or role ("encoder", "decoder").
         overrides: spec fields applied to every produced spec whose family has the field
@@ -122,7 +124,10 @@ def resolve_hf_config(
         )
     view = text_view(config)
     groups: dict[str, _Group] = {}
-    entries = model_entries(view)
+    # vision towers' rotary tables (`vision_rope:vision`) follow the text ones; asked for alone,
+    # the text side is not mapped (it may be refused while the tower is served)
+    text_entries = [] if kind == "vision_rope" else model_entries(view)
+    entries = text_entries + vision_entries(config, required=kind == "vision_rope")
     for entry in entries:
         if kind is not None and entry.family != kind:
             continue  # not validated: a table not asked for cannot fail the request
@@ -148,6 +153,8 @@ def resolve_hf_config(
             notes["layer_types"] = list(group.layer_types)
         if config.get("model_type") in LEFT_OUT:
             notes["not_served"] = LEFT_OUT[str(config["model_type"])]
+        if (tower := not_served(config)) is not None:
+            notes["not_served"] = tower
         if kind is not None and group.family != kind:
             continue
         if layer_type is not None and not _serves(group, layer_type, declared):

@@ -10,6 +10,7 @@ from posenc.onnx.graphs import (
     sinusoidal,
     sinusoidal_2d,
     t5_bias,
+    vision_rope,
     xpos,
 )
 
@@ -23,5 +24,6 @@ __all__ = [
     "sinusoidal",
     "sinusoidal_2d",
     "t5_bias",
+    "vision_rope",
     "xpos",
 ]

@@ -12,13 +12,22 @@
 | xpos          | position_ids [..]                         | cos_q, sin_q, cos_k, sin_k        |
 |               |                                           | [.., w] (or cos, sin, scale_q,    |
 |               |                                           | scale_k: packing factored)        |
+| vision_rope   | grid [2] or [3] (frames, height, width)   | cos, sin [N, w] (tower order)     |
 | other kinds   | none (the spec is the request)            | the table's tensors, as in /v1    |
 """
 
 from __future__ import annotations
 
 from posenc.api.oip.codec import OipError
-from posenc.api.oip.models import alibi, rope, sinusoidal, sinusoidal_2d, t5_bias, xpos
+from posenc.api.oip.models import (
+    alibi,
+    rope,
+    sinusoidal,
+    sinusoidal_2d,
+    t5_bias,
+    vision_rope,
+    xpos,
+)
 from posenc.api.oip.models.base import VERSION, InferResult, OipModel, TensorDecl
 from posenc.api.oip.models.table import table_model
 from posenc.encodings import FAMILIES
@@ -32,6 +41,7 @@ POSITION_MODELS: dict[str, OipModel] = {
         sinusoidal_2d.MODEL,
         t5_bias.MODEL,
         xpos.MODEL,
+        vision_rope.MODEL,
     )
 }
 """The models whose inputs are positions (the rows a runtime needs)."""
