@@ -3,7 +3,8 @@
 Public API:
 - `parse_spec(data) -> Spec`: `kind` selects the family; invalid input raises `SpecError`.
 - `compute(spec, device=...) -> Table`: `Table.tensors` (named torch tensors) and `Table.meta`.
-- `from_hf_config(config, **overrides) -> list[Spec]`: specs a transformers config.json needs.
+- `from_hf_config(config, **overrides) -> list[Spec]`: specs a transformers config.json needs;
+  `resolve_hf_parts(config, ...) -> Resolution`: the tables it can serve and the parts it cannot.
 - `canonical_json(spec)`, `content_key(spec)`: canonical form and its stable sha256 key.
 - `weights`: checkpoint tables specs name by content key (`TableStore`, `resolve_tables`).
 """
@@ -40,7 +41,14 @@ from posenc.encodings.errors import (
     SpecError,
     UnknownKindError,
 )
-from posenc.encodings.hf_config import NamedSpec, from_hf_config, resolve_hf_config
+from posenc.encodings.hf_config import (
+    NamedSpec,
+    Resolution,
+    Unserved,
+    from_hf_config,
+    resolve_hf_config,
+    resolve_hf_parts,
+)
 
 Spec = SpecBase
 
@@ -52,12 +60,14 @@ __all__ = [
     "FieldProblem",
     "NamedSpec",
     "PosencError",
+    "Resolution",
     "Spec",
     "SpecBase",
     "SpecError",
     "Table",
     "TensorInfo",
     "UnknownKindError",
+    "Unserved",
     "alibi",
     "canonical_dict",
     "canonical_json",
@@ -69,6 +79,7 @@ __all__ = [
     "parse_spec",
     "relative_index",
     "resolve_hf_config",
+    "resolve_hf_parts",
     "rope",
     "sinusoidal",
     "sinusoidal_2d",

@@ -55,6 +55,8 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     # BEiT / data2vec-vision checkpoints: relative position bias per layer.
     "beit+relative": ("beit", {"use_relative_position_bias": True}),
     "data2vec-vision+relative": ("data2vec-vision", {"use_relative_position_bias": True}),
+    # Two table widths: pixel decoder (feature_size // 2) and transformer decoder (hidden_dim // 2).
+    "mask2former+feature_size": ("mask2former", {"feature_size": 128}),
     # Time-series checkpoints set prediction_length (the class default is None).
     **{
         f"{t}+prediction_length": (t, {"prediction_length": 24})
@@ -71,17 +73,44 @@ ALTERNATIVES: dict[str, str] = {
 }
 """case -> a family the config chooses instead of (or beside) the marked one."""
 
-NOT_SERVED: dict[str, str] = {
-    "granite_docling": "2-D sin-cos",
-    "kosmos-2": "vision model",
-    "musicgen": "text encoder",
-    "musicgen_melody": "text encoder",
+NOT_SERVED: dict[str, dict[str, str]] = {
+    # The checkpoint's learned table is not in config.json: the window index is served.
+    "swin+absolute": {"learned": "table_key"},
+    "granite_docling": {"vision_config": "2-D sin-cos"},
+    "kosmos-2": {"vision_config": "vision model"},
+    "musicgen": {"text_encoder": "text encoder"},
+    "musicgen_melody": {"text_encoder": "text encoder"},
+    **{
+        t: {"backbone_config": "backbone"}
+        for t in ("mask2former", "mask2former+feature_size", "maskformer", "oneformer")
+    },
+    **{
+        t: {
+            "text_config": "learned absolute position embeddings",
+            "text_positions": "phrase boundaries",
+            "backbone_config": "backbone",
+        }
+        for t in ("grounding-dino", "mm-grounding-dino")
+    },
 }
-"""Composite cases served in part -> what each table's `not_served` note must name."""
+"""Composite cases served in part -> {unserved part: what its reason must name}; each table's
+`not_served` note names the parts `unmapped.LEFT_OUT` lists."""
 
+_PADDED = {"height": 13, "width": 17, "valid_height": 11, "valid_width": 14}
 REQUEST: dict[str, dict[str, int]] = {
-    t: {"height": 13, "width": 17, "valid_height": 11, "valid_width": 14}
-    for t in ("detr", "conditional_detr", "deformable_detr", "table-transformer")
+    **{
+        t: _PADDED
+        for t in (
+            "detr",
+            "conditional_detr",
+            "deformable_detr",
+            "table-transformer",
+            "grounding-dino",
+            "mm-grounding-dino",
+        )
+    },
+    # The Mask2Former family masks nothing: every position of the feature map is valid.
+    **{t: {"height": 13, "width": 17} for t in ("mask2former", "maskformer", "oneformer")},
 }
 """model_type -> the request fields its tables need beside config.json (a feature map's size)."""
 
@@ -89,7 +118,6 @@ DEFAULT_REFUSALS: dict[str, str] = {
     "trocr": "use_learned_position_embeddings",
     "beit": "use_relative_position_bias",
     "data2vec-vision": "use_relative_position_bias",
-    "swin+absolute": "table_key",
     "time_series_transformer": "prediction_length",
     "informer": "prediction_length",
     "autoformer": "prediction_length",
@@ -281,9 +309,30 @@ def _sinusoidal_2d(model_type: str, cfg: Any, named: NamedSpec) -> Pair:
     if model_type in REQUEST:
         # The model's own module as the model builds it, on a padded pixel mask.
         size = REQUEST[model_type]
+        mod = _modeling(model_type)
+        shape = torch.Size((1, 1, size["height"], size["width"]))
+        if model_type in ("mask2former", "oneformer"):
+            # <Model>PixelDecoder and <Model>TransformerModule build it without a mask.
+            pixel = cfg.feature_size if model_type == "mask2former" else cfg.conv_dim
+            feats = {"pixel_decoder": pixel // 2, "transformer_decoder": cfg.hidden_dim // 2}
+            role = named.name.partition(":")[2] or "transformer_decoder"
+            cls = getattr(mod, f"{type(cfg).__name__[: -len('Config')]}SinePositionEmbedding")
+            module = cls(num_position_features=feats[role], normalize=True)
+            return ours, module(shape, "cpu", torch.float32)[0]
+        if model_type == "maskformer":
+            hidden = cfg.decoder_config.hidden_size
+            module = mod.MaskFormerSinePositionEmbedding(hidden // 2, normalize=True)
+            return ours, module(shape, "cpu", torch.float32)[0]
         mask = torch.zeros(1, size["height"], size["width"], dtype=torch.long)
         mask[:, : size["valid_height"], : size["valid_width"]] = 1
-        mod = _modeling(model_type)
+        if model_type in ("grounding-dino", "mm-grounding-dino"):
+            cls = next(
+                getattr(mod, n)
+                for n in sorted(dir(mod))
+                if n.endswith("GroundingDinoSinePositionEmbedding")
+            )
+            pixels = torch.zeros(1, 3, size["height"], size["width"])
+            return ours, cls(cfg)(pixels, mask)[0]
         if model_type == "table-transformer":
             module = mod.build_position_encoding(cfg)
             pixels = torch.zeros(1, 3, size["height"], size["width"])

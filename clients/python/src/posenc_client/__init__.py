@@ -40,7 +40,15 @@ from posenc_client._exceptions import (
     UnsupportedExportError,
 )
 from posenc_client._formats import dump_safetensors, parse_safetensors
-from posenc_client._models import OnnxModel, Preset, PresetPart, ResolvedSpec, Tables
+from posenc_client._models import (
+    OnnxModel,
+    Preset,
+    PresetPart,
+    ResolvedSpec,
+    ResolvedSpecs,
+    Tables,
+    UnservedPart,
+)
 from posenc_client._version import __version__
 
 __all__ = [
@@ -68,12 +76,14 @@ __all__ = [
     "PresetPart",
     "RequestTimeoutError",
     "ResolvedSpec",
+    "ResolvedSpecs",
     "Retries",
     "ServiceUnavailableError",
     "Tables",
     "TooLargeError",
     "TransportError",
     "UnknownKindError",
+    "UnservedPart",
     "UnsupportedConfigError",
     "UnsupportedExportError",
     "__version__",

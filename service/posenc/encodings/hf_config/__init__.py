@@ -2,8 +2,10 @@
 
 `resolve_hf_config(config)` reads a config dict (the file's JSON, no hub access, no transformers
 import) and returns one `NamedSpec` per distinct table, with the facts a runtime must know beside
-the table in `notes`. The rules reproduce transformers 5.x (`modeling_rope_utils.py`,
-`RotaryEmbeddingConfigMixin.standardize_rope_params`, each model's config class and modeling code):
+the table in `notes`; `resolve_hf_parts(config)` (what `/v1/resolve` calls) returns the tables it
+can serve and, per part it cannot, an `Unserved` (part, reason, config key). The rules reproduce
+transformers 5.x (`modeling_rope_utils.py`, `RotaryEmbeddingConfigMixin.standardize_rope_params`,
+each model's config class and modeling code):
 
 | config                                        | spec                                            |
 |-----------------------------------------------|-------------------------------------------------|
@@ -53,6 +55,11 @@ the table in `notes`. The rules reproduce transformers 5.x (`modeling_rope_utils
 | DETR, conditional / Deformable DETR, Table    | `sinusoidal_2d` (detr, d_model // 2 features,   |
 | Transformer `d_model`; the request's height,  | normalize; offset -0.5 in Deformable DETR)      |
 | width, valid_height, valid_width              |                                                 |
+| Mask2Former `feature_size`, `hidden_dim`;     | `sinusoidal_2d` (detr, normalize, all valid):   |
+| OneFormer `conv_dim`, `hidden_dim`; MaskFormer| `:pixel_decoder` / `:transformer_decoder` where |
+| `decoder_config.d_model`                      | the widths differ                               |
+| Grounding DINO (MM) `d_model`,                | `sinusoidal_2d` (detr, temperature); text_config|
+| `positional_embedding_temperature`            | and text positions listed as unserved           |
 
 Vision configs (transformers `modeling_vit.py`, `modeling_swin.py`, `modeling_beit.py`,
 `modeling_data2vec_vision.py`, `modeling_vit_mae.py`): the patch grid is `image_size //
@@ -84,7 +91,14 @@ from posenc.encodings.hf_config.models import (
     NTK_ALPHA_MODELS,
     TEXT_MODEL_TYPES,
 )
-from posenc.encodings.hf_config.resolve import NamedSpec, from_hf_config, resolve_hf_config
+from posenc.encodings.hf_config.resolve import (
+    NamedSpec,
+    Resolution,
+    Unserved,
+    from_hf_config,
+    resolve_hf_config,
+    resolve_hf_parts,
+)
 from posenc.encodings.hf_config.rope import ROPE_KEYS, ROPE_TYPES, SCALAR_ROPE_KEYS
 from posenc.encodings.hf_config.text import LEARNED_MODELS, SLOPES_NOTE, T5_MODELS
 from posenc.encodings.hf_config.vision import BEIT_MODELS
@@ -104,6 +118,9 @@ __all__ = [
     "T5_MODELS",
     "TEXT_MODEL_TYPES",
     "NamedSpec",
+    "Resolution",
+    "Unserved",
     "from_hf_config",
     "resolve_hf_config",
+    "resolve_hf_parts",
 ]

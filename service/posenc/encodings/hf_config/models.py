@@ -529,6 +529,8 @@ MAPPERS: dict[str, Mapper] = {
     **dict.fromkeys(text.TIME_SERIES_MODELS, text.time_series),
     "kosmos_2_text_model": text.kosmos2_text,
     **dict.fromkeys(vision.DETR_MODELS, vision.detr),
+    **dict.fromkeys(("mask2former", "oneformer"), vision.mask2former),
+    "maskformer": vision.maskformer,
     "donut-swin": vision.swin_copy,
     "maskformer-swin": vision.swin_copy,
     **dict.fromkeys(unmapped.REFUSED, unmapped.refuse),

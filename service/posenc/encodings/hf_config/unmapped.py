@@ -9,7 +9,11 @@ tests/encodings/hf_config/test_nonrotary_sweep.py).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from typing import Any
+
 from posenc.encodings.config_values import fail
+from posenc.encodings.hf_config import vision
 from posenc.encodings.hf_config.view import ConfigView, Entry
 
 _DETR = (
@@ -32,9 +36,6 @@ REFUSED: dict[str, str] = {
             "rt_detr_v2": "RTDetrV2's build_2d_sincos_position_embedding",
             "d_fine": "DFine's build_2d_sincos_position_embedding",
             "deimv2": "Deimv2's build_2d_sincos_position_embedding",
-            "mask2former": "Mask2FormerSinePositionEmbedding",
-            "maskformer": "MaskFormerSinePositionEmbedding",
-            "oneformer": "OneFormerSinePositionEmbedding",
             "pp_doclayout_v2": "PPDocLayoutV2 SinePositionEmbedding plus rel_pos_bins",
             "pp_doclayout_v3": "PPDocLayoutV3 SinePositionEmbedding",
             "pp_doclayout_v4": "PPDocLayoutV4 SinePositionEmbedding",
@@ -123,19 +124,65 @@ REFUSED: dict[str, str] = {
 """model_type -> why `/v1/resolve` serves no table for it."""
 
 
-LEFT_OUT: dict[str, str] = {
-    "granite_docling": "the vision tower's fixed 2-D sin-cos table (build_2d_sinusoidal_position_"
-    "embedding, columns before rows) is not served; only the text model's tables are",
-    "kosmos-2": "the vision model's learned positions (checkpoint weights) are not served; only "
-    "the text model's table is",
+_BACKBONE = (
+    "backbone_config",
+    "the backbone's own position tables are not served with this config: resolve its "
+    "backbone_config on its own (Swin in the released checkpoints: relative_index)",
+    "backbone_config",
+)
+
+LEFT_OUT: dict[str, tuple[tuple[str, str, str], ...]] = {
+    "granite_docling": (
+        (
+            "vision_config",
+            "the vision tower's fixed 2-D sin-cos table (build_2d_sinusoidal_position_embedding, "
+            "columns before rows) is not served; only the text model's tables are",
+            "vision_config",
+        ),
+    ),
+    "kosmos-2": (
+        (
+            "vision_config",
+            "the vision model's learned positions (checkpoint weights) are not served; only the "
+            "text model's table is",
+            "vision_config",
+        ),
+    ),
     **dict.fromkeys(
         ("musicgen", "musicgen_melody"),
-        "the text encoder's tables are not served: resolve its text_encoder config on its own "
-        "(a T5 config: t5_bias)",
+        (
+            (
+                "text_encoder",
+                "the text encoder's tables are not served: resolve its text_encoder config on its "
+                "own (a T5 config: t5_bias)",
+                "text_encoder",
+            ),
+        ),
+    ),
+    **dict.fromkeys(("mask2former", "maskformer", "oneformer"), (_BACKBONE,)),
+    **dict.fromkeys(
+        ("grounding-dino", "mm-grounding-dino"),
+        (
+            (
+                "text_positions",
+                "the text tokens' sine embedding (encode_sinusoidal_position_embedding of "
+                "text_position_ids, 2*pi-scaled) follows each prompt's phrase boundaries "
+                "(position ids restart per phrase): not a fixed table",
+                "text_config",
+            ),
+            _BACKBONE,
+        ),
     ),
 }
-"""Multimodal model_type -> the part `/v1/resolve` leaves out when it serves the text model's
-tables (noted as `not_served` on every table it returns)."""
+"""Composite model_type -> (part, why, config key) of each part `/v1/resolve` leaves out when it
+serves the others: listed in `unserved`, and noted as `not_served` on every table it returns."""
+
+
+COMPOSITES: dict[str, Callable[[Mapping[str, Any]], list[Entry]]] = dict.fromkeys(
+    ("grounding-dino", "mm-grounding-dino"), vision.grounding_dino
+)
+"""Composite model_type -> the mapper of its parts outside `text_config` (given the whole
+config); a refused `text_config` is then an unserved part beside them."""
 
 
 def refuse(view: ConfigView) -> list[Entry]:

@@ -11,6 +11,7 @@ inline `table`) as an override.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from posenc.encodings.config_values import check_number, fail
@@ -281,3 +282,106 @@ def detr(view: ConfigView) -> list[Entry]:
         "(one table per feature level in Deformable DETR)",
     }
     return [Entry("sinusoidal_2d", None, data, notes)]
+
+
+def _sine_entry(
+    role: str | None, num_pos_feats: int, source: str, temperature: float | None = None
+) -> Entry:
+    """A DETR-style normalised sine table of a feature map (`sinusoidal_2d`, style detr) whose
+    size the request gives (`height`, `width`, `valid_height`, `valid_width`)."""
+    data: dict[str, Any] = {
+        "kind": "sinusoidal_2d",
+        "style": "detr",
+        "num_pos_feats": num_pos_feats,
+        "normalize": True,
+    }
+    if temperature is not None:
+        data["temperature"] = temperature
+    notes = {
+        "size": "pass height and width: the feature map's size (one table per feature level), "
+        "and valid_height / valid_width where the model masks padding (default: all valid); "
+        "config.json does not give them",
+        "transformers": source,
+    }
+    return Entry("sinusoidal_2d", role, data, notes)
+
+
+def _sine_tables(parts: dict[str, tuple[int, str]]) -> list[Entry]:
+    """One entry per part {role: (num_pos_feats, source)}; a single entry when all parts share
+    one table (equal num_pos_feats)."""
+    if len({feats for feats, _ in parts.values()}) == 1:
+        feats = next(iter(parts.values()))[0]
+        return [_sine_entry(None, feats, "; ".join(src for _, src in parts.values()))]
+    return [_sine_entry(role, feats, src) for role, (feats, src) in parts.items()]
+
+
+def mask2former(view: ConfigView) -> list[Entry]:
+    """Mask2Former / OneFormer (`<Model>SinePositionEmbedding(num_position_features=F,
+    normalize=True)`, no mask: every position valid): the pixel decoder's tables at
+    feature_size // 2 (OneFormer: conv_dim // 2) and the transformer decoder's at hidden_dim // 2,
+    each per feature level of the image."""
+    name = "Mask2Former" if view.model_type == "mask2former" else "OneFormer"
+    pixel_key = "feature_size" if view.model_type == "mask2former" else "conv_dim"
+    pixel = int(view.number(pixel_key))
+    hidden = int(view.number("hidden_dim"))
+    return _sine_tables(
+        {
+            "pixel_decoder": (
+                pixel // 2,
+                f"{name}PixelDecoder: {name}SinePositionEmbedding({pixel_key} // 2, "
+                "normalize=True) per feature level, no mask",
+            ),
+            "transformer_decoder": (
+                hidden // 2,
+                f"{name}TransformerModule: {name}SinePositionEmbedding(hidden_dim // 2, "
+                "normalize=True) per feature level, no mask",
+            ),
+        }
+    )
+
+
+def maskformer(view: ConfigView) -> list[Entry]:
+    """MaskFormer (`MaskFormerTransformerModule`: `MaskFormerSinePositionEmbedding(
+    decoder_config.hidden_size // 2, normalize=True)` over the backbone's last feature map, no
+    mask)."""
+    decoder = view.data.get("decoder_config")
+    if decoder is None:
+        decoder = {}
+    if not isinstance(decoder, Mapping):
+        fail(view.key("decoder_config"), "must be an object (a DETR config)", decoder)
+    sub = ConfigView(decoder, view.key("decoder_config."), "detr", {"d_model": 256})
+    hidden = int(sub.number("d_model", "hidden_size"))
+    source = (
+        "MaskFormerTransformerModule: MaskFormerSinePositionEmbedding(decoder_config.hidden_size "
+        "// 2, normalize=True) over the last feature map, no mask"
+    )
+    return [_sine_entry(None, hidden // 2, source)]
+
+
+def grounding_dino(config: Mapping[str, Any]) -> list[Entry]:
+    """Grounding DINO / MM Grounding DINO's vision side (`GroundingDinoSinePositionEmbedding`):
+    DETR's normalised sine table at d_model // 2 features with temperature
+    `positional_embedding_temperature` (20), per feature level of the padded image."""
+    model_type = str(config.get("model_type"))
+    view = ConfigView(config, "", model_type, {"d_model": 256})
+    kind = view.get("position_embedding_type", "sine")
+    if kind != "sine":
+        fail(
+            view.key("position_embedding_type"),
+            f"{kind!r}: learned row/column embeddings (checkpoint weights), not a formula",
+            kind,
+        )
+    temperature = float(view.number("positional_embedding_temperature", required=False) or 20)
+    entry = _sine_entry(
+        None,
+        int(view.number("d_model")) // 2,
+        f"{model_type}: GroundingDinoSinePositionEmbedding(config) per feature level, on the "
+        "pixel mask resized to the level (nearest); a learned level_embed (checkpoint weights) "
+        "is added per level",
+        temperature,
+    )
+    entry.notes["size"] = (
+        "pass height and width: the feature level's size, and valid_height / valid_width: the "
+        "image's unpadded extent there (default: all valid); config.json does not give them"
+    )
+    return [entry]
