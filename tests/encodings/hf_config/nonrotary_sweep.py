@@ -82,8 +82,20 @@ NOT_SERVED: dict[str, dict[str, str]] = {
     "musicgen_melody": {"text_encoder": "text encoder"},
     **{
         t: {"backbone_config": "backbone"}
-        for t in ("mask2former", "mask2former+feature_size", "maskformer", "oneformer")
+        for t in (
+            "mask2former",
+            "mask2former+feature_size",
+            "maskformer",
+            "oneformer",
+            "rt_detr",
+            "rt_detr_v2",
+            "d_fine",
+            "deimv2",
+            "pp_doclayout_v3",
+            "pp_doclayout_v4",
+        )
     },
+    "pp_doclayout_v2": {"backbone_config": "backbone", "reading_order_config": "rel_pos_bins"},
     **{
         t: {
             "text_config": "learned absolute position embeddings",
@@ -107,6 +119,20 @@ REQUEST: dict[str, dict[str, int]] = {
             "table-transformer",
             "grounding-dino",
             "mm-grounding-dino",
+        )
+    },
+    "dab-detr": _PADDED,
+    # RT-DETR's AIFI table: a grid, no mask.
+    **{
+        t: {"grid_height": 13, "grid_width": 17}
+        for t in (
+            "rt_detr",
+            "rt_detr_v2",
+            "d_fine",
+            "deimv2",
+            "pp_doclayout_v2",
+            "pp_doclayout_v3",
+            "pp_doclayout_v4",
         )
     },
     # The Mask2Former family masks nothing: every position of the feature map is valid.
@@ -310,6 +336,17 @@ def _sinusoidal_2d(model_type: str, cfg: Any, named: NamedSpec) -> Pair:
         # The model's own module as the model builds it, on a padded pixel mask.
         size = REQUEST[model_type]
         mod = _modeling(model_type)
+        if "grid_height" in size:
+            # <Model>AIFILayer's module: (1, H*W, D) in the activations' dtype.
+            cls = next(
+                getattr(mod, n)
+                for n in sorted(dir(mod))
+                if n.endswith("SinePositionEmbedding") and "AIFI" not in n
+            )
+            module = cls(cfg.encoder_hidden_dim, cfg.positional_encoding_temperature)
+            height, width = size["grid_height"], size["grid_width"]
+            cpu = torch.device("cpu")
+            return ours, module(width=width, height=height, device=cpu, dtype=torch.float32)[0]
         shape = torch.Size((1, 1, size["height"], size["width"]))
         if model_type in ("mask2former", "oneformer"):
             # <Model>PixelDecoder and <Model>TransformerModule build it without a mask.
@@ -325,6 +362,9 @@ def _sinusoidal_2d(model_type: str, cfg: Any, named: NamedSpec) -> Pair:
             return ours, module(shape, "cpu", torch.float32)[0]
         mask = torch.zeros(1, size["height"], size["width"], dtype=torch.long)
         mask[:, : size["valid_height"], : size["valid_width"]] = 1
+        if model_type == "dab-detr":
+            pixels = torch.zeros(1, 3, size["height"], size["width"])
+            return ours, mod.DabDetrSinePositionEmbedding(cfg)(pixels, mask)[0]
         if model_type in ("grounding-dino", "mm-grounding-dino"):
             cls = next(
                 getattr(mod, n)

@@ -531,6 +531,8 @@ MAPPERS: dict[str, Mapper] = {
     **dict.fromkeys(vision.DETR_MODELS, vision.detr),
     **dict.fromkeys(("mask2former", "oneformer"), vision.mask2former),
     "maskformer": vision.maskformer,
+    **dict.fromkeys(vision.RT_DETR_MODELS, vision.rt_detr),
+    "dab-detr": vision.dab_detr,
     "donut-swin": vision.swin_copy,
     "maskformer-swin": vision.swin_copy,
     **dict.fromkeys(unmapped.REFUSED, unmapped.refuse),

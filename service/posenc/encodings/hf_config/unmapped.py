@@ -16,10 +16,6 @@ from posenc.encodings.config_values import fail
 from posenc.encodings.hf_config import vision
 from posenc.encodings.hf_config.view import ConfigView, Entry
 
-_DETR = (
-    "2-D sine embeddings ({module}) of feature maps whose sizes come from each image and the "
-    "backbone; not mapped"
-)
 _SAM = (
     "sine embeddings ({module}) of feature maps and prompts whose sizes come from each input; "
     "not mapped"
@@ -27,20 +23,6 @@ _SAM = (
 _RELATIVE = "relative position index ({module}); not mapped: {why}"
 
 REFUSED: dict[str, str] = {
-    # 2-D sine tables of a feature map (size fixed only by each image).
-    **{
-        t: _DETR.format(module=m)
-        for t, m in {
-            "dab-detr": "DabDetrSinePositionEmbedding",
-            "rt_detr": "RTDetr's build_2d_sincos_position_embedding",
-            "rt_detr_v2": "RTDetrV2's build_2d_sincos_position_embedding",
-            "d_fine": "DFine's build_2d_sincos_position_embedding",
-            "deimv2": "Deimv2's build_2d_sincos_position_embedding",
-            "pp_doclayout_v2": "PPDocLayoutV2 SinePositionEmbedding plus rel_pos_bins",
-            "pp_doclayout_v3": "PPDocLayoutV3 SinePositionEmbedding",
-            "pp_doclayout_v4": "PPDocLayoutV4 SinePositionEmbedding",
-        }.items()
-    },
     **{
         t: _SAM.format(module=m)
         for t, m in {
@@ -159,7 +141,21 @@ LEFT_OUT: dict[str, tuple[tuple[str, str, str], ...]] = {
             ),
         ),
     ),
-    **dict.fromkeys(("mask2former", "maskformer", "oneformer"), (_BACKBONE,)),
+    **dict.fromkeys(
+        ("mask2former", "maskformer", "oneformer", "rt_detr", "rt_detr_v2", "d_fine", "deimv2"),
+        (_BACKBONE,),
+    ),
+    **dict.fromkeys(("pp_doclayout_v3", "pp_doclayout_v4"), (_BACKBONE,)),
+    "pp_doclayout_v2": (
+        _BACKBONE,
+        (
+            "reading_order_config",
+            "the reading-order model's LayoutLMv3-style 1-D and 2-D relative position bins "
+            "(rel_pos_bins, max_rel_pos over token order and boxes: a learned rel_pos_bias per "
+            "bin) are not served",
+            "reading_order_config.rel_pos_bins",
+        ),
+    ),
     **dict.fromkeys(
         ("grounding-dino", "mm-grounding-dino"),
         (

@@ -385,3 +385,84 @@ def grounding_dino(config: Mapping[str, Any]) -> list[Entry]:
         "image's unpadded extent there (default: all valid); config.json does not give them"
     )
     return [entry]
+
+
+RT_DETR_MODELS: dict[str, str] = {
+    "rt_detr": "RTDetr",
+    "rt_detr_v2": "RTDetrV2",
+    "d_fine": "DFine",
+    "deimv2": "Deimv2",
+    "pp_doclayout_v2": "PPDocLayoutV2",
+    "pp_doclayout_v3": "PPDocLayoutV3",
+    "pp_doclayout_v4": "PPDocLayoutV4",
+}
+"""RT-DETR-family model_type -> its class prefix (`<Prefix>SinePositionEmbedding`)."""
+
+
+def rt_detr(view: ConfigView) -> list[Entry]:
+    """RT-DETR and its copies (`<Model>AIFILayer`: `<Model>SinePositionEmbedding(
+    encoder_hidden_dim, positional_encoding_temperature)`, `build_2d_sinusoidal_position_embedding`
+    in float64): per token [sin h, cos h, sin w, cos w] of bands 1 / t^(k / (D/4)), tokens
+    row-major: timm's layout with `interleave_sin_cos`, computed in float64 and cast last."""
+    dim = int(view.number("encoder_hidden_dim"))
+    if dim % 4:
+        fail(view.key("encoder_hidden_dim"), "must be divisible by 4 (the 2-D sin-cos table)", dim)
+    temperature = float(view.number("positional_encoding_temperature"))
+    data: dict[str, Any] = {
+        "kind": "sinusoidal_2d",
+        "style": "timm",
+        "dim": dim,
+        "temperature": temperature,
+        "interleave_sin_cos": True,
+        "compute_dtype": "float64",
+    }
+    prefix = RT_DETR_MODELS[view.model_type]
+    notes: dict[str, Any] = {
+        "size": "pass grid_height and grid_width: the AIFI level's feature map (stride 32 with "
+        "the default encode_proj_layers [2]); config.json does not give it",
+        "transformers": f"{prefix}AIFILayer: {prefix}SinePositionEmbedding(encoder_hidden_dim, "
+        "positional_encoding_temperature), build_2d_sinusoidal_position_embedding in float64, "
+        "cast to the activations' dtype",
+    }
+    if view.get("eval_size") is not None:
+        notes["eval_size"] = (
+            "eval_size is set: transformers adds this table in training only (eval mode passes "
+            "no position embedding)"
+        )
+    return [Entry("sinusoidal_2d", None, data, notes)]
+
+
+def dab_detr(view: ConfigView) -> list[Entry]:
+    """DAB-DETR (`DabDetrSinePositionEmbedding(config)`): DETR's normalised sine table at
+    F = hidden_size / 2 features with per-axis temperatures (`temperature_height`,
+    `temperature_width`) and `sine_position_embedding_scale` (2 pi when null). Its exponents are
+    (i // 2) * (2 / F), equal to posenc's 2 * (i // 2) / F when F is a power of two (2 / F exact)."""
+    hidden = view.number("hidden_size", "d_model")
+    feats = hidden / 2
+    if feats != int(feats) or int(feats) & (int(feats) - 1):
+        fail(
+            view.key("hidden_size"),
+            f"DabDetrSinePositionEmbedding's exponents (i // 2) * (2 / {feats:g}) round "
+            "differently from 2 * (i // 2) / F unless hidden_size / 2 is a power of two; not "
+            "mapped",
+            hidden,
+        )
+    data: dict[str, Any] = {
+        "kind": "sinusoidal_2d",
+        "style": "detr",
+        "num_pos_feats": int(feats),
+        "normalize": True,
+        "temperature_h": float(view.number("temperature_height")),
+        "temperature_w": float(view.number("temperature_width")),
+    }
+    scale = view.get("sine_position_embedding_scale")
+    if scale is not None:
+        data["scale"] = float(check_number(view.key("sine_position_embedding_scale"), scale))
+    notes = {
+        "size": "pass height and width: the backbone's last feature map, and valid_height / "
+        "valid_width: the image's unpadded extent there (default: all valid); config.json does "
+        "not give them",
+        "transformers": "DabDetrModel: DabDetrSinePositionEmbedding(config) on the last feature "
+        "map's pixel mask (object_queries)",
+    }
+    return [Entry("sinusoidal_2d", None, data, notes)]
