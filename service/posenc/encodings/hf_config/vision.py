@@ -436,7 +436,8 @@ def dab_detr(view: ConfigView) -> list[Entry]:
     """DAB-DETR (`DabDetrSinePositionEmbedding(config)`): DETR's normalised sine table at
     F = hidden_size / 2 features with per-axis temperatures (`temperature_height`,
     `temperature_width`) and `sine_position_embedding_scale` (2 pi when null). Its exponents are
-    (i // 2) * (2 / F), equal to posenc's 2 * (i // 2) / F when F is a power of two (2 / F exact)."""
+    (i // 2) * (2 / F), equal to posenc's 2 * (i // 2) / F when F is a power of two (2 / F
+    exact)."""
     hidden = view.number("hidden_size", "d_model")
     feats = hidden / 2
     if feats != int(feats) or int(feats) & (int(feats) - 1):
