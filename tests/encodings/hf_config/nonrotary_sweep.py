@@ -78,6 +78,9 @@ NOT_SERVED: dict[str, dict[str, str]] = {
     "swin+absolute": {"learned": "table_key"},
     "granite_docling": {"vision_config": "2-D sin-cos"},
     "kosmos-2": {"vision_config": "vision model"},
+    "kosmos-2.5": {"vision_config": "row/column"},
+    "pix2struct": {"vision_config": "row/column"},
+    "tipsv2": {"vision_config": "learned positions"},
     "musicgen": {"text_encoder": "text encoder"},
     "musicgen_melody": {"text_encoder": "text encoder"},
     **{
@@ -229,6 +232,17 @@ def _t5_buckets(model_type: str, cfg: Any, named: NamedSpec) -> Pair:
     offset = named.spec.model_dump()["query_offset"]
     rel = torch.arange(k)[None, :] - torch.arange(offset, offset + q)[:, None]
     mod = _modeling(model_type)
+    if model_type in ("pix2struct", "pix2struct_text_model"):
+        # Pix2StructTextAttention.compute_bias: causal buckets of its own configuration.
+        text = getattr(cfg, "text_config", cfg)
+        module = mod.Pix2StructTextAttention(text, has_relative_attention_bias=True, layer_idx=0)
+        theirs = module._relative_position_bucket(
+            rel,
+            bidirectional=False,
+            num_buckets=module.relative_attention_num_buckets,
+            max_distance=module.relative_attention_max_distance,
+        )
+        return ours, theirs
     if model_type == "mpnet":
         # MPNetEncoder.compute_position_bias(x): relative_position_bucket with its defaults.
         return ours, mod.MPNetEncoder.relative_position_bucket(rel)
@@ -291,6 +305,19 @@ def _sinusoidal(model_type: str, cfg: Any, named: NamedSpec) -> Pair:
             text.max_position_embeddings, text.embed_dim, text.pad_token_id
         )
         theirs = module.weights
+    elif model_type in ("kosmos-2.5", "kosmos_2_5_text_model"):
+        text = getattr(cfg, "text_config", cfg)
+        module = mod.Kosmos2_5TextSinusoidalPositionalEmbedding(
+            text.max_position_embeddings, text.embed_dim, text.pad_token_id
+        )
+        theirs = module.weights
+    elif model_type == "pegasus_x":
+        rows = cfg.max_position_embeddings
+        module = mod.PegasusXSinusoidalPositionalEmbedding(cfg.d_model)
+        theirs = module(torch.zeros(1, rows, cfg.d_model))[0]
+    elif model_type in ("tipsv2", "tipsv2_text_model"):
+        text = getattr(cfg, "text_config", cfg)
+        theirs = mod.Tipsv2SinusoidalPositionalEmbedding(text).weights
     elif model_type == "fsmt":
         pad = cfg.pad_token_id
         rows = cfg.max_position_embeddings + pad + 1

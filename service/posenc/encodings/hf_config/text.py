@@ -386,3 +386,58 @@ def pegasus(view: ConfigView) -> list[Entry]:
         "rows": "position ids 0..max_position_embeddings-1 (decoding offsets by the cache length)",
     }
     return [Entry("sinusoidal", None, data, notes)]
+
+
+def pegasus_x(view: ConfigView) -> list[Entry]:
+    """PEGASUS-X (`PegasusXSinusoidalPositionalEmbedding(d_model)`): tensor2tensor's table
+    [sin | cos] of p * exp(-k ln(10000) / (d_model/2 - 1)), computed per call for positions
+    cache_length..; served as max_position_embeddings rows, shared by encoder and decoder."""
+    data = {
+        "kind": "sinusoidal",
+        "dim": int(view.number("d_model")),
+        "max_positions": int(view.number("max_position_embeddings")),
+        "convention": "tensor2tensor",
+        "layout": "sin_cos",
+    }
+    notes = {
+        "transformers": "PegasusXEncoder and PegasusXDecoder.embed_positions: computed on the fly "
+        "for the positions used (no row limit); the encoder's global tokens get none",
+        "shared": "encoder and decoder use the same formula",
+    }
+    return [Entry("sinusoidal", None, data, notes)]
+
+
+def tipsv2_text(view: ConfigView) -> list[Entry]:
+    """TIPSv2's text encoder (`Tipsv2SinusoidalPositionalEmbedding(config)`): tensor2tensor's
+    table [sin | cos] of max_position_embeddings rows at hidden_size, no padding row."""
+    data = {
+        "kind": "sinusoidal",
+        "dim": int(view.number("hidden_size")),
+        "max_positions": int(view.number("max_position_embeddings")),
+        "convention": "tensor2tensor",
+        "layout": "sin_cos",
+    }
+    notes = {"transformers": "Tipsv2TextEmbeddings.position_embedding.weights"}
+    return [Entry("sinusoidal", None, data, notes)]
+
+
+def pix2struct_text(view: ConfigView) -> list[Entry]:
+    """Pix2Struct's text decoder (`Pix2StructTextAttention.compute_bias`): T5's causal buckets
+    (bidirectional=False) with relative_attention_num_buckets, relative_attention_max_distance."""
+    data = {
+        "kind": "t5_bias",
+        "num_buckets": int(view.number("relative_attention_num_buckets")),
+        "max_distance": int(view.number("relative_attention_max_distance")),
+        "bidirectional": False,
+        "key_length": T5_DEFAULT_KEY_LENGTH,
+    }
+    heads = view.number("num_heads", required=False)
+    notes: dict[str, Any] = {
+        "bias": "the (num_buckets, num_heads) relative_attention_bias weights are in the "
+        "checkpoint; pass them as relative_attention_bias to get the bias table",
+        "scaling": "Pix2Struct adds the bias to unscaled scores (no 1/sqrt(d))",
+        "key_length": f"{T5_DEFAULT_KEY_LENGTH}; override key_length per request",
+    }
+    if heads is not None:
+        notes["num_heads"] = int(heads)
+    return [Entry("t5_bias", "decoder", data, notes)]

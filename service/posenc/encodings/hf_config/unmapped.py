@@ -83,15 +83,11 @@ REFUSED: dict[str, str] = {
     # T5 buckets with extra parts.
     "udop": "T5 buckets plus 2-D layout biases (RelativePositionBiasHorizontal/Vertical over "
     "bounding boxes) summed per layer; not mapped",
-    "pix2struct_text_model": "T5 causal buckets of Pix2StructTextAttention; not mapped yet",
     "pix2struct_vision_model": "learned row/column patch embeddings (row_embedder, "
     "column_embedder: checkpoint weights), not a formula",
     # Sinusoids inside models with other parts.
     "kosmos_2_vision_model": "learned absolute positions (CLIP vision; checkpoint weights)",
-    "kosmos_2_5_text_model": "fairseq sinusoids (Kosmos2_5TextSinusoidalPositionalEmbedding); "
-    "not mapped yet",
     "kosmos_2_5_vision_model": "learned row/column patch embeddings (checkpoint weights)",
-    "pegasus_x": "PegasusXSinusoidalPositionalEmbedding; not mapped yet",
     "seamless_m4t": "several sub-models (speech encoder relative positions, text fairseq "
     "sinusoids, t2u decoder); not mapped",
     "seamless_m4t_v2": "several sub-models (speech encoder relative positions, text fairseq "
@@ -100,7 +96,6 @@ REFUSED: dict[str, str] = {
     "SpeechT5ScaledPositionalEncoding and SpeechT5SinusoidalPositionalEmbedding in the pre-nets; "
     "not mapped",
     "speecht5_hifigan": "a vocoder: no position encoding",
-    "tipsv2_text_model": "TipsV2 text sinusoids; not mapped yet",
     "tipsv2_vision_model": "learned absolute positions (checkpoint weights)",
 }
 """model_type -> why `/v1/resolve` serves no table for it."""
@@ -127,6 +122,31 @@ LEFT_OUT: dict[str, tuple[tuple[str, str, str], ...]] = {
             "vision_config",
             "the vision model's learned positions (checkpoint weights) are not served; only the "
             "text model's table is",
+            "vision_config",
+        ),
+    ),
+    "kosmos-2.5": (
+        (
+            "vision_config",
+            "the vision model's learned row/column patch embeddings (checkpoint weights) are not "
+            "served; only the text model's table is",
+            "vision_config",
+        ),
+    ),
+    "pix2struct": (
+        (
+            "vision_config",
+            "the vision encoder's learned row/column patch embeddings (row_embedder, "
+            "column_embedder: checkpoint weights) are not served; only the text decoder's "
+            "buckets are",
+            "vision_config",
+        ),
+    ),
+    "tipsv2": (
+        (
+            "vision_config",
+            "the vision encoder's learned positions (checkpoint weights) are not served; only the "
+            "text encoder's table is",
             "vision_config",
         ),
     ),
