@@ -81,6 +81,7 @@ NOT_SERVED: dict[str, dict[str, str]] = {
     "kosmos-2.5": {"vision_config": "row/column"},
     "pix2struct": {"vision_config": "row/column"},
     "tipsv2": {"vision_config": "learned positions"},
+    "clap": {"text_config": "learned absolute position embeddings"},
     "musicgen": {"text_encoder": "text encoder"},
     "musicgen_melody": {"text_encoder": "text encoder"},
     **{
@@ -338,6 +339,11 @@ def _relative_index(model_type: str, cfg: Any, named: NamedSpec) -> Pair:
         window = (cfg.window_size, cfg.window_size)
         bias = mod.SwinRelativePositionBias(cfg.num_heads[0], window)
         return ours.reshape(-1), bias.relative_position_index
+    if model_type in ("clap", "clap_audio_model"):
+        audio = getattr(cfg, "audio_config", cfg)
+        heads = audio.num_attention_heads[0]
+        attention = mod.ClapAudioSelfAttention(audio, heads * 2, heads, audio.window_size)
+        return ours, attention.relative_position_index
     if model_type in ("donut-swin", "maskformer-swin"):
         cls = (
             "DonutSwinSelfAttention"

@@ -54,6 +54,7 @@ MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
     "falcon": {"rope_theta": 10000.0, "alibi": False},
     "baichuan": {"rope_theta": 10000.0},
     "mpt": {"max_seq_len": 2048},
+    "clap_audio_model": {"window_size": 8},
     "t5": {"relative_attention_num_buckets": 32, "relative_attention_max_distance": 128},
     "mt5": {"relative_attention_num_buckets": 32, "relative_attention_max_distance": 128},
     "umt5": {"relative_attention_num_buckets": 32, "relative_attention_max_distance": 128},
@@ -538,6 +539,7 @@ MAPPERS: dict[str, Mapper] = {
     "dab-detr": vision.dab_detr,
     "donut-swin": vision.swin_copy,
     "maskformer-swin": vision.swin_copy,
+    "clap_audio_model": vision.swin_copy,
     **dict.fromkeys(unmapped.REFUSED, unmapped.refuse),
 }
 """model_type -> its mapper; a model type not listed is read as transformers' generic RoPE

@@ -20,7 +20,6 @@ _SAM = (
     "sine embeddings ({module}) of feature maps and prompts whose sizes come from each input; "
     "not mapped"
 )
-_RELATIVE = "relative position index ({module}); not mapped: {why}"
 
 REFUSED: dict[str, str] = {
     **{
@@ -48,17 +47,13 @@ REFUSED: dict[str, str] = {
     },
     "sam3_lite_text_text_model": "SAM 3 Lite's text encoder: its positions are not mapped",
     # Relative indices posenc's schemes do not reproduce.
-    "swinv2": _RELATIVE.format(
-        module="Swinv2SelfAttention",
-        why="Swin V2 feeds log-spaced continuous coordinates "
-        "(relative_coords_table) through an MLP; the index alone is not the bias",
-    ),
-    "swin2sr": _RELATIVE.format(
-        module="Swin2SRSelfAttention", why="Swin V2's continuous position bias (an MLP)"
-    ),
-    "clap_audio_model": _RELATIVE.format(
-        module="ClapAudioSelfAttention (Swin windows)", why="not mapped yet"
-    ),
+    "swinv2": "learned continuous position bias: Swinv2SelfAttention feeds the log-spaced "
+    "relative_coords_table through an MLP (continuous_position_bias_mlp: checkpoint weights) and "
+    "16 * sigmoid of its output is the bias; not a table posenc can compute (its window index is "
+    "Swin's)",
+    "swin2sr": "learned continuous position bias: Swin2SRSelfAttention feeds the log-spaced "
+    "relative_coords_table through an MLP (continuous_position_bias_mlp: checkpoint weights); not "
+    "a table posenc can compute",
     "clap_text_model": "learned absolute position embeddings (RoBERTa-like; checkpoint "
     "weights), not a formula",
     "rt_detr_resnet": "a ResNet backbone: no position encoding (RT-DETR's sine tables are "
@@ -194,9 +189,10 @@ LEFT_OUT: dict[str, tuple[tuple[str, str, str], ...]] = {
 serves the others: listed in `unserved`, and noted as `not_served` on every table it returns."""
 
 
-COMPOSITES: dict[str, Callable[[Mapping[str, Any]], list[Entry]]] = dict.fromkeys(
-    ("grounding-dino", "mm-grounding-dino"), vision.grounding_dino
-)
+COMPOSITES: dict[str, Callable[[Mapping[str, Any]], list[Entry]]] = {
+    **dict.fromkeys(("grounding-dino", "mm-grounding-dino"), vision.grounding_dino),
+    "clap": vision.clap_audio,
+}
 """Composite model_type -> the mapper of its parts outside `text_config` (given the whole
 config); a refused `text_config` is then an unserved part beside them."""
 

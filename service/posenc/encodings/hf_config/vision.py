@@ -467,3 +467,15 @@ def dab_detr(view: ConfigView) -> list[Entry]:
         "map's pixel mask (object_queries)",
     }
     return [Entry("sinusoidal_2d", None, data, notes)]
+
+
+def clap_audio(config: Mapping[str, Any]) -> list[Entry]:
+    """CLAP's audio encoder (HTS-AT; `ClapAudioSelfAttention.relative_position_index`): Swin's
+    window index, W = `audio_config.window_size`, read from the whole CLAP config."""
+    audio = config.get("audio_config")
+    if not isinstance(audio, Mapping):
+        fail("audio_config", "must be an object (the CLAP audio encoder's config)", audio)
+    view = ConfigView(audio, "audio_config.", "clap_audio_model", {"window_size": 8})
+    entries = swin_copy(view)
+    entries[0].notes.pop("num_heads_per_stage", None)
+    return entries
