@@ -3,16 +3,21 @@ code uses a non-rotary family posenc has (`MARKERS`), the variants released chec
 (`VARIANTS`), and per model type the model's own code each resolved table is compared with
 (`REFERENCES`).
 
+`python -m tests.encodings.hf_config.nonrotary_sweep --write-docs` runs every case (`verdict`) and
+writes its section of `docs/models.md` (`make models-doc` runs it after the RoPE sweep's).
+
 Sources: transformers' `models/<name>/modeling_*.py` (scanned for the markers) and
 `CONFIG_MAPPING_NAMES` (model_type -> module), the reference functions and modules named below.
 """
 
 from __future__ import annotations
 
+import argparse
 import functools
 import importlib
 import inspect
 import math
+import sys
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -27,8 +32,8 @@ from transformers.models.auto.configuration_auto import (
     model_type_to_module_name,
 )
 
-from posenc.encodings import compute
-from posenc.encodings.hf_config import NamedSpec
+from posenc.encodings import ConfigError, compute
+from posenc.encodings.hf_config import NamedSpec, resolve_hf_parts
 
 MARKERS: dict[str, tuple[str, ...]] = {
     "alibi": ("build_alibi_tensor",),
@@ -82,6 +87,10 @@ NOT_SERVED: dict[str, dict[str, str]] = {
     "pix2struct": {"vision_config": "row/column"},
     "tipsv2": {"vision_config": "learned positions"},
     "clap": {"text_config": "learned absolute position embeddings"},
+    "omdet-turbo": {
+        "text_config": "learned absolute position embeddings",
+        "backbone_config": "backbone",
+    },
     "musicgen": {"text_encoder": "text encoder"},
     "musicgen_melody": {"text_encoder": "text encoder"},
     **{
@@ -137,6 +146,7 @@ REQUEST: dict[str, dict[str, int]] = {
             "pp_doclayout_v2",
             "pp_doclayout_v3",
             "pp_doclayout_v4",
+            "omdet-turbo",
         )
     },
     # The Mask2Former family masks nothing: every position of the feature map is valid.
@@ -369,6 +379,12 @@ def _sinusoidal_2d(model_type: str, cfg: Any, named: NamedSpec) -> Pair:
         # The model's own module as the model builds it, on a padded pixel mask.
         size = REQUEST[model_type]
         mod = _modeling(model_type)
+        if model_type == "omdet-turbo":
+            # OmDetTurboHybridEncoder's static builder: (1, H*W, D), float32.
+            build = mod.OmDetTurboHybridEncoder.build_2d_sincos_position_embedding
+            dim, temperature = cfg.encoder_hidden_dim, cfg.positional_encoding_temperature
+            height, width = size["grid_height"], size["grid_width"]
+            return ours, build(width, height, dim, temperature)[0]
         if "grid_height" in size:
             # <Model>AIFILayer's module: (1, H*W, D) in the activations' dtype.
             cls = next(
@@ -440,3 +456,111 @@ REFERENCES: dict[str, Callable[[str, Any, NamedSpec], Pair]] = {
 TOLERANCE: dict[str, float] = {"alibi": 1e-6}
 """Relative tolerance per family (BLOOM and MPT build float32 slopes with torch.pow; posenc
 rounds float64 slopes once); every other family is compared bit for bit."""
+
+
+# ---------------------------------------------------------------------------------------------
+# docs/models.md: the non-rotary section
+
+DOCS = Path(__file__).resolve().parents[3] / "docs" / "models.md"
+HEADING = "## Non-rotary model types"
+
+
+def verdict(case: str) -> tuple[str, str, list[str]]:
+    """(status, detail, served table names) of one case, resolved as /v1/resolve does and each
+    table of a marked family compared with the model's own code: "exact" (every table equal),
+    "partial" (equal, and parts listed as unserved), "refused" (the reason), "wrong" (a table
+    that differs), or "other family" (the config chose a family the RoPE sweep checks)."""
+    model_type, extra = cases()[case]
+    cfg = hf_config(model_type, extra)
+    try:
+        resolution = resolve_hf_parts(cfg.to_dict(), **REQUEST.get(model_type, {}))
+    except ConfigError as err:
+        problem = err.problems[0]
+        return "refused", f"`{problem.field}`: {problem.message}", []
+    names = [n.name for n in resolution.specs]
+    compared = 0
+    for named in resolution.specs:
+        if named.spec.kind not in families(model_type):
+            continue  # e.g. Falcon's RoPE, granite_docling's text model: the RoPE sweep's
+        ours, theirs = REFERENCES[named.spec.kind](model_type, cfg, named)
+        rtol = TOLERANCE.get(named.spec.kind, 0.0)
+        same = ours.shape == theirs.shape and (
+            torch.allclose(ours, theirs.to(ours.dtype), rtol=rtol, atol=0)
+            if rtol
+            else torch.equal(ours, theirs.to(ours.dtype))
+        )
+        if not same:
+            return "wrong", f"{named.name} differs from the model's own code", names
+        compared += 1
+    unserved = "; ".join(f"`{u.part}`: {u.reason}" for u in resolution.unserved)
+    if not compared:
+        kinds = sorted({n.spec.kind for n in resolution.specs})
+        return "other family", f"{kinds} (the RoPE sweep's); {unserved}".rstrip("; "), names
+    return ("partial" if resolution.unserved else "exact"), unserved, names
+
+
+def render(results: dict[str, tuple[str, str, list[str]]]) -> str:
+    """The non-rotary section of docs/models.md, from `verdict` of every case."""
+    from posenc.verified import VERIFIED_AGAINST
+
+    version = VERIFIED_AGAINST["transformers"]
+    counts: dict[str, int] = {}
+    for status, _, _ in results.values():
+        counts[status] = counts.get(status, 0) + 1
+    order = ("exact", "partial", "other family", "refused", "wrong")
+    lines = [
+        HEADING,
+        "",
+        "Generated by `make models-doc` (`python -m tests.encodings.hf_config.nonrotary_sweep "
+        "--write-docs`): do not edit by hand. Every model type of transformers "
+        f"{version} whose modeling code uses ALiBi, T5 buckets, sinusoids, 2-D sine tables or "
+        "relative indices (`nonrotary_sweep.MARKERS`), its default config and the variants "
+        "released checkpoints use (`+`), resolved as `/v1/resolve` does (tables sized by the "
+        "request get the sweep's `REQUEST` fields) and each table compared with the model's own "
+        "code (`tests/encodings/hf_config/test_nonrotary_sweep.py`): `exact` is bit-equal "
+        "(ALiBi slopes within 1e-6); `partial` is exact for what is served, the parts left out "
+        "listed (`unserved`) with the reason; `refused` names the key and why; `other family` "
+        "is a config that chose a RoPE table (the table above checks it).",
+        "",
+        f"Cases: {len(results)}; "
+        + ", ".join(f"{k} {counts[k]}" for k in order if k in counts)
+        + ".",
+        "",
+        "| case | families | served tables | status | reason / parts not served | verified against |",
+        "|---|---|---|---|---|---|",
+    ]
+    for case in sorted(results):
+        status, detail, names = results[case]
+        marked = ", ".join(sorted(families(cases()[case][0])))
+        served = ", ".join(f"`{n}`" for n in names) or "-"
+        detail = detail.replace("|", "\\|").replace("\n", " ") or "-"
+        lines.append(
+            f"| {case} | {marked} | {served} | {status} | {detail} | transformers {version} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def write_docs(section: str) -> None:
+    """Replace (or append) the non-rotary section of docs/models.md."""
+    text = DOCS.read_text(encoding="utf-8") if DOCS.exists() else ""
+    head, _, _ = text.partition("\n" + HEADING + "\n")
+    DOCS.write_text(head.rstrip("\n") + "\n\n" + section, encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="the non-rotary sweep")
+    parser.add_argument("--write-docs", action="store_true", help="write docs/models.md's section")
+    parser.add_argument("cases", nargs="*", help="only these cases (default: all)")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    chosen = args.cases or sorted(cases())
+    results = {case: verdict(case) for case in chosen}
+    if args.write_docs:
+        write_docs(render(results))
+    for case, (status, detail, names) in results.items():
+        print(f"{case}: {status} {names} {detail[:160]}", file=sys.stderr)
+    return 1 if any(status == "wrong" for status, _, _ in results.values()) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -33,6 +33,7 @@ LEARNED_MODELS = frozenset(
         "bart",
         "mbart",
         "biogpt",
+        "clip_text_model",
     }
 )
 """Text models with learned absolute position embeddings: checkpoint weights, not a formula

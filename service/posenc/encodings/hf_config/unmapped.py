@@ -160,7 +160,7 @@ LEFT_OUT: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("mask2former", "maskformer", "oneformer", "rt_detr", "rt_detr_v2", "d_fine", "deimv2"),
         (_BACKBONE,),
     ),
-    **dict.fromkeys(("pp_doclayout_v3", "pp_doclayout_v4"), (_BACKBONE,)),
+    **dict.fromkeys(("pp_doclayout_v3", "pp_doclayout_v4", "omdet-turbo"), (_BACKBONE,)),
     "pp_doclayout_v2": (
         _BACKBONE,
         (
@@ -192,6 +192,7 @@ serves the others: listed in `unserved`, and noted as `not_served` on every tabl
 COMPOSITES: dict[str, Callable[[Mapping[str, Any]], list[Entry]]] = {
     **dict.fromkeys(("grounding-dino", "mm-grounding-dino"), vision.grounding_dino),
     "clap": vision.clap_audio,
+    "omdet-turbo": vision.omdet_turbo,
 }
 """Composite model_type -> the mapper of its parts outside `text_config` (given the whole
 config); a refused `text_config` is then an unserved part beside them."""

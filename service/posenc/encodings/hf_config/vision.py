@@ -479,3 +479,33 @@ def clap_audio(config: Mapping[str, Any]) -> list[Entry]:
     entries = swin_copy(view)
     entries[0].notes.pop("num_heads_per_stage", None)
     return entries
+
+
+def omdet_turbo(config: Mapping[str, Any]) -> list[Entry]:
+    """OmDet-Turbo's encoder (`OmDetTurboHybridEncoder.build_2d_sincos_position_embedding`):
+    float32, tokens column-major (`meshgrid(grid_w, grid_h)`), per token [sin w, cos w, sin h, cos h] of
+    bands 1 / t^(k / (D/4)): timm's layout with `reverse_coord` and `interleave_sin_cos`."""
+    view = ConfigView(config, "", "omdet-turbo", None)
+    dim = int(view.number("encoder_hidden_dim", "d_model"))
+    if dim % 4:
+        fail(view.key("d_model"), "must be divisible by 4 (the 2-D sin-cos table)", dim)
+    data: dict[str, Any] = {
+        "kind": "sinusoidal_2d",
+        "style": "timm",
+        "dim": dim,
+        "temperature": float(view.number("positional_encoding_temperature")),
+        "reverse_coord": True,
+        "interleave_sin_cos": True,
+    }
+    notes: dict[str, Any] = {
+        "size": "pass grid_height and grid_width: the projected feature map's size at each "
+        "encoder_projection_indices level; config.json does not give it",
+        "transformers": "OmDetTurboHybridEncoder.build_2d_sincos_position_embedding(width, "
+        "height, encoder_hidden_dim, positional_encoding_temperature), float32",
+    }
+    if view.get("eval_size") is not None:
+        notes["eval_size"] = (
+            "eval_size is set: transformers adds this table in training only (eval mode passes "
+            "no position embedding)"
+        )
+    return [Entry("sinusoidal_2d", None, data, notes)]
