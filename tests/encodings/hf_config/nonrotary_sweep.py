@@ -526,7 +526,8 @@ def render(results: dict[str, tuple[str, str, list[str]]]) -> str:
         + ", ".join(f"{k} {counts[k]}" for k in order if k in counts)
         + ".",
         "",
-        "| case | families | served tables | status | reason / parts not served | verified against |",
+        "| case | families | served tables | status | reason / parts not served "
+        "| verified against |",
         "|---|---|---|---|---|---|",
     ]
     for case in sorted(results):

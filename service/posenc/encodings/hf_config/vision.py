@@ -483,8 +483,9 @@ def clap_audio(config: Mapping[str, Any]) -> list[Entry]:
 
 def omdet_turbo(config: Mapping[str, Any]) -> list[Entry]:
     """OmDet-Turbo's encoder (`OmDetTurboHybridEncoder.build_2d_sincos_position_embedding`):
-    float32, tokens column-major (`meshgrid(grid_w, grid_h)`), per token [sin w, cos w, sin h, cos h] of
-    bands 1 / t^(k / (D/4)): timm's layout with `reverse_coord` and `interleave_sin_cos`."""
+    float32, tokens column-major (`meshgrid(grid_w, grid_h)`), per token [sin w, cos w, sin h,
+    cos h] of bands 1 / t^(k / (D/4)): timm's layout with `reverse_coord` and
+    `interleave_sin_cos`."""
     view = ConfigView(config, "", "omdet-turbo", None)
     dim = int(view.number("encoder_hidden_dim", "d_model"))
     if dim % 4:
