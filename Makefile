@@ -127,6 +127,7 @@ bench: $(STAMP) nginx wrk
 # (tests/encodings/hf_config/rope_sweep.py); regenerated here, never edited by hand.
 models-doc: $(STAMP)
 	$(BIN)/python -m tests.encodings.hf_config.rope_sweep --write-docs
+	$(BIN)/python -m tests.encodings.hf_config.nonrotary_sweep --write-docs
 
 clean:
 	rm -rf $(VENV) .venv-drift .pytest_cache .mypy_cache .ruff_cache

@@ -81,7 +81,8 @@ ALTERNATIVES: dict[str, str] = {
 NOT_SERVED: dict[str, dict[str, str]] = {
     # The checkpoint's learned table is not in config.json: the window index is served.
     "swin+absolute": {"learned": "table_key"},
-    "granite_docling": {"vision_config": "2-D sin-cos"},
+    "granite_docling": {"vision_config": "learned position_embedding"},
+    "granite_docling_vision": {"position_embedding": "learned position_embedding"},
     "kosmos-2": {"vision_config": "vision model"},
     "kosmos-2.5": {"vision_config": "row/column"},
     "pix2struct": {"vision_config": "row/column"},
@@ -432,6 +433,13 @@ def _sinusoidal_2d(model_type: str, cfg: Any, named: NamedSpec) -> Pair:
         module = cls(cfg.d_model // 2, normalize=True)
         shape = torch.Size((1, cfg.d_model, size["height"], size["width"]))
         return ours, module(shape=shape, device="cpu", dtype=torch.float32, mask=mask)[0]
+    if model_type in ("granite_docling", "granite_docling_vision"):
+        # GraniteDoclingConnectorPath(config, factor).pos_embed of the coarse or fine path.
+        vision = getattr(cfg, "vision_config", cfg)
+        factor = vision.scale_factor if named.name.endswith("coarse") else vision.scale_factor // 2
+        grid = (vision.image_size // vision.patch_size) // factor
+        mod = _modeling(model_type)
+        return ours, mod.GraniteDoclingPositionEmbedding(vision.out_hidden_size, grid).pos_embed
     if model_type != "vit_mae":
         raise AssertionError(f"{model_type}: resolved a 2-D table no reference checks")
     mod = _modeling(model_type)

@@ -71,13 +71,13 @@ def test_exact_or_refused_with_the_reason(case: str) -> None:
         assert all(reason in noted for reason in left_out), (case, named.name)
         if not left_out:
             assert "not_served" not in named.notes, case
-    if case in sweep.NOT_SERVED and not got <= marked:
-        return  # the text model's tables only: the RoPE sweep's
-    allowed = marked | {sweep.ALTERNATIVES.get(case, sweep.ALTERNATIVES.get(model_type, ""))}
+    allowed = set(marked) | {sweep.ALTERNATIVES.get(case, sweep.ALTERNATIVES.get(model_type, ""))}
+    if case in sweep.NOT_SERVED:
+        allowed.add("rope")  # a composite's text model: the RoPE sweep's
     assert got <= allowed, (case, got, marked)
-    if model_type in sweep.ALTERNATIVES and case not in sweep.VARIANTS:
-        return  # the config chose the alternative (e.g. Falcon's RoPE): the RoPE sweep's part
     for named in resolved:
+        if named.spec.kind not in marked:
+            continue  # the config's other family (e.g. Falcon's RoPE): the RoPE sweep's part
         ours, theirs = sweep.REFERENCES[named.spec.kind](model_type, cfg, named)
         assert ours.shape == theirs.shape, (case, named.name)
         rtol = sweep.TOLERANCE.get(named.spec.kind, 0.0)

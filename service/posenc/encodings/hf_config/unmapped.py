@@ -73,8 +73,6 @@ REFUSED: dict[str, str] = {
     "aimv2_vision_model": "a 2-D sin-cos table of the patch grid (build_2d_sinusoidal_position_"
     "embedding) when is_native, else learned positions (checkpoint weights); not mapped yet",
     "aimv2_text_model": "learned absolute position embeddings (checkpoint weights), not a formula",
-    "granite_docling_vision": "the vision tower's fixed 2-D sin-cos table (granite_docling's "
-    "build_2d_sinusoidal_position_embedding, columns before rows); not mapped yet",
     # T5 buckets with extra parts.
     "udop": "T5 buckets plus 2-D layout biases (RelativePositionBiasHorizontal/Vertical over "
     "bounding boxes) summed per layer; not mapped",
@@ -104,14 +102,21 @@ _BACKBONE = (
 )
 
 LEFT_OUT: dict[str, tuple[tuple[str, str, str], ...]] = {
-    "granite_docling": (
-        (
-            "vision_config",
-            "the vision tower's fixed 2-D sin-cos table (build_2d_sinusoidal_position_embedding, "
-            "columns before rows) is not served; only the text model's tables are",
-            "vision_config",
-        ),
-    ),
+    **{
+        t: (
+            (
+                part,
+                "the vision encoder's learned position_embedding (checkpoint weights, resampled "
+                "bicubically for other tile sizes) is not served; the connector's fixed sin-cos "
+                "tables are",
+                key,
+            ),
+        )
+        for t, part, key in (
+            ("granite_docling", "vision_config", "vision_config"),
+            ("granite_docling_vision", "position_embedding", "image_size"),
+        )
+    },
     "kosmos-2": (
         (
             "vision_config",
@@ -193,6 +198,7 @@ COMPOSITES: dict[str, Callable[[Mapping[str, Any]], list[Entry]]] = {
     **dict.fromkeys(("grounding-dino", "mm-grounding-dino"), vision.grounding_dino),
     "clap": vision.clap_audio,
     "omdet-turbo": vision.omdet_turbo,
+    "granite_docling": vision.granite_docling,
 }
 """Composite model_type -> the mapper of its parts outside `text_config` (given the whole
 config); a refused `text_config` is then an unserved part beside them."""

@@ -510,3 +510,54 @@ def omdet_turbo(config: Mapping[str, Any]) -> list[Entry]:
             "no position embedding)"
         )
     return [Entry("sinusoidal_2d", None, data, notes)]
+
+
+def granite_docling_vision(view: ConfigView) -> list[Entry]:
+    """granite_docling's vision connector (`GraniteDoclingConnectorPath.pos_embed`,
+    `GraniteDoclingPositionEmbedding.build`): the float64 2-D sin-cos table of a tile's
+    (image_size // patch_size) // factor square grid, rolled by out_hidden_size / 2 to
+    [sin w, cos w, sin h, cos h] (MAE's layout, no class token), at out_hidden_size; one table for
+    the coarse path (scale_factor) and one for the fine path (scale_factor // 2, when
+    use_fine_route)."""
+    gh, gw = _patch_grid(view)
+    if gh != gw:
+        fail(view.key("image_size"), "granite_docling's connector assumes square tiles", [gh, gw])
+    dim = int(view.number("out_hidden_size"))
+    factor = int(view.number("scale_factor"))
+    paths = {"coarse": factor}
+    if view.get("use_fine_route", True):
+        paths["fine"] = factor // 2
+    entries = []
+    for role, f in paths.items():
+        if f < 1 or gh // f < 1:
+            fail(view.key("scale_factor"), f"the {role} path's grid {gh} // {f} is empty", factor)
+        data = {
+            "kind": "sinusoidal_2d",
+            "style": "mae",
+            "dim": dim,
+            "grid_height": gh // f,
+            "grid_width": gh // f,
+            "cls_token": False,
+        }
+        notes = {
+            "transformers": f"GraniteDoclingConnector.{role}.pos_embed: build_2d_sinusoidal_"
+            f"position_embedding({gh} // {f}, ..., out_hidden_size).roll(out_hidden_size // 2): "
+            "columns before rows, added to each tile's shuffled tokens",
+        }
+        entries.append(Entry("sinusoidal_2d", role, data, notes))
+    return entries
+
+
+def granite_docling(config: Mapping[str, Any]) -> list[Entry]:
+    """granite_docling's parts beside its text model: the vision connector's tables
+    (`granite_docling_vision` of `vision_config`)."""
+    vision_config = config.get("vision_config") or {}
+    if not isinstance(vision_config, Mapping):
+        fail("vision_config", "must be an object", vision_config)
+    view = ConfigView(
+        vision_config,
+        "vision_config.",
+        "granite_docling_vision",
+        {"image_size": 512, "patch_size": 16, "out_hidden_size": 1024, "scale_factor": 4},
+    )
+    return granite_docling_vision(view)
