@@ -25,15 +25,6 @@ REFUSED: dict[str, str] = {
     **{
         t: _SAM.format(module=m)
         for t, m in {
-            "sam2": "Sam2SinePositionEmbedding",
-            "sam2_hiera_det_model": "Sam2HieraDetModel",
-            "sam2_mask_decoder": "Sam2 mask decoder",
-            "sam2_prompt_encoder": "Sam2PositionalEmbedding",
-            "sam2_vision_model": "Sam2SinePositionEmbedding",
-            "edgetam": "EdgeTamSinePositionEmbedding",
-            "edgetam_mask_decoder": "EdgeTam mask decoder",
-            "edgetam_prompt_encoder": "EdgeTam prompt encoder",
-            "edgetam_vision_model": "EdgeTamSinePositionEmbedding",
             "sam3_detr_decoder": "Sam3SinePositionEmbedding",
             "sam3_detr_encoder": "Sam3SinePositionEmbedding",
             "sam3_geometry_encoder": "Sam3SinePositionEmbedding",
@@ -45,6 +36,30 @@ REFUSED: dict[str, str] = {
             "sam3_lite_text_mask_decoder": "Sam3LiteText mask decoder",
         }.items()
     },
+    **{
+        t: f"the vision neck's sine tables per FPN level ({m}SinePositionEmbedding(fpn_hidden_size "
+        "// 2, normalize=True)) are not mapped yet; the prompt encoder's positions are random "
+        f"Fourier features ({m}PositionalEmbedding.positional_embedding: a Gaussian matrix in "
+        "the checkpoint), not a formula"
+        for t, m in {
+            "sam2": "Sam2",
+            "sam2_vision_model": "Sam2",
+            "edgetam": "EdgeTam",
+            "edgetam_vision_model": "EdgeTam",
+        }.items()
+    },
+    **{
+        t: f"random Fourier features ({m}PositionalEmbedding.positional_embedding: a Gaussian "
+        "projection matrix in the checkpoint), not a formula"
+        for t, m in {"sam2_prompt_encoder": "Sam2", "edgetam_prompt_encoder": "EdgeTam"}.items()
+    },
+    **{
+        t: "no position table of its own: its image positions are the prompt encoder's random "
+        "Fourier features (a Gaussian matrix in the checkpoint), not a formula"
+        for t in ("sam2_mask_decoder", "edgetam_mask_decoder")
+    },
+    "sam2_hiera_det_model": "learned absolute positions (Sam2HieraDetModel pos_embed and "
+    "pos_embed_window: checkpoint weights), not a formula",
     "sam3_lite_text_text_model": "SAM 3 Lite's text encoder: its positions are not mapped",
     # Relative indices posenc's schemes do not reproduce.
     "swinv2": "learned continuous position bias: Swinv2SelfAttention feeds the log-spaced "
