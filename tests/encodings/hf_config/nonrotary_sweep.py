@@ -88,6 +88,8 @@ NOT_SERVED: dict[str, dict[str, str]] = {
     "pix2struct": {"vision_config": "row/column"},
     "tipsv2": {"vision_config": "learned positions"},
     "clap": {"text_config": "learned absolute position embeddings"},
+    "seamless_m4t": {"speech_encoder": "Transformer-XL"},
+    "seamless_m4t_v2": {"speech_encoder": "distance_embedding"},
     "omdet-turbo": {
         "text_config": "learned absolute position embeddings",
         "backbone_config": "backbone",
@@ -330,6 +332,16 @@ def _sinusoidal(model_type: str, cfg: Any, named: NamedSpec) -> Pair:
     elif model_type in ("tipsv2", "tipsv2_text_model"):
         text = getattr(cfg, "text_config", cfg)
         theirs = mod.Tipsv2SinusoidalPositionalEmbedding(text).weights
+    elif model_type in ("seamless_m4t", "seamless_m4t_v2"):
+        cls = next(
+            getattr(mod, n) for n in sorted(dir(mod)) if n.endswith("SinusoidalPositionalEmbedding")
+        )
+        if role == "text":
+            module = cls(cfg.max_position_embeddings, cfg.hidden_size, cfg.pad_token_id)
+        else:
+            t2u_rows, t2u_pad = cfg.t2u_max_position_embeddings, cfg.t2u_pad_token_id
+            module = cls(t2u_rows, cfg.hidden_size, t2u_pad)
+        theirs = module.weights
     elif model_type == "fsmt":
         pad = cfg.pad_token_id
         rows = cfg.max_position_embeddings + pad + 1

@@ -442,3 +442,34 @@ def pix2struct_text(view: ConfigView) -> list[Entry]:
     if heads is not None:
         notes["num_heads"] = int(heads)
     return [Entry("t5_bias", "decoder", data, notes)]
+
+
+def seamless_m4t(view: ConfigView) -> list[Entry]:
+    """SeamlessM4T (v1 and v2) text and text-to-unit stacks (`SeamlessM4T[v2]
+    SinusoidalPositionalEmbedding`, M2M100's fairseq module): the text encoder and decoder share
+    one table (max_position_embeddings + 2 rows, hidden_size, pad_token_id), the text-to-unit
+    decoder has its own (t2u_max_position_embeddings + 2 rows, t2u_pad_token_id); the speech
+    encoder's relative positions are listed unserved (`unmapped.LEFT_OUT`)."""
+    prefix = "SeamlessM4Tv2" if view.model_type.endswith("v2") else "SeamlessM4T"
+    text = _fairseq(
+        view,
+        int(view.number("max_position_embeddings")) + 2,
+        int(view.number("pad_token_id")),
+        "text",
+        f"{prefix}Encoder and {prefix}Decoder.embed_positions(max_position_embeddings, "
+        "hidden_size, pad_token_id) (+ 2 rows): one table",
+    )
+    t2u_source = (
+        f"{prefix}TextToUnit decoder's embed_positions(t2u_max_position_embeddings, hidden_size, "
+        "t2u_pad_token_id) (+ 2 rows); its encoder adds none"
+    )
+    if prefix.endswith("v2"):
+        t2u_source += "; embed_char_positions is the same table"
+    t2u = _fairseq(
+        view,
+        int(view.number("t2u_max_position_embeddings")) + 2,
+        int(view.number("t2u_pad_token_id")),
+        "t2u_decoder",
+        t2u_source,
+    )
+    return [text, t2u]

@@ -96,10 +96,6 @@ REFUSED: dict[str, str] = {
     # Sinusoids inside models with other parts.
     "kosmos_2_vision_model": "learned absolute positions (CLIP vision; checkpoint weights)",
     "kosmos_2_5_vision_model": "learned row/column patch embeddings (checkpoint weights)",
-    "seamless_m4t": "several sub-models (speech encoder relative positions, text fairseq "
-    "sinusoids, t2u decoder); not mapped",
-    "seamless_m4t_v2": "several sub-models (speech encoder relative positions, text fairseq "
-    "sinusoids, t2u decoder); not mapped",
     "speecht5": "speech encoder relative positions (SpeechT5RelativePositionalEncoding), "
     "SpeechT5ScaledPositionalEncoding and SpeechT5SinusoidalPositionalEmbedding in the pre-nets; "
     "not mapped",
@@ -146,6 +142,24 @@ LEFT_OUT: dict[str, tuple[tuple[str, str, str], ...]] = {
             "the vision model's learned row/column patch embeddings (checkpoint weights) are not "
             "served; only the text model's table is",
             "vision_config",
+        ),
+    ),
+    "seamless_m4t": (
+        (
+            "speech_encoder",
+            "the conformer speech encoder's positions are not served: position_embeddings_type "
+            "'relative' is Transformer-XL's relative sinusoids "
+            "(SeamlessM4TConformerRelPositionalEmbedding, with learned pos_bias_u/v), 'rotary' "
+            "a rotary table",
+            "position_embeddings_type",
+        ),
+    ),
+    "seamless_m4t_v2": (
+        (
+            "speech_encoder",
+            "the conformer speech encoder's relative_key positions (distance_embedding: learned "
+            "checkpoint weights over left/right_max_position_embeddings) are not served",
+            "position_embeddings_type",
         ),
     ),
     "pix2struct": (
