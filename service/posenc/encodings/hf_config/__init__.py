@@ -60,6 +60,17 @@ each model's config class and modeling code):
 | `decoder_config.d_model`                      | the widths differ                               |
 | Grounding DINO (MM) `d_model`,                | `sinusoidal_2d` (detr, temperature); text_config|
 | `positional_embedding_temperature`            | and text positions listed as unserved           |
+| DAB-DETR `hidden_size`, `temperature_height`, | `sinusoidal_2d` (detr, temperature_h/_w; F =    |
+| `temperature_width`                           | hidden_size / 2 a power of two)                 |
+| RT-DETR (v2), D-FINE, DEIMv2, PP-DocLayout    | `sinusoidal_2d` (timm, interleave_sin_cos,      |
+| `encoder_hidden_dim`, `positional_encoding_   | float64; the request's grid_height, grid_width) |
+| temperature`; OmDet-Turbo (float32, columns)  | (OmDet-Turbo: reverse_coord, float32)           |
+| granite_docling `vision_config`               | `sinusoidal_2d:coarse` / `:fine` (mae, no cls)  |
+| CLAP `audio_config.window_size`               | `relative_index` (swin window)                  |
+| PEGASUS-X, TIPSv2 text                        | `sinusoidal` (tensor2tensor, sin_cos)           |
+| Kosmos-2.5 text; SeamlessM4T (v2) text and    | `sinusoidal` (fairseq, padding_idx, offset 2);  |
+| text-to-unit stacks                           | `:text` / `:t2u_decoder`                        |
+| Pix2Struct text `relative_attention_*`        | `t5_bias:decoder` (causal)                      |
 
 Vision configs (transformers `modeling_vit.py`, `modeling_swin.py`, `modeling_beit.py`,
 `modeling_data2vec_vision.py`, `modeling_vit_mae.py`): the patch grid is `image_size //
@@ -71,8 +82,9 @@ inline `table`) as an override; without one the mapping raises `ConfigError` nam
 Modules: `view.py` (the config view and the unvalidated `Entry`), `rope.py` (transformers' generic
 RoPE reading; each variant's keys map in its own `rope/variants/<rope_type>.py` `from_hf`),
 `text.py` (ALiBi, T5, sinusoidal and learned text models), `vision.py`, `unmapped.py` (the
-non-rotary models refused, each with its reason, and the parts left out of multimodal configs,
-noted as `not_served`), `models.py` (per-model
+non-rotary models refused, each with its reason; `LEFT_OUT`, the parts of composite configs
+served no table, listed as `Unserved` and noted as `not_served`; `COMPOSITES`, the mappers of
+parts outside `text_config`), `models.py` (per-model
 facts: `MAPPERS` from `model_type` to its mapper, `MODEL_DEFAULTS`) and `resolve.py`.
 
 Multimodal configs are read through their `text_config`. `max_positions` defaults to
