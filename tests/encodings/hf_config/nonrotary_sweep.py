@@ -62,6 +62,9 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "data2vec-vision+relative": ("data2vec-vision", {"use_relative_position_bias": True}),
     # Two table widths: pixel decoder (feature_size // 2) and transformer decoder (hidden_dim // 2).
     "mask2former+feature_size": ("mask2former", {"feature_size": 128}),
+    # apple/aimv2-large-patch14-native: the 2-D sin-cos table instead of learned positions.
+    "aimv2_vision_model+native": ("aimv2_vision_model", {"is_native": True}),
+    "aimv2+native": ("aimv2", {"vision_config": {"is_native": True}}),
     # Time-series checkpoints set prediction_length (the class default is None).
     **{
         f"{t}+prediction_length": (t, {"prediction_length": 24})
@@ -88,6 +91,7 @@ NOT_SERVED: dict[str, dict[str, str]] = {
     "pix2struct": {"vision_config": "row/column"},
     "tipsv2": {"vision_config": "learned positions"},
     "clap": {"text_config": "learned absolute position embeddings"},
+    "aimv2+native": {"text_config": "learned absolute position embeddings"},
     "seamless_m4t": {"speech_encoder": "Transformer-XL"},
     "seamless_m4t_v2": {"speech_encoder": "distance_embedding"},
     "omdet-turbo": {
@@ -158,6 +162,7 @@ REQUEST: dict[str, dict[str, int]] = {
 """model_type -> the request fields its tables need beside config.json (a feature map's size)."""
 
 DEFAULT_REFUSALS: dict[str, str] = {
+    "aimv2_vision_model": "is_native",
     "trocr": "use_learned_position_embeddings",
     "beit": "use_relative_position_bias",
     "data2vec-vision": "use_relative_position_bias",
@@ -445,6 +450,14 @@ def _sinusoidal_2d(model_type: str, cfg: Any, named: NamedSpec) -> Pair:
         module = cls(cfg.d_model // 2, normalize=True)
         shape = torch.Size((1, cfg.d_model, size["height"], size["width"]))
         return ours, module(shape=shape, device="cpu", dtype=torch.float32, mask=mask)[0]
+    if model_type in ("aimv2", "aimv2_vision_model"):
+        # Aimv2VisionEmbeddings.forward on the config's image size: the builder, halves swapped.
+        vision = getattr(cfg, "vision_config", cfg)
+        grid = vision.image_size // vision.patch_size
+        mod = _modeling(model_type)
+        table = mod.build_2d_sinusoidal_position_embedding(grid, grid, vision.hidden_size)
+        half = table.shape[-1] // 2
+        return ours, torch.cat([table[..., half:], table[..., :half]], dim=-1)
     if model_type in ("granite_docling", "granite_docling_vision"):
         # GraniteDoclingConnectorPath(config, factor).pos_embed of the coarse or fine path.
         vision = getattr(cfg, "vision_config", cfg)

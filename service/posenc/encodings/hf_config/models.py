@@ -55,6 +55,12 @@ MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
     "baichuan": {"rope_theta": 10000.0},
     "mpt": {"max_seq_len": 2048},
     "clap_audio_model": {"window_size": 8},
+    "aimv2_vision_model": {
+        "image_size": 224,
+        "patch_size": 14,
+        "hidden_size": 1024,
+        "is_native": False,
+    },
     "granite_docling_vision": {
         "image_size": 512,
         "patch_size": 16,
@@ -545,6 +551,7 @@ MAPPERS: dict[str, Mapper] = {
     **dict.fromkeys(vision.RT_DETR_MODELS, vision.rt_detr),
     "dab-detr": vision.dab_detr,
     "granite_docling_vision": vision.granite_docling_vision,
+    "aimv2_vision_model": vision.aimv2_vision,
     "donut-swin": vision.swin_copy,
     "maskformer-swin": vision.swin_copy,
     "clap_audio_model": vision.swin_copy,

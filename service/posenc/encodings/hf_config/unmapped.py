@@ -85,8 +85,6 @@ REFUSED: dict[str, str] = {
     "not mapped",
     "levit": "per-stage attention offsets (LevitAttention.attention_bias_idxs over the stage's "
     "resolution, with strided queries in the subsample blocks); not mapped",
-    "aimv2_vision_model": "a 2-D sin-cos table of the patch grid (build_2d_sinusoidal_position_"
-    "embedding) when is_native, else learned positions (checkpoint weights); not mapped yet",
     "aimv2_text_model": "learned absolute position embeddings (checkpoint weights), not a formula",
     # T5 buckets with extra parts.
     "udop": "T5 buckets plus 2-D layout biases (RelativePositionBiasHorizontal/Vertical over "
@@ -228,6 +226,7 @@ COMPOSITES: dict[str, Callable[[Mapping[str, Any]], list[Entry]]] = {
     "clap": vision.clap_audio,
     "omdet-turbo": vision.omdet_turbo,
     "granite_docling": vision.granite_docling,
+    "aimv2": vision.aimv2,
 }
 """Composite model_type -> the mapper of its parts outside `text_config` (given the whole
 config); a refused `text_config` is then an unserved part beside them."""

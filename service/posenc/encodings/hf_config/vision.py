@@ -561,3 +561,42 @@ def granite_docling(config: Mapping[str, Any]) -> list[Entry]:
         {"image_size": 512, "patch_size": 16, "out_hidden_size": 1024, "scale_factor": 4},
     )
     return granite_docling_vision(view)
+
+
+def aimv2_vision(view: ConfigView) -> list[Entry]:
+    """AIMv2's vision encoder when `is_native` (`Aimv2VisionEmbeddings.forward`:
+    `build_2d_sinusoidal_position_embedding` of the image's patch grid in float64, halves swapped
+    to [sin w, cos w, sin h, cos h]: MAE's layout, no class token); otherwise its positions are a
+    learned table (checkpoint weights) and the config is refused."""
+    if not view.get("is_native"):
+        fail(
+            view.key("is_native"),
+            "false (the class default): AIMv2 then adds a learned position_embedding (checkpoint "
+            "weights), not a formula",
+            view.get("is_native"),
+        )
+    gh, gw = _patch_grid(view)
+    data = {
+        "kind": "sinusoidal_2d",
+        "style": "mae",
+        "dim": int(view.number("hidden_size")),
+        "grid_height": gh,
+        "grid_width": gw,
+        "cls_token": False,
+    }
+    notes = {
+        "size": "the native-resolution model builds the table per image: pass grid_height and "
+        "grid_width (height // patch_size, width // patch_size); the default is image_size's grid",
+        "transformers": "Aimv2VisionEmbeddings: build_2d_sinusoidal_position_embedding(h, w, "
+        "hidden_size) with its halves swapped ([sin_w|cos_w|sin_h|cos_h]), float64 then cast",
+    }
+    return [Entry("sinusoidal_2d", None, data, notes)]
+
+
+def aimv2(config: Mapping[str, Any]) -> list[Entry]:
+    """AIMv2's vision side (`aimv2_vision` of `vision_config`) beside its text encoder."""
+    vision_config = config.get("vision_config") or {}
+    if not isinstance(vision_config, Mapping):
+        fail("vision_config", "must be an object", vision_config)
+    defaults = {"image_size": 224, "patch_size": 14, "hidden_size": 1024, "is_native": False}
+    return aimv2_vision(ConfigView(vision_config, "vision_config.", "aimv2_vision_model", defaults))
