@@ -93,6 +93,10 @@ NOT_SERVED: dict[str, dict[str, str]] = {
     "clap": {"text_config": "learned absolute position embeddings"},
     "aimv2+native": {"text_config": "learned absolute position embeddings"},
     "seamless_m4t": {"speech_encoder": "Transformer-XL"},
+    "speecht5": {
+        "encoder_relative_positions": "pe_k",
+        "speech_encoder_conv_positions": "pos_conv_embed",
+    },
     "seamless_m4t_v2": {"speech_encoder": "distance_embedding"},
     "omdet-turbo": {
         "text_config": "learned absolute position embeddings",
@@ -347,6 +351,14 @@ def _sinusoidal(model_type: str, cfg: Any, named: NamedSpec) -> Pair:
             t2u_rows, t2u_pad = cfg.t2u_max_position_embeddings, cfg.t2u_pad_token_id
             module = cls(t2u_rows, cfg.hidden_size, t2u_pad)
         theirs = module.weights
+    elif model_type == "speecht5":
+        # The pre-nets' modules as SpeechT5 builds them (alpha left out: a checkpoint scalar).
+        pad, dim = cfg.pad_token_id, cfg.hidden_size
+        rows = cfg.max_speech_positions if role.startswith("speech") else cfg.max_text_positions
+        if role in ("speech_decoder_prenet", "text_encoder_prenet"):
+            theirs = mod.SpeechT5ScaledPositionalEncoding(0.0, dim, rows).pe[0]
+        else:
+            theirs = mod.SpeechT5SinusoidalPositionalEmbedding(rows + pad + 1, dim, pad).weights
     elif model_type == "fsmt":
         pad = cfg.pad_token_id
         rows = cfg.max_position_embeddings + pad + 1

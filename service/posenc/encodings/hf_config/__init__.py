@@ -71,6 +71,8 @@ each model's config class and modeling code):
 | Kosmos-2.5 text; SeamlessM4T (v2) text and    | `sinusoidal` (fairseq, padding_idx, offset 2);  |
 | text-to-unit stacks                           | `:text` / `:t2u_decoder`                        |
 | Pix2Struct text `relative_attention_*`        | `t5_bias:decoder` (causal)                      |
+| SpeechT5 pre-nets `max_speech_positions`,     | `sinusoidal:<pre-net>`: fairseq (speech encoder,|
+| `max_text_positions`, `pad_token_id`          | text decoder), vaswani (x alpha: the others)    |
 
 Vision configs (transformers `modeling_vit.py`, `modeling_swin.py`, `modeling_beit.py`,
 `modeling_data2vec_vision.py`, `modeling_vit_mae.py`): the patch grid is `image_size //

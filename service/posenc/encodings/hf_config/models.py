@@ -545,6 +545,7 @@ MAPPERS: dict[str, Mapper] = {
     "tipsv2_text_model": text.tipsv2_text,
     "pix2struct_text_model": text.pix2struct_text,
     **dict.fromkeys(("seamless_m4t", "seamless_m4t_v2"), text.seamless_m4t),
+    "speecht5": text.speecht5,
     **dict.fromkeys(vision.DETR_MODELS, vision.detr),
     **dict.fromkeys(("mask2former", "oneformer"), vision.mask2former),
     "maskformer": vision.maskformer,

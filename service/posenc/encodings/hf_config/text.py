@@ -473,3 +473,49 @@ def seamless_m4t(view: ConfigView) -> list[Entry]:
         t2u_source,
     )
     return [text, t2u]
+
+
+def speecht5(view: ConfigView) -> list[Entry]:
+    """SpeechT5's pre-nets: fairseq tables (`SpeechT5SinusoidalPositionalEmbedding(max_* +
+    pad_token_id + 1, hidden_size, pad_token_id)`, + 2 offset rows) in the speech encoder and
+    text decoder pre-nets, and the paper's interleaved table (`SpeechT5ScaledPositionalEncoding(
+    hidden_size, max_*)`, exp(2k * -(ln 10000 / dim))) in the speech decoder and text encoder
+    pre-nets, which scale it by a learned `alpha`; the encoder's relative positions and the
+    convolutional positions are listed unserved (`unmapped.LEFT_OUT`)."""
+    pad = int(view.number("pad_token_id"))
+    dim = int(view.number("hidden_size"))
+    speech = int(view.number("max_speech_positions"))
+    text_rows = int(view.number("max_text_positions"))
+    entries = [
+        _fairseq(
+            view,
+            speech + pad + 1 + 2,
+            pad,
+            "speech_encoder_prenet",
+            "SpeechT5SpeechEncoderPrenet.pos_sinusoidal_embed(max_speech_positions + pad + 1, "
+            "hidden_size, pad) (+ 2 rows), indexed by the padding mask's position ids",
+            dim,
+        ),
+        _fairseq(
+            view,
+            text_rows + pad + 1 + 2,
+            pad,
+            "text_decoder_prenet",
+            "SpeechT5TextDecoderPrenet.embed_positions(max_text_positions + pad + 1, hidden_size, "
+            "pad) (+ 2 rows)",
+            dim,
+        ),
+    ]
+    for role, rows, source in (
+        ("speech_decoder_prenet", speech, "SpeechT5SpeechDecoderPrenet"),
+        ("text_encoder_prenet", text_rows, "SpeechT5TextEncoderPrenet"),
+    ):
+        data = {"kind": "sinusoidal", "dim": dim, "max_positions": rows, "convention": "vaswani"}
+        notes = {
+            "transformers": f"{source}.encode_positions: SpeechT5ScaledPositionalEncoding("
+            f"hidden_size, {rows}).pe, interleaved [sin, cos]",
+            "alpha": "the model adds alpha * this table; alpha is a learned scalar of the "
+            "checkpoint (encode_positions.alpha)",
+        }
+        entries.append(Entry("sinusoidal", role, data, notes))
+    return entries

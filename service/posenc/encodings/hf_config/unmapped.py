@@ -94,9 +94,6 @@ REFUSED: dict[str, str] = {
     # Sinusoids inside models with other parts.
     "kosmos_2_vision_model": "learned absolute positions (CLIP vision; checkpoint weights)",
     "kosmos_2_5_vision_model": "learned row/column patch embeddings (checkpoint weights)",
-    "speecht5": "speech encoder relative positions (SpeechT5RelativePositionalEncoding), "
-    "SpeechT5ScaledPositionalEncoding and SpeechT5SinusoidalPositionalEmbedding in the pre-nets; "
-    "not mapped",
     "speecht5_hifigan": "a vocoder: no position encoding",
     "tipsv2_vision_model": "learned absolute positions (checkpoint weights)",
 }
@@ -158,6 +155,20 @@ LEFT_OUT: dict[str, tuple[tuple[str, str, str], ...]] = {
             "the conformer speech encoder's relative_key positions (distance_embedding: learned "
             "checkpoint weights over left/right_max_position_embeddings) are not served",
             "position_embeddings_type",
+        ),
+    ),
+    "speecht5": (
+        (
+            "encoder_relative_positions",
+            "the encoder's relative positions (SpeechT5RelativePositionalEncoding: a learned pe_k "
+            "of 2 * encoder_max_relative_position rows, checkpoint weights) are not served",
+            "encoder_max_relative_position",
+        ),
+        (
+            "speech_encoder_conv_positions",
+            "the speech encoder pre-net's convolutional positions (pos_conv_embed: checkpoint "
+            "weights) are not served",
+            "num_conv_pos_embeddings",
         ),
     ),
     "pix2struct": (
