@@ -145,6 +145,7 @@ bench: $(STAMP) nginx wrk
 # PYTHONHASHSEED=0: transformers' messages print sets, whose order follows the hash seed.
 models-doc: $(STAMP)
 	PYTHONHASHSEED=0 $(BIN)/python -m tests.encodings.hf_config.rope_sweep --write-docs
+	PYTHONHASHSEED=0 $(BIN)/python -m tests.encodings.hf_config.nonrotary_sweep --write-docs
 
 clean:
 	rm -rf $(VENV) .venv-drift $(OPTIMUM_VENV) .pytest_cache .mypy_cache .ruff_cache

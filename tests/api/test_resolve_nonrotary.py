@@ -52,11 +52,11 @@ def test_newly_mapped_sinusoid_models(client: httpx.Client) -> None:
 
 
 def test_unmapped_models_are_refused_with_their_encoding(client: httpx.Client) -> None:
-    r = client.post("/v1/resolve", json=_config("mask2former"))
+    r = client.post("/v1/resolve", json=_config("sam2"))
     assert r.status_code == 422, r.text
     body = r.json()
     assert set(body) >= {"error", "error_type", "detail"}
-    assert "Mask2FormerSinePositionEmbedding" in r.text
+    assert "Sam2SinePositionEmbedding" in r.text
     assert "model_type" in r.text
     r = client.post("/v1/resolve", json=_config("swinv2"))
     assert r.status_code == 422
@@ -74,3 +74,55 @@ def test_detr_needs_the_feature_map_size_from_the_request(client: httpx.Client) 
     assert spec["spec"]["num_pos_feats"] == 128
     table = decode(client.get(spec["url"]))["embedding"]
     assert table.shape == (256, 25, 34)
+
+
+def test_a_learned_table_without_weights_is_listed_not_fatal(client: httpx.Client) -> None:
+    """Swin with absolute embeddings: the window index is served; the checkpoint's learned table,
+    which config.json does not carry, is listed in `unserved` naming `table_key`; given inline,
+    both are served and nothing is left out."""
+    config = _config("swin", use_absolute_embeddings=True, image_size=32)
+    body = client.post("/v1/resolve", json=config).json()
+    assert [s["name"] for s in body["specs"]] == ["relative_index"]
+    (part,) = body["unserved"]
+    assert (part["part"], part["config_key"]) == ("learned", "table_key")
+    assert "embeddings.position_embeddings" in part["reason"]
+    table = torch.arange(64 * 96, dtype=torch.float32).reshape(64, 96) / 1000
+    full = client.post("/v1/resolve", json={"hf_config": config, "table": table.tolist()}).json()
+    assert [s["name"] for s in full["specs"]] == ["relative_index", "learned"]
+    assert full["unserved"] == []
+    served = decode(client.get(full["specs"][1]["url"]))
+    assert torch.equal(next(iter(served.values())), table)
+
+
+def test_a_composite_serves_its_mapped_part_and_lists_the_others(client: httpx.Client) -> None:
+    """Grounding DINO: the vision side's sine table (exactly the model's module) is served; the
+    BERT text encoder, the per-phrase text positions and the backbone are listed with reasons."""
+    from transformers.models.grounding_dino.modeling_grounding_dino import (
+        GroundingDinoSinePositionEmbedding,
+    )
+
+    cfg = AutoConfig.for_model("grounding-dino")
+    request = {"hf_config": cfg.to_dict(), "height": 9, "width": 12, "valid_height": 7}
+    r = client.post("/v1/resolve", json=request)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    (spec,) = body["specs"]
+    assert (spec["spec"]["temperature_h"], spec["spec"]["temperature_w"]) == (20.0, 20.0)
+    assert [(u["part"], u["config_key"]) for u in body["unserved"]] == [
+        ("text_config", "text_config.model_type"),
+        ("text_positions", "text_config"),
+        ("backbone_config", "backbone_config"),
+    ]
+    mask = torch.zeros(1, 9, 12, dtype=torch.long)
+    mask[:, :7] = 1
+    theirs = GroundingDinoSinePositionEmbedding(cfg)(torch.zeros(1, 3, 9, 12), mask)[0]
+    assert torch.equal(decode(client.get(spec["url"]))["embedding"], theirs)
+
+
+def test_nothing_servable_is_still_a_422_naming_what_is_missing(client: httpx.Client) -> None:
+    """ViT's only table is the checkpoint's: 422 naming `table_key`; a served config answers an
+    empty `unserved` list."""
+    r = client.post("/v1/resolve", json=_config("vit"))
+    assert r.status_code == 422, r.text
+    assert [p["field"] for p in r.json()["detail"]] == ["table_key"]
+    assert client.post("/v1/resolve", json=_config("t5")).json()["unserved"] == []

@@ -37,7 +37,8 @@ DEFAULT_TYPES = (
     "ernie4_5_vl_moe",
     "dinov3_vit",
 )
-"""Default configs whose text side (if any) maps today: resolved whole."""
+"""Default configs: resolved whole, or (GLM-4V, whose class-default M-RoPE sections transformers
+cannot apply) the tower served and the text side listed in `unserved`."""
 TOWER_TYPES = sorted({CLASSES[name] for name in CLASSES if name in ROTARY_CLASSES})
 """The model type of every served vision rotary module (its modeling directory), derived from the
 installed package: resolved with kind=vision_rope (their text side may be refused or M-RoPE)."""
@@ -167,6 +168,11 @@ def test_resolve_default_configs_return_text_and_vision_tables(
     entry = _vision_entry(specs)
     if model_type in ("pixtral", "dinov3_vit"):
         assert [s["name"] for s in specs] == ["vision_rope:vision"]
+    elif model_type == "glm4v":
+        assert [s["name"] for s in specs] == ["vision_rope:vision"]
+        (text,) = r.json()["unserved"]
+        assert text["part"] == "text_config"
+        assert text["config_key"] == "text_config.rope_parameters.mrope_section"
     else:
         # the text tables (rope, or M-RoPE entries) come first, the tower's last
         assert len(specs) > 1

@@ -156,6 +156,33 @@ def test_resolve_and_tables_for_model(pclient: Client, server: ServerHandle) -> 
     assert list(only) == ["rope:sliding_attention"] or list(only) == ["rope"]
 
 
+def test_resolve_lists_the_unserved_parts(
+    pclient: Client, server: ServerHandle, cache_dir: Path
+) -> None:
+    """A config served in part: the served tables as before (a list), the parts left out in
+    `.unserved` with reason and config key, also from the offline cache."""
+    config = {
+        "model_type": "swin",
+        "use_absolute_embeddings": True,
+        "image_size": 32,
+        "patch_size": 4,
+        "embed_dim": 96,
+        "window_size": 7,
+    }
+    specs = pclient.resolve(config)
+    assert isinstance(specs, posenc_client.ResolvedSpecs)
+    assert [s.name for s in specs] == ["relative_index"]
+    (part,) = specs.unserved
+    assert isinstance(part, posenc_client.UnservedPart)
+    assert (part.part, part.config_key) == ("learned", "table_key")
+    assert "table_key" in part.reason
+    with Client(server.url, cache=cache_dir, offline=True) as offline:
+        again = offline.resolve(config)
+    assert [s.key for s in again] == [s.key for s in specs]
+    assert again.unserved == specs.unserved
+    assert pclient.resolve({"model_type": "t5"}).unserved == []
+
+
 def test_config_folder(pclient: Client, tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(LLAMA31.read_text())
     (spec,) = pclient.resolve(tmp_path, max_positions=8)

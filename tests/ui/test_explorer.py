@@ -223,6 +223,24 @@ def test_vision_config_shows_the_2d_grid(server: ServerHandle, watched: Watched)
     assert watched.problems == []
 
 
+def test_parts_not_served_are_listed(server: ServerHandle, watched: Watched) -> None:
+    """Swin with absolute embeddings: the window index is served, the checkpoint's learned table
+    (not in config.json) is listed with its reason and the field that would serve it."""
+    page = watched.page
+    page.goto(f"{server.url}/ui")
+    config = {"model_type": "swin", "use_absolute_embeddings": True, "image_size": 32}
+    page.fill("textarea[name=config]", json.dumps(config))
+    page.locator("#config-form button[type=submit]").click()
+    watched.idle()
+    no_error_shown(watched)
+    assert page.locator(".card").count() == 1
+    listed = page.locator("#tables-intro .unserved li")
+    assert listed.count() == 1
+    text = listed.inner_text()
+    assert text.startswith("learned (table_key): learned absolute positions"), text
+    assert watched.problems == []
+
+
 def test_with_api_keys_the_page_sends_the_typed_key(watched: Watched) -> None:
     api_key = "explorer-key-0123456789"
     with start_server(api_keys=[api_key]) as srv, srv.client() as c:

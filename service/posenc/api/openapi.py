@@ -99,7 +99,8 @@ ROUTE_ERRORS: dict[tuple[str, str], dict[int, str]] = {
     ("post", "/v1/resolve"): {
         **BODY_ERRORS,
         400: "Malformed JSON, or not an object",
-        422: "A config that cannot be mapped, or invalid overrides (detail names the key)",
+        422: "A config of which nothing can be served (detail names each part's key), or invalid "
+        "overrides; a config served in part answers 200 with `unserved`",
     },
     ("post", "/v1/mrope/position_ids"): {
         **BODY_ERRORS,

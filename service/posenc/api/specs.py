@@ -33,7 +33,7 @@ from posenc.encodings import (
     content_key,
     parse_spec,
 )
-from posenc.encodings.hf_config import resolve_hf_config
+from posenc.encodings.hf_config import Resolution, resolve_hf_config, resolve_hf_parts
 from posenc.presets import load_presets
 
 log = logging.getLogger("posenc.api")
@@ -71,9 +71,11 @@ def _optional_str(body: dict[str, Any], name: str) -> str | None:
     return value
 
 
-def resolve_config(body: dict[str, Any]) -> list[NamedSpec]:
+def _config_request(
+    body: dict[str, Any],
+) -> tuple[dict[str, Any], str | None, str | None, dict[str, Any]]:
     """`{"hf_config": {...}, "kind"?, "layer_type"?, ...overrides}` (or a bare config.json)
-    -> the named specs the model needs; raises `ConfigError`/`SpecError`."""
+    -> (config, kind, layer_type, overrides)."""
     if "hf_config" in body:
         config = body["hf_config"]
         rest = {k: v for k, v in body.items() if k != "hf_config"}
@@ -87,17 +89,42 @@ def resolve_config(body: dict[str, Any]) -> list[NamedSpec]:
     kind = _optional_str(rest, "kind")
     layer_type = _optional_str(rest, "layer_type")
     overrides = {k: v for k, v in rest.items() if k not in ("kind", "layer_type")}
+    return config, kind, layer_type, overrides
+
+
+def _no_table() -> ConfigError:
+    return ConfigError(
+        "the config maps to no position table",
+        [FieldProblem("hf_config", "no position encoding found", None)],
+    )
+
+
+def resolve_config(body: dict[str, Any]) -> list[NamedSpec]:
+    """`{"hf_config": {...}, "kind"?, "layer_type"?, ...overrides}` (or a bare config.json)
+    -> the named specs the model needs; raises `ConfigError`/`SpecError`."""
+    config, kind, layer_type, overrides = _config_request(body)
     named = guarded(
         "config",
         lambda: resolve_hf_config(config, kind=kind, layer_type=layer_type, **overrides),
         ConfigError,
     )
     if not named:
-        raise ConfigError(
-            "the config maps to no position table",
-            [FieldProblem("hf_config", "no position encoding found", None)],
-        )
+        raise _no_table()
     return named
+
+
+def resolve_config_parts(body: dict[str, Any]) -> Resolution:
+    """`resolve_config`, serving what can be served (`resolve_hf_parts`): the tables and the
+    parts that get none; raises `ConfigError`/`SpecError` when nothing can be served."""
+    config, kind, layer_type, overrides = _config_request(body)
+    resolution = guarded(
+        "config",
+        lambda: resolve_hf_parts(config, kind=kind, layer_type=layer_type, **overrides),
+        ConfigError,
+    )
+    if not resolution.specs:
+        raise _no_table()
+    return resolution
 
 
 def _ambiguous(what: str, field: str, names: list[str], hint: str) -> ApiError:

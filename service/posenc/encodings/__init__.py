@@ -3,7 +3,8 @@
 Public API:
 - `parse_spec(data) -> Spec`: `kind` selects the family; invalid input raises `SpecError`.
 - `compute(spec, device=...) -> Table`: `Table.tensors` (named torch tensors) and `Table.meta`.
-- `from_hf_config(config, **overrides) -> list[Spec]`: specs a transformers config.json needs.
+- `from_hf_config(config, **overrides) -> list[Spec]`: specs a transformers config.json needs;
+  `resolve_hf_parts(config, ...) -> Resolution`: the tables it can serve and the parts it cannot.
 - `canonical_json(spec)`, `content_key(spec)`: canonical form and its stable sha256 key.
 - `weights`: checkpoint tables specs name by content key (`TableStore`, `resolve_tables`).
 """
@@ -41,7 +42,14 @@ from posenc.encodings.errors import (
     SpecError,
     UnknownKindError,
 )
-from posenc.encodings.hf_config import NamedSpec, from_hf_config, resolve_hf_config
+from posenc.encodings.hf_config import (
+    NamedSpec,
+    Resolution,
+    Unserved,
+    from_hf_config,
+    resolve_hf_config,
+    resolve_hf_parts,
+)
 
 Spec = SpecBase
 
@@ -53,12 +61,14 @@ __all__ = [
     "FieldProblem",
     "NamedSpec",
     "PosencError",
+    "Resolution",
     "Spec",
     "SpecBase",
     "SpecError",
     "Table",
     "TensorInfo",
     "UnknownKindError",
+    "Unserved",
     "alibi",
     "canonical_dict",
     "canonical_json",
@@ -70,6 +80,7 @@ __all__ = [
     "parse_spec",
     "relative_index",
     "resolve_hf_config",
+    "resolve_hf_parts",
     "rope",
     "sinusoidal",
     "sinusoidal_2d",

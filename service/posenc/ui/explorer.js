@@ -552,7 +552,7 @@
     const body = Object.keys(overrides).length ? { hf_config: config, ...overrides } : config;
     const out = await getJSON("v1/resolve", { method: "POST", body });
     const name = (config.text_config && config.text_config.model_type) || config.model_type || "config.json";
-    showModel({ title: `config.json (${name})`, notes: [], entries: out.specs, config: body });
+    showModel({ title: `config.json (${name})`, notes: [], entries: out.specs, config: body, unserved: out.unserved || [] });
   }
 
   function showModel(m) {
@@ -562,7 +562,12 @@
     const intro = $("#tables-intro");
     intro.replaceChildren(
       el("strong", {}, m.title), `: ${m.entries.length} table${m.entries.length === 1 ? "" : "s"}. `,
-      m.notes.length ? el("ul", { class: "notes" }, m.notes.map((n) => el("li", {}, n))) : "");
+      m.notes.length ? el("ul", { class: "notes" }, m.notes.map((n) => el("li", {}, n))) : "",
+      // /v1/resolve's `unserved`: the parts of the model no table is served for, and why.
+      m.unserved && m.unserved.length
+        ? el("span", { class: "unserved" }, `Not served (${m.unserved.length}):`,
+          el("ul", { class: "notes" }, m.unserved.map((u) => el("li", {}, el("strong", {}, u.part), ` (${u.config_key}): ${u.reason}`))))
+        : "");
     m.entries.forEach((entry, i) => {
       remember(entry.key, entry.spec, entry.outputs);
       list.append(tableCard(entry, i));

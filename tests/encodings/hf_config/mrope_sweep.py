@@ -206,8 +206,9 @@ RELEASED: dict[str, dict[str, Any]] = {
     },
 }
 """The RoPE facts of released checkpoints' config.json files (their M-RoPE keys, sizes that set
-head_dim and rotary width, the vision tower's rotary facts as in tests/api/test_vision_rope.py; layer counts and vocabularies left at the class defaults, since only
-the rotary module is built)."""
+head_dim and rotary width, the vision tower's rotary facts as in tests/api/test_vision_rope.py;
+layer counts and vocabularies left at the class defaults, since only the rotary module is
+built)."""
 
 
 def cases() -> list[tuple[str, str, str]]:

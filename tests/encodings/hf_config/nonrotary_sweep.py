@@ -3,16 +3,21 @@ code uses a non-rotary family posenc has (`MARKERS`), the variants released chec
 (`VARIANTS`), and per model type the model's own code each resolved table is compared with
 (`REFERENCES`).
 
+`python -m tests.encodings.hf_config.nonrotary_sweep --write-docs` runs every case (`verdict`) and
+writes its section of `docs/models.md` (`make models-doc` runs it after the RoPE sweep's).
+
 Sources: transformers' `models/<name>/modeling_*.py` (scanned for the markers) and
 `CONFIG_MAPPING_NAMES` (model_type -> module), the reference functions and modules named below.
 """
 
 from __future__ import annotations
 
+import argparse
 import functools
 import importlib
 import inspect
 import math
+import sys
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -27,8 +32,8 @@ from transformers.models.auto.configuration_auto import (
     model_type_to_module_name,
 )
 
-from posenc.encodings import compute
-from posenc.encodings.hf_config import NamedSpec
+from posenc.encodings import ConfigError, compute
+from posenc.encodings.hf_config import NamedSpec, resolve_hf_parts
 
 MARKERS: dict[str, tuple[str, ...]] = {
     "alibi": ("build_alibi_tensor",),
@@ -55,6 +60,11 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     # BEiT / data2vec-vision checkpoints: relative position bias per layer.
     "beit+relative": ("beit", {"use_relative_position_bias": True}),
     "data2vec-vision+relative": ("data2vec-vision", {"use_relative_position_bias": True}),
+    # Two table widths: pixel decoder (feature_size // 2) and transformer decoder (hidden_dim // 2).
+    "mask2former+feature_size": ("mask2former", {"feature_size": 128}),
+    # apple/aimv2-large-patch14-native: the 2-D sin-cos table instead of learned positions.
+    "aimv2_vision_model+native": ("aimv2_vision_model", {"is_native": True}),
+    "aimv2+native": ("aimv2", {"vision_config": {"is_native": True}}),
     # Time-series checkpoints set prediction_length (the class default is None).
     **{
         f"{t}+prediction_length": (t, {"prediction_length": 24})
@@ -71,25 +81,95 @@ ALTERNATIVES: dict[str, str] = {
 }
 """case -> a family the config chooses instead of (or beside) the marked one."""
 
-NOT_SERVED: dict[str, str] = {
-    "granite_docling": "2-D sin-cos",
-    "kosmos-2": "vision model",
-    "musicgen": "text encoder",
-    "musicgen_melody": "text encoder",
+NOT_SERVED: dict[str, dict[str, str]] = {
+    # The checkpoint's learned table is not in config.json: the window index is served.
+    "swin+absolute": {"learned": "table_key"},
+    "granite_docling": {"vision_config": "learned position_embedding"},
+    "granite_docling_vision": {"position_embedding": "learned position_embedding"},
+    "kosmos-2": {"vision_config": "vision model"},
+    "kosmos-2.5": {"vision_config": "row/column"},
+    "pix2struct": {"vision_config": "row/column"},
+    "tipsv2": {"vision_config": "learned positions"},
+    "clap": {"text_config": "learned absolute position embeddings"},
+    "aimv2+native": {"text_config": "learned absolute position embeddings"},
+    "seamless_m4t": {"speech_encoder": "Transformer-XL"},
+    "speecht5": {
+        "encoder_relative_positions": "pe_k",
+        "speech_encoder_conv_positions": "pos_conv_embed",
+    },
+    "seamless_m4t_v2": {"speech_encoder": "distance_embedding"},
+    "omdet-turbo": {
+        "text_config": "learned absolute position embeddings",
+        "backbone_config": "backbone",
+    },
+    "musicgen": {"text_encoder": "text encoder"},
+    "musicgen_melody": {"text_encoder": "text encoder"},
+    **{
+        t: {"backbone_config": "backbone"}
+        for t in (
+            "mask2former",
+            "mask2former+feature_size",
+            "maskformer",
+            "oneformer",
+            "rt_detr",
+            "rt_detr_v2",
+            "d_fine",
+            "deimv2",
+            "pp_doclayout_v3",
+            "pp_doclayout_v4",
+        )
+    },
+    "pp_doclayout_v2": {"backbone_config": "backbone", "reading_order_config": "rel_pos_bins"},
+    **{
+        t: {
+            "text_config": "learned absolute position embeddings",
+            "text_positions": "phrase boundaries",
+            "backbone_config": "backbone",
+        }
+        for t in ("grounding-dino", "mm-grounding-dino")
+    },
 }
-"""Composite cases served in part -> what each table's `not_served` note must name."""
+"""Composite cases served in part -> {unserved part: what its reason must name}; each table's
+`not_served` note names the parts `unmapped.LEFT_OUT` lists."""
 
+_PADDED = {"height": 13, "width": 17, "valid_height": 11, "valid_width": 14}
 REQUEST: dict[str, dict[str, int]] = {
-    t: {"height": 13, "width": 17, "valid_height": 11, "valid_width": 14}
-    for t in ("detr", "conditional_detr", "deformable_detr", "table-transformer")
+    **{
+        t: _PADDED
+        for t in (
+            "detr",
+            "conditional_detr",
+            "deformable_detr",
+            "table-transformer",
+            "grounding-dino",
+            "mm-grounding-dino",
+        )
+    },
+    "dab-detr": _PADDED,
+    # RT-DETR's AIFI table: a grid, no mask.
+    **{
+        t: {"grid_height": 13, "grid_width": 17}
+        for t in (
+            "rt_detr",
+            "rt_detr_v2",
+            "d_fine",
+            "deimv2",
+            "pp_doclayout_v2",
+            "pp_doclayout_v3",
+            "pp_doclayout_v4",
+            "omdet-turbo",
+        )
+    },
+    # The Mask2Former family masks nothing: every position of the feature map is valid.
+    **{t: {"height": 13, "width": 17} for t in ("mask2former", "maskformer", "oneformer")},
 }
 """model_type -> the request fields its tables need beside config.json (a feature map's size)."""
 
 DEFAULT_REFUSALS: dict[str, str] = {
+    "aimv2_vision_model": "is_native",
     "trocr": "use_learned_position_embeddings",
     "beit": "use_relative_position_bias",
     "data2vec-vision": "use_relative_position_bias",
-    "swin+absolute": "table_key",
     "time_series_transformer": "prediction_length",
     "informer": "prediction_length",
     "autoformer": "prediction_length",
@@ -175,6 +255,17 @@ def _t5_buckets(model_type: str, cfg: Any, named: NamedSpec) -> Pair:
     offset = named.spec.model_dump()["query_offset"]
     rel = torch.arange(k)[None, :] - torch.arange(offset, offset + q)[:, None]
     mod = _modeling(model_type)
+    if model_type in ("pix2struct", "pix2struct_text_model"):
+        # Pix2StructTextAttention.compute_bias: causal buckets of its own configuration.
+        text = getattr(cfg, "text_config", cfg)
+        module = mod.Pix2StructTextAttention(text, has_relative_attention_bias=True, layer_idx=0)
+        theirs = module._relative_position_bucket(
+            rel,
+            bidirectional=False,
+            num_buckets=module.relative_attention_num_buckets,
+            max_distance=module.relative_attention_max_distance,
+        )
+        return ours, theirs
     if model_type == "mpnet":
         # MPNetEncoder.compute_position_bias(x): relative_position_bucket with its defaults.
         return ours, mod.MPNetEncoder.relative_position_bucket(rel)
@@ -237,6 +328,37 @@ def _sinusoidal(model_type: str, cfg: Any, named: NamedSpec) -> Pair:
             text.max_position_embeddings, text.embed_dim, text.pad_token_id
         )
         theirs = module.weights
+    elif model_type in ("kosmos-2.5", "kosmos_2_5_text_model"):
+        text = getattr(cfg, "text_config", cfg)
+        module = mod.Kosmos2_5TextSinusoidalPositionalEmbedding(
+            text.max_position_embeddings, text.embed_dim, text.pad_token_id
+        )
+        theirs = module.weights
+    elif model_type == "pegasus_x":
+        rows = cfg.max_position_embeddings
+        module = mod.PegasusXSinusoidalPositionalEmbedding(cfg.d_model)
+        theirs = module(torch.zeros(1, rows, cfg.d_model))[0]
+    elif model_type in ("tipsv2", "tipsv2_text_model"):
+        text = getattr(cfg, "text_config", cfg)
+        theirs = mod.Tipsv2SinusoidalPositionalEmbedding(text).weights
+    elif model_type in ("seamless_m4t", "seamless_m4t_v2"):
+        cls = next(
+            getattr(mod, n) for n in sorted(dir(mod)) if n.endswith("SinusoidalPositionalEmbedding")
+        )
+        if role == "text":
+            module = cls(cfg.max_position_embeddings, cfg.hidden_size, cfg.pad_token_id)
+        else:
+            t2u_rows, t2u_pad = cfg.t2u_max_position_embeddings, cfg.t2u_pad_token_id
+            module = cls(t2u_rows, cfg.hidden_size, t2u_pad)
+        theirs = module.weights
+    elif model_type == "speecht5":
+        # The pre-nets' modules as SpeechT5 builds them (alpha left out: a checkpoint scalar).
+        pad, dim = cfg.pad_token_id, cfg.hidden_size
+        rows = cfg.max_speech_positions if role.startswith("speech") else cfg.max_text_positions
+        if role in ("speech_decoder_prenet", "text_encoder_prenet"):
+            theirs = mod.SpeechT5ScaledPositionalEncoding(0.0, dim, rows).pe[0]
+        else:
+            theirs = mod.SpeechT5SinusoidalPositionalEmbedding(rows + pad + 1, dim, pad).weights
     elif model_type == "fsmt":
         pad = cfg.pad_token_id
         rows = cfg.max_position_embeddings + pad + 1
@@ -257,6 +379,11 @@ def _relative_index(model_type: str, cfg: Any, named: NamedSpec) -> Pair:
         window = (cfg.window_size, cfg.window_size)
         bias = mod.SwinRelativePositionBias(cfg.num_heads[0], window)
         return ours.reshape(-1), bias.relative_position_index
+    if model_type in ("clap", "clap_audio_model"):
+        audio = getattr(cfg, "audio_config", cfg)
+        heads = audio.num_attention_heads[0]
+        attention = mod.ClapAudioSelfAttention(audio, heads * 2, heads, audio.window_size)
+        return ours, attention.relative_position_index
     if model_type in ("donut-swin", "maskformer-swin"):
         cls = (
             "DonutSwinSelfAttention"
@@ -281,9 +408,50 @@ def _sinusoidal_2d(model_type: str, cfg: Any, named: NamedSpec) -> Pair:
     if model_type in REQUEST:
         # The model's own module as the model builds it, on a padded pixel mask.
         size = REQUEST[model_type]
+        mod = _modeling(model_type)
+        if model_type == "omdet-turbo":
+            # OmDetTurboHybridEncoder's static builder: (1, H*W, D), float32.
+            build = mod.OmDetTurboHybridEncoder.build_2d_sincos_position_embedding
+            dim, temperature = cfg.encoder_hidden_dim, cfg.positional_encoding_temperature
+            height, width = size["grid_height"], size["grid_width"]
+            return ours, build(width, height, dim, temperature)[0]
+        if "grid_height" in size:
+            # <Model>AIFILayer's module: (1, H*W, D) in the activations' dtype.
+            cls = next(
+                getattr(mod, n)
+                for n in sorted(dir(mod))
+                if n.endswith("SinePositionEmbedding") and "AIFI" not in n
+            )
+            module = cls(cfg.encoder_hidden_dim, cfg.positional_encoding_temperature)
+            height, width = size["grid_height"], size["grid_width"]
+            cpu = torch.device("cpu")
+            return ours, module(width=width, height=height, device=cpu, dtype=torch.float32)[0]
+        shape = torch.Size((1, 1, size["height"], size["width"]))
+        if model_type in ("mask2former", "oneformer"):
+            # <Model>PixelDecoder and <Model>TransformerModule build it without a mask.
+            pixel = cfg.feature_size if model_type == "mask2former" else cfg.conv_dim
+            feats = {"pixel_decoder": pixel // 2, "transformer_decoder": cfg.hidden_dim // 2}
+            role = named.name.partition(":")[2] or "transformer_decoder"
+            cls = getattr(mod, f"{type(cfg).__name__[: -len('Config')]}SinePositionEmbedding")
+            module = cls(num_position_features=feats[role], normalize=True)
+            return ours, module(shape, "cpu", torch.float32)[0]
+        if model_type == "maskformer":
+            hidden = cfg.decoder_config.hidden_size
+            module = mod.MaskFormerSinePositionEmbedding(hidden // 2, normalize=True)
+            return ours, module(shape, "cpu", torch.float32)[0]
         mask = torch.zeros(1, size["height"], size["width"], dtype=torch.long)
         mask[:, : size["valid_height"], : size["valid_width"]] = 1
-        mod = _modeling(model_type)
+        if model_type == "dab-detr":
+            pixels = torch.zeros(1, 3, size["height"], size["width"])
+            return ours, mod.DabDetrSinePositionEmbedding(cfg)(pixels, mask)[0]
+        if model_type in ("grounding-dino", "mm-grounding-dino"):
+            cls = next(
+                getattr(mod, n)
+                for n in sorted(dir(mod))
+                if n.endswith("GroundingDinoSinePositionEmbedding")
+            )
+            pixels = torch.zeros(1, 3, size["height"], size["width"])
+            return ours, cls(cfg)(pixels, mask)[0]
         if model_type == "table-transformer":
             module = mod.build_position_encoding(cfg)
             pixels = torch.zeros(1, 3, size["height"], size["width"])
@@ -294,6 +462,21 @@ def _sinusoidal_2d(model_type: str, cfg: Any, named: NamedSpec) -> Pair:
         module = cls(cfg.d_model // 2, normalize=True)
         shape = torch.Size((1, cfg.d_model, size["height"], size["width"]))
         return ours, module(shape=shape, device="cpu", dtype=torch.float32, mask=mask)[0]
+    if model_type in ("aimv2", "aimv2_vision_model"):
+        # Aimv2VisionEmbeddings.forward on the config's image size: the builder, halves swapped.
+        vision = getattr(cfg, "vision_config", cfg)
+        grid = vision.image_size // vision.patch_size
+        mod = _modeling(model_type)
+        table = mod.build_2d_sinusoidal_position_embedding(grid, grid, vision.hidden_size)
+        half = table.shape[-1] // 2
+        return ours, torch.cat([table[..., half:], table[..., :half]], dim=-1)
+    if model_type in ("granite_docling", "granite_docling_vision"):
+        # GraniteDoclingConnectorPath(config, factor).pos_embed of the coarse or fine path.
+        vision = getattr(cfg, "vision_config", cfg)
+        factor = vision.scale_factor if named.name.endswith("coarse") else vision.scale_factor // 2
+        grid = (vision.image_size // vision.patch_size) // factor
+        mod = _modeling(model_type)
+        return ours, mod.GraniteDoclingPositionEmbedding(vision.out_hidden_size, grid).pos_embed
     if model_type != "vit_mae":
         raise AssertionError(f"{model_type}: resolved a 2-D table no reference checks")
     mod = _modeling(model_type)
@@ -318,3 +501,112 @@ REFERENCES: dict[str, Callable[[str, Any, NamedSpec], Pair]] = {
 TOLERANCE: dict[str, float] = {"alibi": 1e-6}
 """Relative tolerance per family (BLOOM and MPT build float32 slopes with torch.pow; posenc
 rounds float64 slopes once); every other family is compared bit for bit."""
+
+
+# ---------------------------------------------------------------------------------------------
+# docs/models.md: the non-rotary section
+
+DOCS = Path(__file__).resolve().parents[3] / "docs" / "models.md"
+HEADING = "## Non-rotary model types"
+
+
+def verdict(case: str) -> tuple[str, str, list[str]]:
+    """(status, detail, served table names) of one case, resolved as /v1/resolve does and each
+    table of a marked family compared with the model's own code: "exact" (every table equal),
+    "partial" (equal, and parts listed as unserved), "refused" (the reason), "wrong" (a table
+    that differs), or "other family" (the config chose a family the RoPE sweep checks)."""
+    model_type, extra = cases()[case]
+    cfg = hf_config(model_type, extra)
+    try:
+        resolution = resolve_hf_parts(cfg.to_dict(), **REQUEST.get(model_type, {}))
+    except ConfigError as err:
+        problem = err.problems[0]
+        return "refused", f"`{problem.field}`: {problem.message}", []
+    names = [n.name for n in resolution.specs]
+    compared = 0
+    for named in resolution.specs:
+        if named.spec.kind not in families(model_type):
+            continue  # e.g. Falcon's RoPE, granite_docling's text model: the RoPE sweep's
+        ours, theirs = REFERENCES[named.spec.kind](model_type, cfg, named)
+        rtol = TOLERANCE.get(named.spec.kind, 0.0)
+        same = ours.shape == theirs.shape and (
+            torch.allclose(ours, theirs.to(ours.dtype), rtol=rtol, atol=0)
+            if rtol
+            else torch.equal(ours, theirs.to(ours.dtype))
+        )
+        if not same:
+            return "wrong", f"{named.name} differs from the model's own code", names
+        compared += 1
+    unserved = "; ".join(f"`{u.part}`: {u.reason}" for u in resolution.unserved)
+    if not compared:
+        kinds = sorted({n.spec.kind for n in resolution.specs})
+        return "other family", f"{kinds} (the RoPE sweep's); {unserved}".rstrip("; "), names
+    return ("partial" if resolution.unserved else "exact"), unserved, names
+
+
+def render(results: dict[str, tuple[str, str, list[str]]]) -> str:
+    """The non-rotary section of docs/models.md, from `verdict` of every case."""
+    from posenc.verified import VERIFIED_AGAINST
+
+    version = VERIFIED_AGAINST["transformers"]
+    counts: dict[str, int] = {}
+    for status, _, _ in results.values():
+        counts[status] = counts.get(status, 0) + 1
+    order = ("exact", "partial", "other family", "refused", "wrong")
+    lines = [
+        HEADING,
+        "",
+        "Generated by `make models-doc` (`python -m tests.encodings.hf_config.nonrotary_sweep "
+        "--write-docs`): do not edit by hand. Every model type of transformers "
+        f"{version} whose modeling code uses ALiBi, T5 buckets, sinusoids, 2-D sine tables or "
+        "relative indices (`nonrotary_sweep.MARKERS`), its default config and the variants "
+        "released checkpoints use (`+`), resolved as `/v1/resolve` does (tables sized by the "
+        "request get the sweep's `REQUEST` fields) and each table compared with the model's own "
+        "code (`tests/encodings/hf_config/test_nonrotary_sweep.py`): `exact` is bit-equal "
+        "(ALiBi slopes within 1e-6); `partial` is exact for what is served, the parts left out "
+        "listed (`unserved`) with the reason; `refused` names the key and why; `other family` "
+        "is a config that chose a RoPE table (the table above checks it).",
+        "",
+        f"Cases: {len(results)}; "
+        + ", ".join(f"{k} {counts[k]}" for k in order if k in counts)
+        + ".",
+        "",
+        "| case | families | served tables | status | reason / parts not served "
+        "| verified against |",
+        "|---|---|---|---|---|---|",
+    ]
+    for case in sorted(results):
+        status, detail, names = results[case]
+        marked = ", ".join(sorted(families(cases()[case][0])))
+        served = ", ".join(f"`{n}`" for n in names) or "-"
+        detail = detail.replace("|", "\\|").replace("\n", " ") or "-"
+        lines.append(
+            f"| {case} | {marked} | {served} | {status} | {detail} | transformers {version} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def write_docs(section: str) -> None:
+    """Replace (or append) the non-rotary section of docs/models.md."""
+    text = DOCS.read_text(encoding="utf-8") if DOCS.exists() else ""
+    head, _, _ = text.partition("\n" + HEADING + "\n")
+    DOCS.write_text(head.rstrip("\n") + "\n\n" + section, encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="the non-rotary sweep")
+    parser.add_argument("--write-docs", action="store_true", help="write docs/models.md's section")
+    parser.add_argument("cases", nargs="*", help="only these cases (default: all)")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    chosen = args.cases or sorted(cases())
+    results = {case: verdict(case) for case in chosen}
+    if args.write_docs:
+        write_docs(render(results))
+    for case, (status, detail, names) in results.items():
+        print(f"{case}: {status} {names} {detail[:160]}", file=sys.stderr)
+    return 1 if any(status == "wrong" for status, _, _ in results.values()) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

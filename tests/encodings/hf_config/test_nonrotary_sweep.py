@@ -1,9 +1,9 @@
 """The non-rotary sweep (issue 24): every model type of the locked transformers whose modeling
 code uses ALiBi, T5 buckets, sinusoids, 2-D sine tables or relative indices (`nonrotary_sweep.
-MARKERS`), default config plus the released variants, through `resolve_hf_config` (what
+MARKERS`), default config plus the released variants, through `resolve_hf_parts` (what
 /v1/resolve calls). Each is exact against the model's own code or refused with a reason that
 names the model's encoding; never accepted and different, never a marked family dropped without
-a refusal."""
+a refusal, and a composite served in part lists each part it leaves out (`unserved`)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from posenc.encodings import ConfigError
-from posenc.encodings.hf_config import MAPPERS, resolve_hf_config
-from posenc.encodings.hf_config.unmapped import REFUSED, refuse
+from posenc.encodings.hf_config import MAPPERS, resolve_hf_config, resolve_hf_parts
+from posenc.encodings.hf_config.unmapped import LEFT_OUT, REFUSED, refuse
 from tests.encodings.hf_config import nonrotary_sweep as sweep
 
 CASES = sweep.cases()
@@ -39,10 +39,11 @@ def test_exact_or_refused_with_the_reason(case: str) -> None:
     if model_type in sweep.REQUEST:
         # Tables sized by the request: without its fields the error names them.
         with pytest.raises(ConfigError) as missing:
-            resolve_hf_config(config)
-        assert {p.field for p in missing.value.problems} >= {"height", "width"}, missing.value
+            resolve_hf_parts(config)
+        sizes = {k for k in sweep.REQUEST[model_type] if not k.startswith("valid_")}
+        assert {p.field for p in missing.value.problems} >= sizes, missing.value
     try:
-        resolved = resolve_hf_config(config, **sweep.REQUEST.get(model_type, {}))
+        resolution = resolve_hf_parts(config, **sweep.REQUEST.get(model_type, {}))
     except ConfigError as err:
         (problem,) = err.problems
         # The generic message is only true of a text_config read instead of the model itself.
@@ -56,21 +57,27 @@ def test_exact_or_refused_with_the_reason(case: str) -> None:
             # A mapped model type is refused only where the sweep knows why.
             assert sweep.DEFAULT_REFUSALS.get(case, "\0") in problem.field, (case, problem)
         return
+    resolved = resolution.specs
     marked = sweep.families(model_type)
     got = {n.spec.kind for n in resolved}
+    # Served in part: each part left out is listed with its reason, and noted on every table.
+    expected = sweep.NOT_SERVED.get(case, {})
+    assert [u.part for u in resolution.unserved] == list(expected), (case, resolution.unserved)
+    for part in resolution.unserved:
+        assert expected[part.part] in part.reason, (case, part)
+    left_out = [reason for _, reason, _ in LEFT_OUT.get(model_type, ())]
     for named in resolved:
-        # Served in part: every table says what is left out.
-        if case in sweep.NOT_SERVED:
-            assert sweep.NOT_SERVED[case] in named.notes.get("not_served", ""), case
-        else:
+        noted = named.notes.get("not_served", "")
+        assert all(reason in noted for reason in left_out), (case, named.name)
+        if not left_out:
             assert "not_served" not in named.notes, case
-    if case in sweep.NOT_SERVED and not got <= marked:
-        return  # the text model's tables only: the RoPE sweep's
-    allowed = marked | {sweep.ALTERNATIVES.get(case, sweep.ALTERNATIVES.get(model_type, ""))}
+    allowed = set(marked) | {sweep.ALTERNATIVES.get(case, sweep.ALTERNATIVES.get(model_type, ""))}
+    if case in sweep.NOT_SERVED:
+        allowed.add("rope")  # a composite's text model: the RoPE sweep's
     assert got <= allowed, (case, got, marked)
-    if model_type in sweep.ALTERNATIVES and case not in sweep.VARIANTS:
-        return  # the config chose the alternative (e.g. Falcon's RoPE): the RoPE sweep's part
     for named in resolved:
+        if named.spec.kind not in marked:
+            continue  # the config's other family (e.g. Falcon's RoPE): the RoPE sweep's part
         ours, theirs = sweep.REFERENCES[named.spec.kind](model_type, cfg, named)
         assert ours.shape == theirs.shape, (case, named.name)
         rtol = sweep.TOLERANCE.get(named.spec.kind, 0.0)
@@ -82,8 +89,6 @@ def test_exact_or_refused_with_the_reason(case: str) -> None:
 
 def test_every_refusal_names_a_swept_model_type() -> None:
     """`unmapped.REFUSED` holds no stale names: each is a model type the sweep finds."""
-    from posenc.encodings.hf_config.unmapped import LEFT_OUT
-
     swept = {t for t, _ in CASES.values()}
     assert set(REFUSED) <= swept, sorted(set(REFUSED) - swept)
     assert set(LEFT_OUT) <= swept

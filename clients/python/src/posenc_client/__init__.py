@@ -46,7 +46,9 @@ from posenc_client._models import (
     Preset,
     PresetPart,
     ResolvedSpec,
+    ResolvedSpecs,
     Tables,
+    UnservedPart,
 )
 from posenc_client._version import __version__
 
@@ -76,12 +78,14 @@ __all__ = [
     "PresetPart",
     "RequestTimeoutError",
     "ResolvedSpec",
+    "ResolvedSpecs",
     "Retries",
     "ServiceUnavailableError",
     "Tables",
     "TooLargeError",
     "TransportError",
     "UnknownKindError",
+    "UnservedPart",
     "UnsupportedConfigError",
     "UnsupportedExportError",
     "__version__",

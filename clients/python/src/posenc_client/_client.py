@@ -38,7 +38,7 @@ from posenc_client._models import (
     OnnxModel,
     OnnxOptions,
     Preset,
-    ResolvedSpec,
+    ResolvedSpecs,
     RopeOptions,
     Rows,
     SinusoidalOptions,
@@ -295,10 +295,12 @@ class Client(BaseClient):
         given (`T5BiasOptions`); `rows=(start, end)` picks queries [start, end) (see `table`)."""
         return self._run(self._core.t5_bias(query_length, options, rows))
 
-    def resolve(self, config: ConfigLike, **overrides: Any) -> list[ResolvedSpec]:
+    def resolve(self, config: ConfigLike, **overrides: Any) -> ResolvedSpecs:
         """The tables a model needs, from its config.json (path, folder or dict): specs, keys
-        and notes. `overrides` (`profile`, `max_positions`, `dtype`, `kind`, `layer_type`, ...)
-        apply to every spec that has the field."""
+        and notes (a list of `ResolvedSpec`); its `unserved` lists the parts the server serves
+        no table for, each with the reason and config key. `overrides` (`profile`,
+        `max_positions`, `dtype`, `kind`, `layer_type`, ...) apply to every spec that has the
+        field."""
         return self._run(self._core.resolve(config, overrides))
 
     def tables_for_model(self, config: ConfigLike, **overrides: Any) -> dict[str, Tables]:
@@ -484,7 +486,7 @@ class AsyncClient(BaseClient):
         """See `Client.t5_bias`."""
         return await self._run(self._core.t5_bias(query_length, options, rows))
 
-    async def resolve(self, config: ConfigLike, **overrides: Any) -> list[ResolvedSpec]:
+    async def resolve(self, config: ConfigLike, **overrides: Any) -> ResolvedSpecs:
         """See `Client.resolve`."""
         return await self._run(self._core.resolve(config, overrides))
 

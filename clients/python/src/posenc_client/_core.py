@@ -61,11 +61,13 @@ from posenc_client._models import (
     OnnxOptions,
     Preset,
     ResolvedSpec,
+    ResolvedSpecs,
     RopeOptions,
     Rows,
     SinusoidalOptions,
     T5BiasOptions,
     Tables,
+    UnservedPart,
     family_spec,
     load_config,
     onnx_body,
@@ -489,7 +491,7 @@ class Core:
             raise api_error(reply)
         return reply.json()
 
-    def resolve(self, config: ConfigLike, overrides: Mapping[str, Any]) -> Flow[list[ResolvedSpec]]:
+    def resolve(self, config: ConfigLike, overrides: Mapping[str, Any]) -> Flow[ResolvedSpecs]:
         """POST /v1/resolve; the answer is remembered so that it also works offline."""
         body = {
             "hf_config": load_config(config),
@@ -497,27 +499,40 @@ class Core:
         }
         record_id = request_id(self.base_url, "POST /v1/resolve", body)
         record = self.cache.lookup(record_id) if self.cache is not None else None
-        specs: Any = None
+        answer: Any = None
         if self.offline:
             if record is None:
                 raise CacheMissError("offline, and this config was never resolved here")
-            specs = record.get("specs")
+            answer = record
         else:
             try:
                 reply = yield Call("POST", "/v1/resolve", json=body)
             except TransportError:
                 if record is None:
                     raise
-                specs = record.get("specs")
+                answer = record
             else:
                 if reply.status != 200:
                     raise api_error(reply)
-                specs = reply.json().get("specs")
+                answer = reply.json()
                 if self.cache is not None:
-                    self.cache.remember(record_id, {"ns": "resolve", "specs": specs})
+                    self.cache.remember(
+                        record_id,
+                        {
+                            "ns": "resolve",
+                            "specs": answer.get("specs"),
+                            "unserved": answer.get("unserved") or [],
+                        },
+                    )
+        specs, unserved = answer.get("specs"), answer.get("unserved") or []
         if not isinstance(specs, list):
             raise DecodeError("the resolve answer has no `specs` list")
-        return [ResolvedSpec.from_json(spec) for spec in specs]
+        if not isinstance(unserved, list):
+            raise DecodeError("the resolve answer's `unserved` is not a list")
+        return ResolvedSpecs(
+            [ResolvedSpec.from_json(spec) for spec in specs],
+            [UnservedPart.from_json(part) for part in unserved],
+        )
 
     def tables_for_model(
         self, config: ConfigLike, overrides: Mapping[str, Any]

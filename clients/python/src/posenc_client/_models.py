@@ -1,4 +1,5 @@
-"""What the client returns (`Tables`, `ResolvedSpec`, `Preset`, `OnnxModel`), the keywords its
+"""What the client returns (`Tables`, `ResolvedSpec`, `ResolvedSpecs`, `UnservedPart`, `Preset`,
+`OnnxModel`), the keywords its
 convenience methods take (`RopeOptions`, `AlibiOptions`, `SinusoidalOptions`, `T5BiasOptions`,
 `OnnxOptions`: each declared once, here, and spelled out in the clients' signatures with
 `typing.Unpack`), and the spec builders that turn those keywords into the server's spec JSON."""
@@ -500,6 +501,35 @@ class MRopePositions:
             )
         except (KeyError, TypeError, ValueError) as err:
             raise DecodeError(f"unexpected position ids from the server: {err!r}") from None
+
+
+@dataclass(frozen=True)
+class UnservedPart:
+    """A part of the model the server serves no table for (`Client.resolve(...).unserved`):
+    `part` (a table name such as "learned", or a sub-model such as "vision_config"), `reason`
+    and `config_key` (the config.json key it comes from, or the request field that would serve
+    it, such as `table_key`)."""
+
+    part: str
+    reason: str
+    config_key: str
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> UnservedPart:
+        try:
+            return cls(str(data["part"]), str(data["reason"]), str(data["config_key"]))
+        except (KeyError, TypeError) as err:
+            raise DecodeError(f"unexpected unserved part from the server: {err!r}") from None
+
+
+class ResolvedSpecs(list[ResolvedSpec]):
+    """What `Client.resolve` returns: the tables served (a list of `ResolvedSpec`, as before)
+    and `unserved`, the parts of the model that get no table, each with its reason (empty when
+    the server serves the whole config, or predates partial resolves)."""
+
+    def __init__(self, specs: Sequence[ResolvedSpec], unserved: Sequence[UnservedPart] = ()):
+        super().__init__(specs)
+        self.unserved: list[UnservedPart] = list(unserved)
 
 
 @dataclass(frozen=True)

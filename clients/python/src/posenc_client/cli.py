@@ -227,6 +227,8 @@ def cmd_fetch(client: Client, args: argparse.Namespace) -> int:
 def cmd_resolve(client: Client, args: argparse.Namespace) -> int:
     specs = client.resolve(_config(args.config), **parse_fields(args.fields))
     _print_json([s.__dict__ for s in specs])
+    for part in specs.unserved:
+        print(f"not served: {part.part} ({part.config_key}): {part.reason}", file=sys.stderr)
     return EXIT_OK
 
 

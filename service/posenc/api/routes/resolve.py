@@ -2,8 +2,9 @@
 
 The body is a config.json, or `{"hf_config": {...}, "kind"?, "layer_type"?, ...overrides}`
 (`specs.resolve_config`); the answer has one entry per distinct table (per layer type where they
-differ) with its runtime notes, and each key is remembered so that `GET /v1/tables/{key}`
-answers afterwards.
+differ) with its runtime notes, plus `unserved`: the parts no table is served for, each with
+`part`, `reason` and `config_key` (422 only when nothing at all can be served). Each key is
+remembered so that `GET /v1/tables/{key}` answers afterwards.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from starlette.responses import Response
 from posenc.api.deps import State
 from posenc.api.jsonio import json_response, read_json_object
 from posenc.api.serving import describe_spec
-from posenc.api.specs import resolve_config
+from posenc.api.specs import resolve_config_parts
 from posenc.encodings import content_key
 
 router = APIRouter(prefix="/v1", tags=["catalog"])
@@ -39,12 +40,18 @@ router = APIRouter(prefix="/v1", tags=["catalog"])
     },
 )
 async def resolve(request: Request, state: State) -> Response:
-    """One entry per distinct table (per layer type where they differ) with runtime notes."""
+    """One entry per distinct table (per layer type where they differ) with runtime notes, and
+    the parts served no table (`unserved`: part, reason, config_key)."""
     body = await read_json_object(request)
+    resolution = resolve_config_parts(body)
     specs = []
-    for item in resolve_config(body):
+    for item in resolution.specs:
         spec = item.spec.canonical()
         key = content_key(spec)
         state.index.remember(key, spec)
         specs.append({"name": item.name, **describe_spec(spec, key), "notes": item.notes})
-    return json_response({"specs": specs})
+    unserved = [
+        {"part": u.part, "reason": u.reason, "config_key": u.config_key}
+        for u in resolution.unserved
+    ]
+    return json_response({"specs": specs, "unserved": unserved})

@@ -2,8 +2,10 @@
 
 `resolve_hf_config(config)` reads a config dict (the file's JSON, no hub access, no transformers
 import) and returns one `NamedSpec` per distinct table, with the facts a runtime must know beside
-the table in `notes`. The rules reproduce transformers 5.x (`modeling_rope_utils.py`,
-`RotaryEmbeddingConfigMixin.standardize_rope_params`, each model's config class and modeling code):
+the table in `notes`; `resolve_hf_parts(config)` (what `/v1/resolve` calls) returns the tables it
+can serve and, per part it cannot, an `Unserved` (part, reason, config key). The rules reproduce
+transformers 5.x (`modeling_rope_utils.py`, `RotaryEmbeddingConfigMixin.standardize_rope_params`,
+each model's config class and modeling code):
 
 | config                                        | spec                                            |
 |-----------------------------------------------|-------------------------------------------------|
@@ -59,6 +61,24 @@ the table in `notes`. The rules reproduce transformers 5.x (`modeling_rope_utils
 | Vision towers with rotary positions (Qwen2-VL | + `vision_rope:vision` beside the text tables   |
 | family, GLM-4V, MiniMax-M3-VL, Llama 4,       | (`vision_rope.TOWERS`); Pixtral and DINOv3 ViT  |
 | Mistral 3 / Llava-Pixtral, Qwen Omni)         | configs are vision-only                         |
+| Mask2Former `feature_size`, `hidden_dim`;     | `sinusoidal_2d` (detr, normalize, all valid):   |
+| OneFormer `conv_dim`, `hidden_dim`; MaskFormer| `:pixel_decoder` / `:transformer_decoder` where |
+| `decoder_config.d_model`                      | the widths differ                               |
+| Grounding DINO (MM) `d_model`,                | `sinusoidal_2d` (detr, temperature); text_config|
+| `positional_embedding_temperature`            | and text positions listed as unserved           |
+| DAB-DETR `hidden_size`, `temperature_height`, | `sinusoidal_2d` (detr, temperature_h/_w; F =    |
+| `temperature_width`                           | hidden_size / 2 a power of two)                 |
+| RT-DETR (v2), D-FINE, DEIMv2, PP-DocLayout    | `sinusoidal_2d` (timm, interleave_sin_cos,      |
+| `encoder_hidden_dim`, `positional_encoding_   | float64; the request's grid_height, grid_width) |
+| temperature`; OmDet-Turbo (float32, columns)  | (OmDet-Turbo: reverse_coord, float32)           |
+| granite_docling `vision_config`               | `sinusoidal_2d:coarse` / `:fine` (mae, no cls)  |
+| CLAP `audio_config.window_size`               | `relative_index` (swin window)                  |
+| PEGASUS-X, TIPSv2 text                        | `sinusoidal` (tensor2tensor, sin_cos)           |
+| Kosmos-2.5 text; SeamlessM4T (v2) text and    | `sinusoidal` (fairseq, padding_idx, offset 2);  |
+| text-to-unit stacks                           | `:text` / `:t2u_decoder`                        |
+| Pix2Struct text `relative_attention_*`        | `t5_bias:decoder` (causal)                      |
+| SpeechT5 pre-nets `max_speech_positions`,     | `sinusoidal:<pre-net>`: fairseq (speech encoder,|
+| `max_text_positions`, `pad_token_id`          | text decoder), vaswani (x alpha: the others)    |
 
 Vision configs (transformers `modeling_vit.py`, `modeling_swin.py`, `modeling_beit.py`,
 `modeling_data2vec_vision.py`, `modeling_vit_mae.py`): the patch grid is `image_size //
@@ -70,11 +90,11 @@ inline `table`) as an override; without one the mapping raises `ConfigError` nam
 Modules: `view.py` (the config view and the unvalidated `Entry`), `rope.py` (transformers' generic
 RoPE reading; each variant's keys map in its own `rope/variants/<rope_type>.py` `from_hf`),
 `text.py` (ALiBi, T5, sinusoidal and learned text models), `mrope.py` (multimodal RoPE),
-`vision.py`, `vision_rope.py` (the
-vision towers' rotary entries; every vision rotary module of transformers served or refused),
-`unmapped.py` (the
-non-rotary models refused, each with its reason, and the parts left out of multimodal configs,
-noted as `not_served`), `models.py` (per-model
+`vision.py`, `vision_rope.py` (the vision towers' rotary entries; every vision rotary module of
+transformers served or refused), `unmapped.py` (the
+non-rotary models refused, each with its reason; `LEFT_OUT`, the parts of composite configs
+served no table, listed as `Unserved` and noted as `not_served`; `COMPOSITES`, the mappers of
+parts outside `text_config`), `models.py` (per-model
 facts: `MAPPERS` from `model_type` to its mapper, `MODEL_DEFAULTS`) and `resolve.py`.
 
 Multimodal configs are read through their `text_config`. `max_positions` defaults to
@@ -93,7 +113,14 @@ from posenc.encodings.hf_config.models import (
     NTK_ALPHA_MODELS,
     TEXT_MODEL_TYPES,
 )
-from posenc.encodings.hf_config.resolve import NamedSpec, from_hf_config, resolve_hf_config
+from posenc.encodings.hf_config.resolve import (
+    NamedSpec,
+    Resolution,
+    Unserved,
+    from_hf_config,
+    resolve_hf_config,
+    resolve_hf_parts,
+)
 from posenc.encodings.hf_config.rope import ROPE_KEYS, ROPE_TYPES, SCALAR_ROPE_KEYS
 from posenc.encodings.hf_config.text import LEARNED_MODELS, SLOPES_NOTE, T5_MODELS
 from posenc.encodings.hf_config.vision import BEIT_MODELS
@@ -113,6 +140,9 @@ __all__ = [
     "T5_MODELS",
     "TEXT_MODEL_TYPES",
     "NamedSpec",
+    "Resolution",
+    "Unserved",
     "from_hf_config",
     "resolve_hf_config",
+    "resolve_hf_parts",
 ]

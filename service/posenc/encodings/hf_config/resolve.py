@@ -1,5 +1,7 @@
 """`resolve_hf_config`: the model's entries validated as specs, grouped into distinct tables,
-filtered by family and layer type, with the caller's overrides applied."""
+filtered by family and layer type, with the caller's overrides applied; `resolve_hf_parts`: the
+same, serving what can be served and listing the parts that cannot (`Unserved`) with the reason
+(what `/v1/resolve` answers)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from posenc.encodings.config_values import fail
 from posenc.encodings.errors import ConfigError, FieldProblem, SpecError
 from posenc.encodings.hf_config.models import entries as model_entries
 from posenc.encodings.hf_config.models import text_view
-from posenc.encodings.hf_config.unmapped import LEFT_OUT
+from posenc.encodings.hf_config.unmapped import COMPOSITES, LEFT_OUT
 from posenc.encodings.hf_config.view import Entry
 from posenc.encodings.hf_config.vision_rope import not_served, vision_entries
 
@@ -28,6 +30,31 @@ class NamedSpec:
     notes: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Unserved:
+    """A part of the model that gets no table: `part` (the table's name, or the sub-model:
+    "vision_config", "text_config", "text_encoder"), `reason` (what is missing, or the encoding
+    posenc cannot express) and `config_key` (the config.json key the part comes from, or the
+    request field that would serve it, such as `table_key`)."""
+
+    part: str
+    reason: str
+    config_key: str
+
+    def problem(self) -> FieldProblem:
+        """The part as a `ConfigError` problem (field = `config_key`)."""
+        return FieldProblem(self.config_key, f"{self.part}: {self.reason}", None)
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """What `resolve_hf_parts` returns: the tables served (`specs`, as `resolve_hf_config`
+    returns them) and the parts that get none (`unserved`, in config order)."""
+
+    specs: list[NamedSpec]
+    unserved: list[Unserved]
+
+
 def _apply_overrides(entry: Entry, overrides: Mapping[str, Any]) -> dict[str, Any]:
     fields = FAMILIES[entry.family].spec_type.model_fields
     data = dict(entry.data)
@@ -41,19 +68,28 @@ def _apply_overrides(entry: Entry, overrides: Mapping[str, Any]) -> dict[str, An
     return data
 
 
-def _validate(entry: Entry, data: Mapping[str, Any]) -> SpecBase:
-    family = FAMILIES[entry.family]
-    what = entry.family if entry.role is None else f"{entry.family}:{entry.role}"
+def _unbuildable(entry: Entry, data: Mapping[str, Any]) -> FieldProblem | None:
+    """Why the entry's table cannot be built from this config and request, or None: the mapper's
+    `problem`, or the checkpoint table a learned entry needs and the request does not give."""
     if entry.problem is not None:
-        raise ConfigError("cannot map config", [entry.problem])
+        return entry.problem
     if entry.weights is not None and data.get("table") is None and data.get("table_key") is None:
-        fail(
+        return FieldProblem(
             "table_key",
             f"learned absolute positions: config.json does not carry the checkpoint's "
             f"{entry.weights} (table_shape {data.get('table_shape')}); upload it (POST "
             "/v1/uploads) and pass table_key=..., or pass table=... inline",
             None,
         )
+    return None
+
+
+def _validate(entry: Entry, data: Mapping[str, Any]) -> SpecBase:
+    family = FAMILIES[entry.family]
+    what = entry.family if entry.role is None else f"{entry.family}:{entry.role}"
+    problem = _unbuildable(entry, data)
+    if problem is not None:
+        raise ConfigError("cannot map config", [problem])
     try:
         return validate_as(family.spec_type, data, what)
     except SpecError as err:
@@ -96,7 +132,8 @@ def resolve_hf_config(
     layer_type: str | None = None,
     **overrides: Any,
 ) -> list[NamedSpec]:
-    """Every position table a transformers model needs, from its config.json contents.
+    """Every position table a transformers model needs, from its config.json contents; a table
+    that cannot be built fails the whole config (`resolve_hf_parts` serves the others).
 
     Args:
         config: the config dict (v4 `rope_scaling` or v5 `rope_parameters` shape; multimodal
@@ -117,6 +154,58 @@ def resolve_hf_config(
     Raises:
         ConfigError: naming the key that cannot be mapped, or an override no produced spec takes.
     """
+    return _resolve(config, kind, layer_type, overrides, partial=False).specs
+
+
+def resolve_hf_parts(
+    config: Mapping[str, Any],
+    /,
+    *,
+    kind: str | None = None,
+    layer_type: str | None = None,
+    **overrides: Any,
+) -> Resolution:
+    """`resolve_hf_config`, serving what can be served: a table that cannot be built (a learned
+    table without `table_key`, a mapper's problem), a composite model's part posenc does not map
+    (`unmapped.LEFT_OUT`) and a refused `text_config` beside mapped parts (`unmapped.COMPOSITES`)
+    are listed in `unserved` instead of failing the config.
+
+    Raises:
+        ConfigError: when nothing at all can be served (every unserved part as a problem), and
+            for everything `resolve_hf_config` raises besides unbuildable tables.
+    """
+    return _resolve(config, kind, layer_type, overrides, partial=True)
+
+
+def _composite_entries(
+    config: Mapping[str, Any], partial: bool, unserved: list[Unserved], others: bool
+) -> list[Entry]:
+    """The text model's entries, plus those of a composite model's other parts; a refused text
+    side is an unserved part when `partial` and the model has other parts (`COMPOSITES`, or
+    `others`: a served vision tower)."""
+    view = text_view(config)
+    composite = COMPOSITES.get(str(config.get("model_type")))
+    if composite is None and not others:
+        return model_entries(view)
+    try:
+        entries = model_entries(view)
+    except ConfigError as err:
+        if not partial:
+            raise
+        entries = []
+        part = "text_config" if "text_config" in config else "text"
+        unserved.extend(Unserved(part, p.message, p.field) for p in err.problems)
+    return entries + ([] if composite is None else composite(config))
+
+
+def _resolve(
+    config: Mapping[str, Any],
+    kind: str | None,
+    layer_type: str | None,
+    overrides: Mapping[str, Any],
+    *,
+    partial: bool,
+) -> Resolution:
     if not isinstance(config, Mapping):
         raise ConfigError(
             "a config must be a JSON object",
@@ -124,14 +213,26 @@ def resolve_hf_config(
         )
     view = text_view(config)
     groups: dict[str, _Group] = {}
+    unserved: list[Unserved] = []
     # vision towers' rotary tables (`vision_rope:vision`) follow the text ones; asked for alone,
     # the text side is not mapped (it may be refused while the tower is served)
-    text_entries = [] if kind == "vision_rope" else model_entries(view)
-    entries = text_entries + vision_entries(config, required=kind == "vision_rope")
+    required = kind == "vision_rope"
+    vision_unserved: list[Unserved] = []
+    vision = _vision_entries(config, required, partial, vision_unserved)
+    text = [] if required else _composite_entries(config, partial, unserved, bool(vision))
+    entries = text + vision
+    unserved.extend(vision_unserved)
     for entry in entries:
         if kind is not None and entry.family != kind:
             continue  # not validated: a table not asked for cannot fail the request
-        spec = _validate(entry, _apply_overrides(entry, overrides))
+        data = _apply_overrides(entry, overrides)
+        problem = _unbuildable(entry, data) if partial else None
+        if problem is not None:
+            name = entry.family if entry.role is None else f"{entry.family}:{entry.role}"
+            if layer_type is None or entry.role in (None, layer_type):
+                unserved.append(Unserved(name, problem.message, problem.field))
+            continue
+        spec = _validate(entry, data)
         key = content_key(spec)
         group = groups.get(key)
         if group is None:
@@ -151,15 +252,15 @@ def resolve_hf_config(
         notes = dict(group.notes)
         if group.layer_types:
             notes["layer_types"] = list(group.layer_types)
-        if config.get("model_type") in LEFT_OUT:
-            notes["not_served"] = LEFT_OUT[str(config["model_type"])]
-        if (tower := not_served(config)) is not None:
-            notes["not_served"] = tower
+        if parts := _not_served(config):
+            notes["not_served"] = "; ".join(parts)
         if kind is not None and group.family != kind:
             continue
         if layer_type is not None and not _serves(group, layer_type, declared):
             continue
         result.append(NamedSpec(name=name, spec=group.spec, notes=notes))
+    if not result and unserved:
+        raise ConfigError("nothing in this config can be served", [u.problem() for u in unserved])
     if not result:
         families = sorted({e.family for e in entries})
         if kind is not None and kind not in families:
@@ -167,7 +268,32 @@ def resolve_hf_config(
         roles = sorted({r for g in groups.values() for r in (*g.layer_types, g.role) if r})
         fail("layer_type", f"no table for this layer type; known: {roles}", layer_type)
     _check_overrides(result, overrides)
-    return result
+    unserved.extend(Unserved(*part) for part in LEFT_OUT.get(str(config.get("model_type")), ()))
+    if (tower := not_served(config)) is not None:
+        unserved.append(Unserved("vision_rope:vision", tower, "vision_config"))
+    return Resolution(result, unserved)
+
+
+def _not_served(config: Mapping[str, Any]) -> list[str]:
+    """Why each part of `config` left out gets no table (`LEFT_OUT`, a refused vision rotary)."""
+    parts = [u[1] for u in LEFT_OUT.get(str(config.get("model_type")), ())]
+    if (tower := not_served(config)) is not None:
+        parts.append(tower)
+    return parts
+
+
+def _vision_entries(
+    config: Mapping[str, Any], required: bool, partial: bool, unserved: list[Unserved]
+) -> list[Entry]:
+    """`vision_entries`; a tower whose config cannot be mapped is an unserved part when
+    `partial` and the tower was not asked for alone."""
+    try:
+        return vision_entries(config, required=required)
+    except ConfigError as err:
+        if not partial or required:
+            raise
+        unserved.extend(Unserved("vision_rope:vision", p.message, p.field) for p in err.problems)
+        return []
 
 
 def _serves(group: _Group, layer_type: str, declared: Any) -> bool:

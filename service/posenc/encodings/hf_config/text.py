@@ -33,6 +33,7 @@ LEARNED_MODELS = frozenset(
         "bart",
         "mbart",
         "biogpt",
+        "clip_text_model",
     }
 )
 """Text models with learned absolute position embeddings: checkpoint weights, not a formula
@@ -386,3 +387,135 @@ def pegasus(view: ConfigView) -> list[Entry]:
         "rows": "position ids 0..max_position_embeddings-1 (decoding offsets by the cache length)",
     }
     return [Entry("sinusoidal", None, data, notes)]
+
+
+def pegasus_x(view: ConfigView) -> list[Entry]:
+    """PEGASUS-X (`PegasusXSinusoidalPositionalEmbedding(d_model)`): tensor2tensor's table
+    [sin | cos] of p * exp(-k ln(10000) / (d_model/2 - 1)), computed per call for positions
+    cache_length..; served as max_position_embeddings rows, shared by encoder and decoder."""
+    data = {
+        "kind": "sinusoidal",
+        "dim": int(view.number("d_model")),
+        "max_positions": int(view.number("max_position_embeddings")),
+        "convention": "tensor2tensor",
+        "layout": "sin_cos",
+    }
+    notes = {
+        "transformers": "PegasusXEncoder and PegasusXDecoder.embed_positions: computed on the fly "
+        "for the positions used (no row limit); the encoder's global tokens get none",
+        "shared": "encoder and decoder use the same formula",
+    }
+    return [Entry("sinusoidal", None, data, notes)]
+
+
+def tipsv2_text(view: ConfigView) -> list[Entry]:
+    """TIPSv2's text encoder (`Tipsv2SinusoidalPositionalEmbedding(config)`): tensor2tensor's
+    table [sin | cos] of max_position_embeddings rows at hidden_size, no padding row."""
+    data = {
+        "kind": "sinusoidal",
+        "dim": int(view.number("hidden_size")),
+        "max_positions": int(view.number("max_position_embeddings")),
+        "convention": "tensor2tensor",
+        "layout": "sin_cos",
+    }
+    notes = {"transformers": "Tipsv2TextEmbeddings.position_embedding.weights"}
+    return [Entry("sinusoidal", None, data, notes)]
+
+
+def pix2struct_text(view: ConfigView) -> list[Entry]:
+    """Pix2Struct's text decoder (`Pix2StructTextAttention.compute_bias`): T5's causal buckets
+    (bidirectional=False) with relative_attention_num_buckets, relative_attention_max_distance."""
+    data = {
+        "kind": "t5_bias",
+        "num_buckets": int(view.number("relative_attention_num_buckets")),
+        "max_distance": int(view.number("relative_attention_max_distance")),
+        "bidirectional": False,
+        "key_length": T5_DEFAULT_KEY_LENGTH,
+    }
+    heads = view.number("num_heads", required=False)
+    notes: dict[str, Any] = {
+        "bias": "the (num_buckets, num_heads) relative_attention_bias weights are in the "
+        "checkpoint; pass them as relative_attention_bias to get the bias table",
+        "scaling": "Pix2Struct adds the bias to unscaled scores (no 1/sqrt(d))",
+        "key_length": f"{T5_DEFAULT_KEY_LENGTH}; override key_length per request",
+    }
+    if heads is not None:
+        notes["num_heads"] = int(heads)
+    return [Entry("t5_bias", "decoder", data, notes)]
+
+
+def seamless_m4t(view: ConfigView) -> list[Entry]:
+    """SeamlessM4T (v1 and v2) text and text-to-unit stacks (`SeamlessM4T[v2]
+    SinusoidalPositionalEmbedding`, M2M100's fairseq module): the text encoder and decoder share
+    one table (max_position_embeddings + 2 rows, hidden_size, pad_token_id), the text-to-unit
+    decoder has its own (t2u_max_position_embeddings + 2 rows, t2u_pad_token_id); the speech
+    encoder's relative positions are listed unserved (`unmapped.LEFT_OUT`)."""
+    prefix = "SeamlessM4Tv2" if view.model_type.endswith("v2") else "SeamlessM4T"
+    text = _fairseq(
+        view,
+        int(view.number("max_position_embeddings")) + 2,
+        int(view.number("pad_token_id")),
+        "text",
+        f"{prefix}Encoder and {prefix}Decoder.embed_positions(max_position_embeddings, "
+        "hidden_size, pad_token_id) (+ 2 rows): one table",
+    )
+    t2u_source = (
+        f"{prefix}TextToUnit decoder's embed_positions(t2u_max_position_embeddings, hidden_size, "
+        "t2u_pad_token_id) (+ 2 rows); its encoder adds none"
+    )
+    if prefix.endswith("v2"):
+        t2u_source += "; embed_char_positions is the same table"
+    t2u = _fairseq(
+        view,
+        int(view.number("t2u_max_position_embeddings")) + 2,
+        int(view.number("t2u_pad_token_id")),
+        "t2u_decoder",
+        t2u_source,
+    )
+    return [text, t2u]
+
+
+def speecht5(view: ConfigView) -> list[Entry]:
+    """SpeechT5's pre-nets: fairseq tables (`SpeechT5SinusoidalPositionalEmbedding(max_* +
+    pad_token_id + 1, hidden_size, pad_token_id)`, + 2 offset rows) in the speech encoder and
+    text decoder pre-nets, and the paper's interleaved table (`SpeechT5ScaledPositionalEncoding(
+    hidden_size, max_*)`, exp(2k * -(ln 10000 / dim))) in the speech decoder and text encoder
+    pre-nets, which scale it by a learned `alpha`; the encoder's relative positions and the
+    convolutional positions are listed unserved (`unmapped.LEFT_OUT`)."""
+    pad = int(view.number("pad_token_id"))
+    dim = int(view.number("hidden_size"))
+    speech = int(view.number("max_speech_positions"))
+    text_rows = int(view.number("max_text_positions"))
+    entries = [
+        _fairseq(
+            view,
+            speech + pad + 1 + 2,
+            pad,
+            "speech_encoder_prenet",
+            "SpeechT5SpeechEncoderPrenet.pos_sinusoidal_embed(max_speech_positions + pad + 1, "
+            "hidden_size, pad) (+ 2 rows), indexed by the padding mask's position ids",
+            dim,
+        ),
+        _fairseq(
+            view,
+            text_rows + pad + 1 + 2,
+            pad,
+            "text_decoder_prenet",
+            "SpeechT5TextDecoderPrenet.embed_positions(max_text_positions + pad + 1, hidden_size, "
+            "pad) (+ 2 rows)",
+            dim,
+        ),
+    ]
+    for role, rows, source in (
+        ("speech_decoder_prenet", speech, "SpeechT5SpeechDecoderPrenet"),
+        ("text_encoder_prenet", text_rows, "SpeechT5TextEncoderPrenet"),
+    ):
+        data = {"kind": "sinusoidal", "dim": dim, "max_positions": rows, "convention": "vaswani"}
+        notes = {
+            "transformers": f"{source}.encode_positions: SpeechT5ScaledPositionalEncoding("
+            f"hidden_size, {rows}).pe, interleaved [sin, cos]",
+            "alpha": "the model adds alpha * this table; alpha is a learned scalar of the "
+            "checkpoint (encode_positions.alpha)",
+        }
+        entries.append(Entry("sinusoidal", role, data, notes))
+    return entries

@@ -9,49 +9,22 @@ tests/encodings/hf_config/test_nonrotary_sweep.py).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from typing import Any
+
 from posenc.encodings.config_values import fail
+from posenc.encodings.hf_config import vision
 from posenc.encodings.hf_config.view import ConfigView, Entry
 
-_DETR = (
-    "2-D sine embeddings ({module}) of feature maps whose sizes come from each image and the "
-    "backbone; not mapped"
-)
 _SAM = (
     "sine embeddings ({module}) of feature maps and prompts whose sizes come from each input; "
     "not mapped"
 )
-_RELATIVE = "relative position index ({module}); not mapped: {why}"
 
 REFUSED: dict[str, str] = {
-    # 2-D sine tables of a feature map (size fixed only by each image).
-    **{
-        t: _DETR.format(module=m)
-        for t, m in {
-            "dab-detr": "DabDetrSinePositionEmbedding",
-            "rt_detr": "RTDetr's build_2d_sincos_position_embedding",
-            "rt_detr_v2": "RTDetrV2's build_2d_sincos_position_embedding",
-            "d_fine": "DFine's build_2d_sincos_position_embedding",
-            "deimv2": "Deimv2's build_2d_sincos_position_embedding",
-            "mask2former": "Mask2FormerSinePositionEmbedding",
-            "maskformer": "MaskFormerSinePositionEmbedding",
-            "oneformer": "OneFormerSinePositionEmbedding",
-            "pp_doclayout_v2": "PPDocLayoutV2 SinePositionEmbedding plus rel_pos_bins",
-            "pp_doclayout_v3": "PPDocLayoutV3 SinePositionEmbedding",
-            "pp_doclayout_v4": "PPDocLayoutV4 SinePositionEmbedding",
-        }.items()
-    },
     **{
         t: _SAM.format(module=m)
         for t, m in {
-            "sam2": "Sam2SinePositionEmbedding",
-            "sam2_hiera_det_model": "Sam2HieraDetModel",
-            "sam2_mask_decoder": "Sam2 mask decoder",
-            "sam2_prompt_encoder": "Sam2PositionalEmbedding",
-            "sam2_vision_model": "Sam2SinePositionEmbedding",
-            "edgetam": "EdgeTamSinePositionEmbedding",
-            "edgetam_mask_decoder": "EdgeTam mask decoder",
-            "edgetam_prompt_encoder": "EdgeTam prompt encoder",
-            "edgetam_vision_model": "EdgeTamSinePositionEmbedding",
             "sam3_detr_decoder": "Sam3SinePositionEmbedding",
             "sam3_detr_encoder": "Sam3SinePositionEmbedding",
             "sam3_geometry_encoder": "Sam3SinePositionEmbedding",
@@ -63,19 +36,39 @@ REFUSED: dict[str, str] = {
             "sam3_lite_text_mask_decoder": "Sam3LiteText mask decoder",
         }.items()
     },
+    **{
+        t: f"the vision neck's sine tables per FPN level ({m}SinePositionEmbedding(fpn_hidden_size "
+        "// 2, normalize=True)) are not mapped yet; the prompt encoder's positions are random "
+        f"Fourier features ({m}PositionalEmbedding.positional_embedding: a Gaussian matrix in "
+        "the checkpoint), not a formula"
+        for t, m in {
+            "sam2": "Sam2",
+            "sam2_vision_model": "Sam2",
+            "edgetam": "EdgeTam",
+            "edgetam_vision_model": "EdgeTam",
+        }.items()
+    },
+    **{
+        t: f"random Fourier features ({m}PositionalEmbedding.positional_embedding: a Gaussian "
+        "projection matrix in the checkpoint), not a formula"
+        for t, m in {"sam2_prompt_encoder": "Sam2", "edgetam_prompt_encoder": "EdgeTam"}.items()
+    },
+    **{
+        t: "no position table of its own: its image positions are the prompt encoder's random "
+        "Fourier features (a Gaussian matrix in the checkpoint), not a formula"
+        for t in ("sam2_mask_decoder", "edgetam_mask_decoder")
+    },
+    "sam2_hiera_det_model": "learned absolute positions (Sam2HieraDetModel pos_embed and "
+    "pos_embed_window: checkpoint weights), not a formula",
     "sam3_lite_text_text_model": "SAM 3 Lite's text encoder: its positions are not mapped",
     # Relative indices posenc's schemes do not reproduce.
-    "swinv2": _RELATIVE.format(
-        module="Swinv2SelfAttention",
-        why="Swin V2 feeds log-spaced continuous coordinates "
-        "(relative_coords_table) through an MLP; the index alone is not the bias",
-    ),
-    "swin2sr": _RELATIVE.format(
-        module="Swin2SRSelfAttention", why="Swin V2's continuous position bias (an MLP)"
-    ),
-    "clap_audio_model": _RELATIVE.format(
-        module="ClapAudioSelfAttention (Swin windows)", why="not mapped yet"
-    ),
+    "swinv2": "learned continuous position bias: Swinv2SelfAttention feeds the log-spaced "
+    "relative_coords_table through an MLP (continuous_position_bias_mlp: checkpoint weights) and "
+    "16 * sigmoid of its output is the bias; not a table posenc can compute (its window index is "
+    "Swin's)",
+    "swin2sr": "learned continuous position bias: Swin2SRSelfAttention feeds the log-spaced "
+    "relative_coords_table through an MLP (continuous_position_bias_mlp: checkpoint weights); not "
+    "a table posenc can compute",
     "clap_text_model": "learned absolute position embeddings (RoBERTa-like; checkpoint "
     "weights), not a formula",
     "rt_detr_resnet": "a ResNet backbone: no position encoding (RT-DETR's sine tables are "
@@ -92,50 +85,162 @@ REFUSED: dict[str, str] = {
     "not mapped",
     "levit": "per-stage attention offsets (LevitAttention.attention_bias_idxs over the stage's "
     "resolution, with strided queries in the subsample blocks); not mapped",
-    "aimv2_vision_model": "a 2-D sin-cos table of the patch grid (build_2d_sinusoidal_position_"
-    "embedding) when is_native, else learned positions (checkpoint weights); not mapped yet",
     "aimv2_text_model": "learned absolute position embeddings (checkpoint weights), not a formula",
-    "granite_docling_vision": "the vision tower's fixed 2-D sin-cos table (granite_docling's "
-    "build_2d_sinusoidal_position_embedding, columns before rows); not mapped yet",
     # T5 buckets with extra parts.
     "udop": "T5 buckets plus 2-D layout biases (RelativePositionBiasHorizontal/Vertical over "
     "bounding boxes) summed per layer; not mapped",
-    "pix2struct_text_model": "T5 causal buckets of Pix2StructTextAttention; not mapped yet",
     "pix2struct_vision_model": "learned row/column patch embeddings (row_embedder, "
     "column_embedder: checkpoint weights), not a formula",
     # Sinusoids inside models with other parts.
     "kosmos_2_vision_model": "learned absolute positions (CLIP vision; checkpoint weights)",
-    "kosmos_2_5_text_model": "fairseq sinusoids (Kosmos2_5TextSinusoidalPositionalEmbedding); "
-    "not mapped yet",
     "kosmos_2_5_vision_model": "learned row/column patch embeddings (checkpoint weights)",
-    "pegasus_x": "PegasusXSinusoidalPositionalEmbedding; not mapped yet",
-    "seamless_m4t": "several sub-models (speech encoder relative positions, text fairseq "
-    "sinusoids, t2u decoder); not mapped",
-    "seamless_m4t_v2": "several sub-models (speech encoder relative positions, text fairseq "
-    "sinusoids, t2u decoder); not mapped",
-    "speecht5": "speech encoder relative positions (SpeechT5RelativePositionalEncoding), "
-    "SpeechT5ScaledPositionalEncoding and SpeechT5SinusoidalPositionalEmbedding in the pre-nets; "
-    "not mapped",
     "speecht5_hifigan": "a vocoder: no position encoding",
-    "tipsv2_text_model": "TipsV2 text sinusoids; not mapped yet",
     "tipsv2_vision_model": "learned absolute positions (checkpoint weights)",
 }
 """model_type -> why `/v1/resolve` serves no table for it."""
 
 
-LEFT_OUT: dict[str, str] = {
-    "granite_docling": "the vision tower's fixed 2-D sin-cos table (build_2d_sinusoidal_position_"
-    "embedding, columns before rows) is not served; only the text model's tables are",
-    "kosmos-2": "the vision model's learned positions (checkpoint weights) are not served; only "
-    "the text model's table is",
+_BACKBONE = (
+    "backbone_config",
+    "the backbone's own position tables are not served with this config: resolve its "
+    "backbone_config on its own (Swin in the released checkpoints: relative_index)",
+    "backbone_config",
+)
+
+LEFT_OUT: dict[str, tuple[tuple[str, str, str], ...]] = {
+    **{
+        t: (
+            (
+                part,
+                "the vision encoder's learned position_embedding (checkpoint weights, resampled "
+                "bicubically for other tile sizes) is not served; the connector's fixed sin-cos "
+                "tables are",
+                key,
+            ),
+        )
+        for t, part, key in (
+            ("granite_docling", "vision_config", "vision_config"),
+            ("granite_docling_vision", "position_embedding", "image_size"),
+        )
+    },
+    "kosmos-2": (
+        (
+            "vision_config",
+            "the vision model's learned positions (checkpoint weights) are not served; only the "
+            "text model's table is",
+            "vision_config",
+        ),
+    ),
+    "kosmos-2.5": (
+        (
+            "vision_config",
+            "the vision model's learned row/column patch embeddings (checkpoint weights) are not "
+            "served; only the text model's table is",
+            "vision_config",
+        ),
+    ),
+    "seamless_m4t": (
+        (
+            "speech_encoder",
+            "the conformer speech encoder's positions are not served: position_embeddings_type "
+            "'relative' is Transformer-XL's relative sinusoids "
+            "(SeamlessM4TConformerRelPositionalEmbedding, with learned pos_bias_u/v), 'rotary' "
+            "a rotary table",
+            "position_embeddings_type",
+        ),
+    ),
+    "seamless_m4t_v2": (
+        (
+            "speech_encoder",
+            "the conformer speech encoder's relative_key positions (distance_embedding: learned "
+            "checkpoint weights over left/right_max_position_embeddings) are not served",
+            "position_embeddings_type",
+        ),
+    ),
+    "speecht5": (
+        (
+            "encoder_relative_positions",
+            "the encoder's relative positions (SpeechT5RelativePositionalEncoding: a learned pe_k "
+            "of 2 * encoder_max_relative_position rows, checkpoint weights) are not served",
+            "encoder_max_relative_position",
+        ),
+        (
+            "speech_encoder_conv_positions",
+            "the speech encoder pre-net's convolutional positions (pos_conv_embed: checkpoint "
+            "weights) are not served",
+            "num_conv_pos_embeddings",
+        ),
+    ),
+    "pix2struct": (
+        (
+            "vision_config",
+            "the vision encoder's learned row/column patch embeddings (row_embedder, "
+            "column_embedder: checkpoint weights) are not served; only the text decoder's "
+            "buckets are",
+            "vision_config",
+        ),
+    ),
+    "tipsv2": (
+        (
+            "vision_config",
+            "the vision encoder's learned positions (checkpoint weights) are not served; only the "
+            "text encoder's table is",
+            "vision_config",
+        ),
+    ),
     **dict.fromkeys(
         ("musicgen", "musicgen_melody"),
-        "the text encoder's tables are not served: resolve its text_encoder config on its own "
-        "(a T5 config: t5_bias)",
+        (
+            (
+                "text_encoder",
+                "the text encoder's tables are not served: resolve its text_encoder config on its "
+                "own (a T5 config: t5_bias)",
+                "text_encoder",
+            ),
+        ),
+    ),
+    **dict.fromkeys(
+        ("mask2former", "maskformer", "oneformer", "rt_detr", "rt_detr_v2", "d_fine", "deimv2"),
+        (_BACKBONE,),
+    ),
+    **dict.fromkeys(("pp_doclayout_v3", "pp_doclayout_v4", "omdet-turbo"), (_BACKBONE,)),
+    "pp_doclayout_v2": (
+        _BACKBONE,
+        (
+            "reading_order_config",
+            "the reading-order model's LayoutLMv3-style 1-D and 2-D relative position bins "
+            "(rel_pos_bins, max_rel_pos over token order and boxes: a learned rel_pos_bias per "
+            "bin) are not served",
+            "reading_order_config.rel_pos_bins",
+        ),
+    ),
+    **dict.fromkeys(
+        ("grounding-dino", "mm-grounding-dino"),
+        (
+            (
+                "text_positions",
+                "the text tokens' sine embedding (encode_sinusoidal_position_embedding of "
+                "text_position_ids, 2*pi-scaled) follows each prompt's phrase boundaries "
+                "(position ids restart per phrase): not a fixed table",
+                "text_config",
+            ),
+            _BACKBONE,
+        ),
     ),
 }
-"""Multimodal model_type -> the part `/v1/resolve` leaves out when it serves the text model's
-tables (noted as `not_served` on every table it returns)."""
+"""Composite model_type -> (part, why, config key) of each part `/v1/resolve` leaves out when it
+serves the others: listed in `unserved`, and noted as `not_served` on every table it returns."""
+
+
+COMPOSITES: dict[str, Callable[[Mapping[str, Any]], list[Entry]]] = {
+    **dict.fromkeys(("grounding-dino", "mm-grounding-dino"), vision.grounding_dino),
+    "clap": vision.clap_audio,
+    "omdet-turbo": vision.omdet_turbo,
+    "granite_docling": vision.granite_docling,
+    "aimv2": vision.aimv2,
+}
+"""Composite model_type -> the mapper of its parts outside `text_config` (given the whole
+config); a refused `text_config` is then an unserved part beside them."""
 
 
 def refuse(view: ConfigView) -> list[Entry]:

@@ -11,6 +11,7 @@ inline `table`) as an override.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from posenc.encodings.config_values import check_number, fail
@@ -281,3 +282,321 @@ def detr(view: ConfigView) -> list[Entry]:
         "(one table per feature level in Deformable DETR)",
     }
     return [Entry("sinusoidal_2d", None, data, notes)]
+
+
+def _sine_entry(
+    role: str | None, num_pos_feats: int, source: str, temperature: float | None = None
+) -> Entry:
+    """A DETR-style normalised sine table of a feature map (`sinusoidal_2d`, style detr) whose
+    size the request gives (`height`, `width`, `valid_height`, `valid_width`)."""
+    data: dict[str, Any] = {
+        "kind": "sinusoidal_2d",
+        "style": "detr",
+        "num_pos_feats": num_pos_feats,
+        "normalize": True,
+    }
+    if temperature is not None:
+        data["temperature"] = temperature
+    notes = {
+        "size": "pass height and width: the feature map's size (one table per feature level), "
+        "and valid_height / valid_width where the model masks padding (default: all valid); "
+        "config.json does not give them",
+        "transformers": source,
+    }
+    return Entry("sinusoidal_2d", role, data, notes)
+
+
+def _sine_tables(parts: dict[str, tuple[int, str]]) -> list[Entry]:
+    """One entry per part {role: (num_pos_feats, source)}; a single entry when all parts share
+    one table (equal num_pos_feats)."""
+    if len({feats for feats, _ in parts.values()}) == 1:
+        feats = next(iter(parts.values()))[0]
+        return [_sine_entry(None, feats, "; ".join(src for _, src in parts.values()))]
+    return [_sine_entry(role, feats, src) for role, (feats, src) in parts.items()]
+
+
+def mask2former(view: ConfigView) -> list[Entry]:
+    """Mask2Former / OneFormer (`<Model>SinePositionEmbedding(num_position_features=F,
+    normalize=True)`, no mask: every position valid): the pixel decoder's tables at
+    feature_size // 2 (OneFormer: conv_dim // 2) and the transformer decoder's at hidden_dim // 2,
+    each per feature level of the image."""
+    name = "Mask2Former" if view.model_type == "mask2former" else "OneFormer"
+    pixel_key = "feature_size" if view.model_type == "mask2former" else "conv_dim"
+    pixel = int(view.number(pixel_key))
+    hidden = int(view.number("hidden_dim"))
+    return _sine_tables(
+        {
+            "pixel_decoder": (
+                pixel // 2,
+                f"{name}PixelDecoder: {name}SinePositionEmbedding({pixel_key} // 2, "
+                "normalize=True) per feature level, no mask",
+            ),
+            "transformer_decoder": (
+                hidden // 2,
+                f"{name}TransformerModule: {name}SinePositionEmbedding(hidden_dim // 2, "
+                "normalize=True) per feature level, no mask",
+            ),
+        }
+    )
+
+
+def maskformer(view: ConfigView) -> list[Entry]:
+    """MaskFormer (`MaskFormerTransformerModule`: `MaskFormerSinePositionEmbedding(
+    decoder_config.hidden_size // 2, normalize=True)` over the backbone's last feature map, no
+    mask)."""
+    decoder = view.data.get("decoder_config")
+    if decoder is None:
+        decoder = {}
+    if not isinstance(decoder, Mapping):
+        fail(view.key("decoder_config"), "must be an object (a DETR config)", decoder)
+    sub = ConfigView(decoder, view.key("decoder_config."), "detr", {"d_model": 256})
+    hidden = int(sub.number("d_model", "hidden_size"))
+    source = (
+        "MaskFormerTransformerModule: MaskFormerSinePositionEmbedding(decoder_config.hidden_size "
+        "// 2, normalize=True) over the last feature map, no mask"
+    )
+    return [_sine_entry(None, hidden // 2, source)]
+
+
+def grounding_dino(config: Mapping[str, Any]) -> list[Entry]:
+    """Grounding DINO / MM Grounding DINO's vision side (`GroundingDinoSinePositionEmbedding`):
+    DETR's normalised sine table at d_model // 2 features with temperature
+    `positional_embedding_temperature` (20), per feature level of the padded image."""
+    model_type = str(config.get("model_type"))
+    view = ConfigView(config, "", model_type, {"d_model": 256})
+    kind = view.get("position_embedding_type", "sine")
+    if kind != "sine":
+        fail(
+            view.key("position_embedding_type"),
+            f"{kind!r}: learned row/column embeddings (checkpoint weights), not a formula",
+            kind,
+        )
+    temperature = float(view.number("positional_embedding_temperature", required=False) or 20)
+    entry = _sine_entry(
+        None,
+        int(view.number("d_model")) // 2,
+        f"{model_type}: GroundingDinoSinePositionEmbedding(config) per feature level, on the "
+        "pixel mask resized to the level (nearest); a learned level_embed (checkpoint weights) "
+        "is added per level",
+        temperature,
+    )
+    entry.notes["size"] = (
+        "pass height and width: the feature level's size, and valid_height / valid_width: the "
+        "image's unpadded extent there (default: all valid); config.json does not give them"
+    )
+    return [entry]
+
+
+RT_DETR_MODELS: dict[str, str] = {
+    "rt_detr": "RTDetr",
+    "rt_detr_v2": "RTDetrV2",
+    "d_fine": "DFine",
+    "deimv2": "Deimv2",
+    "pp_doclayout_v2": "PPDocLayoutV2",
+    "pp_doclayout_v3": "PPDocLayoutV3",
+    "pp_doclayout_v4": "PPDocLayoutV4",
+}
+"""RT-DETR-family model_type -> its class prefix (`<Prefix>SinePositionEmbedding`)."""
+
+
+def rt_detr(view: ConfigView) -> list[Entry]:
+    """RT-DETR and its copies (`<Model>AIFILayer`: `<Model>SinePositionEmbedding(
+    encoder_hidden_dim, positional_encoding_temperature)`, `build_2d_sinusoidal_position_embedding`
+    in float64): per token [sin h, cos h, sin w, cos w] of bands 1 / t^(k / (D/4)), tokens
+    row-major: timm's layout with `interleave_sin_cos`, computed in float64 and cast last."""
+    dim = int(view.number("encoder_hidden_dim"))
+    if dim % 4:
+        fail(view.key("encoder_hidden_dim"), "must be divisible by 4 (the 2-D sin-cos table)", dim)
+    temperature = float(view.number("positional_encoding_temperature"))
+    data: dict[str, Any] = {
+        "kind": "sinusoidal_2d",
+        "style": "timm",
+        "dim": dim,
+        "temperature": temperature,
+        "interleave_sin_cos": True,
+        "compute_dtype": "float64",
+    }
+    prefix = RT_DETR_MODELS[view.model_type]
+    notes: dict[str, Any] = {
+        "size": "pass grid_height and grid_width: the AIFI level's feature map (stride 32 with "
+        "the default encode_proj_layers [2]); config.json does not give it",
+        "transformers": f"{prefix}AIFILayer: {prefix}SinePositionEmbedding(encoder_hidden_dim, "
+        "positional_encoding_temperature), build_2d_sinusoidal_position_embedding in float64, "
+        "cast to the activations' dtype",
+    }
+    if view.get("eval_size") is not None:
+        notes["eval_size"] = (
+            "eval_size is set: transformers adds this table in training only (eval mode passes "
+            "no position embedding)"
+        )
+    return [Entry("sinusoidal_2d", None, data, notes)]
+
+
+def dab_detr(view: ConfigView) -> list[Entry]:
+    """DAB-DETR (`DabDetrSinePositionEmbedding(config)`): DETR's normalised sine table at
+    F = hidden_size / 2 features with per-axis temperatures (`temperature_height`,
+    `temperature_width`) and `sine_position_embedding_scale` (2 pi when null). Its exponents are
+    (i // 2) * (2 / F), equal to posenc's 2 * (i // 2) / F when F is a power of two (2 / F
+    exact)."""
+    hidden = view.number("hidden_size", "d_model")
+    feats = hidden / 2
+    if feats != int(feats) or int(feats) & (int(feats) - 1):
+        fail(
+            view.key("hidden_size"),
+            f"DabDetrSinePositionEmbedding's exponents (i // 2) * (2 / {feats:g}) round "
+            "differently from 2 * (i // 2) / F unless hidden_size / 2 is a power of two; not "
+            "mapped",
+            hidden,
+        )
+    data: dict[str, Any] = {
+        "kind": "sinusoidal_2d",
+        "style": "detr",
+        "num_pos_feats": int(feats),
+        "normalize": True,
+        "temperature_h": float(view.number("temperature_height")),
+        "temperature_w": float(view.number("temperature_width")),
+    }
+    scale = view.get("sine_position_embedding_scale")
+    if scale is not None:
+        data["scale"] = float(check_number(view.key("sine_position_embedding_scale"), scale))
+    notes = {
+        "size": "pass height and width: the backbone's last feature map, and valid_height / "
+        "valid_width: the image's unpadded extent there (default: all valid); config.json does "
+        "not give them",
+        "transformers": "DabDetrModel: DabDetrSinePositionEmbedding(config) on the last feature "
+        "map's pixel mask (object_queries)",
+    }
+    return [Entry("sinusoidal_2d", None, data, notes)]
+
+
+def clap_audio(config: Mapping[str, Any]) -> list[Entry]:
+    """CLAP's audio encoder (HTS-AT; `ClapAudioSelfAttention.relative_position_index`): Swin's
+    window index, W = `audio_config.window_size`, read from the whole CLAP config."""
+    audio = config.get("audio_config")
+    if not isinstance(audio, Mapping):
+        fail("audio_config", "must be an object (the CLAP audio encoder's config)", audio)
+    view = ConfigView(audio, "audio_config.", "clap_audio_model", {"window_size": 8})
+    entries = swin_copy(view)
+    entries[0].notes.pop("num_heads_per_stage", None)
+    return entries
+
+
+def omdet_turbo(config: Mapping[str, Any]) -> list[Entry]:
+    """OmDet-Turbo's encoder (`OmDetTurboHybridEncoder.build_2d_sincos_position_embedding`):
+    float32, tokens column-major (`meshgrid(grid_w, grid_h)`), per token [sin w, cos w, sin h,
+    cos h] of bands 1 / t^(k / (D/4)): timm's layout with `reverse_coord` and
+    `interleave_sin_cos`."""
+    view = ConfigView(config, "", "omdet-turbo", None)
+    dim = int(view.number("encoder_hidden_dim", "d_model"))
+    if dim % 4:
+        fail(view.key("d_model"), "must be divisible by 4 (the 2-D sin-cos table)", dim)
+    data: dict[str, Any] = {
+        "kind": "sinusoidal_2d",
+        "style": "timm",
+        "dim": dim,
+        "temperature": float(view.number("positional_encoding_temperature")),
+        "reverse_coord": True,
+        "interleave_sin_cos": True,
+    }
+    notes: dict[str, Any] = {
+        "size": "pass grid_height and grid_width: the projected feature map's size at each "
+        "encoder_projection_indices level; config.json does not give it",
+        "transformers": "OmDetTurboHybridEncoder.build_2d_sincos_position_embedding(width, "
+        "height, encoder_hidden_dim, positional_encoding_temperature), float32",
+    }
+    if view.get("eval_size") is not None:
+        notes["eval_size"] = (
+            "eval_size is set: transformers adds this table in training only (eval mode passes "
+            "no position embedding)"
+        )
+    return [Entry("sinusoidal_2d", None, data, notes)]
+
+
+def granite_docling_vision(view: ConfigView) -> list[Entry]:
+    """granite_docling's vision connector (`GraniteDoclingConnectorPath.pos_embed`,
+    `GraniteDoclingPositionEmbedding.build`): the float64 2-D sin-cos table of a tile's
+    (image_size // patch_size) // factor square grid, rolled by out_hidden_size / 2 to
+    [sin w, cos w, sin h, cos h] (MAE's layout, no class token), at out_hidden_size; one table for
+    the coarse path (scale_factor) and one for the fine path (scale_factor // 2, when
+    use_fine_route)."""
+    gh, gw = _patch_grid(view)
+    if gh != gw:
+        fail(view.key("image_size"), "granite_docling's connector assumes square tiles", [gh, gw])
+    dim = int(view.number("out_hidden_size"))
+    factor = int(view.number("scale_factor"))
+    paths = {"coarse": factor}
+    if view.get("use_fine_route", True):
+        paths["fine"] = factor // 2
+    entries = []
+    for role, f in paths.items():
+        if f < 1 or gh // f < 1:
+            fail(view.key("scale_factor"), f"the {role} path's grid {gh} // {f} is empty", factor)
+        data = {
+            "kind": "sinusoidal_2d",
+            "style": "mae",
+            "dim": dim,
+            "grid_height": gh // f,
+            "grid_width": gh // f,
+            "cls_token": False,
+        }
+        notes = {
+            "transformers": f"GraniteDoclingConnector.{role}.pos_embed: build_2d_sinusoidal_"
+            f"position_embedding({gh} // {f}, ..., out_hidden_size).roll(out_hidden_size // 2): "
+            "columns before rows, added to each tile's shuffled tokens",
+        }
+        entries.append(Entry("sinusoidal_2d", role, data, notes))
+    return entries
+
+
+def granite_docling(config: Mapping[str, Any]) -> list[Entry]:
+    """granite_docling's parts beside its text model: the vision connector's tables
+    (`granite_docling_vision` of `vision_config`)."""
+    vision_config = config.get("vision_config") or {}
+    if not isinstance(vision_config, Mapping):
+        fail("vision_config", "must be an object", vision_config)
+    view = ConfigView(
+        vision_config,
+        "vision_config.",
+        "granite_docling_vision",
+        {"image_size": 512, "patch_size": 16, "out_hidden_size": 1024, "scale_factor": 4},
+    )
+    return granite_docling_vision(view)
+
+
+def aimv2_vision(view: ConfigView) -> list[Entry]:
+    """AIMv2's vision encoder when `is_native` (`Aimv2VisionEmbeddings.forward`:
+    `build_2d_sinusoidal_position_embedding` of the image's patch grid in float64, halves swapped
+    to [sin w, cos w, sin h, cos h]: MAE's layout, no class token); otherwise its positions are a
+    learned table (checkpoint weights) and the config is refused."""
+    if not view.get("is_native"):
+        fail(
+            view.key("is_native"),
+            "false (the class default): AIMv2 then adds a learned position_embedding (checkpoint "
+            "weights), not a formula",
+            view.get("is_native"),
+        )
+    gh, gw = _patch_grid(view)
+    data = {
+        "kind": "sinusoidal_2d",
+        "style": "mae",
+        "dim": int(view.number("hidden_size")),
+        "grid_height": gh,
+        "grid_width": gw,
+        "cls_token": False,
+    }
+    notes = {
+        "size": "the native-resolution model builds the table per image: pass grid_height and "
+        "grid_width (height // patch_size, width // patch_size); the default is image_size's grid",
+        "transformers": "Aimv2VisionEmbeddings: build_2d_sinusoidal_position_embedding(h, w, "
+        "hidden_size) with its halves swapped ([sin_w|cos_w|sin_h|cos_h]), float64 then cast",
+    }
+    return [Entry("sinusoidal_2d", None, data, notes)]
+
+
+def aimv2(config: Mapping[str, Any]) -> list[Entry]:
+    """AIMv2's vision side (`aimv2_vision` of `vision_config`) beside its text encoder."""
+    vision_config = config.get("vision_config") or {}
+    if not isinstance(vision_config, Mapping):
+        fail("vision_config", "must be an object", vision_config)
+    defaults = {"image_size": 224, "patch_size": 14, "hidden_size": 1024, "is_native": False}
+    return aimv2_vision(ConfigView(vision_config, "vision_config.", "aimv2_vision_model", defaults))
