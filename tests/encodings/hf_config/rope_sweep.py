@@ -1554,7 +1554,7 @@ def judge(ref: Reference, tables: list[Table]) -> Verdict:
 
 def _model_or_module(data: Mapping[str, Any], length: int) -> Reference:
     """The whole tiny model's rotation, else its rotary module's (`module_reference`); an
-    UnbuildableError names both failures."""
+    UnbuildableError names both failures, the rotary module's first."""
     try:
         return reference(data, length)
     except UnbuildableError as err:
@@ -1564,7 +1564,7 @@ def _model_or_module(data: Mapping[str, Any], length: int) -> Reference:
     try:
         return module_reference(data, length)
     except UnbuildableError as err:
-        raise UnbuildableError(f"{whole}; {err}") from None
+        raise UnbuildableError(f"{err}; whole model: {whole}") from None
 
 
 def run_case(model_type: str, variant: str, form: str) -> Verdict:
@@ -1654,9 +1654,14 @@ def render(results: Mapping[tuple[str, str, str], Verdict]) -> str:
         "`rope_parameters` and the v4 `rope_scaling` config.json forms, resolved by posenc "
         "(`/v1/resolve`) and compared with the model's own forward "
         "(`tests/encodings/hf_config/rope_sweep.py`): `exact` is bit-equal cos/sin per layer "
-        "type and equal q.k after the model's own rotation; `rejected` names the key posenc "
-        "cannot map; `wrong` is accepted and different; `unbuildable` is a config transformers "
-        "itself cannot build into a text model with a rotary forward.",
+        "type and equal q.k after the model's own rotation; `module_exact` is the same check "
+        "on the model's own text rotary module and the apply function its attention calls, "
+        "where the whole tiny model cannot be built or run (NoPE layers not observed); "
+        "`rejected` names the key posenc cannot map; `wrong` is accepted and different; "
+        "`unbuildable` is a config transformers itself cannot build into a text model or "
+        "rotary module (`accepted` when posenc answers it anyway: a type with no verified "
+        "config is listed in `hf_config.models.UNVERIFIED` and its tables carry "
+        "`notes.unverified`).",
         "",
         f"Cases: {len(results)}; "
         + ", ".join(f"{k} {counts[k]}" for k in OUTCOMES if k in counts)
@@ -1689,8 +1694,9 @@ def render(results: Mapping[tuple[str, str, str], Verdict]) -> str:
         nope = ", ".join(str(i) for i in facts.get("nope", [])) or "-"
         groups: dict[str, list[str]] = {}
         for variant, form, verdict in entries:
-            why = f" ({_cell(verdict.reasons[0][:120])})" if verdict.outcome != "exact" else ""
-            groups.setdefault(f"{verdict.outcome}{why}", []).append(f"{variant}/{form}")
+            why = f" ({_cell(verdict.reasons[0][:120])})" if verdict.reasons else ""
+            label = f"{verdict.outcome}{', accepted' if verdict.facts.get('accepted') else ''}"
+            groups.setdefault(f"{label}{why}", []).append(f"{variant}/{form}")
         outcome = "<br>".join(f"{k}: {', '.join(v)}" for k, v in groups.items())
         lines.append(
             f"| {model_type} | {variants} | {pairing or '-'} | {width or '-'} | {types} | {nope} "

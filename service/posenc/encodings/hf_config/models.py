@@ -172,6 +172,57 @@ REFUSED: dict[str, str] = {
 naming model_type) rather than answered with a wrong table."""
 
 
+_MROPE = "multimodal RoPE (mrope_section in its rotary module; issue 18)"
+_VISION = "a vision tower's rotary (issue 18)"
+_AUDIO = "an audio/speech model whose rotary module is not built from this config alone"
+_BUILD = "transformers 5.24 cannot build this model or its text rotary module from the config"
+
+UNVERIFIED: dict[str, str] = {
+    **dict.fromkeys(
+        (
+            "glm4v",
+            "glm4v_text",
+            "glm_image",
+            "glm_image_text",
+            "hunyuan_vl",
+            "hunyuan_vl_text",
+            "qwen4_exp",
+            "qwen4_exp_text",
+            "qwen2_5_omni",
+            "qwen2_5_omni_talker",
+            "qwen3_omni_moe_talker_code_predictor",
+            "qwen3_omni_moe_talker_text",
+        ),
+        _MROPE,
+    ),
+    **dict.fromkeys(
+        ("eomt_dinov3", "gemma4_vision", "llama4_vision_model", "step3p5_vision"), _VISION
+    ),
+    **dict.fromkeys(
+        (
+            "dots3_note_audio_encoder",
+            "kyutai_speech_to_text",
+            "moonshine",
+            "moonshine_streaming",
+            "pe_audio_encoder",
+            "pe_audio_video_encoder",
+            "pocket_tts_audio_tokenizer",
+            "pocket_tts_audio_tokenizer_decoder",
+            "pocket_tts_audio_tokenizer_encoder",
+            "qwen2_5_omni_dit",
+            "dia_decoder",
+        ),
+        _AUDIO,
+    ),
+    **dict.fromkeys(("EvollaModel", "evolla", "diffusion_gemma", "diffusion_gemma_text"), _BUILD),
+}
+"""Model types that posenc reads with its generic RoPE rules but that the RoPE sweep could not
+verify (no config of them that posenc accepts was compared with transformers: neither the model
+nor its text rotary module runs from it), with why. Every rope table resolved for them carries
+`notes["unverified"]`; tests/encodings/hf_config/test_rope_sweep.py keeps this list equal to
+the sweep's findings."""
+
+
 class V4Refused(RopeModel):
     """A family whose config class converts v4 keys per layer type on rules posenc does not
     know: only the v5 `rope_parameters` (one dict per layer type) is mapped."""
