@@ -15,6 +15,7 @@ URL).
 
 from __future__ import annotations
 
+import dataclasses
 import io
 from typing import Any
 
@@ -112,3 +113,33 @@ def test_resolve_end_to_end(client: httpx.Client, model_type: str, variant: str,
         tables.append(sweep._table(item["name"], item["notes"], spec, cos, sin))
     verdict = sweep.judge(ref, tables)
     assert verdict.outcome == "exact", verdict.line()
+
+
+def test_rotary_module_verdict_can_fail() -> None:
+    """The rotary-module path (`module_reference`, dbrx: no whole tiny model) judges posenc's
+    tables exact, and the same tables under another pairing or direction wrong."""
+    data = sweep.case_config("dbrx", "default", "v5")
+    with pytest.raises(sweep.UnbuildableError):
+        sweep.reference(data)
+    ref = sweep.module_reference(data)
+    assert ref.module_only
+    tables = sweep.posenc_tables(data, sweep.SEQ)
+    assert sweep.judge(ref, tables).outcome == "exact"
+    for change in ({"pairing": "interleaved"}, {"sign": -1.0}):
+        changed = [dataclasses.replace(t, **change) for t in tables]
+        assert sweep.judge(ref, changed).outcome == "wrong", change
+
+
+def test_reversed_and_unverified_notes_through_the_server(client: httpx.Client) -> None:
+    """NanoChat's tables say it rotates the other way; a type the sweep cannot verify
+    (qwen4_exp_text: mrope_section inside its rotary class) says it is unverified."""
+    for model_type, note, value in (
+        ("nanochat", "rotation", "reversed"),
+        ("qwen4_exp_text", "unverified", UNVERIFIED["qwen4_exp_text"]),
+    ):
+        data = sweep.case_config(model_type, "default", "v5")
+        response = client.post("/v1/resolve", json={"hf_config": data, "max_positions": 8})
+        assert response.status_code == 200, response.text
+        notes = [item["notes"] for item in response.json()["specs"] if item["kind"] == "rope"]
+        assert notes
+        assert all(str(n.get(note, "")).startswith(value) for n in notes), notes
