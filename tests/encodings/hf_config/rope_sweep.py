@@ -479,12 +479,16 @@ def _text_config(config: Any) -> Any:
         text = config.get_text_config(decoder=True)
     except ValueError:
         text = getattr(config, "text_config", None)
-    return config if text is None else text
+    # A text config that is no attribute of the config (Moonshine returns a copy of itself, or a
+    # plain dict) is the config itself: its model reads the top level.
+    if text is None or not any(v is text for v in vars(config).values()):
+        return config
+    return text
 
 
 def _text_key(config: Any, text: Any) -> str:
     """The attribute holding the text sub-config (`text_config`; Dia's `decoder_config`)."""
-    return next((k for k, v in vars(config).items() if v is text), "text_config")
+    return next(k for k, v in vars(config).items() if v is text)
 
 
 def _per_layer_attrs(config: Any, layers: int) -> dict[str, list[Any]]:

@@ -141,6 +141,9 @@ INTERLEAVED_PAIRS = frozenset(
         "blt_local_encoder",
         "blt_patcher",
         "pe_video_encoder",
+        # Moonshine's rotate_half pairs x[..., 0::2] with x[..., 1::2].
+        "moonshine",
+        "moonshine_streaming",
     }
 )
 """Families whose own `apply_rotary_pos_emb` rotates (2i, 2i+1) pairs (`rotate_half` on
@@ -188,7 +191,6 @@ UNVERIFIED: dict[str, str] = {
             "hunyuan_vl_text",
             "qwen4_exp",
             "qwen4_exp_text",
-            "qwen2_5_omni",
             "qwen2_5_omni_talker",
             "qwen3_omni_moe_talker_code_predictor",
             "qwen3_omni_moe_talker_text",
@@ -202,15 +204,12 @@ UNVERIFIED: dict[str, str] = {
         (
             "dots3_note_audio_encoder",
             "kyutai_speech_to_text",
-            "moonshine",
-            "moonshine_streaming",
             "pe_audio_encoder",
             "pe_audio_video_encoder",
             "pocket_tts_audio_tokenizer",
             "pocket_tts_audio_tokenizer_decoder",
             "pocket_tts_audio_tokenizer_encoder",
             "qwen2_5_omni_dit",
-            "dia_decoder",
         ),
         _AUDIO,
     ),
