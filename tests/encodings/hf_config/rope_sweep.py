@@ -1018,8 +1018,9 @@ def _modeling_module(text: Any) -> Any:
         raise UnbuildableError(f"no modeling module {name}: {err}") from None
 
 
-def _text_rotary_class(module: Any) -> type[torch.nn.Module]:
-    """The module's one text `*RotaryEmbedding` class (vision/audio rotaries are issue 18's)."""
+def _text_rotary_class(module: Any, text: Any) -> type[torch.nn.Module]:
+    """The module's one text `*RotaryEmbedding` class (vision/audio rotaries are issue 18's);
+    of several, the one the classes configured by `text` construct."""
     found = [
         obj
         for name, obj in vars(module).items()
@@ -1029,6 +1030,12 @@ def _text_rotary_class(module: Any) -> type[torch.nn.Module]:
         and obj.__module__ == module.__name__
         and not any(w in name.lower() for w in VISION_WORDS)
     ]
+    if len(found) > 1:
+        built: set[str] = set()
+        for obj in vars(module).values():
+            if isinstance(obj, type) and getattr(obj, "config_class", None) is type(text):
+                built |= set(re.findall(r"\b(\w+RotaryEmbedding)\(", inspect.getsource(obj)))
+        found = [c for c in found if c.__name__ in built] or found
     if len(found) != 1:
         names = sorted(c.__name__ for c in found)
         raise UnbuildableError(f"rotary module: {len(found)} text rotary classes {names}")
@@ -1154,7 +1161,7 @@ def _module_reference(data: dict[str, Any], length: int) -> Reference:
     ):
         raise UnbuildableError("rotary module: multimodal RoPE (mrope_section: issue 18)")
     module = _modeling_module(text)
-    cls = _text_rotary_class(module)
+    cls = _text_rotary_class(module, text)
     if "mrope_section" in inspect.getsource(cls):
         raise UnbuildableError(
             f"rotary module: {cls.__name__} applies mrope_section (multimodal RoPE: issue 18)"

@@ -192,7 +192,6 @@ UNVERIFIED: dict[str, str] = {
             "qwen4_exp",
             "qwen4_exp_text",
             "qwen2_5_omni_talker",
-            "qwen3_omni_moe_talker_code_predictor",
             "qwen3_omni_moe_talker_text",
         ),
         _MROPE,
@@ -209,11 +208,10 @@ UNVERIFIED: dict[str, str] = {
             "pocket_tts_audio_tokenizer",
             "pocket_tts_audio_tokenizer_decoder",
             "pocket_tts_audio_tokenizer_encoder",
-            "qwen2_5_omni_dit",
         ),
         _AUDIO,
     ),
-    **dict.fromkeys(("EvollaModel", "evolla", "diffusion_gemma", "diffusion_gemma_text"), _BUILD),
+    **dict.fromkeys(("diffusion_gemma", "diffusion_gemma_text"), _BUILD),
 }
 """Model types that posenc reads with its generic RoPE rules but that the RoPE sweep could not
 verify (no config of them that posenc accepts was compared with transformers: neither the model
