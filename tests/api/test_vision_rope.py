@@ -18,7 +18,7 @@ import tritonclient.http as http
 from transformers import AutoConfig
 
 from posenc.encodings import parse_spec
-from posenc.encodings.hf_config.vision_rope import ROTARY_CLASSES, TOWERS
+from posenc.encodings.hf_config.vision_rope import ROTARY_CLASSES, TOWERS, VISION_ONLY
 from tests.api.v2client import as_torch, make_input, spec_param, url
 from tests.api.wire import decode
 from tests.conftest import ServerHandle
@@ -36,6 +36,8 @@ DEFAULT_TYPES = (
     "glm4v",
     "ernie4_5_vl_moe",
     "dinov3_vit",
+    "llama4_vision_model",
+    "gemma4_vision",
 )
 """Default configs: resolved whole, or (GLM-4V, whose class-default M-RoPE sections transformers
 cannot apply) the tower served and the text side listed in `unserved`."""
@@ -166,7 +168,7 @@ def test_resolve_default_configs_return_text_and_vision_tables(
     assert r.status_code == 200, r.text
     specs = r.json()["specs"]
     entry = _vision_entry(specs)
-    if model_type in ("pixtral", "dinov3_vit"):
+    if model_type in VISION_ONLY:
         assert [s["name"] for s in specs] == ["vision_rope:vision"]
     elif model_type == "glm4v":
         assert [s["name"] for s in specs] == ["vision_rope:vision"]

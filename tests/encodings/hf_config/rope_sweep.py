@@ -69,6 +69,9 @@ DOCS = REPO / "docs" / "models.md"
 NOT_SOFTMAX = ("linear", "lightning", "mamba", "delta", "conv", "recurrent", "ssm")
 """Mixers named *Attention that attend without positions by design (not NoPE layers)."""
 
+OUTCOMES = ("exact", "module_exact", "rejected", "wrong", "unbuildable")
+"""Verdicts, in report order (`module_exact`: exact at the rotary module, `module_reference`)."""
+
 VISION_WORDS = ("vision", "visual", "audio", "image", "patch", "speech", "talker", "code2wav")
 
 
@@ -477,7 +480,16 @@ def _text_config(config: Any) -> Any:
         text = config.get_text_config(decoder=True)
     except ValueError:
         text = getattr(config, "text_config", None)
-    return config if text is None else text
+    # A text config that is no attribute of the config (Moonshine returns a copy of itself, or a
+    # plain dict) is the config itself: its model reads the top level.
+    if text is None or not any(v is text for v in vars(config).values()):
+        return config
+    return text
+
+
+def _text_key(config: Any, text: Any) -> str:
+    """The attribute holding the text sub-config (`text_config`; Dia's `decoder_config`)."""
+    return next(k for k, v in vars(config).items() if v is text)
 
 
 def _per_layer_attrs(config: Any, layers: int) -> dict[str, list[Any]]:
@@ -623,28 +635,36 @@ def _build_v5(model_type: str, variant: str) -> dict[str, Any]:
         text = _open(_text_config(default))
         kwargs = _shrink(text)
         checkpoint = next((c for c in CHECKPOINTS.get(model_type, ()) if c.name == variant), None)
+        varied: set[str] = set()
         if variant == "yarn":
             if not getattr(text, "rope_parameters", None):
                 raise UnbuildableError("the config class has no rope_parameters to vary")
             kwargs["rope_parameters"] = _merge_rope(text, _yarn(text))
+            varied.add("rope_parameters")
         elif checkpoint is not None:
             extra = dict(checkpoint.kwargs)
             if "rope_parameters" in extra:
                 extra["rope_parameters"] = _merge_rope(text, extra["rope_parameters"])
             kwargs.update(extra)
+            varied |= set(extra)
             if "hidden_size" in extra:
                 kwargs.pop("head_dim", None)
         config = None
         failure: Exception | None = None
-        # A composite config may check token ids against the text vocabulary: keep it then.
-        for attempt in (kwargs, {k: v for k, v in kwargs.items() if k != "vocab_size"}):
+        # A composite config may check token ids against the text vocabulary: keep it then. A
+        # config whose validators refuse any shrinking (Mamba hybrids tie layer and state
+        # sizes) is kept at full size with only the variant's keys: its rotary module is
+        # judged alone (`module_reference`) when the model is too large to build.
+        unshrunk = {k: v for k, v in kwargs.items() if k not in _shrink(text) or k in varied}
+        attempts = (kwargs, {k: v for k, v in kwargs.items() if k != "vocab_size"}, unshrunk)
+        for attempt in attempts:
             try:
                 if text is default:
                     config = cls(**{**_plain(default), **attempt})
                 else:
                     text_data = {**_plain(text), **attempt}
                     type(text)(**copy.deepcopy(text_data))  # the text part alone must build
-                    config = cls(**{**_plain(default), "text_config": text_data})
+                    config = cls(**{**_plain(default), _text_key(default, text): text_data})
                 break
             except Exception as err:
                 failure = err
@@ -740,6 +760,9 @@ class Reference:
     nope: list[int]
     layer_types: list[str] | None
     text_model_type: str
+    module_only: bool = False
+    """True when only the rotary module and the apply function ran (`module_reference`): the
+    model's NoPE layers and its layer-to-table wiring were not observed."""
 
 
 @contextlib.contextmanager
@@ -984,6 +1007,240 @@ def _reference(data: dict[str, Any], length: int) -> Reference:
 
 
 # ---------------------------------------------------------------------------------------------
+# The rotary module alone: when transformers cannot build or run the whole tiny model
+
+
+def _modeling_module(text: Any) -> Any:
+    """The modeling module beside the text config's class (`configuration_x` -> `modeling_x`)."""
+    name = type(text).__module__.replace(".configuration_", ".modeling_")
+    try:
+        return importlib.import_module(name)
+    except ImportError as err:
+        raise UnbuildableError(f"no modeling module {name}: {err}") from None
+
+
+def _text_rotary_class(module: Any, text: Any) -> type[torch.nn.Module]:
+    """The module's one text `*RotaryEmbedding` class (vision/audio rotaries are issue 18's);
+    of several, the one the classes configured by `text` construct."""
+    found = [
+        obj
+        for name, obj in vars(module).items()
+        if isinstance(obj, type)
+        and issubclass(obj, torch.nn.Module)
+        and name.endswith("RotaryEmbedding")
+        and obj.__module__ == module.__name__
+        and not any(w in name.lower() for w in VISION_WORDS)
+    ]
+    if len(found) > 1:
+        built: set[str] = set()
+        for obj in vars(module).values():
+            if isinstance(obj, type) and getattr(obj, "config_class", None) is type(text):
+                built |= set(re.findall(r"\b(\w+RotaryEmbedding)\(", inspect.getsource(obj)))
+        found = [c for c in found if c.__name__ in built] or found
+    if len(found) != 1:
+        names = sorted(c.__name__ for c in found)
+        raise UnbuildableError(f"rotary module: {len(found)} text rotary classes {names}")
+    return found[0]
+
+
+_APPLY_CALL = re.compile(r"\b(apply_rotary\w*)\(")
+
+
+def _attention_apply(module: Any) -> tuple[str, Callable[..., Any]]:
+    """The apply function the module's (text, softmax) attention classes call: read from their
+    source, so that a module with several (`apply_rotary_pos_emb` and `..._interleave`) is
+    judged by the one its attention uses; several called (a choice at run time) is not judged."""
+    functions = _apply_functions(module)
+    called: set[str] = set()
+    for name, obj in vars(module).items():
+        if (
+            isinstance(obj, type)
+            and issubclass(obj, torch.nn.Module)
+            and obj.__module__ == module.__name__
+            and name.endswith("Attention")
+            and not any(w in name.lower() for w in (*VISION_WORDS, *NOT_SOFTMAX))
+        ):
+            called |= set(_APPLY_CALL.findall(inspect.getsource(obj))) & set(functions)
+    if not called and len(functions) == 1:
+        called = set(functions)
+    if len(called) != 1:
+        raise UnbuildableError(
+            f"rotary module: the attention calls {sorted(called) or 'no'} apply function(s)"
+        )
+    name = called.pop()
+    return name, functions[name]
+
+
+def _rotary_outputs(
+    rotary: torch.nn.Module, length: int, layer_type: str | None
+) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+    """(cos, sin, complex freqs) of the rotary module's forward over positions 0..length-1."""
+    x = torch.zeros(1, length, 2)
+    position_ids = torch.arange(length)[None]
+    kwargs = {} if layer_type is None else {"layer_type": layer_type}
+    with torch.no_grad():
+        out = rotary(x, position_ids, **kwargs)
+    if isinstance(out, torch.Tensor) and out.is_complex():
+        return None, None, out
+    if isinstance(out, tuple) and len(out) == 2:
+        cos, sin = out
+        if cos.dim() > 3 or (cos.dim() == 3 and cos.shape[0] != 1):
+            raise UnbuildableError(
+                f"rotary module: cos of shape {tuple(cos.shape)} (multimodal RoPE: issue 18)"
+            )
+        return cos, sin, None
+    raise UnbuildableError(f"rotary module: forward returned {type(out).__name__}")
+
+
+def _apply_once(
+    name: str,
+    fn: Callable[..., Any],
+    width: int,
+    length: int,
+    tables: tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None],
+) -> LayerCapture | None:
+    """The apply function on random q/k of `width` channels (two heads), in the (B, H, S, D)
+    layout and else (B, S, H, D); None when neither fits its signature or shapes."""
+    cos, sin, freqs = tables
+    params = [
+        p
+        for p in inspect.signature(fn).parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    generator = torch.Generator().manual_seed(0)
+    for shape in ((1, 2, length, width), (1, length, 2, width)):
+        q = torch.randn(shape, generator=generator)
+        k = torch.randn(shape, generator=generator)
+        args: dict[str, Any] = {params[0].name: q, params[1].name: k}
+        for p in params[2:]:
+            if "cos" in p.name and cos is not None:
+                args[p.name] = cos
+            elif "sin" in p.name and sin is not None:
+                args[p.name] = sin
+            elif "freq" in p.name and freqs is not None:
+                args[p.name] = freqs
+            elif p.default is p.empty:
+                return None
+        try:
+            with torch.no_grad():
+                out = fn(**args)
+        except (RuntimeError, IndexError, ValueError, TypeError):
+            continue
+        if (
+            isinstance(out, tuple)
+            and len(out) >= 2
+            and out[0].shape == q.shape
+            and out[1].shape == k.shape
+        ):
+            return LayerCapture(q, k, out[0], out[1], cos, sin, freqs, name)
+    return None
+
+
+def _widths(text: Any, tables: tuple[Any, Any, Any]) -> list[int]:
+    """q/k widths to try: the attention's head_dim (the apply function then decides which
+    channels rotate), the rope part of MLA heads, and the table's own width."""
+    heads = getattr(text, "num_attention_heads", None)
+    hidden = getattr(text, "hidden_size", None)
+    widths = [
+        getattr(text, "head_dim", None),
+        hidden // heads if isinstance(hidden, int) and isinstance(heads, int) and heads else None,
+        getattr(text, "qk_rope_head_dim", None),
+    ]
+    cos, _, freqs = tables
+    table = cos if cos is not None else freqs
+    if table is not None:
+        widths.append(int(table.shape[-1]) * (2 if freqs is not None else 1))
+    return [w for w in dict.fromkeys(widths) if isinstance(w, int) and w > 0]
+
+
+def _module_reference(data: dict[str, Any], length: int) -> Reference:
+    config = load_config(data)
+    text = _open(_text_config(config))
+    params = getattr(text, "rope_parameters", None) or {}
+    if isinstance(params, Mapping) and any(
+        isinstance(v, Mapping) and "mrope_section" in v for v in (params, *params.values())
+    ):
+        raise UnbuildableError("rotary module: multimodal RoPE (mrope_section: issue 18)")
+    module = _modeling_module(text)
+    cls = _text_rotary_class(module, text)
+    if "mrope_section" in inspect.getsource(cls):
+        raise UnbuildableError(
+            f"rotary module: {cls.__name__} applies mrope_section (multimodal RoPE: issue 18)"
+        )
+    name, fn = _attention_apply(module)
+    try:
+        with _quiet():
+            rotary = cls(config=text)
+    except Exception as err:
+        raise UnbuildableError(
+            f"rotary module: {cls.__name__}(config): {type(err).__name__}: {str(err)[:160]}"
+        ) from None
+    types = getattr(text, "layer_types", None)
+    per_type = "layer_type" in inspect.signature(rotary.forward).parameters
+    wanted: dict[int, str | None] = {0: None}
+    if per_type and isinstance(types, list):
+        wanted = {
+            types.index(t): t for t in dict.fromkeys(types) if not any(w in t for w in NOT_SOFTMAX)
+        }
+    layers = {}
+    for index, layer_type in wanted.items():
+        try:
+            with _quiet():
+                tables = _rotary_outputs(rotary, length, layer_type)
+        except UnbuildableError:
+            raise
+        except Exception as err:
+            if layer_type is not None and isinstance(err, (KeyError, AttributeError)):
+                continue  # a layer type without a rope (its layers are NoPE or not attention)
+            raise UnbuildableError(
+                f"rotary module: forward: {type(err).__name__}: {str(err)[:160]}"
+            ) from None
+        capture = next(
+            (
+                c
+                for w in _widths(text, tables)
+                if (c := _apply_once(name, fn, w, length, tables)) is not None
+            ),
+            None,
+        )
+        if capture is None:
+            raise UnbuildableError(f"rotary module: {name} fits no q/k width of the config")
+        layers[index] = capture
+    if not layers:
+        raise UnbuildableError("rotary module: no layer type has a rope")
+    return Reference(
+        length=length,
+        layers=layers,
+        nope=[],
+        layer_types=list(types) if per_type and isinstance(types, list) else None,
+        text_model_type=str(text.model_type),
+        module_only=True,
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _module_reference_cached(key: str, length: int) -> Reference | UnbuildableError:
+    try:
+        return _module_reference(json.loads(key), length)
+    except UnbuildableError as err:
+        return err
+    except Exception as err:
+        return UnbuildableError(f"rotary module: {type(err).__name__}: {str(err)[:200]}")
+
+
+def module_reference(data: Mapping[str, Any], length: int = SEQ) -> Reference:
+    """The model's rotation from its own text `*RotaryEmbedding` (built from the text config
+    transformers loads, forward over positions 0..length-1, per layer type when its forward
+    takes one) and the apply function its attention calls, run on random q/k: what the sweep
+    compares when the whole tiny model cannot be built or run. NoPE layers and which layer
+    takes which table are not observed (`Reference.module_only`)."""
+    result = _module_reference_cached(json.dumps(dict(data), sort_keys=True, default=str), length)
+    if isinstance(result, UnbuildableError):
+        raise result
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
 # posenc's side and the verdict
 
 
@@ -999,6 +1256,7 @@ class Table:
     pairing: str
     interleaved_field: bool | None
     notes: dict[str, Any]
+    sign: float  # -1: posenc declares a reversed rotation (notes["rotation"])
     cos: torch.Tensor
     sin: torch.Tensor
 
@@ -1043,6 +1301,7 @@ def _table(name: str, notes: Mapping[str, Any], spec: Any, cos: Any, sin: Any) -
         pairing=str(notes.get("pairing", "half_split")),
         interleaved_field=spec.interleaved,
         notes=dict(notes),
+        sign=-1.0 if notes.get("rotation") == "reversed" else 1.0,
         cos=torch.as_tensor(cos, dtype=torch.float32),
         sin=torch.as_tensor(sin, dtype=torch.float32),
     )
@@ -1252,7 +1511,7 @@ def judge(ref: Reference, tables: list[Table]) -> Verdict:
     if not tables:
         return Verdict("wrong", ["accepted without a rope table"], facts)
     declared_nope = sorted({int(i) for t in tables for i in t.notes.get("nope_layers", [])})
-    if declared_nope != ref.nope:
+    if declared_nope != ref.nope and not ref.module_only:
         reasons.append(f"NoPE layers: model {ref.nope}, posenc declares {declared_nope}")
     for table in tables:
         if table.interleaved_field is not None and (
@@ -1292,18 +1551,39 @@ def judge(ref: Reference, tables: list[Table]) -> Verdict:
                     f"{tag}: cos/sin differ (max |d| {diff:.3g}, {ulps:.3g} ulp, "
                     f"row-0 scale model/posenc {ratio:.6g})"
                 )
-        err = _qk_error(cap, ref.length, table.cos, table.sin, table.rotary_dim, table.pairing)
+        err = _qk_error(
+            cap, ref.length, table.cos, table.sin, table.rotary_dim, table.pairing, table.sign
+        )
         if not err < QK_RTOL:
             why = _diagnose(cap, ref.length, table, model)
+            direction = " reversed" if table.sign < 0 else ""
             reasons.append(
-                f"{tag}: q.k off by {err:.3g} (relative) under posenc's {table.pairing} over "
-                f"{table.rotary_dim} channels: {why}"
+                f"{tag}: q.k off by {err:.3g} (relative) under posenc's{direction} "
+                f"{table.pairing} over {table.rotary_dim} channels: {why}"
             )
     return Verdict("wrong" if reasons else "exact", reasons, facts)
 
 
+def _model_or_module(data: Mapping[str, Any], length: int) -> Reference:
+    """The whole tiny model's rotation, else its rotary module's (`module_reference`); an
+    UnbuildableError names both failures, the rotary module's first."""
+    try:
+        return reference(data, length)
+    except UnbuildableError as err:
+        whole = str(err)
+    except Exception as err:
+        whole = f"reference: {type(err).__name__}: {str(err)[:200]}"
+    try:
+        return module_reference(data, length)
+    except UnbuildableError as err:
+        raise UnbuildableError(f"{err}; whole model: {whole}") from None
+
+
 def run_case(model_type: str, variant: str, form: str) -> Verdict:
-    """Build, resolve and judge one case; never raises for a model-side failure."""
+    """Build, resolve and judge one case; never raises for a model-side failure. A case whose
+    model (and rotary module) transformers cannot run is `rejected` when posenc refuses it
+    naming a config key (a refusal needs no reference), else `unbuildable`; one judged only at
+    the rotary module is `module_exact` when exact."""
     from posenc.encodings import SpecError
 
     try:
@@ -1315,11 +1595,17 @@ def run_case(model_type: str, variant: str, form: str) -> Verdict:
     verdicts = []
     for length in case_lengths(model_type, variant):
         try:
-            ref = reference(data, length)
+            ref = _model_or_module(data, length)
         except UnbuildableError as err:
-            return Verdict("unbuildable", [str(err)])
-        except Exception as err:
-            return Verdict("unbuildable", [f"reference: {type(err).__name__}: {str(err)[:200]}"])
+            try:
+                posenc_tables(data, length)
+            except SpecError as refused:
+                verdict = rejection(refused, data)
+                if verdict.outcome == "rejected":
+                    verdict.facts = {"unbuildable": str(err)}
+                    return verdict
+                return Verdict("unbuildable", [str(err)])
+            return Verdict("unbuildable", [str(err)], {"accepted": True})
         try:
             tables = posenc_tables(data, length)
         except SpecError as err:
@@ -1327,11 +1613,16 @@ def run_case(model_type: str, variant: str, form: str) -> Verdict:
             verdict.facts = model_facts(ref)
             return verdict
         verdict = judge(ref, tables)
+        if ref.module_only:
+            verdict.facts["module_only"] = True
         if length != SEQ:
             verdict.reasons = [f"S={length}: {r}" for r in verdict.reasons]
         verdicts.append(verdict)
     reasons = [r for v in verdicts for r in v.reasons]
-    return Verdict("wrong" if reasons else "exact", reasons, verdicts[0].facts)
+    if reasons:
+        return Verdict("wrong", reasons, verdicts[0].facts)
+    module_only = any(v.facts.get("module_only") for v in verdicts)
+    return Verdict("module_exact" if module_only else "exact", [], verdicts[0].facts)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1375,14 +1666,17 @@ def render(results: Mapping[tuple[str, str, str], Verdict]) -> str:
         "`rope_parameters` and the v4 `rope_scaling` config.json forms, resolved by posenc "
         "(`/v1/resolve`) and compared with the model's own forward "
         "(`tests/encodings/hf_config/rope_sweep.py`): `exact` is bit-equal cos/sin per layer "
-        "type and equal q.k after the model's own rotation; `rejected` names the key posenc "
-        "cannot map; `wrong` is accepted and different; `unbuildable` is a config transformers "
-        "itself cannot build into a text model with a rotary forward.",
+        "type and equal q.k after the model's own rotation; `module_exact` is the same check "
+        "on the model's own text rotary module and the apply function its attention calls, "
+        "where the whole tiny model cannot be built or run (NoPE layers not observed); "
+        "`rejected` names the key posenc cannot map; `wrong` is accepted and different; "
+        "`unbuildable` is a config transformers itself cannot build into a text model or "
+        "rotary module (`accepted` when posenc answers it anyway: a type with no verified "
+        "config is listed in `hf_config.models.UNVERIFIED` and its tables carry "
+        "`notes.unverified`).",
         "",
         f"Cases: {len(results)}; "
-        + ", ".join(
-            f"{k} {counts[k]}" for k in ("exact", "rejected", "wrong", "unbuildable") if k in counts
-        )
+        + ", ".join(f"{k} {counts[k]}" for k in OUTCOMES if k in counts)
         + ".",
         "",
         "| model type | variants | pairing | rotary width | layer types | NoPE layers | outcome "
@@ -1412,8 +1706,9 @@ def render(results: Mapping[tuple[str, str, str], Verdict]) -> str:
         nope = ", ".join(str(i) for i in facts.get("nope", [])) or "-"
         groups: dict[str, list[str]] = {}
         for variant, form, verdict in entries:
-            why = f" ({_cell(verdict.reasons[0][:120])})" if verdict.outcome != "exact" else ""
-            groups.setdefault(f"{verdict.outcome}{why}", []).append(f"{variant}/{form}")
+            why = f" ({_cell(verdict.reasons[0][:120])})" if verdict.reasons else ""
+            label = f"{verdict.outcome}{', accepted' if verdict.facts.get('accepted') else ''}"
+            groups.setdefault(f"{label}{why}", []).append(f"{variant}/{form}")
         outcome = "<br>".join(f"{k}: {', '.join(v)}" for k, v in groups.items())
         lines.append(
             f"| {model_type} | {variants} | {pairing or '-'} | {width or '-'} | {types} | {nope} "

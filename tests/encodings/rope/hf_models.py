@@ -35,6 +35,16 @@ LLAMA31_ROPE: dict[str, Any] = {
     "original_max_position_embeddings": 8192,
 }
 
+# meta-llama/Llama-4-Scout-17B-16E: head_dim 128, rope_theta 5e5; low_freq_factor ==
+# high_freq_factor (transformers only logs it and builds the model: an empty smoothing band).
+LLAMA4_SCOUT_ROPE: dict[str, Any] = {
+    "rope_type": "llama3",
+    "factor": 16.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 1.0,
+    "original_max_position_embeddings": 8192,
+}
+
 # microsoft/Phi-3.5-mini-instruct: hidden 3072 / 32 heads = head_dim 96, rope_theta 1e4,
 # max_position_embeddings 131072, original_max_position_embeddings 4096 (so factor 32).
 PHI35_LONG_FACTOR = [

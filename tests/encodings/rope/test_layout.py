@@ -200,14 +200,14 @@ REJECTED: list[tuple[str, dict[str, Any], set[str]]] = [
         {"rope_scaling.beta_fast"},
     ),
     (
-        "llama3 high <= low",
+        "llama3 high < low",
         {
             "head_dim": 64,
             "rope_scaling": {
                 "rope_type": "llama3",
                 "factor": 8.0,
                 "low_freq_factor": 4.0,
-                "high_freq_factor": 4.0,
+                "high_freq_factor": 2.0,
             },
         },
         {"rope_scaling.high_freq_factor"},

@@ -41,7 +41,7 @@ from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 from transformers.models.phi3.modeling_phi3 import Phi3RotaryEmbedding
 from transformers.models.qwen2.modeling_qwen2 import Qwen2RotaryEmbedding
 
-from posenc.encodings import content_key, parse_spec
+from posenc.encodings import SpecError, content_key, parse_spec
 from posenc.encodings.rope import VARIANTS
 from tests.encodings.rope import hf_models as hf
 from tests.encodings.rope.hf_models import hf_forward, ours, rows
@@ -170,6 +170,13 @@ INIT_CASES = [
         {"head_dim": 128, "rope_theta": 500000.0, "rope_scaling": hf.LLAMA31_ROPE},
     ),
     InitCase(
+        "llama4-scout-llama3-equal-factors",
+        "llama3",
+        lambda: hf.llama(128, hf.LLAMA4_SCOUT_ROPE, 500000.0, 10485760),
+        ROPE_INIT_FUNCTIONS["llama3"],
+        {"head_dim": 128, "rope_theta": 500000.0, "rope_scaling": hf.LLAMA4_SCOUT_ROPE},
+    ),
+    InitCase(
         "gemma4-full-proportional",
         "proportional",
         hf.gemma4_text,
@@ -243,6 +250,38 @@ def test_llama31_forward() -> None:
     cos, sin = hf_forward(module, torch.arange(2048))
     table = ours(head_dim=128, rope_theta=5e5, max_positions=2048, rope_scaling=hf.LLAMA31_ROPE)
     assert_same(cos, sin, table.tensors)
+
+
+def test_llama3_equal_factors_forward() -> None:
+    """Llama 4 Scout's `low_freq_factor == high_freq_factor`: transformers builds it (the band
+    between the two wavelengths is empty, every pair kept or divided by the factor) and posenc
+    serves the same table bit for bit."""
+    module = LlamaRotaryEmbedding(hf.llama(128, hf.LLAMA4_SCOUT_ROPE, 500000.0, 10485760))
+    cos, sin = hf_forward(module, torch.arange(4096))
+    table = ours(
+        head_dim=128, rope_theta=5e5, max_positions=4096, rope_scaling=hf.LLAMA4_SCOUT_ROPE
+    )
+    assert_same(cos, sin, table.tensors)
+    inv = table.tensors["inv_freq"]
+    plain = ours(head_dim=128, rope_theta=5e5, max_positions=1).tensors["inv_freq"]
+    wavelen = 2 * math.pi / plain
+    kept = wavelen <= 8192.0
+    assert torch.equal(inv[kept], plain[kept])
+    assert torch.equal(inv[~kept], plain[~kept] / 16)
+
+
+def test_llama3_equal_factors_on_a_boundary_wavelength_is_refused() -> None:
+    """Equal factors with a wavelength exactly at original / low_freq_factor: transformers
+    divides by high - low = 0 there and gets a NaN frequency; posenc refuses the spec naming
+    `rope_scaling.high_freq_factor` (pair 0's wavelength is 2*pi in fp32)."""
+    low = 8192 / (2 * math.pi)
+    scaling = {**hf.LLAMA4_SCOUT_ROPE, "low_freq_factor": low, "high_freq_factor": low}
+    inv_hf, _ = ROPE_INIT_FUNCTIONS["llama3"](hf.llama(128, scaling, 10000.0, 131072), "cpu")
+    assert bool(inv_hf[0].isnan())
+    with pytest.raises(SpecError) as info:
+        parse_spec({"kind": "rope", "head_dim": 128, "max_positions": 8, "rope_scaling": scaling})
+    assert [p.field for p in info.value.problems] == ["rope_scaling.high_freq_factor"]
+    assert "NaN" in info.value.problems[0].message
 
 
 @pytest.fixture(scope="module")

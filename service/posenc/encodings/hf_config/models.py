@@ -122,9 +122,11 @@ MLA_INTERLEAVE_DEFAULT = {
 MLA_ALWAYS_INTERLEAVED = frozenset(
     {
         "axk2",
+        "bailing_hybrid",
         "deepseek_v32",
         "glm_moe_dsa",
         "hy_v4_vl_text",
+        "longcat_flash",
     }
 )
 """Multi-head latent attention families whose attention always calls
@@ -145,6 +147,16 @@ INTERLEAVED_PAIRS = frozenset(
         "ernie4_5_vl_moe_text",
         "helium",
         "openai_privacy_filter",
+        # Byte Latent Transformer parts (`BltRotaryEmbedding` repeat_interleaves, its
+        # rotate_half pairs x[..., ::2] with x[..., 1::2]) and PE's video encoder.
+        "blt_global_transformer",
+        "blt_local_decoder",
+        "blt_local_encoder",
+        "blt_patcher",
+        "pe_video_encoder",
+        # Moonshine's rotate_half pairs x[..., 0::2] with x[..., 1::2].
+        "moonshine",
+        "moonshine_streaming",
     }
 )
 """Families whose own `apply_rotary_pos_emb` rotates (2i, 2i+1) pairs (`rotate_half` on
@@ -167,9 +179,13 @@ NOPE_RULES = {
 parameters, which every family's reading turns into NoPE layers."""
 
 REFUSED: dict[str, str] = {
-    # Rotation direction.
-    "nanochat": "its apply_rotary_pos_emb rotates the other way (sin negated); posenc's tables "
-    "declare the standard direction only",
+    "deepseek_v4": "DeepSeek-V4 rotates the trailing qk_rope_head_dim channels of each head "
+    "([nope | rope] layout: apply_rotary_pos_emb's x[..., -rope_dim:]) with interleaved pairs, "
+    "takes its 'main' or 'compress' table by layer type and de-rotates the attention output "
+    "with -sin; posenc's specs rotate the leading channels: not mapped",
+    "eomt_dinov3": "EoMT's DINOv3 backbone rotates patches by their 2-D centre coordinates "
+    "(EomtDinov3RotaryEmbedding, DINOv3's RopePositionEmbedding): not a 1-D table; its "
+    "vision_rope mapping is not verified yet",
 }
 """Families the RoPE sweep finds posenc cannot serve exactly yet: every config is refused (a 422
 naming model_type) rather than answered with a wrong table."""
@@ -202,6 +218,32 @@ MROPE_REFUSED: dict[str, str] = {
     "not mapped",
 }
 """M-RoPE families posenc does not map: refused naming model_type, never a plain 1-D table."""
+
+_VISION = "a vision tower's rotary (issue 18)"
+_AUDIO = "an audio/speech model whose rotary module is not built from this config alone"
+_BUILD = "transformers 5.24 cannot build this model or its text rotary module from the config"
+
+UNVERIFIED: dict[str, str] = {
+    **dict.fromkeys(("step3p5_vision",), _VISION),
+    **dict.fromkeys(
+        (
+            "dots3_note_audio_encoder",
+            "kyutai_speech_to_text",
+            "pe_audio_encoder",
+            "pe_audio_video_encoder",
+            "pocket_tts_audio_tokenizer",
+            "pocket_tts_audio_tokenizer_decoder",
+            "pocket_tts_audio_tokenizer_encoder",
+        ),
+        _AUDIO,
+    ),
+    **dict.fromkeys(("diffusion_gemma", "diffusion_gemma_text"), _BUILD),
+}
+"""Model types that posenc reads with its generic RoPE rules but that the RoPE sweep could not
+verify (no config of them that posenc accepts was compared with transformers: neither the model
+nor its text rotary module runs from it), with why. Every rope table resolved for them carries
+`notes["unverified"]`; tests/encodings/hf_config/test_rope_sweep.py keeps this list equal to
+the sweep's findings."""
 
 
 class V4Refused(RopeModel):
@@ -370,6 +412,12 @@ class Mistral4Rope(RopeModel):
 
 
 @dataclass(frozen=True)
+class Dots3NoteRope(Mistral4Rope, V4Refused):
+    """dots.3 note (`Dots3NoteTextConfig`): Mistral 4's rotary width, rope parameters per layer
+    type whose v4 conversion is not mapped (only v5 `rope_parameters`)."""
+
+
+@dataclass(frozen=True)
 class PolarRope(RopeModel):
     """DeepSeek-V2 and Llama 4 build `freqs_cis = torch.polar(1, freqs) * attention_scaling` and
     rotate complex pairs (2i, 2i+1): their tables are `trig: "polar"` (torch.polar's cos/sin,
@@ -506,6 +554,8 @@ MAPPERS: dict[str, Mapper] = {
         RopeModel(interleaved_pairs=True),
     ),
     "cohere2": RopeModel(interleaved_pairs=True, nope="windowed_only"),
+    # NanoChat: half split, rotate_half = cat(x2, -x1) (rotation by -angle), in the notes.
+    "nanochat": RopeModel(reversed_rotation=True),
     **{t: RopeModel(nope=rule) for t, rule in NOPE_RULES.items()},
     # Per-layer-type rope dicts and their own v4 conversion.
     "olmo3": LayerTypeRope(
@@ -523,17 +573,31 @@ MAPPERS: dict[str, Mapper] = {
             scaled=("sliding_attention", "full_attention"),
         ),
     ),
-    "gemma3n_text": LayerTypeRope(
-        theta_keys={"sliding_attention": "rope_local_base_freq", "full_attention": "rope_theta"},
-        theta_defaults={"sliding_attention": 10000.0, "full_attention": 1_000_000.0},
+    **dict.fromkeys(
+        ("gemma3n_text", "t5gemma2_text", "t5gemma2_encoder", "t5gemma2_decoder"),
+        LayerTypeRope(
+            theta_keys={
+                "sliding_attention": "rope_local_base_freq",
+                "full_attention": "rope_theta",
+            },
+            theta_defaults={"sliding_attention": 10000.0, "full_attention": 1_000_000.0},
+        ),
     ),
-    **dict.fromkeys(("embedding_gemma2_text", "neomme", "beam"), V4Refused()),
+    # MiMo-V2-Flash ignores v4 rope keys (its convert_rope_params_to_dict returns them
+    # untouched: the class's per-layer-type defaults apply); Dory fills per-layer-type
+    # defaults before converting. Only their v5 rope_parameters are mapped.
+    **dict.fromkeys(
+        ("embedding_gemma2_text", "neomme", "beam", "mimo_v2_flash", "dory"), V4Refused()
+    ),
     "minimax_m2": RotaryDimRope(),
     "phimoe": PhimoeRope(),
     "cohere2_moe": Cohere2MoeRope(interleaved_pairs=True),
     # Mistral Large 4: always interleaved; NoPE layers are the zeros of no_rope_layers.
     "mistral_large4_text": RopeModel(interleaved_pairs=True, nope="no_rope_layers"),
     "mistral4": Mistral4Rope(),
+    # dots.3 note: the same width rule, and its attention always calls
+    # apply_rotary_pos_emb_interleave (rope_interleave is not a key of its config).
+    "dots3_note_text": Dots3NoteRope(interleaved_pairs=True),
     **dict.fromkeys(NTK_ALPHA_MODELS, HunYuanRope()),
     **{t: RopeModel(mla_interleave=v) for t, v in MLA_INTERLEAVE_DEFAULT.items()},
     "deepseek_v2": PolarRope(mla_interleave=True),

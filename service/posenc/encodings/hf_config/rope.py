@@ -43,6 +43,14 @@ def has_rope(view: ConfigView) -> bool:
     return any(view.has(k) for k in ROPE_KEYS)
 
 
+REVERSED_NOTE = (
+    "the model rotates by -angle (its rotate_half is cat(x2, -x1)): the table is its rotary "
+    "module's cos/sin; rotate x1*cos + x2*sin, x2*cos - x1*sin, or negate sin for a standard "
+    "rotation (ONNX RotaryEmbedding, flash-attn, vLLM)"
+)
+"""Notes of a family with `reversed_rotation` (nanochat), beside `"rotation": "reversed"`."""
+
+
 @dataclass(frozen=True)
 class RopeModel:
     """How a model family's config carries RoPE; the defaults are transformers' generic reading.
@@ -53,9 +61,10 @@ class RopeModel:
     `interleaved_pairs` (the family's `apply_rotary_pos_emb` rotates (2i, 2i+1) pairs),
     `nope` (which layers run attention without rotation: "full_attention" for the families
     whose full-attention layers skip RoPE when `sliding_window` is set, "no_rope_layers" for a 0
-    in that per-layer list), `refusal` (why the family cannot be served exactly: every config of
-    it is refused, naming the model_type). Behaviour that differs is a subclass overriding one
-    method.
+    in that per-layer list), `reversed_rotation` (the family's `rotate_half` is
+    `cat(x2, -x1)`: it rotates by -angle, declared in the notes), `refusal` (why the family
+    cannot be served exactly: every config of it is refused, naming the model_type).
+    Behaviour that differs is a subclass overriding one method.
     """
 
     rope_type_aliases: Mapping[str, str] = field(default_factory=dict)
@@ -63,6 +72,7 @@ class RopeModel:
     mla_interleave: bool | None = None
     interleaved_pairs: bool = False
     nope: str | None = None
+    reversed_rotation: bool = False
     refusal: str | None = None
 
     def __call__(self, view: ConfigView) -> list[Entry]:
@@ -131,6 +141,9 @@ class RopeModel:
                 **notes,
             }
             notes.update(self.extra_notes(view, notes, bool(interleaved)))
+            if self.reversed_rotation:
+                notes["rotation"] = "reversed"
+                notes["rotation_detail"] = REVERSED_NOTE
             if nope:
                 notes["nope_layers"] = nope
                 notes["nope"] = "these layer indices run attention without rotation (NoPE)"
@@ -261,7 +274,10 @@ class RopeModel:
         if dim % 2:
             fail(
                 where,
-                f"gives an odd rotary dim int({layer_head_dim} * {fraction}) = {dim}",
+                f"gives an odd rotary dim int({layer_head_dim} * {fraction}) = {dim}: "
+                f"transformers' arange(0, {dim}, 2) / {dim} gives {(dim + 1) // 2} frequencies "
+                f"over {dim + 1} rotated channels, which no even rotary_dim reproduces; not "
+                "mapped",
                 fraction,
             )
         return dim

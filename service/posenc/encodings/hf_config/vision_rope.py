@@ -356,11 +356,13 @@ TOWERS: dict[str, tuple[tuple[str, ...], Reader]] = {
     "llama4": (("vision_config",), llama4),
     "pixtral": ((), pixtral),
     "dinov3_vit": ((), dinov3),
+    "llama4_vision_model": ((), llama4),
+    "gemma4_vision": ((), gemma4),
 }
 """Top-level model_type -> where its vision config is and how it maps. Any composite config whose
 `vision_config.model_type` is "pixtral" (Mistral 3, Llava-Pixtral) maps through `pixtral`."""
 
-VISION_ONLY = frozenset({"pixtral", "dinov3_vit"})
+VISION_ONLY = frozenset({"pixtral", "dinov3_vit", "llama4_vision_model", "gemma4_vision"})
 """Model types whose config is the vision tower itself: no text tables."""
 
 

@@ -11,12 +11,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, Self
 
+import torch
 from pydantic import Field, field_validator, model_validator
 
 from posenc.encodings.base import SpecBase, TensorInfo
 from posenc.encodings.rope.scaling import DefaultScaling, RopeScaling
 from posenc.encodings.rope.variants import VARIANTS
-from posenc.encodings.rope.variants._common import Issue, field_error
+from posenc.encodings.rope.variants._common import Issue, RopeInputs, field_error
 
 MAX_HEAD_DIM = 8192
 MAX_POSITIONS = 1 << 24
@@ -148,6 +149,8 @@ class RopeSpec(SpecBase):
             for issue in self.rope_scaling.check_dim(d):
                 at_dim = issue.loc == ("rotary_dim",)
                 issues.append(Issue(dim_loc, issue.message, dim_value) if at_dim else issue)
+            if not issues:
+                issues += self.rope_scaling.check_frequencies(self._inputs(d))
         _, width, packing, _ = self._layout()
         if packing != "separate" and width != "half":
             issues.append(
@@ -169,6 +172,17 @@ class RopeSpec(SpecBase):
         if issues:
             raise field_error(issues)
         return self
+
+    def _inputs(self, dim: int) -> RopeInputs:
+        """The variant inputs `compute` builds for this spec (CPU, the precision's dtype)."""
+        return RopeInputs(
+            dim=dim,
+            head_dim=self.head_dim,
+            base=self.rope_theta,
+            seq_len=self.seq_len,
+            dtype=torch.float64 if self.precision == "exact" else torch.float32,
+            device=torch.device("cpu"),
+        )
 
     def _dim_field(self) -> tuple[tuple[str], int | float]:
         """The field the rotary dim came from, to name it in errors."""

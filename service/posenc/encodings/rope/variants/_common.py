@@ -95,6 +95,12 @@ class ScalingBase(BaseModel):
         """Problems fitting rotary dim `dim`, each located relative to the RoPE spec root."""
         return []
 
+    def check_frequencies(self, x: RopeInputs) -> list[Issue]:
+        """Problems of the frequencies this variant computes from `x` (the spec's rotary dim,
+        base and compute dtype), each located relative to the RoPE spec root: a configuration
+        that transformers accepts but whose frequencies come out non-finite is refused here."""
+        return []
+
     def canonical(self) -> ScalingBase:
         """The canonical spelling: derived defaults resolved, no-op scalings written `default`."""
         return self

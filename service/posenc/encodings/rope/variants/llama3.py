@@ -4,7 +4,8 @@
 wavelen = 2*pi/inv; wavelengths above orig/low_freq_factor are divided by factor, those below
 orig/high_freq_factor kept, and those between smoothed with
 `smooth = (orig/wavelen - low) / (high - low)`. Llama 3.1 8B: pairs 0..28 unscaled, 29..34 smoothed,
-35..63 divided by 8.
+35..63 divided by 8. Llama 4 Scout has `low_freq_factor == high_freq_factor` (1, 1): the band is
+empty and every pair is either kept or divided (transformers' op order, reproduced here).
 """
 
 from __future__ import annotations
@@ -35,17 +36,41 @@ class Llama3Scaling(ScalingBase):
 
     @model_validator(mode="after")
     def _order(self) -> Self:
-        if self.high_freq_factor <= self.low_freq_factor:
+        # transformers only logs `high_freq_factor <= low_freq_factor` and builds the model;
+        # equal factors (Llama 4 Scout: 1 and 1) are served exactly as it computes them (an
+        # empty smoothing band), a reversed band is refused.
+        if self.high_freq_factor < self.low_freq_factor:
             raise field_error(
                 [
                     Issue(
                         ("high_freq_factor",),
-                        f"must be > low_freq_factor ({self.low_freq_factor})",
+                        f"must be >= low_freq_factor ({self.low_freq_factor})",
                         self.high_freq_factor,
                     )
                 ]
             )
         return self
+
+    def check_frequencies(self, x: RopeInputs) -> list[Issue]:
+        """Equal factors leave the smoothing band empty unless a wavelength equals the boundary
+        `original / low_freq_factor` exactly: there transformers divides by high - low = 0 and
+        its frequency is NaN or inf. Refused only then."""
+        if self.high_freq_factor != self.low_freq_factor:
+            return []
+        inv, _, _ = inv_freq(self, x)
+        bad = (~torch.isfinite(inv)).nonzero().flatten().tolist()
+        if not bad:
+            return []
+        boundary = self.original_max_position_embeddings / self.low_freq_factor
+        return [
+            Issue(
+                ("rope_scaling", "high_freq_factor"),
+                f"equals low_freq_factor while the wavelength of pair {bad[0]} is exactly "
+                f"original_max_position_embeddings / low_freq_factor = {boundary}: transformers "
+                "divides by high_freq_factor - low_freq_factor = 0 there (a NaN frequency)",
+                self.high_freq_factor,
+            )
+        ]
 
 
 def inv_freq(scaling: Llama3Scaling, x: RopeInputs) -> VariantResult:
