@@ -35,6 +35,7 @@ DEFAULT_TYPES = (
     "qwen3_vl_moe",
     "glm4v",
     "ernie4_5_vl_moe",
+    "qwen2_5_omni",
     "dinov3_vit",
     "llama4_vision_model",
     "gemma4_vision",
