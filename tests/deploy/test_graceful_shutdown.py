@@ -99,7 +99,10 @@ def start_container(tmp_path: Path, **settings: str) -> Container:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("POSENC_")}
     env.update({k: v for k, v in image["env"].items() if k.startswith("POSENC_")})
-    # Tests here bind the loopback only; the image binds 0.0.0.0.
+    # Tests here bind the loopback only; the image binds 0.0.0.0. The image's gRPC port (8001)
+    # moves to a free one too: two of these servers (or any other on 8001) must not collide.
+    if "POSENC_GRPC_PORT" in env:
+        env["POSENC_GRPC_PORT"] = str(free_port())
     env.update(POSENC_HOST="127.0.0.1", POSENC_PORT=str(port), **settings)
     log = tmp_path / "posenc.log"
     with log.open("wb") as sink:
