@@ -367,3 +367,35 @@ def test_onnx_model_checked_against_the_preset(
     assert "plugged.onnx against rope" in result.inner_text()
     assert result.locator("canvas").count() == 0  # nothing departs: no map
     assert watched.problems == []
+
+
+def test_multimodal_config_shows_text_and_vision_rotary(
+    server: ServerHandle, client: httpx.Client, watched: Watched
+) -> None:
+    """Qwen2.5-VL's released config: the M-RoPE text table (its sections in the notes) and the
+    vision tower's rotary table (`vision_rope:vision`) are both listed and the tower's plots
+    from the preview route."""
+    from tests.encodings.hf_config.mrope_sweep import RELEASED
+
+    config = RELEASED["Qwen/Qwen2.5-VL-7B-Instruct"]
+    page = watched.page
+    page.goto(f"{server.url}/ui")
+    page.fill("textarea[name=config]", json.dumps(config))
+    page.fill("input[name=max_positions]", "1024")
+    page.locator("#config-form button[type=submit]").click()
+    watched.idle()
+    no_error_shown(watched)
+    resolved = client.post("/v1/resolve", json={"hf_config": config, "max_positions": 1024}).json()[
+        "specs"
+    ]
+    assert [s["name"] for s in resolved] == ["rope", "vision_rope:vision"]
+    assert page.locator(".card").count() == 2
+    text, vision = (page.locator(f".card[data-key='{s['key']}']") for s in resolved)
+    assert "mrope" in text.inner_text()
+    assert "vision_rope:vision" in vision.locator("h3").inner_text()
+    vision.locator(".plot-button").click()
+    watched.idle()
+    area = page.locator("#plot-area")
+    assert "vision_rope:vision" in area.inner_text()
+    assert area.locator("canvas, svg").count() >= 1
+    assert watched.problems == []
