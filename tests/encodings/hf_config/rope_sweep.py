@@ -1782,7 +1782,8 @@ def vision_lines(version: str) -> list[str]:
         "## Vision rotary modules (`vision_rope`)",
         "",
         f"Every vision rotary module of transformers {version} (a class named "
-        "`*Vision*Rotary*Embedding` / `*ViT*Rope*Embedding` in a modeling module), served as a "
+        "`*Vision*Rotary*Embedding` / `*ViT*Rope*Embedding`, or a DINOv3 backbone's "
+        "`*Dinov3*RotaryEmbedding`, in a modeling module), served as a "
         "`vision_rope` style (cos/sin of the tower's grid in its patch order, and q.k after its "
         "own apply function, bit for bit: `tests/encodings/test_vision_rope.py`) or refused "
         f"with the reason. Served {served} of {len(found)}.",

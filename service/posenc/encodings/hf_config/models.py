@@ -190,9 +190,6 @@ REFUSED: dict[str, str] = {
     "step3p5_vision": "Step3p5's vision tower rotates patches by their 2-D grid position "
     "(Step3p7VisionRotaryEmbedding: axial RoPE, the only rope_type it builds, head_dim/4 "
     "frequencies for each of W and H): not a 1-D table; not mapped",
-    "eomt_dinov3": "EoMT's DINOv3 backbone rotates patches by their 2-D centre coordinates "
-    "(EomtDinov3RotaryEmbedding, DINOv3's RopePositionEmbedding): not a 1-D table; its "
-    "vision_rope mapping is not verified yet",
 }
 """Families the RoPE sweep finds posenc cannot serve exactly yet: every config is refused (a 422
 naming model_type) rather than answered with a wrong table."""
