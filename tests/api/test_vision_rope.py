@@ -37,6 +37,7 @@ DEFAULT_TYPES = (
     "ernie4_5_vl_moe",
     "qwen2_5_omni",
     "dinov3_vit",
+    "eomt_dinov3",
     "llama4_vision_model",
     "gemma4_vision",
 )

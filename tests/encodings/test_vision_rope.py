@@ -42,7 +42,8 @@ def _fields(name: str, config: Any, frames: int) -> dict[str, Any]:
     if style == "dinov3":
         head_dim = config.hidden_size // config.num_attention_heads
         return {"style": style, "head_dim": head_dim, "grid_height": 3, "grid_width": 5,
-                "rope_theta": float(config.rope_theta)}  # fmt: skip
+                "rope_theta": float(getattr(config, "rope_theta", None)
+                                    or config.rope_parameters["rope_theta"])}  # fmt: skip
     rope = cls(config)
     head_dim = int(rope.inv_freq.numel() * (2 if style == "pixtral" else 4))
     if style == "gemma4":
@@ -348,6 +349,45 @@ def test_dinov3_tower_forward_rotates_patches_only() -> None:
     assert torch.equal(cos, ours["cos"])
     assert torch.equal(sin, ours["sin"])
     assert q.shape[-2] == 1 + config.num_register_tokens + 15  # prefix tokens first, unrotated
+
+
+def test_eomt_dinov3_forward_rotates_patches_only_queries_included(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """EoMT-DINOv3's attention gets the served table in every layer; in the last num_blocks
+    layers its query tokens join the unrotated prefix (tokens before the H*W patches). Its
+    training loss (EomtDinov3Loss, which needs scipy, not in our lock) is never called without
+    labels: its scipy check is skipped to build the model."""
+    from transformers.models.eomt_dinov3 import modeling_eomt_dinov3 as m
+    from transformers.models.eomt_dinov3.configuration_eomt_dinov3 import EomtDinov3Config
+
+    config = EomtDinov3Config(hidden_size=64, num_attention_heads=2, intermediate_size=64,
+                              num_hidden_layers=2, num_blocks=1, num_queries=3, image_size=48,
+                              patch_size=16, num_labels=2)  # fmt: skip
+    config._attn_implementation = "eager"
+    monkeypatch.setattr(m, "requires_backends", lambda *_: None)
+    model = m.EomtDinov3ForUniversalSegmentation(config).eval()
+    with _Capture(m, "apply_rotary_pos_emb") as cap, torch.no_grad():
+        model(torch.randn(1, 3, 48, 48))
+    ours = _ours(style="dinov3", head_dim=32, grid_height=3, grid_width=3)
+    assert len(cap.calls) == 2
+    prefix = 1 + config.num_register_tokens
+    for (q, _, cos, sin), extra in zip([c[:4] for c in cap.calls], (0, 3), strict=True):
+        assert torch.equal(cos, ours["cos"])
+        assert torch.equal(sin, ours["sin"])
+        assert q.shape[-2] == extra + prefix + 9
+
+
+def test_eomt_dinov3_other_rope_types_are_refused() -> None:
+    from posenc.encodings import ConfigError, resolve_hf_config
+
+    rope = {"rope_type": "linear", "factor": 2.0, "rope_theta": 100.0}
+    config = {"model_type": "eomt_dinov3", "hidden_size": 64, "num_attention_heads": 2,
+              "image_size": 48, "patch_size": 16, "rope_parameters": rope}  # fmt: skip
+    with pytest.raises(ConfigError) as err:
+        resolve_hf_config(config)
+    (problem,) = err.value.problems
+    assert problem.field == "rope_parameters.rope_type"
 
 
 def test_gemma4_encoder_forward_applies_the_served_table() -> None:

@@ -22,7 +22,10 @@ from typing import Any
 
 import torch
 
-PATTERN = re.compile(r"^class (\w*(?:Vision|ViT|Vit)\w*(?:Rotary|Rope|RoPE)\w*Embedding)\(", re.M)
+PATTERN = re.compile(
+    r"^class (\w*(?:Vision|ViT|Vit|Dinov3)\w*(?:Rotary|Rope|RoPE)\w*Embedding)\(", re.M
+)
+"""Vision rotary class names: a vision tower's, or a DINOv3 backbone's (EoMT-DINOv3)."""
 
 
 def _models_root() -> Path:

@@ -1107,12 +1107,15 @@ def _apply_once(
         for p in inspect.signature(fn).parameters.values()
         if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
     ]
+    # One tensor at a time (`apply_rotary_pos_emb(x, cos, sin)`: Gemma 4, DiffusionGemma) or q
+    # and k together.
+    single = len(params) > 1 and "cos" in params[1].name
     generator = torch.Generator().manual_seed(0)
     for shape in ((1, 2, length, width), (1, length, 2, width)):
         q = torch.randn(shape, generator=generator)
         k = torch.randn(shape, generator=generator)
-        args: dict[str, Any] = {params[0].name: q, params[1].name: k}
-        for p in params[2:]:
+        args: dict[str, Any] = {} if single else {params[0].name: q, params[1].name: k}
+        for p in params[1 if single else 2 :]:
             if "cos" in p.name and cos is not None:
                 args[p.name] = cos
             elif "sin" in p.name and sin is not None:
@@ -1123,7 +1126,7 @@ def _apply_once(
                 return None
         try:
             with torch.no_grad():
-                out = fn(**args)
+                out = (fn(q, **args), fn(k, **args)) if single else fn(**args)
         except (RuntimeError, IndexError, ValueError, TypeError):
             continue
         if (
@@ -1153,6 +1156,43 @@ def _widths(text: Any, tables: tuple[Any, Any, Any]) -> list[int]:
     return [w for w in dict.fromkeys(widths) if isinstance(w, int) and w > 0]
 
 
+def _own_rotary(
+    module: Any, text: Any
+) -> tuple[type[torch.nn.Module], str, Callable[..., Any]] | None:
+    """The `*RotaryEmbedding` class of any name (an audio/speech one: Dots3NoteAudio..., PeAudio
+    Encoder..., KyutaiSpeechToText...) that `text`'s own config class configures (its `config`
+    annotation names that class; else the module's only rotary class), with the apply function
+    that its `<prefix>Attention` class calls, where the rotary class's forward is 1-D (no
+    mrope_section); None otherwise."""
+    classes = [
+        obj
+        for name, obj in vars(module).items()
+        if isinstance(obj, type)
+        and issubclass(obj, torch.nn.Module)
+        and name.endswith("RotaryEmbedding")
+        and obj.__module__ == module.__name__
+    ]
+    annotated = [
+        c
+        for c in classes
+        if (p := inspect.signature(c.__init__).parameters.get("config")) is not None
+        and p.annotation is type(text)
+    ]
+    found = annotated if annotated else classes
+    if len(found) != 1 or "mrope_section" in inspect.getsource(found[0]):
+        return None
+    cls = found[0]
+    attention = vars(module).get(cls.__name__.removesuffix("RotaryEmbedding") + "Attention")
+    functions = _apply_functions(module)
+    if attention is None:
+        return None
+    called = set(_APPLY_CALL.findall(inspect.getsource(attention))) & set(functions)
+    if len(called) != 1:
+        return None
+    name = called.pop()
+    return cls, name, functions[name]
+
+
 def _module_reference(data: dict[str, Any], length: int) -> Reference:
     config = load_config(data)
     text = _open(_text_config(config))
@@ -1162,19 +1202,31 @@ def _module_reference(data: dict[str, Any], length: int) -> Reference:
     ):
         raise UnbuildableError("rotary module: multimodal RoPE (mrope_section: issue 18)")
     module = _modeling_module(text)
-    cls = _text_rotary_class(module, text)
-    if "mrope_section" in inspect.getsource(cls):
-        raise UnbuildableError(
-            f"rotary module: {cls.__name__} applies mrope_section (multimodal RoPE: issue 18)"
-        )
-    name, fn = _attention_apply(module)
     try:
-        with _quiet():
-            rotary = cls(config=text)
-    except Exception as err:
-        raise UnbuildableError(
-            f"rotary module: {cls.__name__}(config): {type(err).__name__}: {str(err)[:160]}"
-        ) from None
+        cls = _text_rotary_class(module, text)
+        if "mrope_section" in inspect.getsource(cls):
+            raise UnbuildableError(
+                f"rotary module: {cls.__name__} applies mrope_section (multimodal RoPE: issue 18)"
+            )
+        name, fn = _attention_apply(module)
+        try:
+            with _quiet():
+                rotary = cls(config=text)
+        except Exception as err:
+            raise UnbuildableError(
+                f"rotary module: {cls.__name__}(config): {type(err).__name__}: {str(err)[:160]}"
+            ) from None
+    except UnbuildableError as err:
+        # An audio/speech config (not a text one) configuring a 1-D rotary of its own.
+        own = _own_rotary(module, text)
+        if own is None:
+            raise
+        cls, name, fn = own
+        try:
+            with _quiet():
+                rotary = cls(config=text)
+        except Exception:
+            raise err from None
     types = getattr(text, "layer_types", None)
     per_type = "layer_type" in inspect.signature(rotary.forward).parameters
     wanted: dict[int, str | None] = {0: None}
@@ -1671,9 +1723,8 @@ def render(results: Mapping[tuple[str, str, str], Verdict]) -> str:
         "where the whole tiny model cannot be built or run (NoPE layers not observed); "
         "`rejected` names the key posenc cannot map; `wrong` is accepted and different; "
         "`unbuildable` is a config transformers itself cannot build into a text model or "
-        "rotary module (`accepted` when posenc answers it anyway: a type with no verified "
-        "config is listed in `hf_config.models.UNVERIFIED` and its tables carry "
-        "`notes.unverified`).",
+        "rotary module (`accepted` when posenc answers it anyway; every type posenc answers "
+        "has at least one config verified `exact` or `module_exact`).",
         "",
         f"Cases: {len(results)}; "
         + ", ".join(f"{k} {counts[k]}" for k in OUTCOMES if k in counts)
@@ -1731,7 +1782,8 @@ def vision_lines(version: str) -> list[str]:
         "## Vision rotary modules (`vision_rope`)",
         "",
         f"Every vision rotary module of transformers {version} (a class named "
-        "`*Vision*Rotary*Embedding` / `*ViT*Rope*Embedding` in a modeling module), served as a "
+        "`*Vision*Rotary*Embedding` / `*ViT*Rope*Embedding`, or a DINOv3 backbone's "
+        "`*Dinov3*RotaryEmbedding`, in a modeling module), served as a "
         "`vision_rope` style (cos/sin of the tower's grid in its patch order, and q.k after its "
         "own apply function, bit for bit: `tests/encodings/test_vision_rope.py`) or refused "
         f"with the reason. Served {served} of {len(found)}.",

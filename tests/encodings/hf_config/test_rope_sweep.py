@@ -5,9 +5,9 @@ One test per model type enumerated from the installed transformers, running each
 tables must equal the model's own rotation bit for bit (cos/sin per layer type) and in q.k after
 the model's apply function, or the config must be rejected with an error naming the key posenc
 cannot map. Accepted and different fails, listing every such case. A case transformers cannot
-run as a whole tiny model is judged at its rotary module (`module_exact`). A model type none of
-whose accepted configs could be verified must be in `UNVERIFIED` (its tables say so in their
-notes), and only such types. A model type transformers itself cannot build is skipped with its
+run as a whole tiny model is judged at its rotary module (`module_exact`). A model type posenc
+answers must have a config verified exact (here or, for M-RoPE, by the M-RoPE sweep): none is
+served unverified. A model type transformers itself cannot build is skipped with its
 reason (the skip summary lists them); every unbuildable case's reason is in docs/models.md. A
 few cases go end to end through the real server (`POST /v1/resolve`, then each table by its
 URL).
@@ -25,7 +25,6 @@ import pytest
 import torch
 
 from posenc.encodings import parse_spec
-from posenc.encodings.hf_config.models import UNVERIFIED
 from tests.encodings.hf_config import mrope_sweep
 from tests.encodings.hf_config import rope_sweep as sweep
 
@@ -56,7 +55,7 @@ def test_resolve_is_exact_or_rejected(model_type: str) -> None:
         if verdict.outcome not in ("exact", "module_exact", "rejected", "unbuildable")
     ]
     assert not wrong, "accepted and different:\n" + "\n".join(wrong)
-    # posenc answers configs the sweep cannot verify: the type must say so in its notes.
+    # posenc answers a config the sweep cannot verify: some config of the type must be verified.
     unproven = [case for case, v in verdicts.items() if v.facts.get("accepted")]
     verified = any(v.outcome in ("exact", "module_exact") for v in verdicts.values())
     if unproven and not verified and model_type in MROPE_TYPES:
@@ -66,17 +65,10 @@ def test_resolve_is_exact_or_rejected(model_type: str) -> None:
             for case in mrope_sweep.cases()
             if case[0] == model_type
         )
-    if unproven and not verified:
-        assert model_type in UNVERIFIED, f"posenc serves {unproven} unverified without a note"
-        data = sweep.case_config(*unproven[0])
-        tables = sweep.posenc_tables(data, sweep.SEQ)
-        assert all("unverified" in table.notes for table in tables)
-    else:
-        assert model_type not in UNVERIFIED, "UNVERIFIED lists a type the sweep verifies"
+    assert verified or not unproven, f"posenc serves {unproven}, none verified: verify or refuse"
     if all(v.outcome == "unbuildable" for v in verdicts.values()):
         reason = next(iter(verdicts.values())).line()
-        served = " (posenc serves it with notes.unverified)" if model_type in UNVERIFIED else ""
-        pytest.skip(f"unbuildable in transformers {sweep.transformers_version()}{served}: {reason}")
+        pytest.skip(f"unbuildable in transformers {sweep.transformers_version()}: {reason}")
 
 
 E2E = [
@@ -140,16 +132,25 @@ def test_rotary_module_verdict_can_fail() -> None:
         assert sweep.judge(ref, changed).outcome == "wrong", change
 
 
-def test_reversed_and_unverified_notes_through_the_server(client: httpx.Client) -> None:
-    """NanoChat's tables say it rotates the other way; a type the sweep cannot verify
-    (diffusion_gemma_text: transformers cannot build it from its config) says it is unverified."""
-    for model_type, note, value in (
-        ("nanochat", "rotation", "reversed"),
-        ("diffusion_gemma_text", "unverified", UNVERIFIED["diffusion_gemma_text"]),
-    ):
-        data = sweep.case_config(model_type, "default", "v5")
-        response = client.post("/v1/resolve", json={"hf_config": data, "max_positions": 8})
-        assert response.status_code == 200, response.text
-        notes = [item["notes"] for item in response.json()["specs"] if item["kind"] == "rope"]
-        assert notes
-        assert all(str(n.get(note, "")).startswith(value) for n in notes), notes
+def test_reversed_notes_and_refusal_through_the_server(client: httpx.Client) -> None:
+    """NanoChat's tables say it rotates the other way; PE's audio encoder (its own rotary module,
+    issue 17) is served with interleaved pairs; Step3p5's 2-D axial vision rotary is a 422
+    naming model_type."""
+    data = sweep.case_config("nanochat", "default", "v5")
+    response = client.post("/v1/resolve", json={"hf_config": data, "max_positions": 8})
+    assert response.status_code == 200, response.text
+    notes = [item["notes"] for item in response.json()["specs"] if item["kind"] == "rope"]
+    assert notes
+    assert all(n.get("rotation") == "reversed" for n in notes), notes
+    data = sweep.case_config("pe_audio_encoder", "default", "v5")
+    response = client.post("/v1/resolve", json={"hf_config": data, "max_positions": 8})
+    assert response.status_code == 200, response.text
+    specs = [parse_spec(item["spec"]) for item in response.json()["specs"]]
+    assert specs
+    assert all(spec.interleaved for spec in specs), specs
+    data = sweep.case_config("step3p5_vision", "yarn", "v5")
+    response = client.post("/v1/resolve", json={"hf_config": data, "max_positions": 8})
+    assert response.status_code == 422, response.text
+    body = response.json()
+    assert [d["field"] for d in body["detail"]] == ["model_type"], body
+    assert "Step3p7VisionRotaryEmbedding: axial RoPE" in response.text, body

@@ -154,6 +154,10 @@ INTERLEAVED_PAIRS = frozenset(
         "blt_local_encoder",
         "blt_patcher",
         "pe_video_encoder",
+        # PE's audio and audio-video encoders (`apply_rotary_pos_emb` multiplies (2i, 2i+1)
+        # pairs by the 2x2 rotation of cos/sin's first half: `stack_freqs`).
+        "pe_audio_encoder",
+        "pe_audio_video_encoder",
         # Moonshine's rotate_half pairs x[..., 0::2] with x[..., 1::2].
         "moonshine",
         "moonshine_streaming",
@@ -183,9 +187,9 @@ REFUSED: dict[str, str] = {
     "([nope | rope] layout: apply_rotary_pos_emb's x[..., -rope_dim:]) with interleaved pairs, "
     "takes its 'main' or 'compress' table by layer type and de-rotates the attention output "
     "with -sin; posenc's specs rotate the leading channels: not mapped",
-    "eomt_dinov3": "EoMT's DINOv3 backbone rotates patches by their 2-D centre coordinates "
-    "(EomtDinov3RotaryEmbedding, DINOv3's RopePositionEmbedding): not a 1-D table; its "
-    "vision_rope mapping is not verified yet",
+    "step3p5_vision": "Step3p5's vision tower rotates patches by their 2-D grid position "
+    "(Step3p7VisionRotaryEmbedding: axial RoPE, the only rope_type it builds, head_dim/4 "
+    "frequencies for each of W and H): not a 1-D table; not mapped",
 }
 """Families the RoPE sweep finds posenc cannot serve exactly yet: every config is refused (a 422
 naming model_type) rather than answered with a wrong table."""
@@ -218,32 +222,6 @@ MROPE_REFUSED: dict[str, str] = {
     "not mapped",
 }
 """M-RoPE families posenc does not map: refused naming model_type, never a plain 1-D table."""
-
-_VISION = "a vision tower's rotary (issue 18)"
-_AUDIO = "an audio/speech model whose rotary module is not built from this config alone"
-_BUILD = "transformers 5.24 cannot build this model or its text rotary module from the config"
-
-UNVERIFIED: dict[str, str] = {
-    **dict.fromkeys(("step3p5_vision",), _VISION),
-    **dict.fromkeys(
-        (
-            "dots3_note_audio_encoder",
-            "kyutai_speech_to_text",
-            "pe_audio_encoder",
-            "pe_audio_video_encoder",
-            "pocket_tts_audio_tokenizer",
-            "pocket_tts_audio_tokenizer_decoder",
-            "pocket_tts_audio_tokenizer_encoder",
-        ),
-        _AUDIO,
-    ),
-    **dict.fromkeys(("diffusion_gemma", "diffusion_gemma_text"), _BUILD),
-}
-"""Model types that posenc reads with its generic RoPE rules but that the RoPE sweep could not
-verify (no config of them that posenc accepts was compared with transformers: neither the model
-nor its text rotary module runs from it), with why. Every rope table resolved for them carries
-`notes["unverified"]`; tests/encodings/hf_config/test_rope_sweep.py keeps this list equal to
-the sweep's findings."""
 
 
 class V4Refused(RopeModel):

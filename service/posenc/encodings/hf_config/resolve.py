@@ -12,8 +12,8 @@ from typing import Any
 from posenc.encodings.base import FAMILIES, SpecBase, content_key, validate_as
 from posenc.encodings.config_values import fail
 from posenc.encodings.errors import ConfigError, FieldProblem, SpecError
-from posenc.encodings.hf_config.models import UNVERIFIED, text_view
 from posenc.encodings.hf_config.models import entries as model_entries
+from posenc.encodings.hf_config.models import text_view
 from posenc.encodings.hf_config.unmapped import COMPOSITES, LEFT_OUT
 from posenc.encodings.hf_config.view import Entry
 from posenc.encodings.hf_config.vision_rope import not_served, vision_entries
@@ -254,11 +254,6 @@ def _resolve(
             notes["layer_types"] = list(group.layer_types)
         if parts := _not_served(config):
             notes["not_served"] = "; ".join(parts)
-        if group.family == "rope" and config.get("model_type") in UNVERIFIED:
-            notes["unverified"] = (
-                f"{UNVERIFIED[str(config['model_type'])]}: not compared with transformers (the "
-                "RoPE sweep cannot run it); this table is posenc's generic reading"
-            )
         if kind is not None and group.family != kind:
             continue
         if layer_type is not None and not _serves(group, layer_type, declared):

@@ -45,6 +45,7 @@ ROTARY_CLASSES: dict[str, str] = {
     "PixtralVisionRotaryEmbedding": "pixtral",
     "Llama4VisionRotaryEmbedding": "llama4",
     "DINOv3ViTRopePositionEmbedding": "dinov3",
+    "EomtDinov3RotaryEmbedding": "dinov3",
 }
 """transformers vision rotary module -> the `vision_rope` style that reproduces its tower."""
 
@@ -302,6 +303,29 @@ def llama4(view: ConfigView) -> Entry:
 
 def dinov3(view: ConfigView) -> Entry:
     """DINOv3 ViT (`DINOv3ViTRopePositionEmbedding`) at inference."""
+    return _dinov3(view, "DINOv3ViTRopePositionEmbedding", "")
+
+
+def eomt_dinov3(view: ConfigView) -> Entry:
+    """EoMT on a DINOv3 backbone (`EomtDinov3RotaryEmbedding`: DINOv3's rotary, its theta in
+    rope_parameters, default 100) at inference. Its `num_queries` query tokens, prepended in the
+    last `num_blocks` layers, join the unrotated prefix (`apply_rotary_pos_emb` rotates the last
+    H*W tokens only)."""
+    params = view.data.get("rope_parameters")
+    rope_type = params.get("rope_type", "default") if isinstance(params, Mapping) else "default"
+    if rope_type != "default":
+        # EomtDinov3RotaryEmbedding raises ValueError for any other type
+        fail(view.key("rope_parameters.rope_type"), "EoMT-DINOv3 builds only 'default'", rope_type)
+    queries = view.data.get("num_queries", 200)
+    blocks = view.data.get("num_blocks", 4)
+    return _dinov3(
+        view,
+        "EomtDinov3RotaryEmbedding",
+        f" and, in the last num_blocks={blocks} layers, the num_queries={queries} query tokens",
+    )
+
+
+def _dinov3(view: ConfigView, rotary: str, queries: str) -> Entry:
     head_dim = _int(view, "hidden_size") // _int(view, "num_attention_heads")
     grid = _grid(view) or fail(view.key("image_size"), "required key missing", None)
     registers = view.data.get("num_register_tokens", 0)
@@ -313,12 +337,12 @@ def dinov3(view: ConfigView) -> Entry:
         "grid_width": grid[1],
     }
     notes = {
-        "transformers": "DINOv3ViTRopePositionEmbedding: patch centres normalised to [-1, 1], "
+        "transformers": f"{rotary}: patch centres normalised to [-1, 1], "
         "angles 2*pi*[y, x]*f, cos/sin = tile(., 2); apply_rotary_pos_emb (rotate-half)",
         "pairing": "half_split",
         "patch_order": "row-major over the patches",
-        "class_token": f"the class token and num_register_tokens={registers} register tokens "
-        "come first and are not rotated (apply_rotary_pos_emb splits them off)",
+        "class_token": f"the class token, num_register_tokens={registers} register tokens"
+        f"{queries} come first and are not rotated (apply_rotary_pos_emb splits them off)",
         "augmentation": "pos_embed_shift / jitter / rescale apply in training only: not served",
         "grid": "image_size // patch_size; the tower computes the table per input (height // "
         "patch_size, width // patch_size): pass grid_height, grid_width",
@@ -356,13 +380,16 @@ TOWERS: dict[str, tuple[tuple[str, ...], Reader]] = {
     "llama4": (("vision_config",), llama4),
     "pixtral": ((), pixtral),
     "dinov3_vit": ((), dinov3),
+    "eomt_dinov3": ((), eomt_dinov3),
     "llama4_vision_model": ((), llama4),
     "gemma4_vision": ((), gemma4),
 }
 """Top-level model_type -> where its vision config is and how it maps. Any composite config whose
 `vision_config.model_type` is "pixtral" (Mistral 3, Llava-Pixtral) maps through `pixtral`."""
 
-VISION_ONLY = frozenset({"pixtral", "dinov3_vit", "llama4_vision_model", "gemma4_vision"})
+VISION_ONLY = frozenset(
+    {"pixtral", "dinov3_vit", "eomt_dinov3", "llama4_vision_model", "gemma4_vision"}
+)
 """Model types whose config is the vision tower itself: no text tables."""
 
 
