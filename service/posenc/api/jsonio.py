@@ -13,6 +13,13 @@ from starlette.responses import Response
 from posenc.api.errors import ApiError
 
 
+def json_object_body(description: str) -> dict[str, Any]:
+    """The OpenAPI `requestBody` of a route whose body `read_json_object` reads: a required JSON
+    object described by `description` (the routes read the raw body, so FastAPI has no model)."""
+    schema = {"type": "object", "description": description}
+    return {"required": True, "content": {"application/json": {"schema": schema}}}
+
+
 def json_response(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
     """`data` serialised with orjson."""
     return Response(orjson.dumps(data), status, headers, media_type="application/json")

@@ -868,14 +868,32 @@ def _capture_layer(entries: list[tuple[str, dict[str, Any], Any]]) -> LayerCaptu
     return None
 
 
-@functools.lru_cache(maxsize=8)
-def _reference_cached(key: str, length: int) -> Reference | UnbuildableError:
-    try:
-        return _reference(json.loads(key), length)
-    except UnbuildableError as err:
-        return err
-    except Exception as err:
-        return UnbuildableError(f"reference: {type(err).__name__}: {str(err)[:200]}")
+Builder = Callable[[dict[str, Any], int], Reference]
+
+
+def _memoised(label: str) -> Callable[[Builder], Callable[[str, int], Reference]]:
+    """A reference builder memoised by (config JSON, length), its failures too: each config runs
+    once per worker; an unexpected exception becomes an `UnbuildableError` naming `label`."""
+
+    def wrap(build: Builder) -> Callable[[str, int], Reference]:
+        @functools.lru_cache(maxsize=8)
+        def cached(key: str, length: int) -> Reference | UnbuildableError:
+            try:
+                return build(json.loads(key), length)
+            except UnbuildableError as err:
+                return err
+            except Exception as err:
+                return UnbuildableError(f"{label}: {type(err).__name__}: {str(err)[:200]}")
+
+        def run(key: str, length: int) -> Reference:
+            result = cached(key, length)
+            if isinstance(result, UnbuildableError):
+                raise result
+            return result
+
+        return run
+
+    return wrap
 
 
 def reference(data: Mapping[str, Any], length: int = SEQ) -> Reference:
@@ -883,10 +901,7 @@ def reference(data: Mapping[str, Any], length: int = SEQ) -> Reference:
     config transformers loads, so the v4 and v5 forms of one config run the model once)."""
     config = load_config(data)
     key = json.dumps(config.to_dict(), sort_keys=True, default=str)
-    result = _reference_cached(key, length)
-    if isinstance(result, UnbuildableError):
-        raise result
-    return result
+    return _reference(key, length)
 
 
 def _text_model(text: Any) -> torch.nn.Module:
@@ -917,6 +932,7 @@ def _text_model(text: Any) -> torch.nn.Module:
     return chosen._from_config(text, attn_implementation="eager")  # type: ignore[attr-defined]
 
 
+@_memoised("reference")
 def _reference(data: dict[str, Any], length: int) -> Reference:
     config = load_config(data)
     text = _open(_text_config(config))
@@ -1193,6 +1209,7 @@ def _own_rotary(
     return cls, name, functions[name]
 
 
+@_memoised("rotary module")
 def _module_reference(data: dict[str, Any], length: int) -> Reference:
     config = load_config(data)
     text = _open(_text_config(config))
@@ -1270,26 +1287,13 @@ def _module_reference(data: dict[str, Any], length: int) -> Reference:
     )
 
 
-@functools.lru_cache(maxsize=8)
-def _module_reference_cached(key: str, length: int) -> Reference | UnbuildableError:
-    try:
-        return _module_reference(json.loads(key), length)
-    except UnbuildableError as err:
-        return err
-    except Exception as err:
-        return UnbuildableError(f"rotary module: {type(err).__name__}: {str(err)[:200]}")
-
-
 def module_reference(data: Mapping[str, Any], length: int = SEQ) -> Reference:
     """The model's rotation from its own text `*RotaryEmbedding` (built from the text config
     transformers loads, forward over positions 0..length-1, per layer type when its forward
     takes one) and the apply function its attention calls, run on random q/k: what the sweep
     compares when the whole tiny model cannot be built or run. NoPE layers and which layer
     takes which table are not observed (`Reference.module_only`)."""
-    result = _module_reference_cached(json.dumps(dict(data), sort_keys=True, default=str), length)
-    if isinstance(result, UnbuildableError):
-        raise result
-    return result
+    return _module_reference(json.dumps(dict(data), sort_keys=True, default=str), length)
 
 
 # ---------------------------------------------------------------------------------------------

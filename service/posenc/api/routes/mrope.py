@@ -16,7 +16,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from posenc.api.deps import State
-from posenc.api.jsonio import json_response, read_json_object
+from posenc.api.jsonio import json_object_body, json_response, read_json_object
 from posenc.api.specs import guarded
 from posenc.encodings import ConfigError, FieldProblem, SpecError
 from posenc.encodings.mrope_index import parse_layout, rope_index, rule_for, vision_parameters
@@ -59,20 +59,12 @@ def _model(body: dict[str, Any]) -> tuple[str, dict[str, Any] | None, str]:
     "/mrope/position_ids",
     summary="A token layout (text, image and video grids) -> M-RoPE position ids (get_rope_index)",
     openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {
-                "application/json": {
-                    "schema": {
-                        "type": "object",
-                        "description": '{"model_type" | "hf_config", "layout": [{"text": n} | '
-                        '{"image": [t, h, w]} | {"video": [t, h, w], "second_per_grid_t"?}], '
-                        '"spatial_merge_size"?, "tokens_per_second"?, "temporal_merge_size"?, '
-                        '"position_id_per_seconds"?}',
-                    }
-                }
-            },
-        }
+        "requestBody": json_object_body(
+            '{"model_type" | "hf_config", "layout": [{"text": n} | '
+            '{"image": [t, h, w]} | {"video": [t, h, w], "second_per_grid_t"?}], '
+            '"spatial_merge_size"?, "tokens_per_second"?, "temporal_merge_size"?, '
+            '"position_id_per_seconds"?}'
+        )
     },
 )
 async def position_ids(request: Request, state: State) -> Response:

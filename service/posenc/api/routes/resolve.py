@@ -13,7 +13,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from posenc.api.deps import State
-from posenc.api.jsonio import json_response, read_json_object
+from posenc.api.jsonio import json_object_body, json_response, read_json_object
 from posenc.api.serving import describe_spec
 from posenc.api.specs import resolve_config_parts
 from posenc.encodings import content_key
@@ -25,18 +25,9 @@ router = APIRouter(prefix="/v1", tags=["catalog"])
     "/resolve",
     summary="A transformers config.json -> the specs, keys and URLs the model needs",
     openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {
-                "application/json": {
-                    "schema": {
-                        "type": "object",
-                        "description": "a config.json, or "
-                        '{"hf_config": {...}, "kind"?, "layer_type"?, ...overrides}',
-                    }
-                }
-            },
-        }
+        "requestBody": json_object_body(
+            'a config.json, or {"hf_config": {...}, "kind"?, "layer_type"?, ...overrides}'
+        )
     },
 )
 async def resolve(request: Request, state: State) -> Response:

@@ -21,6 +21,16 @@ from posenc.encodings.hf_config.view import ConfigView, Entry, head_dim
 Mapper = Callable[[ConfigView], list[Entry]]
 """Maps the config of one model family to its entries (one per table)."""
 
+_BEIT_DEFAULTS: dict[str, Any] = {
+    "image_size": 224,
+    "patch_size": 16,
+    "hidden_size": 768,
+    "num_attention_heads": 12,
+    "use_absolute_position_embeddings": False,
+    "use_relative_position_bias": False,
+    "use_shared_relative_position_bias": False,
+}
+
 MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
     # Class defaults of the transformers 5 config classes, used only for keys config.json omits.
     "llama": {"rope_theta": 10000.0, "max_position_embeddings": 2048},
@@ -79,24 +89,9 @@ MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
         "num_heads": [3, 6, 12, 24],
         "use_absolute_embeddings": False,
     },
-    "beit": {
-        "image_size": 224,
-        "patch_size": 16,
-        "hidden_size": 768,
-        "num_attention_heads": 12,
-        "use_absolute_position_embeddings": False,
-        "use_relative_position_bias": False,
-        "use_shared_relative_position_bias": False,
-    },
-    "data2vec-vision": {
-        "image_size": 224,
-        "patch_size": 16,
-        "hidden_size": 768,
-        "num_attention_heads": 12,
-        "use_absolute_position_embeddings": False,
-        "use_relative_position_bias": False,
-        "use_shared_relative_position_bias": False,
-    },
+    # Data2Vec-Vision's config class has BEiT's defaults
+    "beit": _BEIT_DEFAULTS,
+    "data2vec-vision": _BEIT_DEFAULTS,
     "vit_mae": {
         "image_size": 224,
         "patch_size": 16,

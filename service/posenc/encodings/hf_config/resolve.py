@@ -244,6 +244,7 @@ def _resolve(
         per_family[group.family] = per_family.get(group.family, 0) + 1
     result: list[NamedSpec] = []
     declared = view.data.get("layer_types")
+    left_out = _left_out(config)
     for group in groups.values():
         role = group.role
         if group.family == "rope":
@@ -252,8 +253,8 @@ def _resolve(
         notes = dict(group.notes)
         if group.layer_types:
             notes["layer_types"] = list(group.layer_types)
-        if parts := _not_served(config):
-            notes["not_served"] = "; ".join(parts)
+        if left_out:
+            notes["not_served"] = "; ".join(u.reason for u in left_out)
         if kind is not None and group.family != kind:
             continue
         if layer_type is not None and not _serves(group, layer_type, declared):
@@ -268,17 +269,16 @@ def _resolve(
         roles = sorted({r for g in groups.values() for r in (*g.layer_types, g.role) if r})
         fail("layer_type", f"no table for this layer type; known: {roles}", layer_type)
     _check_overrides(result, overrides)
-    unserved.extend(Unserved(*part) for part in LEFT_OUT.get(str(config.get("model_type")), ()))
-    if (tower := not_served(config)) is not None:
-        unserved.append(Unserved("vision_rope:vision", tower, "vision_config"))
+    unserved.extend(left_out)
     return Resolution(result, unserved)
 
 
-def _not_served(config: Mapping[str, Any]) -> list[str]:
-    """Why each part of `config` left out gets no table (`LEFT_OUT`, a refused vision rotary)."""
-    parts = [u[1] for u in LEFT_OUT.get(str(config.get("model_type")), ())]
+def _left_out(config: Mapping[str, Any]) -> list[Unserved]:
+    """The parts of `config` posenc leaves out by design (`LEFT_OUT`, a refused vision rotary):
+    listed in `unserved` and, on every table, in `notes["not_served"]`."""
+    parts = [Unserved(*part) for part in LEFT_OUT.get(str(config.get("model_type")), ())]
     if (tower := not_served(config)) is not None:
-        parts.append(tower)
+        parts.append(Unserved("vision_rope:vision", tower, "vision_config"))
     return parts
 
 

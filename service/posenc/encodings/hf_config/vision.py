@@ -398,6 +398,12 @@ RT_DETR_MODELS: dict[str, str] = {
 }
 """RT-DETR-family model_type -> its class prefix (`<Prefix>SinePositionEmbedding`)."""
 
+EVAL_SIZE_NOTE = (
+    "eval_size is set: transformers adds this table in training only (eval mode passes no "
+    "position embedding)"
+)
+"""The note of an RT-DETR-family or OmDet-Turbo config with `eval_size` set."""
+
 
 def rt_detr(view: ConfigView) -> list[Entry]:
     """RT-DETR and its copies (`<Model>AIFILayer`: `<Model>SinePositionEmbedding(
@@ -425,10 +431,7 @@ def rt_detr(view: ConfigView) -> list[Entry]:
         "cast to the activations' dtype",
     }
     if view.get("eval_size") is not None:
-        notes["eval_size"] = (
-            "eval_size is set: transformers adds this table in training only (eval mode passes "
-            "no position embedding)"
-        )
+        notes["eval_size"] = EVAL_SIZE_NOTE
     return [Entry("sinusoidal_2d", None, data, notes)]
 
 
@@ -505,10 +508,7 @@ def omdet_turbo(config: Mapping[str, Any]) -> list[Entry]:
         "height, encoder_hidden_dim, positional_encoding_temperature), float32",
     }
     if view.get("eval_size") is not None:
-        notes["eval_size"] = (
-            "eval_size is set: transformers adds this table in training only (eval mode passes "
-            "no position embedding)"
-        )
+        notes["eval_size"] = EVAL_SIZE_NOTE
     return [Entry("sinusoidal_2d", None, data, notes)]
 
 
