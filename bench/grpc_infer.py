@@ -60,7 +60,7 @@ def start(device: str, port: int, grpc_port: int) -> subprocess.Popen[bytes]:
     args = [sys.executable, "-m", "posenc.cli", "serve", "--host", "127.0.0.1",
             "--port", str(port), "--grpc-port", str(grpc_port), "--device", device,
             "--log-level", "warning", "--cache-bytes", str(4 << 30),
-            "--max-response-bytes", str(1 << 30)]  # fmt: skip
+            "--max-response-bytes", str(1 << 30), "--in-flight-bytes", str(2 << 30)]  # fmt: skip
     return subprocess.Popen(args)
 
 

@@ -113,7 +113,8 @@ def start(device: str, cache_bytes: int, env: dict[str, str] | None = None) -> S
     exe = Path(sys.executable).with_name("posenc")
     proc = subprocess.Popen(
         [str(exe), "serve", "--port", str(port), "--device", device, "--log-level", "warning",
-         "--cache-bytes", str(cache_bytes), "--max-response-bytes", str(1100 << 20)],
+         "--cache-bytes", str(cache_bytes), "--max-response-bytes", str(1100 << 20),
+         "--in-flight-bytes", str(2200 << 20)],
         env={**os.environ, **(env or {})},
     )  # fmt: skip
     wait_up(port, get("/v2/health/ready"), proc)

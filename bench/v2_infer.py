@@ -79,6 +79,7 @@ def start(device: str, port: int) -> subprocess.Popen[bytes]:
     args = [sys.executable, "-m", "posenc.cli", "serve", "--host", "127.0.0.1",
             "--port", str(port), "--device", device, "--log-level", "warning",
             "--cache-bytes", str(4 << 30), "--max-response-bytes", str(1 << 30),
+            "--in-flight-bytes", str(2 << 30),
             "--json-max-elements", str(1 << 26), "--max-body-bytes", str(16 << 20)]  # fmt: skip
     return subprocess.Popen(args)
 
