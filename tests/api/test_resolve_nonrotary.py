@@ -11,6 +11,8 @@ import torch
 from transformers import AutoConfig
 
 from tests.api.wire import decode
+from tests.conftest import ServerHandle
+from tests.tolerances import served_as_reference
 
 
 def _config(model_type: str, **extra: object) -> dict[str, object]:
@@ -94,7 +96,9 @@ def test_a_learned_table_without_weights_is_listed_not_fatal(client: httpx.Clien
     assert torch.equal(next(iter(served.values())), table)
 
 
-def test_a_composite_serves_its_mapped_part_and_lists_the_others(client: httpx.Client) -> None:
+def test_a_composite_serves_its_mapped_part_and_lists_the_others(
+    server: ServerHandle, client: httpx.Client
+) -> None:
     """Grounding DINO: the vision side's sine table (exactly the model's module) is served; the
     BERT text encoder, the per-phrase text positions and the backbone are listed with reasons."""
     from transformers.models.grounding_dino.modeling_grounding_dino import (
@@ -116,7 +120,8 @@ def test_a_composite_serves_its_mapped_part_and_lists_the_others(client: httpx.C
     mask = torch.zeros(1, 9, 12, dtype=torch.long)
     mask[:, :7] = 1
     theirs = GroundingDinoSinePositionEmbedding(cfg)(torch.zeros(1, 3, 9, 12), mask)[0]
-    assert torch.equal(decode(client.get(spec["url"]))["embedding"], theirs)
+    got = decode(client.get(spec["url"]))["embedding"]
+    assert served_as_reference(got, theirs, server.device)
 
 
 def test_nothing_servable_is_still_a_422_naming_what_is_missing(client: httpx.Client) -> None:
