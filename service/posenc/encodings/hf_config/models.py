@@ -315,10 +315,17 @@ class GptJRope(RopeModel):
     def interleaved(self, view: ConfigView) -> bool | None:
         return True
 
+    def module_layout(self, view: ConfigView, interleaved: bool) -> dict[str, Any]:
+        # GPTJRotaryEmbedding returns half-width (sin, cos) and apply_rotary_pos_emb repeats them.
+        return {"width": "half"}
+
     def extra_notes(
         self, view: ConfigView, notes: Mapping[str, Any], interleaved: bool
     ) -> dict[str, Any]:
-        layout = "embed_positions = cat(sin, cos) half width, repeat_interleave'd at apply time"
+        layout = (
+            "embed_positions = cat(sin, cos) half width (profile hf serves it half width), "
+            "repeat_interleave'd at apply time"
+        )
         return {"transformers_layout": layout, **super().extra_notes(view, notes, interleaved)}
 
 
@@ -395,6 +402,9 @@ class PolarRope(RopeModel):
     """DeepSeek-V2 and Llama 4 build `freqs_cis = torch.polar(1, freqs) * attention_scaling` and
     rotate complex pairs (2i, 2i+1): their tables are `trig: "polar"` (torch.polar's cos/sin,
     up to 2 ulp from torch.cos/torch.sin)."""
+
+    def module_layout(self, view: ConfigView, interleaved: bool) -> dict[str, Any]:
+        return {}  # complex freqs_cis, not a full-width cos/sin
 
     def entries(self, view: ConfigView) -> list[Entry]:
         entries = super().entries(view)

@@ -298,15 +298,18 @@ class RopeCosSin(GraphExporter):
             packed: ir.Value = op.Concat(cos, sin, axis=-1)  # [B, S, d]
             g.output(packed, "cos_sin", "cat(cos_half, sin_half) [B, S, d]")
         elif spec.packing == "pairs":
+            if spec.width == "full":  # TensorRT-LLM's duplicated MLA table
+                cos = full_width(g, cos, spec.repeats_interleaved())
+                sin = full_width(g, sin, spec.repeats_interleaved())
             pairs: ir.Value = op.Concat(
                 op.Unsqueeze(cos, [-1]), op.Unsqueeze(sin, [-1]), axis=-1
-            )  # [B, S, d/2, 2]
-            g.output(pairs, "pairs", "stack(cos, sin) [B, S, d/2, 2]")
+            )  # [B, S, w, 2]
+            g.output(pairs, "pairs", f"stack(cos, sin) [B, S, {spec.width} width, 2]")
         else:
             if spec.width == "full":
                 cos, sin = (
-                    full_width(g, cos, bool(spec.interleaved)),
-                    full_width(g, sin, bool(spec.interleaved)),
+                    full_width(g, cos, spec.repeats_interleaved()),
+                    full_width(g, sin, spec.repeats_interleaved()),
                 )  # [B, S, d]
             g.output(cos, "cos", f"cos * attention_scaling [B, S, {spec.width} width]")
             g.output(sin, "sin", f"sin * attention_scaling [B, S, {spec.width} width]")
