@@ -95,8 +95,9 @@ def test_variant_verifies(variant: str, graph: str, mode: str) -> None:
         {"width": "half"},
         {"width": "full"},
         {"width": "full", "interleaved": True},
-        {"packing": "cos_sin"},
         {"width": "full", "interleaved": True, "full_layout": "cat"},
+        {"packing": "cos_sin"},
+        {"packing": "cos_sin", "width": "full"},
         {"packing": "pairs"},
         {"packing": "pairs", "width": "full", "interleaved": True, "full_layout": "cat"},
         # torchtune reads float32 only (fp16 is refused).
@@ -108,6 +109,7 @@ def test_variant_verifies(variant: str, graph: str, mode: str) -> None:
         "full-interleaved",
         "full-mla",
         "cos_sin",
+        "cos_sin-full",
         "pairs",
         "pairs-mla",
         "torchtune",

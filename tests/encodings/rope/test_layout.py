@@ -76,6 +76,17 @@ def test_pairs_at_full_width_is_the_duplicated_mla_table(half: dict[str, torch.T
     assert spec.outputs()["pairs"].shape == tuple(want.shape)
 
 
+def test_cos_sin_at_full_width_is_torchtune_qwen2(half: dict[str, torch.Tensor]) -> None:
+    """(P, 2d) = cat(cat(c, c), cat(s, s)): torchtune's Qwen2/Phi-3 `build_rope_cache`
+    (`freqs = cat([idx_theta, idx_theta]); cat([freqs.cos(), freqs.sin()])`)."""
+    packed = ours(packing="cos_sin", width="full", **BASE).tensors["cos_sin"]
+    cos, sin = half["cos"], half["sin"]
+    want = torch.cat((cos, cos, sin, sin), dim=-1)
+    assert torch.equal(packed, want)
+    spec = parse_spec({"kind": "rope", "packing": "cos_sin", "width": "full", **BASE})
+    assert spec.outputs()["cos_sin"].shape == tuple(want.shape)
+
+
 def test_pairs_packing_is_stack(half: dict[str, torch.Tensor]) -> None:
     packed = ours(packing="pairs", **BASE).tensors
     assert set(packed) == {"pairs", "inv_freq"}
@@ -239,7 +250,6 @@ REJECTED: list[tuple[str, dict[str, Any], set[str]]] = [
         },
         {"rope_scaling.high_freq_factor"},
     ),
-    ("cos_sin at full width", {"head_dim": 64, "packing": "cos_sin", "width": "full"}, {"width"}),
     (
         "flashinfer in bfloat16",
         {"head_dim": 64, "profile": "flashinfer", "dtype": "bfloat16"},

@@ -88,15 +88,15 @@ def cast(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 def layout(spec: RopeSpec, cos: torch.Tensor, sin: torch.Tensor) -> dict[str, torch.Tensor]:
     """Arrange half-width (N, d/2) cos/sin per width/packing/full-width arrangement
     (`repeats_interleaved`) and cast to the spec dtype: (N, d) full width, (N, d/2) half,
-    `cos_sin` (N, d), `pairs` (N, d/2, 2), or (N, d, 2) at full width."""
+    `cos_sin` (N, d) (N, 2d at full width), `pairs` (N, d/2, 2) (N, d, 2 at full width)."""
     dtype = DTYPES[str(spec.dtype)]
-    if spec.packing == "cos_sin":
-        return {"cos_sin": cast(torch.cat((cos, sin), dim=-1), dtype)}
     if spec.width == "full":
         if spec.repeats_interleaved():
             cos, sin = cos.repeat_interleave(2, dim=-1), sin.repeat_interleave(2, dim=-1)
         else:
             cos, sin = torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1)
+    if spec.packing == "cos_sin":
+        return {"cos_sin": cast(torch.cat((cos, sin), dim=-1), dtype)}
     if spec.packing == "pairs":
         return {"pairs": cast(torch.stack((cos, sin), dim=-1), dtype)}
     return {"cos": cast(cos, dtype), "sin": cast(sin, dtype)}
@@ -117,7 +117,7 @@ def tables(
     if (
         dtype != inv.dtype
         or spec.trig is not None
-        or (spec.packing == "pairs" and spec.width == "full")
+        or (spec.packing != "separate" and spec.width == "full")
     ):
         return layout(spec, *half_cos_sin(spec, inv, scaling, positions))
     angles = positions.to(inv.dtype)[:, None] * inv[None, :]

@@ -88,7 +88,8 @@ class RopeSpec(SpecBase):
     or `repeat_interleave(c, 2)` when `interleaved`; `full_layout` names the arrangement where a
     model's rotary module emits the other one: transformers' MLA models with interleaved pairs
     emit `cat(c, c)` for `apply_rotary_pos_emb_interleave`), (P, d/2) at half width; `cos_sin`
-    packing is (P, d) = cat(cos_half, sin_half); `pairs` packing is (P, d/2, 2) =
+    packing is (P, d) = cat(cos_half, sin_half), or at full width (P, 2d) = cat(cos, sin) of the
+    full-width tables (torchtune's Qwen2/Phi-3 `build_rope_cache`); `pairs` packing is (P, d/2, 2) =
     stack(cos, sin), or at full width (P, d, 2) = stack of the full-width cos/sin
     (TensorRT-LLM's MLA table, `create_sinusoidal_positions_yarn(duplicate_data=True)`:
     `cat(c, c)`). `inv_freq`
@@ -181,11 +182,12 @@ class RopeSpec(SpecBase):
             if not issues:
                 issues += self.rope_scaling.check_frequencies(self._inputs(d))
         _, width, packing, dtype = self._layout()
-        if packing == "cos_sin" and width != "half":
+        if packing == "cos_sin" and width != "half" and self.profile in ("vllm", "flashinfer"):
             issues.append(
                 Issue(
                     ("width",),
-                    f"packing {packing!r} is built from half-width caches: width must be 'half'",
+                    f"profile {self.profile!r} reads cos_sin_cache as cat(cos_half, sin_half), "
+                    "(P, d): width must be 'half' (full width is torchtune's Qwen2/Phi-3 cache)",
                     width,
                 )
             )
@@ -233,7 +235,7 @@ class RopeSpec(SpecBase):
     def _layout(self) -> tuple[bool, Width, Packing, FloatDtype]:
         """(interleaved, width, packing, dtype): explicit fields, else the profile's, else `hf`'s.
         A packed layout implies half width unless `width` says otherwise (`pairs` at full width is
-        TensorRT-LLM's duplicated MLA table; `cos_sin` at full width _check rejects)."""
+        TensorRT-LLM's duplicated MLA table, `cos_sin` torchtune's Qwen2/Phi-3 cache)."""
         defaults = PROFILES[self.profile or "hf"]
         packing: Packing = self.packing or defaults["packing"]
         width: Width = self.width or ("half" if packing != "separate" else defaults["width"])
@@ -294,7 +296,8 @@ class RopeSpec(SpecBase):
         inv_dt = "float64" if c.precision == "exact" else "float32"
         out: dict[str, TensorInfo]
         if c.packing == "cos_sin":
-            out = {"cos_sin": TensorInfo((p, d), dt, row_axis=0)}
+            w = 2 * d if c.width == "full" else d
+            out = {"cos_sin": TensorInfo((p, w), dt, row_axis=0)}
         elif c.packing == "pairs":
             w = d if c.width == "full" else d // 2
             out = {"pairs": TensorInfo((p, w, 2), dt, row_axis=0)}
