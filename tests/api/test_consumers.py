@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import inspect
 import io
+import json
 import math
 import re
 from collections.abc import Callable
@@ -149,12 +150,13 @@ def _qk(width: int, seq: int = SEQ) -> tuple[torch.Tensor, torch.Tensor]:
     )
 
 
-def _apply(fn: Callable[..., Any], cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """The model's apply function on fixed q/k with this cos/sin, as its attention calls it:
-    (q, k, cos, sin) in (B, H, S, D), or GPT-J's (tensor, sin, cos) in (B, S, H, D); the rotated
-    q and k stacked."""
+def _apply(
+    fn: Callable[..., Any], cos: torch.Tensor, sin: torch.Tensor, width: int
+) -> torch.Tensor:
+    """The model's apply function on fixed q/k of `width` channels with this cos/sin, as its
+    attention calls it: (q, k, cos, sin) in (B, H, S, D), or GPT-J's (tensor, sin, cos) in
+    (B, S, H, D); the rotated q and k stacked."""
     names = list(inspect.signature(fn).parameters)
-    width = cos.shape[-1] * (2 if names[1] == "sin" else 1)
     q, k = _qk(width)
     with torch.no_grad():
         if names[1] == "sin":  # GPT-J: apply_rotary_pos_emb(tensor, sin, cos), (B, S, H, D)
@@ -164,9 +166,23 @@ def _apply(fn: Callable[..., Any], cos: torch.Tensor, sin: torch.Tensor) -> torc
     return torch.stack(out)
 
 
-HF_CONTROLS = ("gptj", "cohere", "llama")
-"""Beside the interleave models: GPT-J's half-width module, Cohere's repeat_interleave module
-(its own apply_rotary_pos_emb), Llama's cat(c, c)."""
+HF_CONTROLS = (
+    "gptj",
+    "gpt_oss",
+    "openai_privacy_filter",
+    "glm",
+    "glm4",
+    "ernie4_5",
+    "helium",
+    "moonshine_streaming",
+    "pe_video_encoder",
+    "cohere",
+    "llama",
+)
+"""Beside the interleave models, every module layout the pairing alone does not give: GPT-J's,
+GPT-OSS's and the privacy filter's half width; GLM's, ERNIE 4.5's, Helium's, Moonshine
+streaming's and PE video's cat(c, c) beside interleaved pairs (their apply repeat_interleaves
+the first half); Cohere's repeat_interleave and Llama's cat(c, c) as controls."""
 
 
 def _attention_apply(model_type: str, module: Any) -> Callable[..., Any]:
@@ -202,8 +218,9 @@ def test_hf_profile_is_what_the_model_apply_reads(client: httpx.Client, model_ty
         served = _served(client, data, **({} if layer_type is None else {"layer_type": layer_type}))
         cos_p, sin_p = served["cos"], served["sin"]
         assert cos_p.shape == cos_m.shape[-2:], (layer_type, cos_p.shape, cos_m.shape)
-        want = _apply(fn, cos_m[0], sin_m[0])
-        got = _apply(fn, cos_p, sin_p)
+        width = int(served["spec"]["rotary_dim"])
+        want = _apply(fn, cos_m[0], sin_m[0], width)
+        got = _apply(fn, cos_p, sin_p, width)
         ulps = _ulps(got, want)
         assert ulps <= MAX_ULPS, f"{model_type} {layer_type}: {ulps} ulps"
     if model_type in interleave_model_types():
@@ -217,8 +234,39 @@ def test_hf_profile_is_what_the_model_apply_reads(client: httpx.Client, model_ty
             fn,
             cos_p[:, :half].repeat_interleave(2, -1),
             sin_p[:, :half].repeat_interleave(2, -1),
+            width,
         )
         assert _ulps(wrong, want) > 1e3
+
+
+def test_hf_profile_is_every_module_output(client: httpx.Client) -> None:
+    """Profile `hf` (what `/v1/resolve` serves by default) equals the model's own rotary module
+    output, shape and values, for every model type of the installed transformers that posenc
+    resolves and whose text module returns cos/sin (complex freqs_cis and composite models with
+    no single text rotary class are left to the sweep)."""
+    checked, differ = [], []
+    for model_type in sweep.rotary_model_types():
+        try:
+            data = _case(model_type)
+            _, tables = _module_tables(data)
+            body = json.dumps({"hf_config": data, "max_positions": SEQ}, allow_nan=False)
+        except Exception:  # no single text rotary module returning (cos, sin), or a config
+            continue  # that is no JSON (inf): the sweep's
+        response = client.post("/v1/resolve", content=body)
+        if response.status_code != 200:
+            continue  # refused: nothing served
+        for layer_type, (cos_m, _) in tables.items():
+            fields = {} if layer_type is None else {"layer_type": layer_type}
+            try:
+                served = _served(client, data, **fields)
+            except AssertionError:
+                continue  # no table for this layer type (a NoPE type)
+            if served["cos"].shape != cos_m.shape[-2:] or not torch.equal(served["cos"], cos_m[0]):
+                differ.append(f"{model_type} {layer_type}: {tuple(served['cos'].shape)}")
+            checked.append(model_type)
+    assert not differ, differ
+    assert len(set(checked)) > 200, len(set(checked))
+    assert {"deepseek_v3", "gptj", "gpt_oss", "glm", "cohere", "llama"} <= set(checked)
 
 
 INDEXER_CALL = re.compile(r"^class (\w+Indexer)\(.*?(?=^class |\Z)", re.M | re.S)

@@ -162,6 +162,27 @@ INTERLEAVED_PAIRS = frozenset(
 `x[..., 0::2]` / `x[..., 1::2]` with `repeat_interleave`d cos/sin), measured by the RoPE sweep
 (tests/encodings/hf_config/test_rope_sweep.py) against transformers 5.24."""
 
+MODULE_EMITS = {
+    **dict.fromkeys(
+        (
+            "ernie4_5",
+            "ernie4_5_moe",
+            "glm",
+            "glm4",
+            "helium",
+            "moonshine",
+            "moonshine_streaming",
+            "pe_video_encoder",
+        ),
+        "cat",
+    ),
+    "openai_privacy_filter": "half",
+}
+"""Interleaved-pair families whose rotary module does not emit `repeat_interleave(c, 2)`: "cat"
+(`cat(c, c)`; their apply takes `cos[..., :d/2].repeat_interleave(2)`), "half" (half-width
+cos/sin). Profile `hf` serves what the module emits (`RopeModel.module_emits`); checked against
+every interleaved model type's module by tests/api/test_consumers.py."""
+
 NOPE_RULES = {
     "afmoe": "full_attention",
     "lara_mini": "full_attention",
@@ -520,8 +541,10 @@ MAPPERS: dict[str, Mapper] = {
     "gpt_neox": GptNeoXRope(),
     # Phi3Config.convert_rope_params_to_dict: its legacy names for LongRoPE.
     "phi3": RopeModel(rope_type_aliases={"su": "longrope", "yarn": "longrope"}),
-    # GptOssConfig fills YaRN defaults when the config carries no rope parameters.
+    # GptOssConfig fills YaRN defaults when the config carries no rope parameters; its rotary
+    # module returns half-width cos/sin (its apply splits x in halves).
     "gpt_oss": RopeModel(
+        module_emits="half",
         default_parameters={
             "rope_type": "yarn",
             "factor": 32.0,
@@ -529,13 +552,13 @@ MAPPERS: dict[str, Mapper] = {
             "beta_slow": 1.0,
             "truncate": False,
             "original_max_position_embeddings": 4096,
-        }
+        },
     ),
     **dict.fromkeys(INTERLEAVED_MODELS, GptJRope()),
-    **dict.fromkeys(
-        (INTERLEAVED_PAIRS | MLA_ALWAYS_INTERLEAVED) - {"cohere2"},
-        RopeModel(interleaved_pairs=True),
-    ),
+    **{
+        t: RopeModel(interleaved_pairs=True, module_emits=MODULE_EMITS.get(t))
+        for t in (INTERLEAVED_PAIRS | MLA_ALWAYS_INTERLEAVED) - {"cohere2"}
+    },
     "cohere2": RopeModel(interleaved_pairs=True, nope="windowed_only"),
     # NanoChat: half split, rotate_half = cat(x2, -x1) (rotation by -angle), in the notes.
     "nanochat": RopeModel(reversed_rotation=True),

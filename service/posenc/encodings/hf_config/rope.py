@@ -59,6 +59,8 @@ class RopeModel:
     (what the config class fills in when the file has no rope parameters), `mla_interleave` (the
     pairing of a multi-head latent attention family that may omit `rope_interleave`),
     `interleaved_pairs` (the family's `apply_rotary_pos_emb` rotates (2i, 2i+1) pairs),
+    `module_emits` (what its rotary module returns where the pairing does not say it: "cat" for
+    `cat(c, c)` beside interleaved pairs, "half" for half-width cos/sin; profile `hf` serves it),
     `nope` (which layers run attention without rotation: "full_attention" for the families
     whose full-attention layers skip RoPE when `sliding_window` is set, "no_rope_layers" for a 0
     in that per-layer list), `reversed_rotation` (the family's `rotate_half` is
@@ -71,6 +73,7 @@ class RopeModel:
     default_parameters: Mapping[str, Any] | None = None
     mla_interleave: bool | None = None
     interleaved_pairs: bool = False
+    module_emits: str | None = None
     nope: str | None = None
     reversed_rotation: bool = False
     refusal: str | None = None
@@ -318,8 +321,12 @@ class RopeModel:
         multi-head latent attention with interleaved pairs emits `cat(c, c)`
         (`DeepseekV3RotaryEmbedding`) for `apply_rotary_pos_emb_interleave`, which reads
         `cos[..., :d/2]` and rotates (x[0::2], x[1::2]); otherwise nothing (`cat(c, c)` for half
-        split, `repeat_interleave(c, 2)` for interleaved pairs, as Cohere's module builds it)."""
-        if interleaved and view.has("qk_rope_head_dim"):
+        split, `repeat_interleave(c, 2)` for interleaved pairs, as Cohere's module builds it);
+        `module_emits` states the others (GLM, ERNIE 4.5, Helium, ...: `cat(c, c)` whose first half
+        their apply repeat_interleaves; OpenAI's privacy filter: half width)."""
+        if self.module_emits == "half":
+            return {"width": "half"}
+        if interleaved and (self.module_emits == "cat" or view.has("qk_rope_head_dim")):
             return {"full_layout": "cat"}
         return {}
 
