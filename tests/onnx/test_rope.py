@@ -95,14 +95,28 @@ def test_variant_verifies(variant: str, graph: str, mode: str) -> None:
         {"width": "half"},
         {"width": "full"},
         {"width": "full", "interleaved": True},
+        {"width": "full", "interleaved": True, "full_layout": "cat"},
         {"packing": "cos_sin"},
+        {"packing": "cos_sin", "width": "full"},
         {"packing": "pairs"},
-        {"profile": "torchtune"},
+        {"packing": "pairs", "width": "full", "interleaved": True, "full_layout": "cat"},
+        # torchtune reads float32 only (fp16 is refused).
+        {"profile": "torchtune", "dtype": "float32"},
     ],
-    ids=["half", "full", "full-interleaved", "cos_sin", "pairs", "torchtune"],
+    ids=[
+        "half",
+        "full",
+        "full-interleaved",
+        "full-mla",
+        "cos_sin",
+        "cos_sin-full",
+        "pairs",
+        "pairs-mla",
+        "torchtune",
+    ],
 )
 def test_cos_sin_layouts_equal_the_table(layout: dict[str, Any], mode: str) -> None:
-    spec = rope(head_dim=12, max_positions=20, dtype="float16", **layout)
+    spec = rope(**{"head_dim": 12, "max_positions": 20, "dtype": "float16", **layout})
     table = compute(spec).tensors
     outputs = run(export(spec, "cos_sin", mode=mode), {"position_ids": torch.arange(20)[None]})
     names = set(table) - {"inv_freq"}

@@ -59,7 +59,9 @@ def ours_half(named: NamedSpec, rows: int, **overrides: Any) -> tuple[torch.Tens
     table = compute(spec)
     cos, sin = table.tensors["cos"], table.tensors["sin"]
     d = cos.shape[-1]
-    if spec.canonical().interleaved:
+    if spec.canonical().width == "half":  # GPT-J's module: half-width (sin, cos)
+        return cos, sin
+    if spec.canonical().repeats_interleaved():
         half_c, half_s = cos[:, 0::2], sin[:, 0::2]
         assert torch.equal(cos[:, 1::2], half_c)
         assert torch.equal(sin[:, 1::2], half_s)

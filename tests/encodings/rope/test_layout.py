@@ -49,6 +49,44 @@ def test_cos_sin_packing_is_cat(half: dict[str, torch.Tensor]) -> None:
     assert torch.equal(packed["cos_sin"], torch.cat((half["cos"], half["sin"]), dim=-1))
 
 
+def test_full_layout_names_the_full_width_arrangement(half: dict[str, torch.Tensor]) -> None:
+    """`full_layout` overrides the arrangement the pairing implies (transformers' MLA modules
+    emit cat(c, c) for interleaved pairs); it is dropped where it changes nothing, so equal tables
+    keep one key."""
+    cat = ours(width="full", interleaved=True, full_layout="cat", **BASE)
+    assert torch.equal(cat.tensors["cos"], torch.cat((half["cos"], half["cos"]), dim=-1))
+    assert torch.equal(cat.tensors["sin"], torch.cat((half["sin"], half["sin"]), dim=-1))
+    assert cat.meta["spec"]["interleaved"] is True
+    assert cat.meta["spec"]["full_layout"] == "cat"
+    rep = ours(width="full", interleaved=False, full_layout="repeat_interleave", **BASE)
+    assert torch.equal(rep.tensors["cos"], half["cos"].repeat_interleave(2, dim=-1))
+    implied = ours(width="full", interleaved=True, full_layout="repeat_interleave", **BASE)
+    assert implied.meta["key"] == ours(width="full", interleaved=True, **BASE).meta["key"]
+    halfw = ours(width="half", interleaved=True, full_layout="cat", **BASE)
+    assert halfw.meta["key"] == ours(width="half", interleaved=True, **BASE).meta["key"]
+
+
+def test_pairs_at_full_width_is_the_duplicated_mla_table(half: dict[str, torch.Tensor]) -> None:
+    """(P, d, 2) = stack(cat(c, c), cat(s, s)): TensorRT-LLM's MLA table (duplicate_data)."""
+    packed = ours(packing="pairs", width="full", **BASE).tensors["pairs"]
+    cos, sin = half["cos"], half["sin"]
+    want = torch.stack((torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1)), dim=-1)
+    assert torch.equal(packed, want)
+    spec = parse_spec({"kind": "rope", "packing": "pairs", "width": "full", **BASE})
+    assert spec.outputs()["pairs"].shape == tuple(want.shape)
+
+
+def test_cos_sin_at_full_width_is_torchtune_qwen2(half: dict[str, torch.Tensor]) -> None:
+    """(P, 2d) = cat(cat(c, c), cat(s, s)): torchtune's Qwen2/Phi-3 `build_rope_cache`
+    (`freqs = cat([idx_theta, idx_theta]); cat([freqs.cos(), freqs.sin()])`)."""
+    packed = ours(packing="cos_sin", width="full", **BASE).tensors["cos_sin"]
+    cos, sin = half["cos"], half["sin"]
+    want = torch.cat((cos, cos, sin, sin), dim=-1)
+    assert torch.equal(packed, want)
+    spec = parse_spec({"kind": "rope", "packing": "cos_sin", "width": "full", **BASE})
+    assert spec.outputs()["cos_sin"].shape == tuple(want.shape)
+
+
 def test_pairs_packing_is_stack(half: dict[str, torch.Tensor]) -> None:
     packed = ours(packing="pairs", **BASE).tensors
     assert set(packed) == {"pairs", "inv_freq"}
@@ -212,8 +250,17 @@ REJECTED: list[tuple[str, dict[str, Any], set[str]]] = [
         },
         {"rope_scaling.high_freq_factor"},
     ),
-    ("cos_sin at full width", {"head_dim": 64, "packing": "cos_sin", "width": "full"}, {"width"}),
-    ("pairs at full width", {"head_dim": 64, "packing": "pairs", "width": "full"}, {"width"}),
+    (
+        "flashinfer in bfloat16",
+        {"head_dim": 64, "profile": "flashinfer", "dtype": "bfloat16"},
+        {"dtype"},
+    ),
+    ("trtllm in float16", {"head_dim": 64, "profile": "trtllm", "dtype": "float16"}, {"dtype"}),
+    (
+        "torchtune in float16",
+        {"head_dim": 64, "profile": "torchtune", "dtype": "float16"},
+        {"dtype"},
+    ),
     ("vllm profile at full width", {"head_dim": 64, "profile": "vllm", "width": "full"}, {"width"}),
     ("ort_gqa with d/2 = 12", {"head_dim": 24, "profile": "ort_gqa"}, {"profile"}),
     ("NaN rope_theta", {"head_dim": 64, "rope_theta": float("nan")}, {"rope_theta"}),

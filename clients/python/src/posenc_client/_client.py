@@ -263,7 +263,8 @@ class Client(BaseClient):
         Scaling keys may be given flat (`rope_type="llama3", factor=8.0, low_freq_factor=1.0`)
         or as `rope_scaling={...}` / `rope_parameters={...}`; `profile` picks a consumer's
         layout (`hf`, `onnx`, `ort_gqa`, `vllm`, `flash_attn`, ...); the other spec fields
-        (`width`, `interleaved`, `packing`, `seq_len`, `precision`) pass through as well.
+        (`width`, `interleaved`, `full_layout`, `packing`, `seq_len`, `precision`) pass through
+        as well.
         `rows=(start, end)`: positions [start, end) only (see `table`).
         """
         return self._run(self._core.rope(head_dim, max_positions, options, rows))

@@ -71,6 +71,7 @@ class RopeOptions(RopeScalingOptions, total=False):
     profile: str | None
     width: str | None
     interleaved: bool | None
+    full_layout: str | None
     packing: str | None
     dtype: str | None
     precision: str | None

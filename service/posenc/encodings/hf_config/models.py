@@ -162,6 +162,27 @@ INTERLEAVED_PAIRS = frozenset(
 `x[..., 0::2]` / `x[..., 1::2]` with `repeat_interleave`d cos/sin), measured by the RoPE sweep
 (tests/encodings/hf_config/test_rope_sweep.py) against transformers 5.24."""
 
+MODULE_EMITS = {
+    **dict.fromkeys(
+        (
+            "ernie4_5",
+            "ernie4_5_moe",
+            "glm",
+            "glm4",
+            "helium",
+            "moonshine",
+            "moonshine_streaming",
+            "pe_video_encoder",
+        ),
+        "cat",
+    ),
+    "openai_privacy_filter": "half",
+}
+"""Interleaved-pair families whose rotary module does not emit `repeat_interleave(c, 2)`: "cat"
+(`cat(c, c)`; their apply takes `cos[..., :d/2].repeat_interleave(2)`), "half" (half-width
+cos/sin). Profile `hf` serves what the module emits (`RopeModel.module_emits`); checked against
+every interleaved model type's module by tests/api/test_consumers.py."""
+
 NOPE_RULES = {
     "afmoe": "full_attention",
     "lara_mini": "full_attention",
@@ -315,10 +336,17 @@ class GptJRope(RopeModel):
     def interleaved(self, view: ConfigView) -> bool | None:
         return True
 
+    def module_layout(self, view: ConfigView, interleaved: bool) -> dict[str, Any]:
+        # GPTJRotaryEmbedding returns half-width (sin, cos) and apply_rotary_pos_emb repeats them.
+        return {"width": "half"}
+
     def extra_notes(
         self, view: ConfigView, notes: Mapping[str, Any], interleaved: bool
     ) -> dict[str, Any]:
-        layout = "embed_positions = cat(sin, cos) half width, repeat_interleave'd at apply time"
+        layout = (
+            "embed_positions = cat(sin, cos) half width (profile hf serves it half width), "
+            "repeat_interleave'd at apply time"
+        )
         return {"transformers_layout": layout, **super().extra_notes(view, notes, interleaved)}
 
 
@@ -395,6 +423,9 @@ class PolarRope(RopeModel):
     """DeepSeek-V2 and Llama 4 build `freqs_cis = torch.polar(1, freqs) * attention_scaling` and
     rotate complex pairs (2i, 2i+1): their tables are `trig: "polar"` (torch.polar's cos/sin,
     up to 2 ulp from torch.cos/torch.sin)."""
+
+    def module_layout(self, view: ConfigView, interleaved: bool) -> dict[str, Any]:
+        return {}  # complex freqs_cis, not a full-width cos/sin
 
     def entries(self, view: ConfigView) -> list[Entry]:
         entries = super().entries(view)
@@ -510,8 +541,10 @@ MAPPERS: dict[str, Mapper] = {
     "gpt_neox": GptNeoXRope(),
     # Phi3Config.convert_rope_params_to_dict: its legacy names for LongRoPE.
     "phi3": RopeModel(rope_type_aliases={"su": "longrope", "yarn": "longrope"}),
-    # GptOssConfig fills YaRN defaults when the config carries no rope parameters.
+    # GptOssConfig fills YaRN defaults when the config carries no rope parameters; its rotary
+    # module returns half-width cos/sin (its apply splits x in halves).
     "gpt_oss": RopeModel(
+        module_emits="half",
         default_parameters={
             "rope_type": "yarn",
             "factor": 32.0,
@@ -519,13 +552,13 @@ MAPPERS: dict[str, Mapper] = {
             "beta_slow": 1.0,
             "truncate": False,
             "original_max_position_embeddings": 4096,
-        }
+        },
     ),
     **dict.fromkeys(INTERLEAVED_MODELS, GptJRope()),
-    **dict.fromkeys(
-        (INTERLEAVED_PAIRS | MLA_ALWAYS_INTERLEAVED) - {"cohere2"},
-        RopeModel(interleaved_pairs=True),
-    ),
+    **{
+        t: RopeModel(interleaved_pairs=True, module_emits=MODULE_EMITS.get(t))
+        for t in (INTERLEAVED_PAIRS | MLA_ALWAYS_INTERLEAVED) - {"cohere2"}
+    },
     "cohere2": RopeModel(interleaved_pairs=True, nope="windowed_only"),
     # NanoChat: half split, rotate_half = cat(x2, -x1) (rotation by -angle), in the notes.
     "nanochat": RopeModel(reversed_rotation=True),

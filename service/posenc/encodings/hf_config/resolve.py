@@ -14,6 +14,7 @@ from posenc.encodings.config_values import fail
 from posenc.encodings.errors import ConfigError, FieldProblem, SpecError
 from posenc.encodings.hf_config.models import entries as model_entries
 from posenc.encodings.hf_config.models import text_view
+from posenc.encodings.hf_config.rope import profile_notes
 from posenc.encodings.hf_config.unmapped import COMPOSITES, LEFT_OUT
 from posenc.encodings.hf_config.view import Entry
 from posenc.encodings.hf_config.vision_rope import not_served, vision_entries
@@ -65,6 +66,10 @@ def _apply_overrides(entry: Entry, overrides: Mapping[str, Any]) -> dict[str, An
             data.pop("rotary_dim", None)
             data.pop("partial_rotary_factor", None)
         data[name] = value
+    # What this model's consumer under the requested profile reads (Entry.profiles).
+    for name, value in (entry.profiles or {}).get(str(data.get("profile")), {}).items():
+        if name not in overrides:
+            data[name] = value
     return data
 
 
@@ -251,6 +256,7 @@ def _resolve(
             role = "+".join(group.layer_types) if per_family["rope"] > 1 else None
         name = group.family if role is None else f"{group.family}:{role}"
         notes = dict(group.notes)
+        notes.update(profile_notes(getattr(group.spec, "profile", None), notes))
         if group.layer_types:
             notes["layer_types"] = list(group.layer_types)
         if left_out:

@@ -59,6 +59,8 @@ class RopeModel:
     (what the config class fills in when the file has no rope parameters), `mla_interleave` (the
     pairing of a multi-head latent attention family that may omit `rope_interleave`),
     `interleaved_pairs` (the family's `apply_rotary_pos_emb` rotates (2i, 2i+1) pairs),
+    `module_emits` (what its rotary module returns where the pairing does not say it: "cat" for
+    `cat(c, c)` beside interleaved pairs, "half" for half-width cos/sin; profile `hf` serves it),
     `nope` (which layers run attention without rotation: "full_attention" for the families
     whose full-attention layers skip RoPE when `sliding_window` is set, "no_rope_layers" for a 0
     in that per-layer list), `reversed_rotation` (the family's `rotate_half` is
@@ -71,6 +73,7 @@ class RopeModel:
     default_parameters: Mapping[str, Any] | None = None
     mla_interleave: bool | None = None
     interleaved_pairs: bool = False
+    module_emits: str | None = None
     nope: str | None = None
     reversed_rotation: bool = False
     refusal: str | None = None
@@ -133,8 +136,10 @@ class RopeModel:
                 data["max_positions"] = length
             if not VARIANTS[rope_type].params.spans_head_dim:
                 data["rotary_dim"] = self.rotary_dim(view, params, layer_key, layer_head_dim)
-            if interleaved is not None:
-                data["interleaved"] = interleaved
+            # The pairing, always stated (a profile's default must not stand in for it), and the
+            # layout the model's own rotary module emits, which profile `hf` serves.
+            data["interleaved"] = bool(interleaved)
+            data.update(self.module_layout(view, bool(interleaved)))
             notes = {
                 "rope_type": rope_type,
                 "pairing": "interleaved" if interleaved else "half_split",
@@ -148,7 +153,14 @@ class RopeModel:
                 notes["nope_layers"] = nope
                 notes["nope"] = "these layer indices run attention without rotation (NoPE)"
             entries.append(
-                Entry("rope", layer_type, data, notes, config_keys={"rope_scaling": layer_key})
+                Entry(
+                    "rope",
+                    layer_type,
+                    data,
+                    notes,
+                    config_keys={"rope_scaling": layer_key},
+                    profiles=self.profile_fields(view),
+                )
             )
         if not entries:
             fail(key, "no layer type has rope parameters", None)
@@ -303,6 +315,29 @@ class RopeModel:
             )
         return None
 
+    def module_layout(self, view: ConfigView, interleaved: bool) -> dict[str, Any]:
+        """Spec fields for what the family's rotary module emits where the pairing alone does
+        not say it (profile `hf` serves the module's output to the model's own apply function):
+        multi-head latent attention with interleaved pairs emits `cat(c, c)`
+        (`DeepseekV3RotaryEmbedding`) for `apply_rotary_pos_emb_interleave`, which reads
+        `cos[..., :d/2]` and rotates (x[0::2], x[1::2]); otherwise nothing (`cat(c, c)` for half
+        split, `repeat_interleave(c, 2)` for interleaved pairs, as Cohere's module builds it);
+        `module_emits` states the others (GLM, ERNIE 4.5, Helium, ...: `cat(c, c)` whose first half
+        their apply repeat_interleaves; OpenAI's privacy filter: half width)."""
+        if self.module_emits == "half":
+            return {"width": "half"}
+        if interleaved and (self.module_emits == "cat" or view.has("qk_rope_head_dim")):
+            return {"full_layout": "cat"}
+        return {}
+
+    def profile_fields(self, view: ConfigView) -> dict[str, dict[str, Any]] | None:
+        """Fields a profile's consumer reads differently for this model (`Entry.profiles`):
+        TensorRT-LLM's MLA kernel (`mlaKernels.cu`) reads the duplicated (P, d, 2) table that
+        `RopeEmbeddingUtils.create_sinusoidal_positions_yarn(duplicate_data=True)` builds."""
+        if view.has("qk_rope_head_dim"):
+            return {"trtllm": {"width": "full"}}
+        return None
+
     def nope_layers(self, view: ConfigView) -> list[int]:
         """Indices of the layers whose attention takes no rotation, by the family's `nope` rule:
         - "full_attention": full-attention layers never rotate (AFMoE, LARA-mini);
@@ -420,12 +455,45 @@ def mla_notes(view: ConfigView, notes: Mapping[str, Any], interleaved: bool) -> 
             "softmax_scale_multiplier; apply it in the attention kernel"
         ),
         "transformers_layout": (
-            "transformers permutes q/k to half split and uses cat(c, c); the checkpoint pairs "
-            "(2i, 2i+1)"
+            "the rotary module emits cat(c, c) at full width (profile hf serves it: "
+            "full_layout 'cat'); apply_rotary_pos_emb_interleave reads cos[..., :d/2] and "
+            "rotates the checkpoint's (2i, 2i+1) pairs, de-interleaving q/k into half split"
             if interleaved
             else "half split, cat(c, c)"
         ),
+        **INDEXER_NOTES.get(view.model_type, {}),
     }
+
+
+INDEXER_NOTES: dict[str, dict[str, str]] = {
+    model_type: {
+        "indexer_pairing": "half_split",
+        "indexer": (
+            f"the lightning indexer ({indexer}) rotates its rope part with apply_rotary_pos_emb, "
+            "half-split pairs (x[..., :d/2], x[..., d/2:]), from this same table, while the MLA "
+            "attention rotates interleaved pairs"
+        ),
+    }
+    for model_type, indexer in (("deepseek_v32", "DeepseekV32Indexer"), ("axk2", "AXK2Indexer"))
+}
+"""DeepSeek-V3.2-style sparse attention whose indexer pairs channels unlike its attention (the
+other indexers, GLM-MoE-DSA's, dots.3's, Mistral Large 4's, call apply_rotary_pos_emb_interleave
+as their attention does): checked against the modeling files by tests/api/test_consumers.py."""
+
+
+TORCHTUNE_NOTE = (
+    "torchtune's RotaryPositionalEmbeddings rotates (2i, 2i+1) pairs: this half-split "
+    "checkpoint's q/k projection rows must be permuted to interleaved order first (torchtune's "
+    "checkpoint conversion does it, torchtune/models/convert_weights.py); the table is the same"
+)
+
+
+def profile_notes(profile: str | None, notes: Mapping[str, Any]) -> dict[str, Any]:
+    """Notes a profile's consumer needs beside a rope table: torchtune on a half-split model
+    expects permuted q/k weights."""
+    if profile == "torchtune" and notes.get("pairing") == "half_split":
+        return {"torchtune": TORCHTUNE_NOTE}
+    return {}
 
 
 GENERIC_ROPE = RopeModel()

@@ -17,7 +17,10 @@ class Entry:
     `weights` names the checkpoint tensor a `learned` entry needs as `table_key` or `table`;
     `problem` is why the table cannot be built, raised only when the table is asked for;
     `config_keys` maps a spec field to the config key it came from, so that a spec validation
-    error names the key of the file (`rope_scaling` -> `rope_parameters.full_attention`)."""
+    error names the key of the file (`rope_scaling` -> `rope_parameters.full_attention`);
+    `profiles` holds the fields a profile's consumer reads differently for this model
+    (TensorRT-LLM's MLA kernel: `{"trtllm": {"width": "full"}}`), applied under that profile
+    unless the request sets them."""
 
     family: str
     role: str | None
@@ -26,6 +29,7 @@ class Entry:
     weights: str | None = None
     problem: FieldProblem | None = None
     config_keys: dict[str, str] | None = None
+    profiles: dict[str, dict[str, Any]] | None = None
 
 
 class ConfigView:

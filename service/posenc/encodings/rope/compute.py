@@ -86,18 +86,19 @@ def cast(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 def layout(spec: RopeSpec, cos: torch.Tensor, sin: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Arrange half-width (N, d/2) cos/sin per width/packing/pairing and cast to the spec dtype:
-    (N, d) full width, (N, d/2) half, `cos_sin` (N, d), `pairs` (N, d/2, 2)."""
+    """Arrange half-width (N, d/2) cos/sin per width/packing/full-width arrangement
+    (`repeats_interleaved`) and cast to the spec dtype: (N, d) full width, (N, d/2) half,
+    `cos_sin` (N, d) (N, 2d at full width), `pairs` (N, d/2, 2) (N, d, 2 at full width)."""
     dtype = DTYPES[str(spec.dtype)]
+    if spec.width == "full":
+        if spec.repeats_interleaved():
+            cos, sin = cos.repeat_interleave(2, dim=-1), sin.repeat_interleave(2, dim=-1)
+        else:
+            cos, sin = torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1)
     if spec.packing == "cos_sin":
         return {"cos_sin": cast(torch.cat((cos, sin), dim=-1), dtype)}
     if spec.packing == "pairs":
         return {"pairs": cast(torch.stack((cos, sin), dim=-1), dtype)}
-    if spec.width == "full":
-        if spec.interleaved:
-            cos, sin = cos.repeat_interleave(2, dim=-1), sin.repeat_interleave(2, dim=-1)
-        else:
-            cos, sin = torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1)
     return {"cos": cast(cos, dtype), "sin": cast(sin, dtype)}
 
 
@@ -113,7 +114,11 @@ def tables(
     tables. Other dtypes and exact precision go through `half_cos_sin` and `layout` (one rounding).
     """
     dtype = DTYPES[str(spec.dtype)]
-    if dtype != inv.dtype or spec.trig is not None:
+    if (
+        dtype != inv.dtype
+        or spec.trig is not None
+        or (spec.packing != "separate" and spec.width == "full")
+    ):
         return layout(spec, *half_cos_sin(spec, inv, scaling, positions))
     angles = positions.to(inv.dtype)[:, None] * inv[None, :]
     n, half = angles.shape
@@ -134,7 +139,7 @@ def tables(
         sin = empty_like(cos)
         first, second = (
             (slice(0, None, 2), slice(1, None, 2))
-            if spec.interleaved
+            if spec.repeats_interleaved()
             else (slice(0, half), slice(half, None))
         )
         outputs = {"cos": cos, "sin": sin}

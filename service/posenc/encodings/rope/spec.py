@@ -24,6 +24,7 @@ MAX_POSITIONS = 1 << 24
 _SPANS_HEAD_DIM = "RoPE always spans head_dim: put partial_rotary_factor in rope_scaling"
 
 Width = Literal["half", "full"]
+FullLayout = Literal["cat", "repeat_interleave"]
 Packing = Literal["separate", "cos_sin", "pairs"]
 FloatDtype = Literal["float32", "float16", "bfloat16"]
 Precision = Literal["reference", "exact"]
@@ -56,14 +57,42 @@ PROFILES: dict[str, dict[str, Any]] = {
 }
 
 
+CONSUMER_DTYPES: dict[str, tuple[frozenset[str], str]] = {
+    "flashinfer": (
+        frozenset({"float32"}),
+        "FlashInfer's apply_rope_with_cos_sin_cache raises 'cos_sin_cache should be float32' "
+        "(flashinfer/rope.py) for any other dtype",
+    ),
+    "trtllm": (
+        frozenset({"float32"}),
+        "TensorRT-LLM's attention plugin reads rotary_cos_sin as float2 (float32 cos, sin "
+        "pairs; RopeEmbeddingUtils.create_sinusoidal_positions_for_attention_plugin, "
+        "tensorrt_llm/functional.py)",
+    ),
+    "torchtune": (
+        frozenset({"float32"}),
+        "torchtune's RotaryPositionalEmbeddings builds its cache in float32 (theta.float()) and "
+        "rotates in float32 (x.float()), torchtune/modules/position_embeddings.py",
+    ),
+}
+"""Profiles whose consumer reads one dtype only: (dtypes it reads, its rule with the source);
+another `dtype` with that profile is refused, as `ort_gqa` refuses an odd rotary width."""
+
+
 class RopeSpec(SpecBase):
     """Rotary position embedding cos/sin caches (Su et al. 2021, RoFormer, arXiv:2104.09864;
     transformers `modeling_rope_utils.py` and each model's `*RotaryEmbedding`).
 
     Rows are positions 0..max_positions-1. With rotary dim d (`rotary_dim`, or
     `int(head_dim * partial_rotary_factor)`): `cos`/`sin` are (P, d) at full width (`cat(c, c)`,
-    or `repeat_interleave(c, 2)` when `interleaved`), (P, d/2) at half width; `cos_sin` packing is
-    (P, d) = cat(cos_half, sin_half); `pairs` packing is (P, d/2, 2) = stack(cos, sin). `inv_freq`
+    or `repeat_interleave(c, 2)` when `interleaved`; `full_layout` names the arrangement where a
+    model's rotary module emits the other one: transformers' MLA models with interleaved pairs
+    emit `cat(c, c)` for `apply_rotary_pos_emb_interleave`), (P, d/2) at half width; `cos_sin`
+    packing is (P, d) = cat(cos_half, sin_half), or at full width (P, 2d) = cat(cos, sin) of the
+    full-width tables (torchtune's Qwen2/Phi-3 `build_rope_cache`); `pairs` packing is (P, d/2, 2) =
+    stack(cos, sin), or at full width (P, d, 2) = stack of the full-width cos/sin
+    (TensorRT-LLM's MLA table, `create_sinusoidal_positions_yarn(duplicate_data=True)`:
+    `cat(c, c)`). `inv_freq`
     is (d/2,) in the compute dtype. Proportional RoPE (Gemma 4) always spans head_dim.
     `seq_len` (default max_positions) selects the dynamic-NTK base and the LongRoPE factor set.
     `trig: "polar"` takes cos/sin as the real and imaginary parts of `torch.polar(1, angle)`, as
@@ -83,6 +112,7 @@ class RopeSpec(SpecBase):
     rope_scaling: RopeScaling = Field(default_factory=DefaultScaling)
     interleaved: bool | None = None
     width: Width | None = None
+    full_layout: FullLayout | None = None
     packing: Packing | None = None
     dtype: FloatDtype | None = None
     precision: Precision = "reference"
@@ -151,15 +181,17 @@ class RopeSpec(SpecBase):
                 issues.append(Issue(dim_loc, issue.message, dim_value) if at_dim else issue)
             if not issues:
                 issues += self.rope_scaling.check_frequencies(self._inputs(d))
-        _, width, packing, _ = self._layout()
-        if packing != "separate" and width != "half":
+        _, width, packing, dtype = self._layout()
+        if packing == "cos_sin" and width != "half" and self.profile in ("vllm", "flashinfer"):
             issues.append(
                 Issue(
                     ("width",),
-                    f"packing {packing!r} is built from half-width caches: width must be 'half'",
+                    f"profile {self.profile!r} reads cos_sin_cache as cat(cos_half, sin_half), "
+                    "(P, d): width must be 'half' (full width is torchtune's Qwen2/Phi-3 cache)",
                     width,
                 )
             )
+        issues += self._consumer_issues(dtype)
         if self.profile == "ort_gqa" and (d // 2) % 8:
             issues.append(
                 Issue(
@@ -172,6 +204,13 @@ class RopeSpec(SpecBase):
         if issues:
             raise field_error(issues)
         return self
+
+    def _consumer_issues(self, dtype: FloatDtype) -> list[Issue]:
+        """A dtype the profile's consumer does not read (`CONSUMER_DTYPES`), named at `dtype`."""
+        rule = CONSUMER_DTYPES.get(self.profile or "")
+        if rule is None or dtype in rule[0]:
+            return []
+        return [Issue(("dtype",), f"profile {self.profile!r}: {rule[1]}", dtype)]
 
     def _inputs(self, dim: int) -> RopeInputs:
         """The variant inputs `compute` builds for this spec (CPU, the precision's dtype)."""
@@ -195,7 +234,8 @@ class RopeSpec(SpecBase):
 
     def _layout(self) -> tuple[bool, Width, Packing, FloatDtype]:
         """(interleaved, width, packing, dtype): explicit fields, else the profile's, else `hf`'s.
-        A packed layout implies half width unless `width` says otherwise (then _check rejects)."""
+        A packed layout implies half width unless `width` says otherwise (`pairs` at full width is
+        TensorRT-LLM's duplicated MLA table, `cos_sin` torchtune's Qwen2/Phi-3 cache)."""
         defaults = PROFILES[self.profile or "hf"]
         packing: Packing = self.packing or defaults["packing"]
         width: Width = self.width or ("half" if packing != "separate" else defaults["width"])
@@ -221,6 +261,10 @@ class RopeSpec(SpecBase):
         scalings written as `default`: equal tables have equal canonical forms."""
         interleaved, width, packing, dtype = self._layout()
         scaling = self.rope_scaling.canonical()
+        # full_layout only shapes a full-width table (separate or pairs), and only where it
+        # differs from the one `interleaved` implies: other layouts and the implied one drop it.
+        implied = "repeat_interleave" if interleaved else "cat"
+        full_layout = self.full_layout if width == "full" and self.full_layout != implied else None
         return self.model_copy(
             update={
                 "rotary_dim": self.resolved_rotary_dim(),
@@ -229,11 +273,20 @@ class RopeSpec(SpecBase):
                 "rope_scaling": scaling,
                 "interleaved": interleaved,
                 "width": width,
+                "full_layout": full_layout,
                 "packing": packing,
                 "dtype": dtype,
                 "profile": None,
             }
         )
+
+    def repeats_interleaved(self) -> bool:
+        """Whether a full-width table is `repeat_interleave(c, 2)` (else `cat(c, c)`): the
+        `full_layout` when given, else the pairing (`interleaved`, the profile's default)."""
+        if self.full_layout is not None:
+            return self.full_layout == "repeat_interleave"
+        interleaved, _, _, _ = self._layout()
+        return interleaved
 
     def outputs(self) -> dict[str, TensorInfo]:
         c = self.canonical()
@@ -243,9 +296,11 @@ class RopeSpec(SpecBase):
         inv_dt = "float64" if c.precision == "exact" else "float32"
         out: dict[str, TensorInfo]
         if c.packing == "cos_sin":
-            out = {"cos_sin": TensorInfo((p, d), dt, row_axis=0)}
+            w = 2 * d if c.width == "full" else d
+            out = {"cos_sin": TensorInfo((p, w), dt, row_axis=0)}
         elif c.packing == "pairs":
-            out = {"pairs": TensorInfo((p, d // 2, 2), dt, row_axis=0)}
+            w = d if c.width == "full" else d // 2
+            out = {"pairs": TensorInfo((p, w, 2), dt, row_axis=0)}
         else:
             w = d if c.width == "full" else d // 2
             out = {

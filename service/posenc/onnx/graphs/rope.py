@@ -294,19 +294,23 @@ class RopeCosSin(GraphExporter):
         dtype = str(spec.dtype)
         pos = g.input("position_ids", "int64", ["B", "S"], "int64 position ids [B, S]")
         cos, sin = half_cos_sin_graph(g, spec, str(options.mode), pos, dtype)  # [B, S, d/2]
+        if spec.packing != "separate" and spec.width == "full":
+            # torchtune's Qwen2/Phi-3 cat(cos, sin), TensorRT-LLM's duplicated MLA pairs
+            cos = full_width(g, cos, spec.repeats_interleaved())
+            sin = full_width(g, sin, spec.repeats_interleaved())
         if spec.packing == "cos_sin":
-            packed: ir.Value = op.Concat(cos, sin, axis=-1)  # [B, S, d]
-            g.output(packed, "cos_sin", "cat(cos_half, sin_half) [B, S, d]")
+            packed: ir.Value = op.Concat(cos, sin, axis=-1)  # [B, S, d] (2d at full width)
+            g.output(packed, "cos_sin", f"cat(cos, sin) [B, S, {spec.width} width x 2]")
         elif spec.packing == "pairs":
             pairs: ir.Value = op.Concat(
                 op.Unsqueeze(cos, [-1]), op.Unsqueeze(sin, [-1]), axis=-1
-            )  # [B, S, d/2, 2]
-            g.output(pairs, "pairs", "stack(cos, sin) [B, S, d/2, 2]")
+            )  # [B, S, w, 2]
+            g.output(pairs, "pairs", f"stack(cos, sin) [B, S, {spec.width} width, 2]")
         else:
             if spec.width == "full":
                 cos, sin = (
-                    full_width(g, cos, bool(spec.interleaved)),
-                    full_width(g, sin, bool(spec.interleaved)),
+                    full_width(g, cos, spec.repeats_interleaved()),
+                    full_width(g, sin, spec.repeats_interleaved()),
                 )  # [B, S, d]
             g.output(cos, "cos", f"cos * attention_scaling [B, S, {spec.width} width]")
             g.output(sin, "sin", f"sin * attention_scaling [B, S, {spec.width} width]")
