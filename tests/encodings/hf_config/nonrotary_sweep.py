@@ -32,7 +32,7 @@ from transformers.models.auto.configuration_auto import (
     model_type_to_module_name,
 )
 
-from posenc.encodings import ConfigError, compute
+from posenc.encodings import ConfigError, compute, parse_spec
 from posenc.encodings.hf_config import NamedSpec, resolve_hf_parts
 
 MARKERS: dict[str, tuple[str, ...]] = {
@@ -51,6 +51,10 @@ MARKERS: dict[str, tuple[str, ...]] = {
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     # tiiuae/falcon-rw-1b, falcon-rw-7b: alibi=true.
     "falcon+alibi": ("falcon", {"alibi": True}),
+    # google/long-t5-tglobal-*: the transient-global encoder (a second, global-block bias).
+    "longt5+transient-global": ("longt5", {"encoder_attention_type": "transient-global"}),
+    # XGLM reads row position + 2 whatever its padding index: a padding index other than 1.
+    "xglm+pad_token_id": ("xglm", {"pad_token_id": 0}),
     # google-t5/t5-small's config.json carries n_positions=512.
     "t5+n_positions": ("t5", {"n_positions": 512}),
     # microsoft/trocr-base-handwritten and -printed: sinusoidal positions.
@@ -82,6 +86,7 @@ ALTERNATIVES: dict[str, str] = {
 """case -> a family the config chooses instead of (or beside) the marked one."""
 
 NOT_SERVED: dict[str, dict[str, str]] = {
+    "longt5+transient-global": {"t5_bias:encoder_global": "compute_side_bias"},
     # The checkpoint's learned table is not in config.json: the window index is served.
     "swin+absolute": {"learned": "table_key"},
     "granite_docling": {"vision_config": "learned position_embedding"},
@@ -100,37 +105,67 @@ NOT_SERVED: dict[str, dict[str, str]] = {
     "seamless_m4t_v2": {"speech_encoder": "distance_embedding"},
     "omdet-turbo": {
         "text_config": "learned absolute position embeddings",
-        "backbone_config": "backbone",
+        "backbone_config": "timm backbone 'swin_tiny_patch4_window7_224'",
     },
     "musicgen": {"text_encoder": "text encoder"},
     "musicgen_melody": {"text_encoder": "text encoder"},
     **{
         t: {"backbone_config": "backbone"}
-        for t in (
-            "mask2former",
-            "mask2former+feature_size",
-            "maskformer",
-            "oneformer",
-            "rt_detr",
-            "rt_detr_v2",
-            "d_fine",
-            "deimv2",
-            "pp_doclayout_v3",
-            "pp_doclayout_v4",
-        )
+        for t in ("mask2former", "mask2former+feature_size", "maskformer", "oneformer")
     },
-    "pp_doclayout_v2": {"backbone_config": "backbone", "reading_order_config": "rel_pos_bins"},
+    # RT-DETR's ResNet and D-FINE's HGNetV2 backbones have no position table: nothing left out.
+    "pp_doclayout_v2": {"reading_order_config": "rel_pos_bins"},
     **{
         t: {
             "text_config": "learned absolute position embeddings",
             "text_positions": "phrase boundaries",
-            "backbone_config": "backbone",
+            "backbone_config": "swin backbone",
         }
         for t in ("grounding-dino", "mm-grounding-dino")
     },
 }
 """Composite cases served in part -> {unserved part: what its reason must name}; each table's
-`not_served` note names the parts `unmapped.LEFT_OUT` lists."""
+`not_served` note names the parts `unmapped.left_out` lists."""
+
+UNSERVED_FAMILIES: dict[str, dict[str, str]] = {
+    # The Swin backbone's window index (modeling_maskformer_swin.py; Grounding DINO's modeling
+    # file names its buffers relative_position_index in the keys it ignores).
+    **{
+        t: {"backbone_config": "relative_index"}
+        for t in ("maskformer", "grounding-dino", "mm-grounding-dino")
+    },
+    # The reading-order model's LayoutLMv3-style rel_pos_bins.
+    "pp_doclayout_v2": {"reading_order_config": "relative_index"},
+}
+"""case -> {unserved part without a family prefix: the marked family it is}: an unserved part
+named "family:role" accounts for its family by name."""
+
+EXCLUDED: dict[str, dict[str, str]] = {
+    "falcon": {
+        "alibi": "alibi false (the class default): rotary positions; falcon+alibi serves it"
+    },
+    "granite_docling_text": {
+        "sinusoidal_2d": "the text sub-config alone: the 2-D tables are the vision connector's "
+        "(granite_docling, granite_docling_vision serve them)"
+    },
+    "maskformer-swin": {
+        "sinusoidal_2d": "MaskFormer's pixel-decoder sine table (modeling_maskformer.py): this "
+        "config is the Swin backbone alone (maskformer serves the table)"
+    },
+}
+"""case -> {marked family: why this config has no such table}: a marked family a served case
+neither serves nor lists in `unserved` (the marker is code of another model type in the same
+modeling directory, or of a sub-model this config does not hold)."""
+
+
+def unaccounted(case: str, served: set[str], unserved_parts: list[str]) -> set[str]:
+    """The marked families of `case` that its resolution neither serves, nor lists in `unserved`,
+    nor `EXCLUDED` documents."""
+    model_type = cases()[case][0]
+    listed = {part.partition(":")[0] for part in unserved_parts}
+    listed |= {UNSERVED_FAMILIES.get(case, {}).get(part, "") for part in unserved_parts}
+    return set(families(model_type)) - served - listed - set(EXCLUDED.get(case, {}))
+
 
 _PADDED = {"height": 13, "width": 17, "valid_height": 11, "valid_width": 14}
 REQUEST: dict[str, dict[str, int]] = {
@@ -239,10 +274,21 @@ def _alibi(model_type: str, cfg: Any, named: NamedSpec) -> Pair:
     if model_type == "bloom":
         return ours, mod.build_alibi_tensor(mask, cfg.n_head, torch.float32)[:, 0, 1]
     if model_type == "falcon":
-        # FalconModel.forward: causal_mask + alibi / sqrt(head_dim), alibi at key position 1.
+        # FalconModel.forward: causal_mask + alibi / sqrt(head_dim): the slopes (alibi at key
+        # position 1) and the bias the resolved spec gives with bias="row_constant" over 2048 keys.
         heads = cfg.num_attention_heads
-        alibi = mod.build_alibi_tensor(mask, heads, torch.float32)[:, 0, 1]
-        return ours, alibi / math.sqrt(cfg.hidden_size // heads)
+        root = math.sqrt(cfg.hidden_size // heads)
+        slopes = mod.build_alibi_tensor(mask, heads, torch.float32)[:, 0, 1] / root
+        keys = torch.ones(1, 2048, dtype=torch.long)
+        bias = mod.build_alibi_tensor(keys, heads, torch.float32)[:, 0, :] / root
+        fields = {
+            "bias": "row_constant",
+            "query_length": 1,
+            "key_length": 2048,
+            "masked_value": "none",
+        }
+        table = compute(parse_spec({**named.spec.model_dump(), **fields})).tensors["bias"][:, 0, :]
+        return torch.cat([ours, table.flatten()]), torch.cat([slopes, bias.flatten()])
     if model_type == "mpt":
         # MptModel builds with alibi_bias_max=8 whatever the config says: slope * [-1, 0].
         return ours, -mod.build_mpt_alibi_tensor(cfg.n_heads, 2, alibi_bias_max=8)[:, 0, 0]

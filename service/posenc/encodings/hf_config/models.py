@@ -599,7 +599,7 @@ MAPPERS: dict[str, Mapper] = {
     # Non-rotary models of the nonrotary sweep (issue 24): mapped, then refused with the reason.
     "mpnet": text.mpnet,
     "pegasus": text.pegasus,
-    "xglm": text.fairseq_sinusoids,
+    "xglm": text.xglm,
     "nllb-moe": text.fairseq_sinusoids,
     "speech_to_text": text.speech_to_text,
     "trocr": text.trocr,

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from posenc.encodings.config_values import check_number, fail
+from posenc.encodings.errors import FieldProblem
 from posenc.encodings.hf_config.rope import GENERIC_ROPE
 from posenc.encodings.hf_config.view import ConfigView, Entry, head_dim
 
@@ -95,11 +96,20 @@ def falcon_alibi(view: ConfigView) -> list[Entry]:
         "transformers": "FalconModel adds build_alibi_tensor(...) / sqrt(head_dim) to the mask; "
         "its slopes are rounded to bfloat16 before the multiply (slope_rounding): up to 2^-9 "
         "relative from the paper's slopes",
-        "bias_rounding": "build_alibi_tensor also rounds slope * key position to bfloat16 before "
-        "the / sqrt(head_dim): a float32 bias from these slopes differs from Falcon's past the "
-        "bfloat16 precision",
+        "bias_rounding": "bfloat16: build_alibi_tensor also rounds slope * key position to "
+        "bfloat16 before the / sqrt(head_dim); ask for bias='row_constant' (with key_length) to "
+        "get FalconModel's own float32 bias, bit for bit. A kernel multiplying the served float32 "
+        "slopes by positions itself does not round the product: up to 2^-9 relative from "
+        "Falcon's (0.97 at key 2047)",
+        "eager_attention": "transformers' eager FalconAttention adds the alibi twice ((scores + "
+        "alibi) / sqrt(head_dim) plus the mask that already holds alibi / sqrt(head_dim)); the "
+        "sdpa path (the default) adds it once: the bias here",
     }
-    fields = {"slope_scale": 1.0 / math.sqrt(width), "slope_rounding": "bfloat16"}
+    fields = {
+        "slope_scale": 1.0 / math.sqrt(width),
+        "slope_rounding": "bfloat16",
+        "bias_rounding": "bfloat16",
+    }
     return [_alibi_entry(view, heads, notes, **fields)]
 
 
@@ -173,13 +183,51 @@ def t5(view: ConfigView) -> list[Entry]:
     )
     if view.model_type == "umt5":
         notes["per_layer"] = "UMT5: every layer has its own relative_attention_bias weights"
+    encoder_notes = dict(notes)
+    if view.model_type == "longt5":
+        encoder_notes.update(_longt5_encoder_notes(view))
     entries = [
-        Entry("t5_bias", "encoder", {**base, "bidirectional": True}, dict(notes)),
+        Entry("t5_bias", "encoder", {**base, "bidirectional": True}, encoder_notes),
         Entry("t5_bias", "decoder", {**base, "bidirectional": False}, dict(notes)),
     ]
+    if view.model_type == "longt5" and _longt5_attention(view) == "transient-global":
+        entries.insert(1, _longt5_global(view, base))
     if view.data.get("is_encoder_decoder") is False:
-        entries = entries[:1] if not view.data.get("is_decoder") else entries[1:]
+        entries = entries[:-1] if not view.data.get("is_decoder") else entries[-1:]
     return entries
+
+
+def _longt5_attention(view: ConfigView) -> str:
+    return str(view.get("encoder_attention_type", "local"))
+
+
+def _longt5_encoder_notes(view: ConfigView) -> dict[str, Any]:
+    """LongT5's encoder attends within a local window (`LongT5LocalAttention`,
+    `LongT5TransientGlobalAttention`): the buckets are T5's, the keys a query sees are not all."""
+    radius = int(view.get("local_radius", 127))
+    kind = _longt5_attention(view)
+    return {
+        "local_window": f"encoder_attention_type={kind!r}: each query attends only the keys within "
+        f"local_radius={radius} of it (|i - j| <= {radius}: blocks of local_radius + 1 = "
+        f"{radius + 1} tokens, each seeing its own and the two neighbouring blocks, masked by "
+        "_get_local_attention_mask); the entries of this table farther apart are never used",
+    }
+
+
+def _longt5_global(view: ConfigView, base: dict[str, Any]) -> Entry:
+    """LongT5 transient-global's second bias: listed, not served (its rows are global blocks)."""
+    block = int(view.get("global_block_size", 16))
+    problem = FieldProblem(
+        "encoder_attention_type",
+        "transient-global's side bias (LongT5TransientGlobalAttention.compute_side_bias: "
+        "global_relative_attention_bias, checkpoint weights, over T5 buckets of global block g "
+        f"minus the token's block i // global_block_size={block}, with the last partial block's "
+        "tokens assigned to the block before and a -1e10 mask against padded blocks) is not "
+        "served: its buckets depend on the input length's block split, not on a (query, key) "
+        "position grid",
+        "transient-global",
+    )
+    return Entry("t5_bias", "encoder_global", dict(base), {}, problem=problem)
 
 
 def whisper(view: ConfigView) -> list[Entry]:
@@ -227,6 +275,7 @@ def m2m100(view: ConfigView) -> list[Entry]:
         "offset": 2,
         "rows": f"position ids: tokens use padding_idx+1={pad + 1}.. (create_position_ids_from_"
         "input_ids); the padding row is zero; max_position_embeddings + 2 rows",
+        "first_row": pad + 1,
         "shared": "encoder and decoder use the same table (M2M100SinusoidalPositionalEmbedding)",
     }
     return [Entry("sinusoidal", None, data, notes)]
@@ -243,9 +292,20 @@ def mpnet(view: ConfigView) -> list[Entry]:
         "bidirectional": True,
         "key_length": int(view.number("max_position_embeddings", required=False) or 512),
     }
+    rows = int(view.number("relative_attention_num_buckets", required=False) or 32)
+    if rows < 32:
+        fail(
+            view.key("relative_attention_num_buckets"),
+            "below 32: MPNetEncoder.compute_position_bias always makes 32 buckets, so the "
+            f"{rows}-row relative_attention_bias embedding cannot be indexed by them",
+            rows,
+        )
     notes = {
-        "bias": "the (relative_attention_num_buckets, num_attention_heads) relative_attention_bias "
-        "weights are in the checkpoint; pass them as relative_attention_bias for the bias table",
+        "bias": "the relative_attention_bias weights are in the checkpoint "
+        f"({rows} rows = relative_attention_num_buckets, num_attention_heads); the buckets are "
+        "0..31 whatever that says: pass its first 32 rows (relative_attention_bias.weight[:32], "
+        "the num_buckets=32 rows /v1/tables takes) as relative_attention_bias for the bias table"
+        + ("; the other rows are never read" if rows > 32 else ""),
         "transformers": "MPNetEncoder.compute_position_bias(hidden_states) uses its defaults "
         "num_buckets=32, max_distance=128 (relative_attention_num_buckets sizes only the weights)",
         "num_heads": None if heads is None else int(heads),
@@ -268,14 +328,41 @@ def _fairseq(
     notes = {
         "rows": f"position ids: tokens use padding_idx+1={pad + 1}.. (create_position_ids_from_"
         "input_ids); the padding row is zero",
+        "first_row": pad + 1,
         "transformers": source,
     }
     return Entry("sinusoidal", role, data, notes)
 
 
+def xglm(view: ConfigView) -> list[Entry]:
+    """XGLM (`XGLMSinusoidalPositionalEmbedding(max_position_embeddings, d_model, pad_token_id)`):
+    the fairseq table of max_position_embeddings + 2 rows with row pad_token_id zeroed, read at
+    row position + 2 (`forward`: `position_ids + self.offset`) whatever pad_token_id, unlike
+    M2M100's padding_idx + 1 + position."""
+    rows = int(view.number("max_position_embeddings"))
+    pad = int(view.number("pad_token_id"))
+    source = "XGLMSinusoidalPositionalEmbedding(max_position_embeddings, d_model, pad_token_id) "
+    source += "(+ 2 rows); XGLMModel adds weights[position_ids + 2]"
+    entry = _fairseq(view, rows + 2, pad, None, source)
+    zeroed = (
+        f"row pad_token_id={pad} is zero in the model's table too: position {pad - 2} reads it"
+        if pad >= 2
+        else f"row pad_token_id={pad} is zero; no position reads it"
+    )
+    entry.notes.update(
+        {
+            "rows": "position p (0-based, the cache length included) reads row p + 2 whatever "
+            f"pad_token_id (XGLMSinusoidalPositionalEmbedding.forward); {zeroed}",
+            "first_row": 2,
+        }
+    )
+    return [entry]
+
+
 def fairseq_sinusoids(view: ConfigView) -> list[Entry]:
-    """XGLM, NLLB-MoE (`XGLMSinusoidalPositionalEmbedding`, `NllbMoeSinusoidalPositionalEmbedding`):
-    one fairseq table of max_position_embeddings + 2 rows, padding row pad_token_id."""
+    """NLLB-MoE (`NllbMoeSinusoidalPositionalEmbedding`, M2M100's module): one fairseq table of
+    max_position_embeddings + 2 rows, padding row pad_token_id, tokens at padding_idx + 1 +
+    position."""
     rows = int(view.number("max_position_embeddings"))
     pad = int(view.number("pad_token_id"))
     source = f"{view.model_type}: <Model>SinusoidalPositionalEmbedding(max_position_embeddings, "

@@ -100,12 +100,57 @@ REFUSED: dict[str, str] = {
 """model_type -> why `/v1/resolve` serves no table for it."""
 
 
-_BACKBONE = (
-    "backbone_config",
-    "the backbone's own position tables are not served with this config: resolve its "
-    "backbone_config on its own (Swin in the released checkpoints: relative_index)",
-    "backbone_config",
+DEFAULT_BACKBONES: dict[str, str] = {
+    **dict.fromkeys(("rt_detr", "rt_detr_v2"), "rt_detr_resnet"),
+    **dict.fromkeys(
+        ("d_fine", "deimv2", "pp_doclayout_v2", "pp_doclayout_v3", "pp_doclayout_v4"), "hgnet_v2"
+    ),
+    **dict.fromkeys(
+        ("omdet-turbo", "mask2former", "maskformer", "oneformer", "grounding-dino",
+         "mm-grounding-dino"),
+        "swin",
+    ),
+}  # fmt: skip
+"""Model types with a `backbone_config` -> the backbone's model_type when config.json omits it
+(transformers 5.24 `sub_configs_defaults["backbone_config"]` of each config class)."""
+
+NO_POSITION_BACKBONES = frozenset(
+    {"resnet", "rt_detr_resnet", "hgnet_v2", "convnext", "convnextv2", "regnet"}
 )
+"""Convolutional backbones: no position table, nothing left out."""
+
+
+def backbone_part(config: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    """(part, why, config key) of a composite's backbone that has position tables of its own
+    (Swin: relative_index), or None when its backbone is convolutional (RT-DETR's ResNet, D-FINE's
+    HGNetV2: nothing to serve) or the model has no backbone_config."""
+    model_type = str(config.get("model_type"))
+    if model_type not in DEFAULT_BACKBONES:
+        return None
+    backbone = config.get("backbone_config")
+    if isinstance(backbone, Mapping):
+        kind = str(backbone.get("model_type"))
+        timm = backbone.get("backbone") if kind == "timm_backbone" else None
+    elif config.get("use_timm_backbone") or isinstance(config.get("backbone"), str):
+        kind, timm = "timm_backbone", config.get("backbone")
+    else:
+        kind, timm = DEFAULT_BACKBONES[model_type], None
+    if kind == "timm_backbone":
+        return (
+            "backbone_config",
+            f"the timm backbone {timm!r}'s position tables (if any) are not served: posenc does "
+            "not map timm backbones (OmDet-Turbo's default: timm's Swin, relative_index)",
+            "backbone_config",
+        )
+    if kind in NO_POSITION_BACKBONES:
+        return None
+    return (
+        "backbone_config",
+        f"the {kind} backbone's own position tables are not served with this config: resolve "
+        "its backbone_config on its own",
+        "backbone_config",
+    )
+
 
 LEFT_OUT: dict[str, tuple[tuple[str, str, str], ...]] = {
     **{
@@ -199,13 +244,7 @@ LEFT_OUT: dict[str, tuple[tuple[str, str, str], ...]] = {
             ),
         ),
     ),
-    **dict.fromkeys(
-        ("mask2former", "maskformer", "oneformer", "rt_detr", "rt_detr_v2", "d_fine", "deimv2"),
-        (_BACKBONE,),
-    ),
-    **dict.fromkeys(("pp_doclayout_v3", "pp_doclayout_v4", "omdet-turbo"), (_BACKBONE,)),
     "pp_doclayout_v2": (
-        _BACKBONE,
         (
             "reading_order_config",
             "the reading-order model's LayoutLMv3-style 1-D and 2-D relative position bins "
@@ -224,12 +263,19 @@ LEFT_OUT: dict[str, tuple[tuple[str, str, str], ...]] = {
                 "(position ids restart per phrase): not a fixed table",
                 "text_config",
             ),
-            _BACKBONE,
         ),
     ),
 }
 """Composite model_type -> (part, why, config key) of each part `/v1/resolve` leaves out when it
-serves the others: listed in `unserved`, and noted as `not_served` on every table it returns."""
+serves the others: listed in `unserved`, and noted as `not_served` on every table it returns;
+`left_out` adds the backbone where it has position tables (`backbone_part`)."""
+
+
+def left_out(config: Mapping[str, Any]) -> tuple[tuple[str, str, str], ...]:
+    """`LEFT_OUT` of the config's model_type, then its backbone's part (`backbone_part`)."""
+    parts = LEFT_OUT.get(str(config.get("model_type")), ())
+    backbone = backbone_part(config)
+    return parts if backbone is None else (*parts, backbone)
 
 
 COMPOSITES: dict[str, Callable[[Mapping[str, Any]], list[Entry]]] = {
