@@ -38,7 +38,13 @@ from posenc.encodings.hf_config import NamedSpec, resolve_hf_parts
 MARKERS: dict[str, tuple[str, ...]] = {
     "alibi": ("build_alibi_tensor",),
     "t5_bias": ("relative_attention_num_buckets",),
-    "sinusoidal": ("SinusoidalPositionalEmbedding", "def sinusoids"),
+    "sinusoidal": (
+        "SinusoidalPositionalEmbedding",
+        "def sinusoids",
+        "def get_sinusoid_encoding_table",  # VideoMAE
+        "def create_sinusoidal_embeddings",  # XLM, FlauBERT, DistilBERT (behind a flag)
+        "def angle_defn",  # CTRL's positional_encoding
+    ),
     "sinusoidal_2d": (
         "SinePositionEmbedding",
         "build_2d_sincos_position_embedding",
@@ -69,6 +75,23 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     # apple/aimv2-large-patch14-native: the 2-D sin-cos table instead of learned positions.
     "aimv2_vision_model+native": ("aimv2_vision_model", {"is_native": True}),
     "aimv2+native": ("aimv2", {"vision_config": {"is_native": True}}),
+    # The sinusoid flags of XLM, FlauBERT and DistilBERT (learned positions by default).
+    "xlm+sinusoidal_embeddings": ("xlm", {"sinusoidal_embeddings": True}),
+    "flaubert+sinusoidal_embeddings": ("flaubert", {"sinusoidal_embeddings": True}),
+    "distilbert+sinusoidal_pos_embds": ("distilbert", {"sinusoidal_pos_embds": True}),
+    # MCG-NJU/videomae-*: 16 frames, tubelet 2, 224 px, patch 16 (the class defaults); an odd
+    # width and a rectangular frame as a hand-made config might have them.
+    "videomae+size": (
+        "videomae",
+        {
+            "image_size": [160, 224],
+            "num_frames": 8,
+            "hidden_size": 99,
+            "num_attention_heads": 9,
+            "decoder_hidden_size": 385,
+            "decoder_num_attention_heads": 5,
+        },
+    ),
     # Time-series checkpoints set prediction_length (the class default is None).
     **{
         f"{t}+prediction_length": (t, {"prediction_length": 24})
@@ -201,6 +224,9 @@ REQUEST: dict[str, dict[str, int]] = {
 """model_type -> the request fields its tables need beside config.json (a feature map's size)."""
 
 DEFAULT_REFUSALS: dict[str, str] = {
+    "xlm": "sinusoidal_embeddings",
+    "flaubert": "sinusoidal_embeddings",
+    "distilbert": "sinusoidal_pos_embds",
     "aimv2_vision_model": "is_native",
     "trocr": "use_learned_position_embeddings",
     "beit": "use_relative_position_bias",
@@ -253,6 +279,15 @@ def hf_config(model_type: str, extra: dict[str, Any]) -> Any:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return AutoConfig.for_model(model_type, **extra)
+
+
+def _rebuilt(model_type: str, cfg: Any, changes: dict[str, Any]) -> Any:
+    """`cfg` again with `changes` (sizes that do not touch the position tables, to build the
+    model cheaply)."""
+    keys = {
+        k: v for k, v in cfg.to_dict().items() if k not in ("model_type", "transformers_version")
+    }
+    return hf_config(model_type, keys | changes)
 
 
 def _modeling(model_type: str) -> Any:
@@ -405,6 +440,24 @@ def _sinusoidal(model_type: str, cfg: Any, named: NamedSpec) -> Pair:
             theirs = mod.SpeechT5ScaledPositionalEncoding(0.0, dim, rows).pe[0]
         else:
             theirs = mod.SpeechT5SinusoidalPositionalEmbedding(rows + pad + 1, dim, pad).weights
+    elif model_type in ("xlm", "flaubert", "distilbert"):
+        # The model as built (one layer, a small vocabulary): _init_weights writes the table.
+        small = {"vocab_size": 32, "n_layers": 1}
+        torch.manual_seed(0)
+        model_cls = {
+            "xlm": "XLMModel",
+            "flaubert": "FlaubertModel",
+            "distilbert": "DistilBertModel",
+        }
+        model = getattr(mod, model_cls[model_type])(_rebuilt(model_type, cfg, small))
+        embeddings = model.embeddings if model_type == "distilbert" else model
+        theirs = embeddings.position_embeddings.weight.detach()
+    elif model_type == "videomae":
+        # VideoMAEForPreTraining as built: the encoder's and the decoder's fixed tables.
+        small = {"num_hidden_layers": 1, "decoder_num_hidden_layers": 1}
+        model = mod.VideoMAEForPreTraining(_rebuilt(model_type, cfg, small))
+        encoder = model.videomae.embeddings.position_embeddings
+        theirs = (encoder if role == "encoder" else model.position_embeddings)[0]
     elif model_type == "fsmt":
         pad = cfg.pad_token_id
         rows = cfg.max_position_embeddings + pad + 1

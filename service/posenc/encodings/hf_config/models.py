@@ -596,6 +596,8 @@ MAPPERS: dict[str, Mapper] = {
     "swin": vision.swin,
     **dict.fromkeys(vision.BEIT_MODELS, vision.beit),
     "vit_mae": vision.vit_mae,
+    "videomae": vision.videomae,
+    **dict.fromkeys(text.XLM_SINUSOIDS, text.xlm_sinusoids),
     # Non-rotary models of the nonrotary sweep (issue 24): mapped, then refused with the reason.
     "mpnet": text.mpnet,
     "pegasus": text.pegasus,

@@ -28,7 +28,6 @@ LEARNED_MODELS = frozenset(
         "bert",
         "roberta",
         "xlm-roberta",
-        "distilbert",
         "electra",
         "albert",
         "bart",
@@ -63,6 +62,48 @@ def learned_positions(view: ConfigView) -> list[Entry]:
         "learned absolute position embeddings are checkpoint weights, not a formula",
         view.model_type,
     )
+
+
+XLM_SINUSOIDS: dict[str, tuple[str, str, str]] = {
+    "xlm": ("sinusoidal_embeddings", "emb_dim", "XLMPreTrainedModel"),
+    "flaubert": ("sinusoidal_embeddings", "emb_dim", "FlaubertPreTrainedModel"),
+    "distilbert": ("sinusoidal_pos_embds", "dim", "DistilBertPreTrainedModel"),
+}
+"""model_type -> (the flag that picks the sinusoids, the width key, the class whose
+`_init_weights` writes them): XLM, FlauBERT and DistilBERT's `create_sinusoidal_embeddings`."""
+
+
+def xlm_sinusoids(view: ConfigView) -> list[Entry]:
+    """XLM, FlauBERT, DistilBERT with their sinusoid flag set: `create_sinusoidal_embeddings(
+    max_position_embeddings, dim, out=position_embeddings.weight)`, numpy float64
+    `pos / 10000 ** (2 * (j // 2) / dim)`, sin at even columns and cos at odd ones, rounded once to
+    float32 (posenc's vaswani convention in float64; an odd dim's last column is a sin). Without
+    the flag (the class default) the positions are learned: refused."""
+    flag, width, owner = XLM_SINUSOIDS[view.model_type]
+    if not view.get(flag, False):
+        fail(
+            view.key(flag),
+            "false (the class default): learned absolute position embeddings (checkpoint "
+            "weights), not a formula; true gives create_sinusoidal_embeddings' table",
+            view.get(flag, False),
+        )
+    data = {
+        "kind": "sinusoidal",
+        "dim": int(view.number(width)),
+        "max_positions": int(view.number("max_position_embeddings")),
+        "convention": "vaswani",
+        "compute_dtype": "float64",
+        "odd_dim": "extra_sin",
+    }
+    notes = {
+        "transformers": f"{owner}._init_weights: create_sinusoidal_embeddings("
+        f"max_position_embeddings, {width}) copied into position_embeddings.weight; position "
+        "ids 0..n-1 (cache length added when decoding)",
+        "checkpoint": "a checkpoint's position_embeddings.weight is loaded over it: this is its "
+        "table when training kept the sinusoids frozen (the original XLM and DistilBERT code "
+        "set requires_grad=False on them)",
+    }
+    return [Entry("sinusoidal", None, data, notes)]
 
 
 def falcon(view: ConfigView) -> list[Entry]:

@@ -95,6 +95,10 @@ REFUSED: dict[str, str] = {
     "kosmos_2_vision_model": "learned absolute positions (CLIP vision; checkpoint weights)",
     "kosmos_2_5_vision_model": "learned row/column patch embeddings (checkpoint weights)",
     "speecht5_hifigan": "a vocoder: no position encoding",
+    "ctrl": "fixed sinusoids (modeling_ctrl.positional_encoding(n_positions, n_embd): [sin | cos] "
+    "of pos * 1 / torch.pow(10000, 2 * (i // 2) / n_embd), all in float32): that float32 op order "
+    "is no posenc sinusoidal convention (the nearest differ by up to 1.8e-5), so no table is "
+    "served rather than one a few ulp off",
     "tipsv2_vision_model": "learned absolute positions (checkpoint weights)",
 }
 """model_type -> why `/v1/resolve` serves no table for it."""
