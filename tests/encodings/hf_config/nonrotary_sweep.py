@@ -50,7 +50,12 @@ MARKERS: dict[str, tuple[str, ...]] = {
         "build_2d_sincos_position_embedding",
         "build_2d_sinusoidal_position_embedding",
     ),
-    "relative_index": ("relative_position_index", "rel_pos_bins", "attention_bias_idxs"),
+    "relative_index": (
+        "relative_position_index",
+        "rel_pos_bins",
+        "attention_bias_idxs",
+        "RelativePositionalEncoding",  # SpeechT5's clipped pe_k index
+    ),
 }
 """family -> strings whose presence in a modeling file marks a model using that family."""
 
@@ -121,10 +126,7 @@ NOT_SERVED: dict[str, dict[str, str]] = {
     "clap": {"text_config": "learned absolute position embeddings"},
     "aimv2+native": {"text_config": "learned absolute position embeddings"},
     "seamless_m4t": {"speech_encoder": "Transformer-XL"},
-    "speecht5": {
-        "encoder_relative_positions": "pe_k",
-        "speech_encoder_conv_positions": "pos_conv_embed",
-    },
+    "speecht5": {"speech_encoder_conv_positions": "pos_conv_embed"},
     "seamless_m4t_v2": {"speech_encoder": "distance_embedding"},
     "omdet-turbo": {
         "text_config": "learned absolute position embeddings",
@@ -499,6 +501,16 @@ def _relative_index(model_type: str, cfg: Any, named: NamedSpec) -> Pair:
         grid = (cfg.image_size // cfg.patch_size,) * 2
         bias = mod.Data2VecVisionRelativePositionBias(cfg, window_size=grid)
         return ours, bias.generate_relative_position_index(grid)
+    if model_type == "speecht5":
+        # SpeechT5RelativePositionalEncoding itself, its pe_k rows holding their own numbers: the
+        # output is the index each (query, key) pair reads.
+        k = cfg.encoder_max_relative_position
+        module = mod.SpeechT5RelativePositionalEncoding(1, k)
+        with torch.no_grad():
+            module.pe_k.weight.copy_(torch.arange(2 * k, dtype=torch.float32)[:, None])
+            length = ours.shape[1]
+            read = module(torch.zeros(1, length, 1))[..., 0]
+        return ours, read.to(torch.int64)
     raise AssertionError(f"{model_type}: resolved a relative index no reference checks")
 
 

@@ -646,4 +646,32 @@ def speecht5(view: ConfigView) -> list[Entry]:
             "checkpoint (encode_positions.alpha)",
         }
         entries.append(Entry("sinusoidal", role, data, notes))
+    entries.append(_speecht5_relative(view))
     return entries
+
+
+def _speecht5_relative(view: ConfigView) -> Entry:
+    """SpeechT5's encoder relative positions (`SpeechT5RelativePositionalEncoding(hidden_size //
+    encoder_attention_heads, encoder_max_relative_position)`): the index of the pe_k row each
+    (query, key) pair reads, `clip(i - j, -k, k - 1) + k` (posenc's speecht5 scheme)."""
+    k = int(view.number("encoder_max_relative_position"))
+    heads = int(view.number("encoder_attention_heads"))
+    dim = int(view.number("hidden_size")) // heads
+    data = {
+        "kind": "relative_index",
+        "scheme": "speecht5",
+        "max_relative_position": k,
+        "key_length": T5_DEFAULT_KEY_LENGTH,
+    }
+    notes = {
+        "transformers": "SpeechT5Encoder.embed_positions(hidden_states): pe_k(index), pe_k an "
+        f"Embedding(2 * encoder_max_relative_position = {2 * k}, hidden_size // "
+        f"encoder_attention_heads = {dim}) of the checkpoint; SpeechT5Attention adds "
+        "query . pe_k[index] to the scores (one vector per index row, shared by the heads)",
+        "weights": "pe_k rows are key vectors, not per-head scalars: take the index and gather "
+        "the checkpoint's encoder.embed_positions.pe_k.weight yourself (a bias table does not "
+        "apply)",
+        "key_length": f"{T5_DEFAULT_KEY_LENGTH}; the encoder's length is the input's: override "
+        "key_length per request (the index is Toeplitz, any length extends this pattern)",
+    }
+    return Entry("relative_index", "encoder", data, notes)

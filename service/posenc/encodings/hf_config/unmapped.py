@@ -208,12 +208,6 @@ LEFT_OUT: dict[str, tuple[tuple[str, str, str], ...]] = {
     ),
     "speecht5": (
         (
-            "encoder_relative_positions",
-            "the encoder's relative positions (SpeechT5RelativePositionalEncoding: a learned pe_k "
-            "of 2 * encoder_max_relative_position rows, checkpoint weights) are not served",
-            "encoder_max_relative_position",
-        ),
-        (
             "speech_encoder_conv_positions",
             "the speech encoder pre-net's convolutional positions (pos_conv_embed: checkpoint "
             "weights) are not served",
