@@ -37,13 +37,21 @@ from posenc.encodings.hf_config import NamedSpec, resolve_hf_parts
 
 MARKERS: dict[str, tuple[str, ...]] = {
     "alibi": ("build_alibi_tensor",),
-    "t5_bias": ("relative_attention_num_buckets",),
+    "t5_bias": (
+        "relative_attention_num_buckets",
+        "position_bias_num_buckets",  # CPM-Ant
+        "compute_relative_buckets",  # ProphetNet
+    ),
     "sinusoidal": (
         "SinusoidalPositionalEmbedding",
         "def sinusoids",
         "def get_sinusoid_encoding_table",  # VideoMAE
         "def create_sinusoidal_embeddings",  # XLM, FlauBERT, DistilBERT (behind a flag)
         "def angle_defn",  # CTRL's positional_encoding
+        "def relative_positional_encoding",  # XLNet (Transformer-XL relative sinusoids)
+        "EncoderRelPositionalEncoding",  # Parakeet, Nemotron ASR
+        "ConformerRelPositionalEncoding",  # FastSpeech2-Conformer
+        "class PatchTSTPositionalEncoding",  # normalised sincos
     ),
     "sinusoidal_2d": (
         "SinePositionEmbedding",
@@ -114,6 +122,10 @@ ALTERNATIVES: dict[str, str] = {
 """case -> a family the config chooses instead of (or beside) the marked one."""
 
 NOT_SERVED: dict[str, dict[str, str]] = {
+    "prophetnet": {
+        "t5_bias:predict_streams": "predict streams",
+        "learned:positions": "ProphetNetPositionalEmbeddings",
+    },
     "longt5+transient-global": {"t5_bias:encoder_global": "compute_side_bias"},
     # The checkpoint's learned table is not in config.json: the window index is served.
     "swin+absolute": {"learned": "table_key"},
@@ -349,6 +361,13 @@ def _t5_buckets(model_type: str, cfg: Any, named: NamedSpec) -> Pair:
             max_distance=module.relative_attention_max_distance,
         )
         return ours, theirs
+    if model_type == "prophetnet":
+        # The decoder's main stream: compute_all_stream_relative_buckets on position ids 1..K.
+        positions = torch.arange(1, k + 1)[None]
+        main, _ = mod.compute_all_stream_relative_buckets(
+            cfg.num_buckets, cfg.relative_max_distance, positions
+        )
+        return ours, main[0]
     if model_type == "mpnet":
         # MPNetEncoder.compute_position_bias(x): relative_position_bucket with its defaults.
         return ours, mod.MPNetEncoder.relative_position_bucket(rel)

@@ -600,6 +600,7 @@ MAPPERS: dict[str, Mapper] = {
     **dict.fromkeys(text.XLM_SINUSOIDS, text.xlm_sinusoids),
     # Non-rotary models of the nonrotary sweep (issue 24): mapped, then refused with the reason.
     "mpnet": text.mpnet,
+    "prophetnet": text.prophetnet,
     "pegasus": text.pegasus,
     "xglm": text.xglm,
     "nllb-moe": text.fairseq_sinusoids,

@@ -271,6 +271,49 @@ def _longt5_global(view: ConfigView, base: dict[str, Any]) -> Entry:
     return Entry("t5_bias", "encoder_global", dict(base), {}, problem=problem)
 
 
+def prophetnet(view: ConfigView) -> list[Entry]:
+    """ProphetNet's decoder main stream (`modeling_prophetnet.compute_all_stream_relative_buckets`):
+    T5's causal buckets of key - query (num_buckets, relative_max_distance); the ngram predict
+    streams' buckets and the learned absolute positions are listed unserved."""
+    buckets = int(view.number("num_buckets"))
+    distance = int(view.number("relative_max_distance"))
+    length = int(view.number("max_position_embeddings"))
+    data = {
+        "kind": "t5_bias",
+        "num_buckets": buckets,
+        "max_distance": distance,
+        "bidirectional": False,
+        "key_length": length,
+    }
+    notes = {
+        "transformers": "ProphetNetNgramSelfAttention.get_main_relative_pos_embeddings gathers "
+        "compute_all_stream_relative_buckets(num_buckets, relative_max_distance, position_ids)[0]",
+        "bias": "the bias per bucket is relative_pos_embeddings(hidden_states): a learned Linear "
+        "of each query's hidden state into num_buckets x heads, not a fixed weight table; pass "
+        "no relative_attention_bias, gather that projection at these buckets",
+        "key_length": f"from max_position_embeddings={length}; override key_length per request",
+    }
+    ngram = int(view.number("ngram", required=False) or 2)
+    predict = FieldProblem(
+        "ngram",
+        f"the {ngram} predict streams' buckets (compute_all_stream_relative_buckets(...)[1]: each "
+        "query against the keys [position - 1 | position] of the main and its own stream, "
+        "laid out as (L, 2L)) are not served",
+        ngram,
+    )
+    learned = FieldProblem(
+        "max_position_embeddings",
+        "learned absolute positions (ProphetNetPositionalEmbeddings of the encoder and the "
+        "decoder: checkpoint weights) are not served",
+        length,
+    )
+    return [
+        Entry("t5_bias", "decoder", data, notes),
+        Entry("t5_bias", "predict_streams", dict(data), {}, problem=predict),
+        Entry("learned", "positions", {}, {}, problem=learned),
+    ]
+
+
 def whisper(view: ConfigView) -> list[Entry]:
     dim = int(view.number("d_model"))
     rows = int(view.number("max_source_positions"))

@@ -95,6 +95,43 @@ REFUSED: dict[str, str] = {
     "kosmos_2_vision_model": "learned absolute positions (CLIP vision; checkpoint weights)",
     "kosmos_2_5_vision_model": "learned row/column patch embeddings (checkpoint weights)",
     "speecht5_hifigan": "a vocoder: no position encoding",
+    **{
+        t: "Transformer-XL relative sinusoids (ParakeetEncoderRelPositionalEncoding: interleaved "
+        "sin/cos of the distances L-1..-(L-1) of each input length L, inv_freq = 1 / 10000 ** "
+        "(2k / hidden_size) in float32, fed through the attention's learned relative_k_proj with "
+        "bias_u/bias_v): no position table of fixed rows, and a float32 op order no posenc "
+        "convention reproduces; not served"
+        for t in ("parakeet_encoder", "parakeet_ctc", "parakeet_rnnt", "parakeet_tdt")
+    },
+    **{
+        t: "Transformer-XL relative sinusoids (NemotronAsrStreamingEncoderRelPositionalEncoding, "
+        "Parakeet's: interleaved sin/cos of the distances L-1..-(L-1), inv_freq = 1 / 10000 ** "
+        "(2k / hidden_size) in float32, fed through learned projections with bias_u/bias_v): no "
+        "position table of fixed rows; not served"
+        for t in ("nemotron_asr_streaming", "nemotron_asr_streaming_encoder")
+    },
+    **{
+        t: "ESPnet relative positional encoding (FastSpeech2ConformerRelPositionalEncoding: sin/cos "
+        "of the relative distances +-(L-1) of each input, consumed through the attention's "
+        "learned linear_pos with pos_bias_u/pos_bias_v, Transformer-XL style): no position table "
+        "of fixed rows; not served"
+        for t in ("fastspeech2_conformer", "fastspeech2_conformer_with_hifigan")
+    },
+    "fastspeech2_conformer_hifigan": "a vocoder: no position encoding",
+    "xlnet": "Transformer-XL relative sinusoids (XLNetModel.relative_positional_encoding: "
+    "[sin | cos] of the distances klen..-qlen (attn_type, bi_data, clamp_len), inv_freq = 1 / "
+    "torch.pow(10000, 2k / d_model) in float32, projected per layer by learned weights with "
+    "r_w_bias/r_r_bias): no position table of fixed rows; not served",
+    "patchtst": "positional_encoding_type 'sincos' (the class default): "
+    "PatchTSTPositionalEncoding._init_pe's interleaved sin/cos table over the patches, then "
+    "normalised by its own mean and 10x its standard deviation (float32 reductions over the "
+    "whole table), which no posenc table reproduces; 'random' is a learned table (checkpoint "
+    "weights); not served",
+    "cpmant": "T5 bidirectional buckets (position_bias_num_buckets, position_bias_max_distance) "
+    "only between tokens of one segment: CpmAntSegmentPositionEmbedding gives pairs across "
+    "segments (the prompt, the text and padding of every input) bucket num_buckets + "
+    "query_segment * segment_types + key_segment, so the bucket table depends on the input; "
+    "not served",
     "ctrl": "fixed sinusoids (modeling_ctrl.positional_encoding(n_positions, n_embd): [sin | cos] "
     "of pos * 1 / torch.pow(10000, 2 * (i // 2) / n_embd), all in float32): that float32 op order "
     "is no posenc sinusoidal convention (the nearest differ by up to 1.8e-5), so no table is "
