@@ -111,8 +111,8 @@ REFUSED: dict[str, str] = {
         for t in ("nemotron_asr_streaming", "nemotron_asr_streaming_encoder")
     },
     **{
-        t: "ESPnet relative positional encoding (FastSpeech2ConformerRelPositionalEncoding: sin/cos "
-        "of the relative distances +-(L-1) of each input, consumed through the attention's "
+        t: "ESPnet relative positional encoding (FastSpeech2ConformerRelPositionalEncoding: "
+        "sin/cos of the relative distances +-(L-1) of each input, consumed through the attention's "
         "learned linear_pos with pos_bias_u/pos_bias_v, Transformer-XL style): no position table "
         "of fixed rows; not served"
         for t in ("fastspeech2_conformer", "fastspeech2_conformer_with_hifigan")
