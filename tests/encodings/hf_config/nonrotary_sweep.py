@@ -695,7 +695,9 @@ def render(results: dict[str, tuple[str, str, list[str]]]) -> str:
         "code (`tests/encodings/hf_config/test_nonrotary_sweep.py`): `exact` is bit-equal "
         "(ALiBi slopes within 1e-6); `partial` is exact for what is served, the parts left out "
         "listed (`unserved`) with the reason; `refused` names the key and why; `other family` "
-        "is a config that chose a RoPE table (the table above checks it).",
+        "is a config that chose a RoPE table (the table above checks it). Every family a served "
+        "case's modeling files mark is served, listed in `unserved`, or documented as absent "
+        "from that config (`nonrotary_sweep.EXCLUDED`).",
         "",
         f"Cases: {len(results)}; "
         + ", ".join(f"{k} {counts[k]}" for k in order if k in counts)

@@ -187,3 +187,20 @@ def test_mpnet_with_fewer_than_32_rows_is_refused() -> None:
     with pytest.raises(ConfigError) as err:
         resolve_hf_parts(config)
     assert err.value.problems[0].field == "relative_attention_num_buckets"
+
+
+@pytest.mark.parametrize("radius", [127, 5])
+def test_longt5_notes_the_local_window_the_model_masks(radius: int) -> None:
+    """LongT5's encoder notes name the local window: the farthest key LongT5's own locality
+    mask lets a query see is local_radius away."""
+    mod = sweep._modeling("longt5")
+    _, config = _config("longt5", {"local_radius": radius})
+    encoder = next(n for n in resolve_hf_parts(config).specs if n.name == "t5_bias:encoder")
+    assert f"local_radius={radius}" in encoder.notes["local_window"]
+    assert f"|i - j| <= {radius}" in encoder.notes["local_window"]
+    block = radius + 1
+    relative = mod._make_3block_relative_position_ids(block)
+    allowed = mod._mask_local_attention_mask(
+        torch.ones(1, 1, block, 3 * block, dtype=torch.bool), block
+    )
+    assert int(relative[allowed[0, 0]].abs().max()) == radius
