@@ -41,6 +41,7 @@ MARKERS: dict[str, tuple[str, ...]] = {
         "relative_attention_num_buckets",
         "position_bias_num_buckets",  # CPM-Ant
         "compute_relative_buckets",  # ProphetNet
+        "rel_pos_bins",  # LayoutLMv2/v3 (and PP-DocLayout V2's reading order): T5 buckets
     ),
     "sinusoidal": (
         "SinusoidalPositionalEmbedding",
@@ -60,7 +61,6 @@ MARKERS: dict[str, tuple[str, ...]] = {
     ),
     "relative_index": (
         "relative_position_index",
-        "rel_pos_bins",
         "attention_bias_idxs",
         "RelativePositionalEncoding",  # SpeechT5's clipped pe_k index
     ),
@@ -122,6 +122,10 @@ ALTERNATIVES: dict[str, str] = {
 """case -> a family the config chooses instead of (or beside) the marked one."""
 
 NOT_SERVED: dict[str, dict[str, str]] = {
+    **{
+        t: {"t5_bias:spatial": "bounding-box", "learned:positions": "layout embeddings"}
+        for t in ("layoutlmv2", "layoutlmv3")
+    },
     "prophetnet": {
         "t5_bias:predict_streams": "predict streams",
         "learned:positions": "ProphetNetPositionalEmbeddings",
@@ -172,7 +176,7 @@ UNSERVED_FAMILIES: dict[str, dict[str, str]] = {
         for t in ("maskformer", "grounding-dino", "mm-grounding-dino")
     },
     # The reading-order model's LayoutLMv3-style rel_pos_bins.
-    "pp_doclayout_v2": {"reading_order_config": "relative_index"},
+    "pp_doclayout_v2": {"reading_order_config": "t5_bias"},
 }
 """case -> {unserved part without a family prefix: the marked family it is}: an unserved part
 named "family:role" accounts for its family by name."""
@@ -361,6 +365,21 @@ def _t5_buckets(model_type: str, cfg: Any, named: NamedSpec) -> Pair:
             max_distance=module.relative_attention_max_distance,
         )
         return ours, theirs
+    if model_type in ("layoutlmv2", "layoutlmv3"):
+        # The encoder's own 1-D lookup with rel_pos_bias.weight[h, b] = b: it returns the bucket.
+        encoder_cls = "LayoutLMv2Encoder" if model_type == "layoutlmv2" else "LayoutLMv3Encoder"
+        encoder = getattr(mod, encoder_cls)(_rebuilt(model_type, cfg, {"num_hidden_layers": 1}))
+        with torch.no_grad():
+            bins = torch.arange(cfg.rel_pos_bins, dtype=torch.float32)
+            encoder.rel_pos_bias.weight.copy_(bins.expand_as(encoder.rel_pos_bias.weight))
+            positions = torch.arange(k)[None]
+            lookup = (
+                encoder._calculate_1d_position_embeddings
+                if model_type == "layoutlmv2"
+                else encoder._cal_1d_pos_emb
+            )
+            theirs = lookup(positions)[0, 0]
+        return ours, theirs.to(torch.int64)
     if model_type == "prophetnet":
         # The decoder's main stream: compute_all_stream_relative_buckets on position ids 1..K.
         positions = torch.arange(1, k + 1)[None]

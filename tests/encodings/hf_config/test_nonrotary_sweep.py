@@ -204,3 +204,27 @@ def test_longt5_notes_the_local_window_the_model_masks(radius: int) -> None:
         torch.ones(1, 1, block, 3 * block, dtype=torch.bool), block
     )
     assert int(relative[allowed[0, 0]].abs().max()) == radius
+
+
+@pytest.mark.parametrize("model_type", ["layoutlmv2", "layoutlmv3"])
+def test_layoutlm_bias_from_the_weights_the_notes_name(model_type: str) -> None:
+    """LayoutLMv2/v3: the served buckets with rel_pos_bias.weight transposed (the notes) give the
+    encoder's own 1-D relative bias (before LayoutLMv3's division by sqrt(head_dim))."""
+    cfg, config = _config(model_type, {})
+    served = resolve_hf_parts(config, key_length=64).specs
+    (named,) = [n for n in served if n.spec.kind == "t5_bias"]
+    assert "transpose" in named.notes["bias"]
+    mod = sweep._modeling(model_type)
+    encoder_cls = "LayoutLMv2Encoder" if model_type == "layoutlmv2" else "LayoutLMv3Encoder"
+    encoder = getattr(mod, encoder_cls)(sweep._rebuilt(model_type, cfg, {"num_hidden_layers": 1}))
+    torch.nn.init.normal_(encoder.rel_pos_bias.weight)
+    weight = encoder.rel_pos_bias.weight.detach()
+    spec = named.spec.model_dump() | {"relative_attention_bias": weight.t().tolist()}
+    ours = compute(parse_spec(spec)).tensors["bias"]
+    with torch.no_grad():
+        positions = torch.arange(64)[None]
+        if model_type == "layoutlmv2":
+            theirs = encoder._calculate_1d_position_embeddings(positions)[0]
+        else:
+            theirs = encoder._cal_1d_pos_emb(positions)[0]
+    assert torch.equal(ours, theirs)

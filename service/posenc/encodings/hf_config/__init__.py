@@ -43,6 +43,8 @@ each model's config class and modeling code):
 | MPNet                                         | `t5_bias` (32 buckets, 128: the call's default) |
 | ProphetNet `num_buckets`,                     | `t5_bias:decoder` (main stream, causal); predict|
 | `relative_max_distance`                       | streams, learned positions listed unserved      |
+| LayoutLMv2/v3 `rel_pos_bins`, `max_rel_pos`   | `t5_bias` (bidirectional); the 2-D spatial bias |
+|                                               | and learned positions listed unserved           |
 | Whisper `max_source_positions`, `d_model`     | `sinusoidal:encoder` (decoder is learned)       |
 | Marian `max_position_embeddings`, `d_model`   | `sinusoidal` (marian convention, both stacks)   |
 | Pegasus                                       | `sinusoidal` (marian convention, both stacks)   |

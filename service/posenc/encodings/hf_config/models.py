@@ -601,6 +601,7 @@ MAPPERS: dict[str, Mapper] = {
     # Non-rotary models of the nonrotary sweep (issue 24): mapped, then refused with the reason.
     "mpnet": text.mpnet,
     "prophetnet": text.prophetnet,
+    **dict.fromkeys(("layoutlmv2", "layoutlmv3"), text.layoutlm),
     "pegasus": text.pegasus,
     "xglm": text.xglm,
     "nllb-moe": text.fairseq_sinusoids,

@@ -271,6 +271,69 @@ def _longt5_global(view: ConfigView, base: dict[str, Any]) -> Entry:
     return Entry("t5_bias", "encoder_global", dict(base), {}, problem=problem)
 
 
+def layoutlm(view: ConfigView) -> list[Entry]:
+    """LayoutLMv2 / LayoutLMv3 1-D relative bias (`modeling_layoutlmv2.relative_position_bucket`,
+    `LayoutLMv3Encoder.relative_position_bucket` over position_ids[key] - position_ids[query]):
+    T5's bidirectional buckets with rel_pos_bins buckets up to max_rel_pos; the 2-D spatial bias
+    (bounding boxes) and the learned absolute positions are listed unserved."""
+    if not view.get("has_relative_attention_bias", True):
+        fail(
+            view.key("has_relative_attention_bias"),
+            "false: no 1-D relative bias; the positions are learned absolute embeddings (and "
+            "box-dependent 2-D terms): nothing posenc can serve",
+            False,
+        )
+    bins = int(view.number("rel_pos_bins"))
+    distance = int(view.number("max_rel_pos"))
+    length = int(view.number("max_position_embeddings"))
+    v3 = view.model_type == "layoutlmv3"
+    data = {
+        "kind": "t5_bias",
+        "num_buckets": bins,
+        "max_distance": distance,
+        "bidirectional": True,
+        "key_length": length,
+    }
+    owner = (
+        "LayoutLMv3Encoder._cal_1d_pos_emb"
+        if v3
+        else ("LayoutLMv2Encoder._calculate_1d_position_embeddings")
+    )
+    notes: dict[str, Any] = {
+        "transformers": f"{owner}: rel_pos_bias.weight.t()[bucket], shared by every layer",
+        "bias": "the (num_attention_heads, rel_pos_bins) rel_pos_bias.weight is in the checkpoint: "
+        "pass its transpose (rel_pos_bins, num_attention_heads) as relative_attention_bias",
+        "key_length": f"from max_position_embeddings={length}; override key_length per request",
+    }
+    if v3:
+        heads = int(view.number("num_attention_heads"))
+        width = int(view.number("hidden_size")) // heads
+        notes["scaling"] = (
+            f"LayoutLMv3 divides the bias by sqrt(hidden_size // num_attention_heads) = "
+            f"sqrt({width}) before adding it (_compute_position_bias)"
+        )
+    else:
+        notes["scaling"] = "LayoutLMv2 adds the bias to the 1/sqrt(head_dim)-scaled scores as is"
+    entries = [Entry("t5_bias", None, data, notes)]
+    if view.get("has_spatial_attention_bias", True):
+        spatial = FieldProblem(
+            "has_spatial_attention_bias",
+            "the 2-D spatial bias (buckets of bounding-box x and y differences, rel_2d_pos_bins "
+            "up to max_rel_2d_pos, learned rel_pos_x_bias / rel_pos_y_bias) depends on each "
+            "input's boxes: no fixed table; not served",
+            True,
+        )
+        entries.append(Entry("t5_bias", "spatial", dict(data), {}, problem=spatial))
+    learned = FieldProblem(
+        "max_position_embeddings",
+        "learned absolute positions (1-D position_embeddings and the 2-D x/y/h/w layout "
+        "embeddings of the boxes: checkpoint weights) are not served",
+        length,
+    )
+    entries.append(Entry("learned", "positions", {}, {}, problem=learned))
+    return entries
+
+
 def prophetnet(view: ConfigView) -> list[Entry]:
     """ProphetNet's decoder main stream (`modeling_prophetnet.compute_all_stream_relative_buckets`):
     T5's causal buckets of key - query (num_buckets, relative_max_distance); the ngram predict

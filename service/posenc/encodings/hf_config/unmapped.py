@@ -77,12 +77,6 @@ REFUSED: dict[str, str] = {
     "checkpoint weights), not a formula",
     "data2vec-text": "learned absolute position embeddings (RoBERTa-like; checkpoint weights), "
     "not a formula",
-    "layoutlmv2": "1-D and 2-D relative position bins (rel_pos_bins, max_rel_pos, "
-    "rel_2d_pos_bins: LayoutLMv2SelfAttention's relative_position_bucket over token and "
-    "bounding-box coordinates) plus learned absolute tables; not mapped",
-    "layoutlmv3": "1-D and 2-D relative position bins (rel_pos_bins, max_rel_pos, "
-    "rel_2d_pos_bins over token and bounding-box coordinates) plus learned absolute tables; "
-    "not mapped",
     "levit": "per-stage attention offsets (LevitAttention.attention_bias_idxs over the stage's "
     "resolution, with strided queries in the subsample blocks); not mapped",
     "aimv2_text_model": "learned absolute position embeddings (checkpoint weights), not a formula",
