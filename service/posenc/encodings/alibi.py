@@ -142,6 +142,8 @@ class AlibiSpec(SpecBase):
             )
         if self.dtype == "float16":
             peak = max(local_slopes64(self)) * self._max_distance(q, k)
+            if self.bias_rounding is not None:
+                peak *= 1 + 2**-8  # a bfloat16 product rounds up by at most 2^-9 relative
             if peak > FP16_MAX:
                 _bad(
                     "dtype",
