@@ -148,3 +148,39 @@ def test_tensor_parallel_slices_of_the_falcon_bias() -> None:
         for r in range(3)
     ]
     assert torch.equal(torch.cat(parts), whole)
+
+
+def test_eager_falcon_adds_the_bias_twice_as_the_resolve_notes_say() -> None:
+    """The `eager_attention` note of a resolved Falcon config: transformers' eager
+    FalconAttention adds the alibi on top of the mask that already holds it, so its output is the
+    sdpa model's with the (unmasked) bias doubled."""
+    heads, head_dim, length = 4, 16, 6
+    outputs = {}
+    for impl, double in (("eager", False), ("sdpa", True), ("sdpa", False)):
+        config = FalconConfig(
+            vocab_size=32,
+            hidden_size=heads * head_dim,
+            num_attention_heads=heads,
+            num_hidden_layers=1,
+            alibi=True,
+            new_decoder_architecture=False,
+            multi_query=False,
+            parallel_attn=True,
+            bias=False,
+        )
+        config._attn_implementation = impl
+        torch.manual_seed(0)
+        model = FalconModel(config).eval()
+        if double:
+
+            def twice(_: torch.nn.Module, args: Any, kwargs: dict[str, Any]) -> Any:
+                mask = kwargs["attention_mask"]
+                kept = mask > torch.finfo(mask.dtype).min
+                kwargs["attention_mask"] = torch.where(kept, mask * 2, mask)
+                return args, kwargs
+
+            model.h[0].self_attention.register_forward_pre_hook(twice, with_kwargs=True)
+        with torch.no_grad():
+            outputs[impl, double] = model(torch.arange(length)[None]).last_hidden_state
+    torch.testing.assert_close(outputs["eager", False], outputs["sdpa", True])
+    assert not torch.allclose(outputs["eager", False], outputs["sdpa", False], atol=1e-3)
