@@ -131,3 +131,21 @@ def test_nothing_servable_is_still_a_422_naming_what_is_missing(client: httpx.Cl
     assert r.status_code == 422, r.text
     assert [p["field"] for p in r.json()["detail"]] == ["table_key"]
     assert client.post("/v1/resolve", json=_config("t5")).json()["unserved"] == []
+
+
+def test_falcon_bias_is_what_falcon_model_adds(client: httpx.Client) -> None:
+    """Issue 31: with bias='row_constant' the resolved Falcon-RW spec serves FalconModel's own
+    bias (build_alibi_tensor's bfloat16 products / sqrt(head_dim)), bit for bit at 2048 keys."""
+    from transformers.models.falcon.modeling_falcon import build_alibi_tensor
+
+    config = _config("falcon", alibi=True, num_attention_heads=32, hidden_size=2048)
+    request = {"hf_config": config, "bias": "row_constant", "key_length": 2048}
+    request |= {"query_length": 1, "query_offset": 2047}
+    (spec,) = client.post("/v1/resolve", json=request).json()["specs"]
+    assert spec["spec"]["bias_rounding"] == "bfloat16"
+    r = client.get(spec["url"])
+    assert r.status_code == 200, r.text
+    ours = decode(r)["bias"][:, 0, :]
+    mask = torch.ones(1, 2048, dtype=torch.long)
+    theirs = build_alibi_tensor(mask, 32, torch.float32)[:, 0, :] / math.sqrt(64)
+    assert torch.equal(ours, theirs)

@@ -439,3 +439,23 @@ def test_scattered_positions_are_refused_before_computing(
     params = {"num_heads": 1} if model == "alibi" else {}
     with pytest.raises(InferenceServerException, match="span a block of"):
         triton.infer(model, far, parameters=params)
+
+
+def test_alibi_falcon_bias_rounding_block(triton: http.InferenceServerClient) -> None:
+    """Issue 31: a block of Falcon's bias (bias_rounding) computed for arbitrary key positions is
+    FalconModel's own: build_alibi_tensor / sqrt(head_dim) gathered at those keys, future keys
+    masked as FalconModel's causal mask does."""
+    import math
+
+    from transformers.models.falcon.modeling_falcon import build_alibi_tensor
+
+    params = {"num_heads": 32, "bias": "row_constant", "slope_scale": 1 / math.sqrt(64),
+              "slope_rounding": "bfloat16", "bias_rounding": "bfloat16"}  # fmt: skip
+    q, k = ids([2047, 2040]), ids(np.arange(0, 2048, 7))
+    inputs = [make_input("query_positions", q), make_input("key_positions", k)]
+    result = triton.infer("alibi", inputs, parameters=params)
+    row = build_alibi_tensor(torch.ones(1, 2048, dtype=torch.long), 32, torch.float32)[:, 0, :] / 8
+    want = row[:, None, torch.from_numpy(k)].expand(32, 2, -1).clone()
+    future = torch.from_numpy(k)[None, :] > torch.from_numpy(q)[:, None]  # causal: masked
+    want[:, future] = torch.finfo(torch.float32).min
+    assert_equal(as_torch(result, "bias"), want)

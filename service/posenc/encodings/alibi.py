@@ -10,6 +10,15 @@ Cerebras BTLM/Jais `alibi_scaling={"type": "linear", "factor": f}` apply it).
 `slope_rounding="bfloat16"` rounds the reference slopes to bfloat16 first, as transformers Falcon's
 `build_alibi_tensor` does (`slopes[..., None].bfloat16()`): what Falcon computes, up to 2^-9
 relative away from the paper's slopes.
+`bias_rounding="bfloat16"` makes the `row_constant` bias transformers Falcon's own: its
+`build_alibi_tensor` multiplies the bfloat16 slopes by the key positions in bfloat16
+(`slopes[..., None].bfloat16() * arange_tensor`: the int64 positions are cast to bfloat16 and the
+product is rounded to bfloat16), and `FalconModel.forward` divides that by sqrt(head_dim) in
+float32 (`alibi / math.sqrt(hidden_size // num_heads)`, true division on CPU). The bias is then
+`bf16(bf16(m) * bf16(j)).float() / fl32(1 / slope_scale)`, not `fl32(m * slope_scale) * j`: up
+to 2^-9 relative (0.97 at key 2047 for 64 heads) apart, and what FalconModel adds to the scaled
+scores in float32. CUDA's `tensor / python_float` multiplies by the reciprocal instead: the same
+bits when sqrt(head_dim) is a power of two (head_dim 64 in every released Falcon ALiBi model).
 
 Precision: every slope is evaluated in float64 (the reference is Python float math) and rounded
 once to float32. transformers BLOOM/Falcon (`torch.pow` in fp32) and MPT (`1/torch.pow(2, x)`) are
@@ -60,6 +69,7 @@ BiasForm = Literal["causal", "symmetric", "bottom_right", "row_constant", "mpt"]
 MaskedValue = Literal["-inf", "min", "none"]
 FloatDtype = Literal["float32", "float16", "bfloat16"]
 SlopeRounding = Literal["bfloat16"]
+BiasRounding = Literal["bfloat16"]
 
 MASKED_FORMS: frozenset[str] = frozenset({"causal", "row_constant", "mpt"})
 """Decoder forms: keys after the query position are masked with `masked_value`."""
@@ -84,6 +94,7 @@ class AlibiSpec(SpecBase):
     alibi_bias_max: Annotated[float, Field(gt=0.0, le=1024.0)] = 8.0
     slope_scale: Annotated[float, Field(gt=0.0)] = 1.0
     slope_rounding: SlopeRounding | None = None
+    bias_rounding: BiasRounding | None = None
     interpolation_factor: Annotated[float, Field(ge=1.0)] = 1.0
     tp_size: Annotated[int, Field(ge=1, le=MAX_HEADS)] = 1
     tp_rank: Annotated[int, Field(ge=0, lt=MAX_HEADS)] = 0
@@ -104,6 +115,8 @@ class AlibiSpec(SpecBase):
             )
         if self.tp_rank >= self.tp_size:
             _bad("tp_rank", f"must be in [0, tp_size={self.tp_size})", self.tp_rank)
+        if self.bias_rounding is not None:
+            self._check_falcon_rounding()
         if self.bias is None:
             self._check_slopes_only()
             return self
@@ -129,6 +142,8 @@ class AlibiSpec(SpecBase):
             )
         if self.dtype == "float16":
             peak = max(local_slopes64(self)) * self._max_distance(q, k)
+            if self.bias_rounding is not None:
+                peak *= 1 + 2**-8  # a bfloat16 product rounds up by at most 2^-9 relative
             if peak > FP16_MAX:
                 _bad(
                     "dtype",
@@ -137,6 +152,29 @@ class AlibiSpec(SpecBase):
                     self.dtype,
                 )
         return self
+
+    def _check_falcon_rounding(self) -> None:
+        """`bias_rounding` is Falcon's `build_alibi_tensor`: its slopes (bfloat16, bias max 8, no
+        interpolation) and its row-constant key positions."""
+        if self.slope_rounding != "bfloat16":
+            _bad(
+                "bias_rounding",
+                "Falcon's build_alibi_tensor rounds the slopes too: set slope_rounding='bfloat16'",
+                self.bias_rounding,
+            )
+        if self.alibi_bias_max != 8.0 or self.interpolation_factor != 1.0:
+            _bad(
+                "bias_rounding",
+                "Falcon's build_alibi_tensor has alibi_bias_max 8 and no interpolation_factor",
+                self.bias_rounding,
+            )
+        if self.bias not in (None, "row_constant"):
+            _bad(
+                "bias_rounding",
+                "Falcon's build_alibi_tensor is the row_constant form (slope * key position): "
+                f"bias={self.bias!r} has no such rounding",
+                self.bias_rounding,
+            )
 
     def _check_slopes_only(self) -> None:
         for name in ("query_length", "key_length", "masked_value"):
@@ -279,6 +317,16 @@ def alibi_bias(spec: AlibiSpec, slopes: torch.Tensor) -> torch.Tensor:
     # the last key is at or before the first query position: nothing to mask
     masked = spec.bias in MASKED_FORMS and spec.masked_value != "none" and k - 1 > off
     fill = float("-inf") if spec.masked_value == "-inf" else torch.finfo(out_dtype).min
+    if spec.bias_rounding == "bfloat16":
+        row = _falcon_row(spec, k, dev).to(out_dtype)[:, None, :]
+        out = empty((heads, q, k), out_dtype, dev)
+        if not masked:
+            out.copy_(row.expand(heads, q, k))
+            return out
+        j = torch.arange(k, dtype=torch.int64, device=dev)
+        future = j[None, :] > torch.arange(off, off + q, dtype=torch.int64, device=dev)[:, None]
+        fill_value = torch.tensor(fill, dtype=out_dtype, device=dev)
+        return torch.where(future[None], fill_value, row, out=out)
     if spec.bias in ("causal", "symmetric", "bottom_right"):
         r = torch.arange(-(q - 1), k, dtype=torch.int64, device=dev)  # (Q+K-1,): j - i
         if spec.bias == "causal":
@@ -314,6 +362,22 @@ def alibi_bias(spec: AlibiSpec, slopes: torch.Tensor) -> torch.Tensor:
     future = j[None, :] > torch.arange(off, off + q, dtype=torch.int64, device=dev)[:, None]
     fill_value = torch.tensor(fill, dtype=out_dtype, device=dev)
     return torch.where(future[None], fill_value, row, out=out)
+
+
+def _falcon_row(spec: AlibiSpec, k: int, device: torch.device) -> torch.Tensor:
+    """(H_local, K) float32: transformers Falcon's `build_alibi_tensor(ones(1, K), H, float32)`
+    divided by sqrt(head_dim) = 1 / slope_scale as `FalconModel.forward` divides it: the bfloat16
+    slopes times the key positions cast to bfloat16, the product rounded to bfloat16, then
+    converted to float32 and divided (IEEE true division by the float32 divisor, a (1, 1) tensor
+    so that no device turns it into a multiply by the reciprocal)."""
+    n = spec.local_heads
+    rounded = _bfloat16(_reference_slopes(spec.num_heads, 8.0))
+    local = rounded[spec.tp_rank * n : (spec.tp_rank + 1) * n]
+    slopes16 = torch.tensor(local, dtype=torch.float64).to(device=device, dtype=torch.bfloat16)
+    keys16 = torch.arange(k, dtype=torch.int64, device=device).to(torch.bfloat16)
+    product = (slopes16[:, None] * keys16[None, :]).float()
+    divisor = torch.full((1, 1), 1.0 / spec.slope_scale, dtype=torch.float32, device=device)
+    return product / divisor
 
 
 @register_family("alibi", AlibiSpec, "ALiBi slopes (reference rule) and additive bias forms")

@@ -32,25 +32,48 @@ from transformers.models.auto.configuration_auto import (
     model_type_to_module_name,
 )
 
-from posenc.encodings import ConfigError, compute
+from posenc.encodings import ConfigError, compute, parse_spec
 from posenc.encodings.hf_config import NamedSpec, resolve_hf_parts
 
 MARKERS: dict[str, tuple[str, ...]] = {
     "alibi": ("build_alibi_tensor",),
-    "t5_bias": ("relative_attention_num_buckets",),
-    "sinusoidal": ("SinusoidalPositionalEmbedding", "def sinusoids"),
+    "t5_bias": (
+        "relative_attention_num_buckets",
+        "position_bias_num_buckets",  # CPM-Ant
+        "compute_relative_buckets",  # ProphetNet
+        "rel_pos_bins",  # LayoutLMv2/v3 (and PP-DocLayout V2's reading order): T5 buckets
+    ),
+    "sinusoidal": (
+        "SinusoidalPositionalEmbedding",
+        "def sinusoids",
+        "def get_sinusoid_encoding_table",  # VideoMAE
+        "def create_sinusoidal_embeddings",  # XLM, FlauBERT, DistilBERT (behind a flag)
+        "def angle_defn",  # CTRL's positional_encoding
+        "def relative_positional_encoding",  # XLNet (Transformer-XL relative sinusoids)
+        "EncoderRelPositionalEncoding",  # Parakeet, Nemotron ASR
+        "ConformerRelPositionalEncoding",  # FastSpeech2-Conformer
+        "class PatchTSTPositionalEncoding",  # normalised sincos
+    ),
     "sinusoidal_2d": (
         "SinePositionEmbedding",
         "build_2d_sincos_position_embedding",
         "build_2d_sinusoidal_position_embedding",
     ),
-    "relative_index": ("relative_position_index", "rel_pos_bins", "attention_bias_idxs"),
+    "relative_index": (
+        "relative_position_index",
+        "attention_bias_idxs",
+        "RelativePositionalEncoding",  # SpeechT5's clipped pe_k index
+    ),
 }
 """family -> strings whose presence in a modeling file marks a model using that family."""
 
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     # tiiuae/falcon-rw-1b, falcon-rw-7b: alibi=true.
     "falcon+alibi": ("falcon", {"alibi": True}),
+    # google/long-t5-tglobal-*: the transient-global encoder (a second, global-block bias).
+    "longt5+transient-global": ("longt5", {"encoder_attention_type": "transient-global"}),
+    # XGLM reads row position + 2 whatever its padding index: a padding index other than 1.
+    "xglm+pad_token_id": ("xglm", {"pad_token_id": 0}),
     # google-t5/t5-small's config.json carries n_positions=512.
     "t5+n_positions": ("t5", {"n_positions": 512}),
     # microsoft/trocr-base-handwritten and -printed: sinusoidal positions.
@@ -65,6 +88,23 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     # apple/aimv2-large-patch14-native: the 2-D sin-cos table instead of learned positions.
     "aimv2_vision_model+native": ("aimv2_vision_model", {"is_native": True}),
     "aimv2+native": ("aimv2", {"vision_config": {"is_native": True}}),
+    # The sinusoid flags of XLM, FlauBERT and DistilBERT (learned positions by default).
+    "xlm+sinusoidal_embeddings": ("xlm", {"sinusoidal_embeddings": True}),
+    "flaubert+sinusoidal_embeddings": ("flaubert", {"sinusoidal_embeddings": True}),
+    "distilbert+sinusoidal_pos_embds": ("distilbert", {"sinusoidal_pos_embds": True}),
+    # MCG-NJU/videomae-*: 16 frames, tubelet 2, 224 px, patch 16 (the class defaults); an odd
+    # width and a rectangular frame as a hand-made config might have them.
+    "videomae+size": (
+        "videomae",
+        {
+            "image_size": [160, 224],
+            "num_frames": 8,
+            "hidden_size": 99,
+            "num_attention_heads": 9,
+            "decoder_hidden_size": 385,
+            "decoder_num_attention_heads": 5,
+        },
+    ),
     # Time-series checkpoints set prediction_length (the class default is None).
     **{
         f"{t}+prediction_length": (t, {"prediction_length": 24})
@@ -82,6 +122,15 @@ ALTERNATIVES: dict[str, str] = {
 """case -> a family the config chooses instead of (or beside) the marked one."""
 
 NOT_SERVED: dict[str, dict[str, str]] = {
+    **{
+        t: {"t5_bias:spatial": "bounding-box", "learned:positions": "layout embeddings"}
+        for t in ("layoutlmv2", "layoutlmv3")
+    },
+    "prophetnet": {
+        "t5_bias:predict_streams": "predict streams",
+        "learned:positions": "ProphetNetPositionalEmbeddings",
+    },
+    "longt5+transient-global": {"t5_bias:encoder_global": "compute_side_bias"},
     # The checkpoint's learned table is not in config.json: the window index is served.
     "swin+absolute": {"learned": "table_key"},
     "granite_docling": {"vision_config": "learned position_embedding"},
@@ -93,44 +142,71 @@ NOT_SERVED: dict[str, dict[str, str]] = {
     "clap": {"text_config": "learned absolute position embeddings"},
     "aimv2+native": {"text_config": "learned absolute position embeddings"},
     "seamless_m4t": {"speech_encoder": "Transformer-XL"},
-    "speecht5": {
-        "encoder_relative_positions": "pe_k",
-        "speech_encoder_conv_positions": "pos_conv_embed",
-    },
+    "speecht5": {"speech_encoder_conv_positions": "pos_conv_embed"},
     "seamless_m4t_v2": {"speech_encoder": "distance_embedding"},
     "omdet-turbo": {
         "text_config": "learned absolute position embeddings",
-        "backbone_config": "backbone",
+        "backbone_config": "timm backbone 'swin_tiny_patch4_window7_224'",
     },
     "musicgen": {"text_encoder": "text encoder"},
     "musicgen_melody": {"text_encoder": "text encoder"},
     **{
         t: {"backbone_config": "backbone"}
-        for t in (
-            "mask2former",
-            "mask2former+feature_size",
-            "maskformer",
-            "oneformer",
-            "rt_detr",
-            "rt_detr_v2",
-            "d_fine",
-            "deimv2",
-            "pp_doclayout_v3",
-            "pp_doclayout_v4",
-        )
+        for t in ("mask2former", "mask2former+feature_size", "maskformer", "oneformer")
     },
-    "pp_doclayout_v2": {"backbone_config": "backbone", "reading_order_config": "rel_pos_bins"},
+    # RT-DETR's ResNet and D-FINE's HGNetV2 backbones have no position table: nothing left out.
+    "pp_doclayout_v2": {"reading_order_config": "rel_pos_bins"},
     **{
         t: {
             "text_config": "learned absolute position embeddings",
             "text_positions": "phrase boundaries",
-            "backbone_config": "backbone",
+            "backbone_config": "swin backbone",
         }
         for t in ("grounding-dino", "mm-grounding-dino")
     },
 }
 """Composite cases served in part -> {unserved part: what its reason must name}; each table's
-`not_served` note names the parts `unmapped.LEFT_OUT` lists."""
+`not_served` note names the parts `unmapped.left_out` lists."""
+
+UNSERVED_FAMILIES: dict[str, dict[str, str]] = {
+    # The Swin backbone's window index (modeling_maskformer_swin.py; Grounding DINO's modeling
+    # file names its buffers relative_position_index in the keys it ignores).
+    **{
+        t: {"backbone_config": "relative_index"}
+        for t in ("maskformer", "grounding-dino", "mm-grounding-dino")
+    },
+    # The reading-order model's LayoutLMv3-style rel_pos_bins.
+    "pp_doclayout_v2": {"reading_order_config": "t5_bias"},
+}
+"""case -> {unserved part without a family prefix: the marked family it is}: an unserved part
+named "family:role" accounts for its family by name."""
+
+EXCLUDED: dict[str, dict[str, str]] = {
+    "falcon": {
+        "alibi": "alibi false (the class default): rotary positions; falcon+alibi serves it"
+    },
+    "granite_docling_text": {
+        "sinusoidal_2d": "the text sub-config alone: the 2-D tables are the vision connector's "
+        "(granite_docling, granite_docling_vision serve them)"
+    },
+    "maskformer-swin": {
+        "sinusoidal_2d": "MaskFormer's pixel-decoder sine table (modeling_maskformer.py): this "
+        "config is the Swin backbone alone (maskformer serves the table)"
+    },
+}
+"""case -> {marked family: why this config has no such table}: a marked family a served case
+neither serves nor lists in `unserved` (the marker is code of another model type in the same
+modeling directory, or of a sub-model this config does not hold)."""
+
+
+def unaccounted(case: str, served: set[str], unserved_parts: list[str]) -> set[str]:
+    """The marked families of `case` that its resolution neither serves, nor lists in `unserved`,
+    nor `EXCLUDED` documents."""
+    model_type = cases()[case][0]
+    listed = {part.partition(":")[0] for part in unserved_parts}
+    listed |= {UNSERVED_FAMILIES.get(case, {}).get(part, "") for part in unserved_parts}
+    return set(families(model_type)) - served - listed - set(EXCLUDED.get(case, {}))
+
 
 _PADDED = {"height": 13, "width": 17, "valid_height": 11, "valid_width": 14}
 REQUEST: dict[str, dict[str, int]] = {
@@ -166,6 +242,9 @@ REQUEST: dict[str, dict[str, int]] = {
 """model_type -> the request fields its tables need beside config.json (a feature map's size)."""
 
 DEFAULT_REFUSALS: dict[str, str] = {
+    "xlm": "sinusoidal_embeddings",
+    "flaubert": "sinusoidal_embeddings",
+    "distilbert": "sinusoidal_pos_embds",
     "aimv2_vision_model": "is_native",
     "trocr": "use_learned_position_embeddings",
     "beit": "use_relative_position_bias",
@@ -220,6 +299,15 @@ def hf_config(model_type: str, extra: dict[str, Any]) -> Any:
         return AutoConfig.for_model(model_type, **extra)
 
 
+def _rebuilt(model_type: str, cfg: Any, changes: dict[str, Any]) -> Any:
+    """`cfg` again with `changes` (sizes that do not touch the position tables, to build the
+    model cheaply)."""
+    keys = {
+        k: v for k, v in cfg.to_dict().items() if k not in ("model_type", "transformers_version")
+    }
+    return hf_config(model_type, keys | changes)
+
+
 def _modeling(model_type: str) -> Any:
     """The modeling module beside the model type's configuration module."""
     config_module = CONFIG_MAPPING[model_type].__module__
@@ -239,10 +327,21 @@ def _alibi(model_type: str, cfg: Any, named: NamedSpec) -> Pair:
     if model_type == "bloom":
         return ours, mod.build_alibi_tensor(mask, cfg.n_head, torch.float32)[:, 0, 1]
     if model_type == "falcon":
-        # FalconModel.forward: causal_mask + alibi / sqrt(head_dim), alibi at key position 1.
+        # FalconModel.forward: causal_mask + alibi / sqrt(head_dim): the slopes (alibi at key
+        # position 1) and the bias the resolved spec gives with bias="row_constant" over 2048 keys.
         heads = cfg.num_attention_heads
-        alibi = mod.build_alibi_tensor(mask, heads, torch.float32)[:, 0, 1]
-        return ours, alibi / math.sqrt(cfg.hidden_size // heads)
+        root = math.sqrt(cfg.hidden_size // heads)
+        slopes = mod.build_alibi_tensor(mask, heads, torch.float32)[:, 0, 1] / root
+        keys = torch.ones(1, 2048, dtype=torch.long)
+        bias = mod.build_alibi_tensor(keys, heads, torch.float32)[:, 0, :] / root
+        fields = {
+            "bias": "row_constant",
+            "query_length": 1,
+            "key_length": 2048,
+            "masked_value": "none",
+        }
+        table = compute(parse_spec({**named.spec.model_dump(), **fields})).tensors["bias"][:, 0, :]
+        return torch.cat([ours, table.flatten()]), torch.cat([slopes, bias.flatten()])
     if model_type == "mpt":
         # MptModel builds with alibi_bias_max=8 whatever the config says: slope * [-1, 0].
         return ours, -mod.build_mpt_alibi_tensor(cfg.n_heads, 2, alibi_bias_max=8)[:, 0, 0]
@@ -266,6 +365,28 @@ def _t5_buckets(model_type: str, cfg: Any, named: NamedSpec) -> Pair:
             max_distance=module.relative_attention_max_distance,
         )
         return ours, theirs
+    if model_type in ("layoutlmv2", "layoutlmv3"):
+        # The encoder's own 1-D lookup with rel_pos_bias.weight[h, b] = b: it returns the bucket.
+        encoder_cls = "LayoutLMv2Encoder" if model_type == "layoutlmv2" else "LayoutLMv3Encoder"
+        encoder = getattr(mod, encoder_cls)(_rebuilt(model_type, cfg, {"num_hidden_layers": 1}))
+        with torch.no_grad():
+            bins = torch.arange(cfg.rel_pos_bins, dtype=torch.float32)
+            encoder.rel_pos_bias.weight.copy_(bins.expand_as(encoder.rel_pos_bias.weight))
+            positions = torch.arange(k)[None]
+            lookup = (
+                encoder._calculate_1d_position_embeddings
+                if model_type == "layoutlmv2"
+                else encoder._cal_1d_pos_emb
+            )
+            theirs = lookup(positions)[0, 0]
+        return ours, theirs.to(torch.int64)
+    if model_type == "prophetnet":
+        # The decoder's main stream: compute_all_stream_relative_buckets on position ids 1..K.
+        positions = torch.arange(1, k + 1)[None]
+        main, _ = mod.compute_all_stream_relative_buckets(
+            cfg.num_buckets, cfg.relative_max_distance, positions
+        )
+        return ours, main[0]
     if model_type == "mpnet":
         # MPNetEncoder.compute_position_bias(x): relative_position_bucket with its defaults.
         return ours, mod.MPNetEncoder.relative_position_bucket(rel)
@@ -359,6 +480,24 @@ def _sinusoidal(model_type: str, cfg: Any, named: NamedSpec) -> Pair:
             theirs = mod.SpeechT5ScaledPositionalEncoding(0.0, dim, rows).pe[0]
         else:
             theirs = mod.SpeechT5SinusoidalPositionalEmbedding(rows + pad + 1, dim, pad).weights
+    elif model_type in ("xlm", "flaubert", "distilbert"):
+        # The model as built (one layer, a small vocabulary): _init_weights writes the table.
+        small = {"vocab_size": 32, "n_layers": 1}
+        torch.manual_seed(0)
+        model_cls = {
+            "xlm": "XLMModel",
+            "flaubert": "FlaubertModel",
+            "distilbert": "DistilBertModel",
+        }
+        model = getattr(mod, model_cls[model_type])(_rebuilt(model_type, cfg, small))
+        embeddings = model.embeddings if model_type == "distilbert" else model
+        theirs = embeddings.position_embeddings.weight.detach()
+    elif model_type == "videomae":
+        # VideoMAEForPreTraining as built: the encoder's and the decoder's fixed tables.
+        small = {"num_hidden_layers": 1, "decoder_num_hidden_layers": 1}
+        model = mod.VideoMAEForPreTraining(_rebuilt(model_type, cfg, small))
+        encoder = model.videomae.embeddings.position_embeddings
+        theirs = (encoder if role == "encoder" else model.position_embeddings)[0]
     elif model_type == "fsmt":
         pad = cfg.pad_token_id
         rows = cfg.max_position_embeddings + pad + 1
@@ -400,6 +539,16 @@ def _relative_index(model_type: str, cfg: Any, named: NamedSpec) -> Pair:
         grid = (cfg.image_size // cfg.patch_size,) * 2
         bias = mod.Data2VecVisionRelativePositionBias(cfg, window_size=grid)
         return ours, bias.generate_relative_position_index(grid)
+    if model_type == "speecht5":
+        # SpeechT5RelativePositionalEncoding itself, its pe_k rows holding their own numbers: the
+        # output is the index each (query, key) pair reads.
+        k = cfg.encoder_max_relative_position
+        module = mod.SpeechT5RelativePositionalEncoding(1, k)
+        with torch.no_grad():
+            module.pe_k.weight.copy_(torch.arange(2 * k, dtype=torch.float32)[:, None])
+            length = ours.shape[1]
+            read = module(torch.zeros(1, length, 1))[..., 0]
+        return ours, read.to(torch.int64)
     raise AssertionError(f"{model_type}: resolved a relative index no reference checks")
 
 
@@ -565,7 +714,9 @@ def render(results: dict[str, tuple[str, str, list[str]]]) -> str:
         "code (`tests/encodings/hf_config/test_nonrotary_sweep.py`): `exact` is bit-equal "
         "(ALiBi slopes within 1e-6); `partial` is exact for what is served, the parts left out "
         "listed (`unserved`) with the reason; `refused` names the key and why; `other family` "
-        "is a config that chose a RoPE table (the table above checks it).",
+        "is a config that chose a RoPE table (the table above checks it). Every family a served "
+        "case's modeling files mark is served, listed in `unserved`, or documented as absent "
+        "from that config (`nonrotary_sweep.EXCLUDED`).",
         "",
         f"Cases: {len(results)}; "
         + ", ".join(f"{k} {counts[k]}" for k in order if k in counts)

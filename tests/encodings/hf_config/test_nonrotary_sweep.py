@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 import torch
 
-from posenc.encodings import ConfigError
+from posenc.encodings import ConfigError, compute, parse_spec
 from posenc.encodings.hf_config import MAPPERS, resolve_hf_config, resolve_hf_parts
 from posenc.encodings.hf_config.unmapped import LEFT_OUT, REFUSED, refuse
+from posenc.encodings.hf_config.unmapped import left_out as left_out_parts
 from tests.encodings.hf_config import nonrotary_sweep as sweep
 
 CASES = sweep.cases()
@@ -65,7 +66,10 @@ def test_exact_or_refused_with_the_reason(case: str) -> None:
     assert [u.part for u in resolution.unserved] == list(expected), (case, resolution.unserved)
     for part in resolution.unserved:
         assert expected[part.part] in part.reason, (case, part)
-    left_out = [reason for _, reason, _ in LEFT_OUT.get(model_type, ())]
+    # Every marked family is served, listed as unserved, or documented as absent (issue 39).
+    missing = sweep.unaccounted(case, got, [u.part for u in resolution.unserved])
+    assert not missing, (case, sorted(missing), "served", sorted(got))
+    left_out = [reason for _, reason, _ in left_out_parts(config)]
     for named in resolved:
         noted = named.notes.get("not_served", "")
         assert all(reason in noted for reason in left_out), (case, named.name)
@@ -87,6 +91,39 @@ def test_exact_or_refused_with_the_reason(case: str) -> None:
             assert torch.equal(ours, theirs.to(ours.dtype)), (case, named.name)
 
 
+@pytest.mark.parametrize("mutant", ["maskformer-swin", "maskformer", "falcon+alibi"])
+def test_a_marked_family_left_unaccounted_fails(mutant: str) -> None:
+    """`unaccounted` catches a served config that drops one of its marked families without a
+    word: maskformer-swin without its exclusion, MaskFormer without its unserved backbone,
+    Falcon-RW serving nothing of its alibi."""
+    model_type, extra = CASES[mutant]
+    resolution = resolve_hf_parts(
+        _config(model_type, extra)[1], **sweep.REQUEST.get(model_type, {})
+    )
+    served = {n.spec.kind for n in resolution.specs}
+    parts = [u.part for u in resolution.unserved]
+    assert not sweep.unaccounted(mutant, served, parts)
+    excluded = dict(sweep.EXCLUDED)
+    excluded.pop(mutant, None)
+    unserved_families = dict(sweep.UNSERVED_FAMILIES)
+    unserved_families.pop(mutant, None)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sweep, "EXCLUDED", excluded)
+        patch.setattr(sweep, "UNSERVED_FAMILIES", unserved_families)
+        if mutant == "falcon+alibi":
+            served -= {"alibi"}
+        assert sweep.unaccounted(mutant, served, parts), mutant
+
+
+def test_the_exclusions_are_not_stale() -> None:
+    """Each `EXCLUDED` family is marked for its case and not served by it."""
+    for case, excluded in sweep.EXCLUDED.items():
+        model_type, extra = CASES[case]
+        assert set(excluded) <= sweep.families(model_type), case
+        resolution = resolve_hf_parts(_config(model_type, extra)[1])
+        assert not set(excluded) & {n.spec.kind for n in resolution.specs}, case
+
+
 def test_every_refusal_names_a_swept_model_type() -> None:
     """`unmapped.REFUSED` holds no stale names: each is a model type the sweep finds."""
     swept = {t for t, _ in CASES.values()}
@@ -103,3 +140,91 @@ def test_every_refusal_is_what_resolve_says(model_type: str) -> None:
         resolve_hf_config(config)
     (problem,) = err.value.problems
     assert (problem.field, problem.message) == ("model_type", REFUSED[model_type])
+
+
+@pytest.mark.parametrize("pad", [0, 1, 2])
+@pytest.mark.parametrize("model_type", ["xglm", "m2m_100", "nllb-moe"])
+def test_the_first_row_note_is_the_row_the_model_reads(model_type: str, pad: int) -> None:
+    """`notes["first_row"]`: the table row position 0 reads, checked on the model's own module
+    (XGLM: position + 2 whatever pad_token_id; M2M100 and NLLB-MoE: pad_token_id + 1 + position),
+    with pad_token_id 0, 1 (the released value) and 2."""
+    cfg, config = _config(model_type, {"pad_token_id": pad, "max_position_embeddings": 64})
+    (named,) = resolve_hf_parts(config).specs
+    table = compute(named.spec).tensors["embedding"]
+    mod = sweep._modeling(model_type)
+    cls = next(
+        getattr(mod, n) for n in sorted(dir(mod)) if n.endswith("SinusoidalPositionalEmbedding")
+    )
+    module = cls(cfg.max_position_embeddings, cfg.d_model, cfg.pad_token_id)
+    length = 40
+    if model_type == "xglm":
+        read = module(torch.arange(length)[None])[0]
+    else:
+        read = module(torch.full((1, length), pad + 7))[0]  # no padding token in the input
+    first = named.notes["first_row"]
+    assert torch.equal(table[first : first + length], read), (model_type, pad, first)
+
+
+@pytest.mark.parametrize("rows", [32, 64])
+def test_mpnet_bias_from_the_rows_the_notes_name(rows: int) -> None:
+    """MPNet's notes: pass the first 32 rows of relative_attention_bias (what /v1/tables takes);
+    the bias table then equals MPNetEncoder.compute_position_bias with the whole embedding."""
+    cfg, config = _config("mpnet", {"relative_attention_num_buckets": rows})
+    (named,) = resolve_hf_parts(config, key_length=48).specs
+    assert "first 32 rows" in named.notes["bias"]
+    encoder = sweep._modeling("mpnet").MPNetEncoder(cfg)
+    torch.nn.init.normal_(encoder.relative_attention_bias.weight)
+    weight = encoder.relative_attention_bias.weight.detach()
+    spec = named.spec.model_dump() | {"relative_attention_bias": weight[:32].tolist()}
+    ours = compute(parse_spec(spec)).tensors["bias"]
+    with torch.no_grad():
+        theirs = encoder.compute_position_bias(torch.zeros(1, 48, cfg.hidden_size))[0]
+    assert torch.equal(ours, theirs)
+
+
+def test_mpnet_with_fewer_than_32_rows_is_refused() -> None:
+    _, config = _config("mpnet", {"relative_attention_num_buckets": 16})
+    with pytest.raises(ConfigError) as err:
+        resolve_hf_parts(config)
+    assert err.value.problems[0].field == "relative_attention_num_buckets"
+
+
+@pytest.mark.parametrize("radius", [127, 5])
+def test_longt5_notes_the_local_window_the_model_masks(radius: int) -> None:
+    """LongT5's encoder notes name the local window: the farthest key LongT5's own locality
+    mask lets a query see is local_radius away."""
+    mod = sweep._modeling("longt5")
+    _, config = _config("longt5", {"local_radius": radius})
+    encoder = next(n for n in resolve_hf_parts(config).specs if n.name == "t5_bias:encoder")
+    assert f"local_radius={radius}" in encoder.notes["local_window"]
+    assert f"|i - j| <= {radius}" in encoder.notes["local_window"]
+    block = radius + 1
+    relative = mod._make_3block_relative_position_ids(block)
+    allowed = mod._mask_local_attention_mask(
+        torch.ones(1, 1, block, 3 * block, dtype=torch.bool), block
+    )
+    assert int(relative[allowed[0, 0]].abs().max()) == radius
+
+
+@pytest.mark.parametrize("model_type", ["layoutlmv2", "layoutlmv3"])
+def test_layoutlm_bias_from_the_weights_the_notes_name(model_type: str) -> None:
+    """LayoutLMv2/v3: the served buckets with rel_pos_bias.weight transposed (the notes) give the
+    encoder's own 1-D relative bias (before LayoutLMv3's division by sqrt(head_dim))."""
+    cfg, config = _config(model_type, {})
+    served = resolve_hf_parts(config, key_length=64).specs
+    (named,) = [n for n in served if n.spec.kind == "t5_bias"]
+    assert "transpose" in named.notes["bias"]
+    mod = sweep._modeling(model_type)
+    encoder_cls = "LayoutLMv2Encoder" if model_type == "layoutlmv2" else "LayoutLMv3Encoder"
+    encoder = getattr(mod, encoder_cls)(sweep._rebuilt(model_type, cfg, {"num_hidden_layers": 1}))
+    torch.nn.init.normal_(encoder.rel_pos_bias.weight)
+    weight = encoder.rel_pos_bias.weight.detach()
+    spec = named.spec.model_dump() | {"relative_attention_bias": weight.t().tolist()}
+    ours = compute(parse_spec(spec)).tensors["bias"]
+    with torch.no_grad():
+        positions = torch.arange(64)[None]
+        if model_type == "layoutlmv2":
+            theirs = encoder._calculate_1d_position_embeddings(positions)[0]
+        else:
+            theirs = encoder._cal_1d_pos_emb(positions)[0]
+    assert torch.equal(ours, theirs)

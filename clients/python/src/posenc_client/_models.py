@@ -89,6 +89,7 @@ class AlibiOptions(TypedDict, total=False):
     alibi_bias_max: float | None
     slope_scale: float | None
     slope_rounding: str | None
+    bias_rounding: str | None
     interpolation_factor: float | None
     tp_size: int | None
     tp_rank: int | None

@@ -30,17 +30,30 @@ each model's config class and modeling code):
 | v4 `{"type": "mrope"}`                        | (`mrope.py`; position ids: `mrope_index`)       |
 | BLOOM `n_head`                                | `alibi` slopes                                  |
 | Falcon `alibi: true`                          | `alibi`, slope_scale 1/sqrt(head_dim),          |
-|                                               | slope_rounding bfloat16 (as build_alibi_tensor) |
+|                                               | slope_rounding and bias_rounding bfloat16 (its  |
+|                                               | build_alibi_tensor; bias='row_constant' gives   |
+|                                               | FalconModel's own bias)                         |
 | MPT `attn_config.alibi`, `alibi_bias_max`     | `alibi`, alibi_bias_max                         |
 | Baichuan 13B (hidden 5120, 40 heads)          | `alibi` (the 7B variants are RoPE)              |
 | T5, mT5, UMT5, LongT5, SwitchTransformers,    | `t5_bias:encoder` (bidirectional) and           |
 | Pop2Piano `relative_attention_num_buckets`,   | `t5_bias:decoder` (causal); key_length from     |
 | `relative_attention_max_distance`             | n_positions, else 512 (override per request)    |
+| LongT5 `encoder_attention_type`               | as T5; notes.local_window; transient-global's   |
+|                                               | side bias listed unserved                       |
 | MPNet                                         | `t5_bias` (32 buckets, 128: the call's default) |
+| ProphetNet `num_buckets`,                     | `t5_bias:decoder` (main stream, causal); predict|
+| `relative_max_distance`                       | streams, learned positions listed unserved      |
+| LayoutLMv2/v3 `rel_pos_bins`, `max_rel_pos`   | `t5_bias` (bidirectional); the 2-D spatial bias |
+|                                               | and learned positions listed unserved           |
 | Whisper `max_source_positions`, `d_model`     | `sinusoidal:encoder` (decoder is learned)       |
 | Marian `max_position_embeddings`, `d_model`   | `sinusoidal` (marian convention, both stacks)   |
 | Pegasus                                       | `sinusoidal` (marian convention, both stacks)   |
-| M2M100, NLLB-MoE, XGLM `pad_token_id`         | `sinusoidal` (fairseq, padding_idx, offset 2)   |
+| M2M100, NLLB-MoE, XGLM `pad_token_id`         | `sinusoidal` (fairseq, padding_idx, offset 2);  |
+|                                               | notes.first_row: pad + 1, XGLM's always 2       |
+| XLM, FlauBERT `sinusoidal_embeddings`,        | `sinusoidal` (vaswani, float64, extra_sin);     |
+| DistilBERT `sinusoidal_pos_embds`             | false (the default) is refused: learned         |
+| VideoMAE `num_frames`, `tubelet_size`, patch  | `sinusoidal:encoder` / `:decoder` (vaswani,     |
+| grid, `hidden_size`, `decoder_hidden_size`    | float64): get_sinusoid_encoding_table           |
 | Speech2Text `max_source/target_positions`     | `sinusoidal:encoder` / `:decoder` (fairseq)     |
 | FSMT; TrOCR (`use_learned_position_embeddings | `sinusoidal` (fairseq, max_position_embeddings  |
 | false`)                                       | + pad + 1 rows)                                 |
@@ -79,6 +92,9 @@ each model's config class and modeling code):
 | Pix2Struct text `relative_attention_*`        | `t5_bias:decoder` (causal)                      |
 | SpeechT5 pre-nets `max_speech_positions`,     | `sinusoidal:<pre-net>`: fairseq (speech encoder,|
 | `max_text_positions`, `pad_token_id`          | text decoder), vaswani (x alpha: the others)    |
+| SpeechT5 `encoder_max_relative_position`      | `relative_index:encoder` (speecht5 scheme)      |
+| RT-DETR family, Mask2Former, ... `backbone_   | listed unserved only when the backbone has      |
+| config`                                       | position tables (Swin, timm), not ResNet/HGNetV2|
 
 Vision configs (transformers `modeling_vit.py`, `modeling_swin.py`, `modeling_beit.py`,
 `modeling_data2vec_vision.py`, `modeling_vit_mae.py`): the patch grid is `image_size //

@@ -15,7 +15,7 @@ from posenc.encodings.errors import ConfigError, FieldProblem, SpecError
 from posenc.encodings.hf_config.models import entries as model_entries
 from posenc.encodings.hf_config.models import text_view
 from posenc.encodings.hf_config.rope import profile_notes
-from posenc.encodings.hf_config.unmapped import COMPOSITES, LEFT_OUT
+from posenc.encodings.hf_config.unmapped import COMPOSITES, left_out
 from posenc.encodings.hf_config.view import Entry
 from posenc.encodings.hf_config.vision_rope import not_served, vision_entries
 
@@ -280,9 +280,10 @@ def _resolve(
 
 
 def _left_out(config: Mapping[str, Any]) -> list[Unserved]:
-    """The parts of `config` posenc leaves out by design (`LEFT_OUT`, a refused vision rotary):
-    listed in `unserved` and, on every table, in `notes["not_served"]`."""
-    parts = [Unserved(*part) for part in LEFT_OUT.get(str(config.get("model_type")), ())]
+    """The parts of `config` posenc leaves out by design (`unmapped.left_out`: `LEFT_OUT` and a
+    backbone with position tables; a refused vision rotary): listed in `unserved` and, on every
+    table, in `notes["not_served"]`."""
+    parts = [Unserved(*part) for part in left_out(config)]
     if (tower := not_served(config)) is not None:
         parts.append(Unserved("vision_rope:vision", tower, "vision_config"))
     return parts

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from posenc.encodings.config_values import check_number, fail
+from posenc.encodings.errors import FieldProblem
 from posenc.encodings.hf_config.rope import GENERIC_ROPE
 from posenc.encodings.hf_config.view import ConfigView, Entry, head_dim
 
@@ -27,7 +28,6 @@ LEARNED_MODELS = frozenset(
         "bert",
         "roberta",
         "xlm-roberta",
-        "distilbert",
         "electra",
         "albert",
         "bart",
@@ -64,6 +64,48 @@ def learned_positions(view: ConfigView) -> list[Entry]:
     )
 
 
+XLM_SINUSOIDS: dict[str, tuple[str, str, str]] = {
+    "xlm": ("sinusoidal_embeddings", "emb_dim", "XLMPreTrainedModel"),
+    "flaubert": ("sinusoidal_embeddings", "emb_dim", "FlaubertPreTrainedModel"),
+    "distilbert": ("sinusoidal_pos_embds", "dim", "DistilBertPreTrainedModel"),
+}
+"""model_type -> (the flag that picks the sinusoids, the width key, the class whose
+`_init_weights` writes them): XLM, FlauBERT and DistilBERT's `create_sinusoidal_embeddings`."""
+
+
+def xlm_sinusoids(view: ConfigView) -> list[Entry]:
+    """XLM, FlauBERT, DistilBERT with their sinusoid flag set: `create_sinusoidal_embeddings(
+    max_position_embeddings, dim, out=position_embeddings.weight)`, numpy float64
+    `pos / 10000 ** (2 * (j // 2) / dim)`, sin at even columns and cos at odd ones, rounded once to
+    float32 (posenc's vaswani convention in float64; an odd dim's last column is a sin). Without
+    the flag (the class default) the positions are learned: refused."""
+    flag, width, owner = XLM_SINUSOIDS[view.model_type]
+    if not view.get(flag, False):
+        fail(
+            view.key(flag),
+            "false (the class default): learned absolute position embeddings (checkpoint "
+            "weights), not a formula; true gives create_sinusoidal_embeddings' table",
+            view.get(flag, False),
+        )
+    data = {
+        "kind": "sinusoidal",
+        "dim": int(view.number(width)),
+        "max_positions": int(view.number("max_position_embeddings")),
+        "convention": "vaswani",
+        "compute_dtype": "float64",
+        "odd_dim": "extra_sin",
+    }
+    notes = {
+        "transformers": f"{owner}._init_weights: create_sinusoidal_embeddings("
+        f"max_position_embeddings, {width}) copied into position_embeddings.weight; position "
+        "ids 0..n-1 (cache length added when decoding)",
+        "checkpoint": "a checkpoint's position_embeddings.weight is loaded over it: this is its "
+        "table when training kept the sinusoids frozen (the original XLM and DistilBERT code "
+        "set requires_grad=False on them)",
+    }
+    return [Entry("sinusoidal", None, data, notes)]
+
+
 def falcon(view: ConfigView) -> list[Entry]:
     """Falcon / RefinedWeb: ALiBi when `alibi` is set, else rotary (transformers' generic RoPE)."""
     if view.get("alibi"):
@@ -95,11 +137,20 @@ def falcon_alibi(view: ConfigView) -> list[Entry]:
         "transformers": "FalconModel adds build_alibi_tensor(...) / sqrt(head_dim) to the mask; "
         "its slopes are rounded to bfloat16 before the multiply (slope_rounding): up to 2^-9 "
         "relative from the paper's slopes",
-        "bias_rounding": "build_alibi_tensor also rounds slope * key position to bfloat16 before "
-        "the / sqrt(head_dim): a float32 bias from these slopes differs from Falcon's past the "
-        "bfloat16 precision",
+        "bias_rounding": "bfloat16: build_alibi_tensor also rounds slope * key position to "
+        "bfloat16 before the / sqrt(head_dim); ask for bias='row_constant' (with key_length) to "
+        "get FalconModel's own float32 bias, bit for bit. A kernel multiplying the served float32 "
+        "slopes by positions itself does not round the product: up to 2^-9 relative from "
+        "Falcon's (0.97 at key 2047)",
+        "eager_attention": "transformers' eager FalconAttention adds the alibi twice ((scores + "
+        "alibi) / sqrt(head_dim) plus the mask that already holds alibi / sqrt(head_dim)); the "
+        "sdpa path (the default) adds it once: the bias here",
     }
-    fields = {"slope_scale": 1.0 / math.sqrt(width), "slope_rounding": "bfloat16"}
+    fields = {
+        "slope_scale": 1.0 / math.sqrt(width),
+        "slope_rounding": "bfloat16",
+        "bias_rounding": "bfloat16",
+    }
     return [_alibi_entry(view, heads, notes, **fields)]
 
 
@@ -173,13 +224,157 @@ def t5(view: ConfigView) -> list[Entry]:
     )
     if view.model_type == "umt5":
         notes["per_layer"] = "UMT5: every layer has its own relative_attention_bias weights"
+    encoder_notes = dict(notes)
+    if view.model_type == "longt5":
+        encoder_notes.update(_longt5_encoder_notes(view))
     entries = [
-        Entry("t5_bias", "encoder", {**base, "bidirectional": True}, dict(notes)),
+        Entry("t5_bias", "encoder", {**base, "bidirectional": True}, encoder_notes),
         Entry("t5_bias", "decoder", {**base, "bidirectional": False}, dict(notes)),
     ]
+    if view.model_type == "longt5" and _longt5_attention(view) == "transient-global":
+        entries.insert(1, _longt5_global(view, base))
     if view.data.get("is_encoder_decoder") is False:
-        entries = entries[:1] if not view.data.get("is_decoder") else entries[1:]
+        entries = entries[:-1] if not view.data.get("is_decoder") else entries[-1:]
     return entries
+
+
+def _longt5_attention(view: ConfigView) -> str:
+    return str(view.get("encoder_attention_type", "local"))
+
+
+def _longt5_encoder_notes(view: ConfigView) -> dict[str, Any]:
+    """LongT5's encoder attends within a local window (`LongT5LocalAttention`,
+    `LongT5TransientGlobalAttention`): the buckets are T5's, the keys a query sees are not all."""
+    radius = int(view.get("local_radius", 127))
+    kind = _longt5_attention(view)
+    return {
+        "local_window": f"encoder_attention_type={kind!r}: each query attends only the keys within "
+        f"local_radius={radius} of it (|i - j| <= {radius}: blocks of local_radius + 1 = "
+        f"{radius + 1} tokens, each seeing its own and the two neighbouring blocks, masked by "
+        "_get_local_attention_mask); the entries of this table farther apart are never used",
+    }
+
+
+def _longt5_global(view: ConfigView, base: dict[str, Any]) -> Entry:
+    """LongT5 transient-global's second bias: listed, not served (its rows are global blocks)."""
+    block = int(view.get("global_block_size", 16))
+    problem = FieldProblem(
+        "encoder_attention_type",
+        "transient-global's side bias (LongT5TransientGlobalAttention.compute_side_bias: "
+        "global_relative_attention_bias, checkpoint weights, over T5 buckets of global block g "
+        f"minus the token's block i // global_block_size={block}, with the last partial block's "
+        "tokens assigned to the block before and a -1e10 mask against padded blocks) is not "
+        "served: its buckets depend on the input length's block split, not on a (query, key) "
+        "position grid",
+        "transient-global",
+    )
+    return Entry("t5_bias", "encoder_global", dict(base), {}, problem=problem)
+
+
+def layoutlm(view: ConfigView) -> list[Entry]:
+    """LayoutLMv2 / LayoutLMv3 1-D relative bias (`modeling_layoutlmv2.relative_position_bucket`,
+    `LayoutLMv3Encoder.relative_position_bucket` over position_ids[key] - position_ids[query]):
+    T5's bidirectional buckets with rel_pos_bins buckets up to max_rel_pos; the 2-D spatial bias
+    (bounding boxes) and the learned absolute positions are listed unserved."""
+    if not view.get("has_relative_attention_bias", True):
+        fail(
+            view.key("has_relative_attention_bias"),
+            "false: no 1-D relative bias; the positions are learned absolute embeddings (and "
+            "box-dependent 2-D terms): nothing posenc can serve",
+            False,
+        )
+    bins = int(view.number("rel_pos_bins"))
+    distance = int(view.number("max_rel_pos"))
+    length = int(view.number("max_position_embeddings"))
+    v3 = view.model_type == "layoutlmv3"
+    data = {
+        "kind": "t5_bias",
+        "num_buckets": bins,
+        "max_distance": distance,
+        "bidirectional": True,
+        "key_length": length,
+    }
+    owner = (
+        "LayoutLMv3Encoder._cal_1d_pos_emb"
+        if v3
+        else ("LayoutLMv2Encoder._calculate_1d_position_embeddings")
+    )
+    notes: dict[str, Any] = {
+        "transformers": f"{owner}: rel_pos_bias.weight.t()[bucket], shared by every layer",
+        "bias": "the (num_attention_heads, rel_pos_bins) rel_pos_bias.weight is in the checkpoint: "
+        "pass its transpose (rel_pos_bins, num_attention_heads) as relative_attention_bias",
+        "key_length": f"from max_position_embeddings={length}; override key_length per request",
+    }
+    if v3:
+        heads = int(view.number("num_attention_heads"))
+        width = int(view.number("hidden_size")) // heads
+        notes["scaling"] = (
+            f"LayoutLMv3 divides the bias by sqrt(hidden_size // num_attention_heads) = "
+            f"sqrt({width}) before adding it (_compute_position_bias)"
+        )
+    else:
+        notes["scaling"] = "LayoutLMv2 adds the bias to the 1/sqrt(head_dim)-scaled scores as is"
+    entries = [Entry("t5_bias", None, data, notes)]
+    if view.get("has_spatial_attention_bias", True):
+        spatial = FieldProblem(
+            "has_spatial_attention_bias",
+            "the 2-D spatial bias (buckets of bounding-box x and y differences, rel_2d_pos_bins "
+            "up to max_rel_2d_pos, learned rel_pos_x_bias / rel_pos_y_bias) depends on each "
+            "input's boxes: no fixed table; not served",
+            True,
+        )
+        entries.append(Entry("t5_bias", "spatial", dict(data), {}, problem=spatial))
+    learned = FieldProblem(
+        "max_position_embeddings",
+        "learned absolute positions (1-D position_embeddings and the 2-D x/y/h/w layout "
+        "embeddings of the boxes: checkpoint weights) are not served",
+        length,
+    )
+    entries.append(Entry("learned", "positions", {}, {}, problem=learned))
+    return entries
+
+
+def prophetnet(view: ConfigView) -> list[Entry]:
+    """ProphetNet's decoder main stream (`modeling_prophetnet.compute_all_stream_relative_buckets`):
+    T5's causal buckets of key - query (num_buckets, relative_max_distance); the ngram predict
+    streams' buckets and the learned absolute positions are listed unserved."""
+    buckets = int(view.number("num_buckets"))
+    distance = int(view.number("relative_max_distance"))
+    length = int(view.number("max_position_embeddings"))
+    data = {
+        "kind": "t5_bias",
+        "num_buckets": buckets,
+        "max_distance": distance,
+        "bidirectional": False,
+        "key_length": length,
+    }
+    notes = {
+        "transformers": "ProphetNetNgramSelfAttention.get_main_relative_pos_embeddings gathers "
+        "compute_all_stream_relative_buckets(num_buckets, relative_max_distance, position_ids)[0]",
+        "bias": "the bias per bucket is relative_pos_embeddings(hidden_states): a learned Linear "
+        "of each query's hidden state into num_buckets x heads, not a fixed weight table; pass "
+        "no relative_attention_bias, gather that projection at these buckets",
+        "key_length": f"from max_position_embeddings={length}; override key_length per request",
+    }
+    ngram = int(view.number("ngram", required=False) or 2)
+    predict = FieldProblem(
+        "ngram",
+        f"the {ngram} predict streams' buckets (compute_all_stream_relative_buckets(...)[1]: each "
+        "query against the keys [position - 1 | position] of the main and its own stream, "
+        "laid out as (L, 2L)) are not served",
+        ngram,
+    )
+    learned = FieldProblem(
+        "max_position_embeddings",
+        "learned absolute positions (ProphetNetPositionalEmbeddings of the encoder and the "
+        "decoder: checkpoint weights) are not served",
+        length,
+    )
+    return [
+        Entry("t5_bias", "decoder", data, notes),
+        Entry("t5_bias", "predict_streams", dict(data), {}, problem=predict),
+        Entry("learned", "positions", {}, {}, problem=learned),
+    ]
 
 
 def whisper(view: ConfigView) -> list[Entry]:
@@ -227,6 +422,7 @@ def m2m100(view: ConfigView) -> list[Entry]:
         "offset": 2,
         "rows": f"position ids: tokens use padding_idx+1={pad + 1}.. (create_position_ids_from_"
         "input_ids); the padding row is zero; max_position_embeddings + 2 rows",
+        "first_row": pad + 1,
         "shared": "encoder and decoder use the same table (M2M100SinusoidalPositionalEmbedding)",
     }
     return [Entry("sinusoidal", None, data, notes)]
@@ -243,9 +439,20 @@ def mpnet(view: ConfigView) -> list[Entry]:
         "bidirectional": True,
         "key_length": int(view.number("max_position_embeddings", required=False) or 512),
     }
+    rows = int(view.number("relative_attention_num_buckets", required=False) or 32)
+    if rows < 32:
+        fail(
+            view.key("relative_attention_num_buckets"),
+            "below 32: MPNetEncoder.compute_position_bias always makes 32 buckets, so the "
+            f"{rows}-row relative_attention_bias embedding cannot be indexed by them",
+            rows,
+        )
     notes = {
-        "bias": "the (relative_attention_num_buckets, num_attention_heads) relative_attention_bias "
-        "weights are in the checkpoint; pass them as relative_attention_bias for the bias table",
+        "bias": "the relative_attention_bias weights are in the checkpoint "
+        f"({rows} rows = relative_attention_num_buckets, num_attention_heads); the buckets are "
+        "0..31 whatever that says: pass its first 32 rows (relative_attention_bias.weight[:32], "
+        "the num_buckets=32 rows /v1/tables takes) as relative_attention_bias for the bias table"
+        + ("; the other rows are never read" if rows > 32 else ""),
         "transformers": "MPNetEncoder.compute_position_bias(hidden_states) uses its defaults "
         "num_buckets=32, max_distance=128 (relative_attention_num_buckets sizes only the weights)",
         "num_heads": None if heads is None else int(heads),
@@ -268,14 +475,41 @@ def _fairseq(
     notes = {
         "rows": f"position ids: tokens use padding_idx+1={pad + 1}.. (create_position_ids_from_"
         "input_ids); the padding row is zero",
+        "first_row": pad + 1,
         "transformers": source,
     }
     return Entry("sinusoidal", role, data, notes)
 
 
+def xglm(view: ConfigView) -> list[Entry]:
+    """XGLM (`XGLMSinusoidalPositionalEmbedding(max_position_embeddings, d_model, pad_token_id)`):
+    the fairseq table of max_position_embeddings + 2 rows with row pad_token_id zeroed, read at
+    row position + 2 (`forward`: `position_ids + self.offset`) whatever pad_token_id, unlike
+    M2M100's padding_idx + 1 + position."""
+    rows = int(view.number("max_position_embeddings"))
+    pad = int(view.number("pad_token_id"))
+    source = "XGLMSinusoidalPositionalEmbedding(max_position_embeddings, d_model, pad_token_id) "
+    source += "(+ 2 rows); XGLMModel adds weights[position_ids + 2]"
+    entry = _fairseq(view, rows + 2, pad, None, source)
+    zeroed = (
+        f"row pad_token_id={pad} is zero in the model's table too: position {pad - 2} reads it"
+        if pad >= 2
+        else f"row pad_token_id={pad} is zero; no position reads it"
+    )
+    entry.notes.update(
+        {
+            "rows": "position p (0-based, the cache length included) reads row p + 2 whatever "
+            f"pad_token_id (XGLMSinusoidalPositionalEmbedding.forward); {zeroed}",
+            "first_row": 2,
+        }
+    )
+    return [entry]
+
+
 def fairseq_sinusoids(view: ConfigView) -> list[Entry]:
-    """XGLM, NLLB-MoE (`XGLMSinusoidalPositionalEmbedding`, `NllbMoeSinusoidalPositionalEmbedding`):
-    one fairseq table of max_position_embeddings + 2 rows, padding row pad_token_id."""
+    """NLLB-MoE (`NllbMoeSinusoidalPositionalEmbedding`, M2M100's module): one fairseq table of
+    max_position_embeddings + 2 rows, padding row pad_token_id, tokens at padding_idx + 1 +
+    position."""
     rows = int(view.number("max_position_embeddings"))
     pad = int(view.number("pad_token_id"))
     source = f"{view.model_type}: <Model>SinusoidalPositionalEmbedding(max_position_embeddings, "
@@ -518,4 +752,32 @@ def speecht5(view: ConfigView) -> list[Entry]:
             "checkpoint (encode_positions.alpha)",
         }
         entries.append(Entry("sinusoidal", role, data, notes))
+    entries.append(_speecht5_relative(view))
     return entries
+
+
+def _speecht5_relative(view: ConfigView) -> Entry:
+    """SpeechT5's encoder relative positions (`SpeechT5RelativePositionalEncoding(hidden_size //
+    encoder_attention_heads, encoder_max_relative_position)`): the index of the pe_k row each
+    (query, key) pair reads, `clip(i - j, -k, k - 1) + k` (posenc's speecht5 scheme)."""
+    k = int(view.number("encoder_max_relative_position"))
+    heads = int(view.number("encoder_attention_heads"))
+    dim = int(view.number("hidden_size")) // heads
+    data = {
+        "kind": "relative_index",
+        "scheme": "speecht5",
+        "max_relative_position": k,
+        "key_length": T5_DEFAULT_KEY_LENGTH,
+    }
+    notes = {
+        "transformers": "SpeechT5Encoder.embed_positions(hidden_states): pe_k(index), pe_k an "
+        f"Embedding(2 * encoder_max_relative_position = {2 * k}, hidden_size // "
+        f"encoder_attention_heads = {dim}) of the checkpoint; SpeechT5Attention adds "
+        "query . pe_k[index] to the scores (one vector per index row, shared by the heads)",
+        "weights": "pe_k rows are key vectors, not per-head scalars: take the index and gather "
+        "the checkpoint's encoder.embed_positions.pe_k.weight yourself (a bias table does not "
+        "apply)",
+        "key_length": f"{T5_DEFAULT_KEY_LENGTH}; the encoder's length is the input's: override "
+        "key_length per request (the index is Toeplitz, any length extends this pattern)",
+    }
+    return Entry("relative_index", "encoder", data, notes)

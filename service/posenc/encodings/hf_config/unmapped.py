@@ -77,12 +77,6 @@ REFUSED: dict[str, str] = {
     "checkpoint weights), not a formula",
     "data2vec-text": "learned absolute position embeddings (RoBERTa-like; checkpoint weights), "
     "not a formula",
-    "layoutlmv2": "1-D and 2-D relative position bins (rel_pos_bins, max_rel_pos, "
-    "rel_2d_pos_bins: LayoutLMv2SelfAttention's relative_position_bucket over token and "
-    "bounding-box coordinates) plus learned absolute tables; not mapped",
-    "layoutlmv3": "1-D and 2-D relative position bins (rel_pos_bins, max_rel_pos, "
-    "rel_2d_pos_bins over token and bounding-box coordinates) plus learned absolute tables; "
-    "not mapped",
     "levit": "per-stage attention offsets (LevitAttention.attention_bias_idxs over the stage's "
     "resolution, with strided queries in the subsample blocks); not mapped",
     "aimv2_text_model": "learned absolute position embeddings (checkpoint weights), not a formula",
@@ -95,17 +89,103 @@ REFUSED: dict[str, str] = {
     "kosmos_2_vision_model": "learned absolute positions (CLIP vision; checkpoint weights)",
     "kosmos_2_5_vision_model": "learned row/column patch embeddings (checkpoint weights)",
     "speecht5_hifigan": "a vocoder: no position encoding",
+    **{
+        t: "Transformer-XL relative sinusoids (ParakeetEncoderRelPositionalEncoding: interleaved "
+        "sin/cos of the distances L-1..-(L-1) of each input length L, inv_freq = 1 / 10000 ** "
+        "(2k / hidden_size) in float32, fed through the attention's learned relative_k_proj with "
+        "bias_u/bias_v): no position table of fixed rows, and a float32 op order no posenc "
+        "convention reproduces; not served"
+        for t in ("parakeet_encoder", "parakeet_ctc", "parakeet_rnnt", "parakeet_tdt")
+    },
+    **{
+        t: "Transformer-XL relative sinusoids (NemotronAsrStreamingEncoderRelPositionalEncoding, "
+        "Parakeet's: interleaved sin/cos of the distances L-1..-(L-1), inv_freq = 1 / 10000 ** "
+        "(2k / hidden_size) in float32, fed through learned projections with bias_u/bias_v): no "
+        "position table of fixed rows; not served"
+        for t in ("nemotron_asr_streaming", "nemotron_asr_streaming_encoder")
+    },
+    **{
+        t: "ESPnet relative positional encoding (FastSpeech2ConformerRelPositionalEncoding: "
+        "sin/cos of the relative distances +-(L-1) of each input, consumed through the attention's "
+        "learned linear_pos with pos_bias_u/pos_bias_v, Transformer-XL style): no position table "
+        "of fixed rows; not served"
+        for t in ("fastspeech2_conformer", "fastspeech2_conformer_with_hifigan")
+    },
+    "fastspeech2_conformer_hifigan": "a vocoder: no position encoding",
+    "xlnet": "Transformer-XL relative sinusoids (XLNetModel.relative_positional_encoding: "
+    "[sin | cos] of the distances klen..-qlen (attn_type, bi_data, clamp_len), inv_freq = 1 / "
+    "torch.pow(10000, 2k / d_model) in float32, projected per layer by learned weights with "
+    "r_w_bias/r_r_bias): no position table of fixed rows; not served",
+    "patchtst": "positional_encoding_type 'sincos' (the class default): "
+    "PatchTSTPositionalEncoding._init_pe's interleaved sin/cos table over the patches, then "
+    "normalised by its own mean and 10x its standard deviation (float32 reductions over the "
+    "whole table), which no posenc table reproduces; 'random' is a learned table (checkpoint "
+    "weights); not served",
+    "cpmant": "T5 bidirectional buckets (position_bias_num_buckets, position_bias_max_distance) "
+    "only between tokens of one segment: CpmAntSegmentPositionEmbedding gives pairs across "
+    "segments (the prompt, the text and padding of every input) bucket num_buckets + "
+    "query_segment * segment_types + key_segment, so the bucket table depends on the input; "
+    "not served",
+    "ctrl": "fixed sinusoids (modeling_ctrl.positional_encoding(n_positions, n_embd): [sin | cos] "
+    "of pos * 1 / torch.pow(10000, 2 * (i // 2) / n_embd), all in float32): that float32 op order "
+    "is no posenc sinusoidal convention (the nearest differ by up to 1.8e-5), so no table is "
+    "served rather than one a few ulp off",
     "tipsv2_vision_model": "learned absolute positions (checkpoint weights)",
 }
 """model_type -> why `/v1/resolve` serves no table for it."""
 
 
-_BACKBONE = (
-    "backbone_config",
-    "the backbone's own position tables are not served with this config: resolve its "
-    "backbone_config on its own (Swin in the released checkpoints: relative_index)",
-    "backbone_config",
+DEFAULT_BACKBONES: dict[str, str] = {
+    **dict.fromkeys(("rt_detr", "rt_detr_v2"), "rt_detr_resnet"),
+    **dict.fromkeys(
+        ("d_fine", "deimv2", "pp_doclayout_v2", "pp_doclayout_v3", "pp_doclayout_v4"), "hgnet_v2"
+    ),
+    **dict.fromkeys(
+        ("omdet-turbo", "mask2former", "maskformer", "oneformer", "grounding-dino",
+         "mm-grounding-dino"),
+        "swin",
+    ),
+}  # fmt: skip
+"""Model types with a `backbone_config` -> the backbone's model_type when config.json omits it
+(transformers 5.24 `sub_configs_defaults["backbone_config"]` of each config class)."""
+
+NO_POSITION_BACKBONES = frozenset(
+    {"resnet", "rt_detr_resnet", "hgnet_v2", "convnext", "convnextv2", "regnet"}
 )
+"""Convolutional backbones: no position table, nothing left out."""
+
+
+def backbone_part(config: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    """(part, why, config key) of a composite's backbone that has position tables of its own
+    (Swin: relative_index), or None when its backbone is convolutional (RT-DETR's ResNet, D-FINE's
+    HGNetV2: nothing to serve) or the model has no backbone_config."""
+    model_type = str(config.get("model_type"))
+    if model_type not in DEFAULT_BACKBONES:
+        return None
+    backbone = config.get("backbone_config")
+    if isinstance(backbone, Mapping):
+        kind = str(backbone.get("model_type"))
+        timm = backbone.get("backbone") if kind == "timm_backbone" else None
+    elif config.get("use_timm_backbone") or isinstance(config.get("backbone"), str):
+        kind, timm = "timm_backbone", config.get("backbone")
+    else:
+        kind, timm = DEFAULT_BACKBONES[model_type], None
+    if kind == "timm_backbone":
+        return (
+            "backbone_config",
+            f"the timm backbone {timm!r}'s position tables (if any) are not served: posenc does "
+            "not map timm backbones (OmDet-Turbo's default: timm's Swin, relative_index)",
+            "backbone_config",
+        )
+    if kind in NO_POSITION_BACKBONES:
+        return None
+    return (
+        "backbone_config",
+        f"the {kind} backbone's own position tables are not served with this config: resolve "
+        "its backbone_config on its own",
+        "backbone_config",
+    )
+
 
 LEFT_OUT: dict[str, tuple[tuple[str, str, str], ...]] = {
     **{
@@ -159,12 +239,6 @@ LEFT_OUT: dict[str, tuple[tuple[str, str, str], ...]] = {
     ),
     "speecht5": (
         (
-            "encoder_relative_positions",
-            "the encoder's relative positions (SpeechT5RelativePositionalEncoding: a learned pe_k "
-            "of 2 * encoder_max_relative_position rows, checkpoint weights) are not served",
-            "encoder_max_relative_position",
-        ),
-        (
             "speech_encoder_conv_positions",
             "the speech encoder pre-net's convolutional positions (pos_conv_embed: checkpoint "
             "weights) are not served",
@@ -199,13 +273,7 @@ LEFT_OUT: dict[str, tuple[tuple[str, str, str], ...]] = {
             ),
         ),
     ),
-    **dict.fromkeys(
-        ("mask2former", "maskformer", "oneformer", "rt_detr", "rt_detr_v2", "d_fine", "deimv2"),
-        (_BACKBONE,),
-    ),
-    **dict.fromkeys(("pp_doclayout_v3", "pp_doclayout_v4", "omdet-turbo"), (_BACKBONE,)),
     "pp_doclayout_v2": (
-        _BACKBONE,
         (
             "reading_order_config",
             "the reading-order model's LayoutLMv3-style 1-D and 2-D relative position bins "
@@ -224,12 +292,19 @@ LEFT_OUT: dict[str, tuple[tuple[str, str, str], ...]] = {
                 "(position ids restart per phrase): not a fixed table",
                 "text_config",
             ),
-            _BACKBONE,
         ),
     ),
 }
 """Composite model_type -> (part, why, config key) of each part `/v1/resolve` leaves out when it
-serves the others: listed in `unserved`, and noted as `not_served` on every table it returns."""
+serves the others: listed in `unserved`, and noted as `not_served` on every table it returns;
+`left_out` adds the backbone where it has position tables (`backbone_part`)."""
+
+
+def left_out(config: Mapping[str, Any]) -> tuple[tuple[str, str, str], ...]:
+    """`LEFT_OUT` of the config's model_type, then its backbone's part (`backbone_part`)."""
+    parts = LEFT_OUT.get(str(config.get("model_type")), ())
+    backbone = backbone_part(config)
+    return parts if backbone is None else (*parts, backbone)
 
 
 COMPOSITES: dict[str, Callable[[Mapping[str, Any]], list[Entry]]] = {

@@ -251,6 +251,43 @@ def vit_mae(view: ConfigView) -> list[Entry]:
     ]
 
 
+def videomae(view: ConfigView) -> list[Entry]:
+    """VideoMAE (`modeling_videomae.get_sinusoid_encoding_table(num_patches, width)`): one row per
+    tubelet patch, num_patches = (num_frames // tubelet_size) * grid_h * grid_w, numpy float64
+    `pos / 10000 ** (2 * (j // 2) / width)`, sin at even columns, cos at odd ones, rounded once
+    (posenc's vaswani convention in float64): the encoder's table (hidden_size) and the
+    pre-training decoder's (decoder_hidden_size)."""
+    gh, gw = _patch_grid(view)
+    frames = int(view.number("num_frames")) // int(view.number("tubelet_size"))
+    if frames < 1:
+        fail(view.key("tubelet_size"), "larger than num_frames: no tubelets", frames)
+    rows = frames * gh * gw
+    entries = []
+    for role, width, owner in (
+        ("encoder", "hidden_size", "VideoMAEEmbeddings.position_embeddings"),
+        ("decoder", "decoder_hidden_size", "VideoMAEForPreTraining.position_embeddings"),
+    ):
+        data = {
+            "kind": "sinusoidal",
+            "dim": int(view.number(width)),
+            "max_positions": rows,
+            "convention": "vaswani",
+            "compute_dtype": "float64",
+            "odd_dim": "extra_sin",
+        }
+        notes = {
+            "transformers": f"{owner} = get_sinusoid_encoding_table(num_patches, {width})",
+            "rows": f"patch index t * {gh * gw} + y * {gw} + x over {frames} tubelets of a "
+            f"{gh} x {gw} patch grid (the Conv3d patch embedding's flattening order); the "
+            "table is fixed: other input sizes are not interpolated",
+        }
+        if role == "decoder":
+            notes["decoder"] = "VideoMAEForPreTraining only: the decoder adds it to the visible "
+            notes["decoder"] += "and masked tokens at their patch indices"
+        entries.append(Entry("sinusoidal", role, data, notes))
+    return entries
+
+
 def detr(view: ConfigView) -> list[Entry]:
     """DETR family (`DetrSinePositionEmbedding(d_model // 2, normalize=True)` and its copies in
     conditional DETR, Deformable DETR and Table Transformer): the sine table of a feature map.
