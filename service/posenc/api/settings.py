@@ -48,6 +48,17 @@ class Settings(BaseSettings):
         description="port of the Open Inference Protocol over gRPC (`inference."
         "GRPCInferenceService`, on `host`); off when unset, 0 picks a free port",
     )
+    grpc_max_connections: Annotated[int, Field(ge=1)] = Field(
+        256,
+        description="open gRPC connections (grpc core's connection quota); one more is closed at "
+        "once, so idle gRPC sockets cannot take the file descriptors HTTP needs",
+    )
+    grpc_max_concurrent_streams: Annotated[int, Field(ge=1)] = Field(
+        32, description="calls in progress on one gRPC connection (HTTP/2 SETTINGS)"
+    )
+    grpc_idle_timeout_seconds: Annotated[float, Field(gt=0.0)] = Field(
+        60.0, description="a gRPC connection with no call for this long is closed (GOAWAY)"
+    )
     device: str = Field("auto", description="auto, cpu, cuda or cuda:N")
     cache_bytes: Annotated[int, Field(ge=0)] = 2 * GiB
     in_flight_bytes: Annotated[int, Field(ge=1)] = Field(
@@ -61,6 +72,17 @@ class Settings(BaseSettings):
     max_infer_body_bytes: Annotated[int, Field(ge=1)] = 64 * MiB
     max_upload_bytes: Annotated[int, Field(ge=1)] = 256 * MiB
     table_store_bytes: Annotated[int, Field(ge=0)] = 1 * GiB
+    max_upload_tensors: Annotated[int, Field(ge=1)] = Field(
+        1024,
+        description="tensors a safetensors upload may declare, counted from its header (at most "
+        "1 KiB of header per tensor) before the file is read; more answer 413",
+    )
+    max_onnx_entries: Annotated[int, Field(ge=1)] = Field(
+        1 << 18,
+        description="nodes, initializers, attributes and other entries of a model sent to "
+        "/v1/check/onnx (subgraphs and functions included), counted from its bytes before it "
+        "is parsed; more answer 413",
+    )
     max_concurrent_computations: Annotated[int, Field(ge=1)] = 4
     retry_after_seconds: Annotated[int, Field(ge=1)] = 1
     max_connections: Annotated[int, Field(ge=1)] = Field(
@@ -80,6 +102,15 @@ class Settings(BaseSettings):
     )
     send_timeout_seconds: Annotated[float, Field(gt=0.0)] = Field(
         30.0, description="a response whose client reads nothing for this long is cut"
+    )
+    min_send_rate_bytes: Annotated[int, Field(ge=0)] = Field(
+        256 * 1024,
+        description="bytes per second a client must read of a response that waits on it, over "
+        "each send_rate_window_seconds; a slower reader is cut and its in-flight charge freed "
+        "(0: off)",
+    )
+    send_rate_window_seconds: Annotated[float, Field(gt=0.0)] = Field(
+        10.0, description="the window over which min_send_rate_bytes is measured"
     )
     warm_presets: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="preset names to compute at start-up, or 'all'"
