@@ -24,10 +24,12 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import grpc
 import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as tgrpc
+from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from posenc.runtime import InFlightBudget
@@ -580,3 +582,51 @@ def test_health_probes_answer_through_the_connection_cap() -> None:
         finally:
             for s in idle:
                 s.close()
+
+
+# --- 7, 8. input ranks bounded; /v2 and gRPC errors excerpted --------------------------------
+
+
+def http_infer(server: ServerHandle, name: str, shape: list[int]) -> httpx.Response:
+    body = {"inputs": [{"name": name, "shape": shape, "datatype": "INT64", "data": [0]}]}
+    with server.client() as client:
+        return client.post("/v2/models/rope/infer", json=body)
+
+
+def raw_grpc_infer(server: ServerHandle, name: str, shape: list[int]) -> grpc.RpcError:
+    """A ModelInfer built by hand (tritonclient cannot build a 65-dimension input: numpy stops
+    at 64); the error it gets."""
+    request = service_pb2.ModelInferRequest(model_name="rope")
+    request.inputs.add(name=name, datatype="INT64", shape=shape)
+    request.raw_input_contents.append(bytes(8))
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as failed:
+            stub.ModelInfer(request, timeout=PATIENCE)
+    return failed.value
+
+
+def test_an_input_of_65_dimensions_is_a_400(server: ServerHandle) -> None:
+    """numpy's limit is 64 dimensions: past `MAX_INPUT_RANK` (8) the shape is refused before any
+    array is made, over HTTP (400) and gRPC (INVALID_ARGUMENT), never a 500."""
+    for rank in (65, 9):
+        r = http_infer(server, "position_ids", [1] * rank)
+        assert r.status_code == 400, r.text[:300]
+        assert f"shape has {rank} dimensions, more than 8" in r.json()["error"]
+        failed = raw_grpc_infer(server, "position_ids", [1] * rank)
+        assert failed.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert f"shape has {rank} dimensions" in failed.details()
+
+
+def test_errors_never_echo_a_large_input(server: ServerHandle) -> None:
+    """An input named with 500 kB: the error quotes an excerpt of at most `MAX_ERROR_CHARS`
+    characters and says how much it left out, over HTTP and gRPC (a stock client reads it)."""
+    name = "x" * 500_000
+    r = http_infer(server, name, [1])
+    assert r.status_code == 400
+    assert len(r.content) <= 4096, len(r.content)
+    assert "more characters left out" in r.json()["error"]
+    failed = raw_grpc_infer(server, name, [1])
+    assert failed.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert len(failed.details()) <= 4096
+    assert "more characters left out" in failed.details()
