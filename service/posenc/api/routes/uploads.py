@@ -152,9 +152,9 @@ def _count_tensors(body: bytes, max_tensors: int) -> None:
     `max_tensors` tensors, or is longer than `SAFETENSORS_HEADER_BYTES_PER_TENSOR` bytes per
     allowed tensor, before safetensors allocates anything for them. A malformed header is left
     to safetensors to refuse."""
-    if len(body) < 8:
-        return
     size = int.from_bytes(body[:8], "little")
+    if len(body) < 8 or 8 + size > len(body):  # malformed: safetensors says how
+        return
     max_header = SAFETENSORS_HEADER_BYTES_PER_TENSOR * max_tensors
     count: int | None = None
     if size <= max_header:
