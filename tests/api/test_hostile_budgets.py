@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 import select
 import socket
@@ -630,3 +631,35 @@ def test_errors_never_echo_a_large_input(server: ServerHandle) -> None:
     assert failed.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert len(failed.details()) <= 4096
     assert "more characters left out" in failed.details()
+
+
+# --- 12. lesser: quiet UNIMPLEMENTED; malformed requests in the error contract ----------------
+
+
+def test_unimplemented_grpc_calls_are_answered_without_a_traceback(
+    server: ServerHandle, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every call of a method posenc does not serve is UNIMPLEMENTED, and logs nothing at ERROR
+    (the generated default raised NotImplementedError: one traceback per call, no key needed)."""
+    caplog.set_level(logging.WARNING)
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        for _ in range(3):
+            with pytest.raises(grpc.RpcError) as failed:
+                stub.RepositoryIndex(service_pb2.RepositoryIndexRequest(), timeout=PATIENCE)
+            assert failed.value.code() == grpc.StatusCode.UNIMPLEMENTED
+            assert "RepositoryIndex" in failed.value.details()
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == [], [r.getMessage()[:200] for r in errors]
+
+
+def test_a_malformed_request_line_gets_the_error_contract(server: ServerHandle) -> None:
+    host, port = server.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=PATIENCE) as sock:
+        sock.sendall(b"GET /v2 HTTP/1.1 extra\x00\r\nHost: x\r\n\r\n")
+        status, headers, body = read_response(sock)
+    assert status == 400
+    assert headers["content-type"] == "application/json"
+    error = json.loads(body)
+    assert set(error) == {"error", "error_type", "detail"}
+    assert error["error_type"] == "bad_request"

@@ -165,6 +165,13 @@ class ConnectionLimits:
             f"the request line and headers exceed {self.max_header_bytes} bytes",
             {"max_header_bytes": self.max_header_bytes},
         )
+        self.malformed_400 = _error_bytes(
+            400,
+            "Bad Request",
+            "bad_request",
+            "the request is not valid HTTP/1.1 (request line or headers malformed)",
+            None,
+        )
         self.refused_body = orjson.dumps(
             {
                 "error": f"{self.max_connections} connections are open, the most this server "
@@ -394,6 +401,16 @@ class GuardedProtocol(HttpToolsProtocol):
         if self.send_timer is not None:
             self.send_timer.cancel()
             self.send_timer = None
+
+    def send_400_response(self, msg: str) -> None:
+        """httptools could not parse the request: the error contract (400 `bad_request`, or 431
+        `headers_too_large` when the headers were already past `max_header_bytes`) instead of
+        uvicorn's plain text, and the connection closed."""
+        if self.in_headers and self.header_bytes > self.limits.max_header_bytes:
+            self.transport.write(self.limits.headers_431)
+        else:
+            self.transport.write(self.limits.malformed_400)
+        self.transport.close()
 
     def _headers_too_large(self) -> None:
         self.limits.header_floods.note()

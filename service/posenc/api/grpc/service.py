@@ -299,6 +299,42 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
                     lease.release()
 
 
+UNIMPLEMENTED = (
+    "ModelStatistics",
+    "RepositoryIndex",
+    "RepositoryModelLoad",
+    "RepositoryModelUnload",
+    "SystemSharedMemoryStatus",
+    "SystemSharedMemoryRegister",
+    "SystemSharedMemoryUnregister",
+    "CudaSharedMemoryStatus",
+    "CudaSharedMemoryRegister",
+    "CudaSharedMemoryUnregister",
+    "TraceSetting",
+    "LogSettings",
+)
+"""The protocol's calls posenc does not serve: answered UNIMPLEMENTED by `_unimplemented`."""
+
+
+def _unimplemented(name: str) -> Callable[..., Awaitable[Any]]:
+    """A handler answering UNIMPLEMENTED quietly: the generated servicer's default raises
+    NotImplementedError, which grpc.aio logs with a full traceback on every call (a log flood
+    anyone could cause without a key)."""
+
+    async def handler(
+        self: InferenceService, request: Any, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> Any:
+        self.state.metrics.observe_grpc(name, grpc.StatusCode.UNIMPLEMENTED.name, 0.0)
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"posenc does not implement {name}")
+
+    handler.__name__ = name
+    return handler
+
+
+for _name in UNIMPLEMENTED:
+    setattr(InferenceService, _name, _unimplemented(_name))
+
+
 def _ms(seconds: float) -> int:
     return max(1, round(seconds * 1000))
 
