@@ -663,3 +663,43 @@ def test_a_malformed_request_line_gets_the_error_contract(server: ServerHandle) 
     error = json.loads(body)
     assert set(error) == {"error", "error_type", "detail"}
     assert error["error_type"] == "bad_request"
+
+
+# --- 5. one peer cannot take every HTTP connection -------------------------------------------
+
+
+def test_one_peer_cannot_take_every_connection() -> None:
+    """One address holding `max_connections_per_peer` (4) idle sockets: its next connection is
+    503 `too_many_connections` (health probes still answered); another address (127.0.0.2, on
+    loopback too) is served."""
+    with start_server(
+        max_connections=64, max_connections_per_peer=4, header_timeout_seconds=PATIENCE
+    ) as srv:
+        host, port = srv.url.removeprefix("http://").split(":")
+        idle = [socket.create_connection((host, int(port)), timeout=PATIENCE) for _ in range(4)]
+        try:
+            with srv.client() as client:
+                refused = client.get("/v2")
+                # the server may not have accepted all four yet: it counts what it accepted
+                deadline = time.monotonic() + PATIENCE
+                while refused.status_code == 200 and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    refused = client.get("/v2")
+                assert refused.status_code == 503
+                assert refused.json()["error_type"] == "too_many_connections"
+                assert refused.json()["detail"] == {"max_connections_per_peer": 4}
+                assert refused.headers["retry-after"] == "1"
+            with srv.client() as client:
+                assert client.get("/v2/health/live").status_code == 200
+            other = httpx.HTTPTransport(local_address="127.0.0.2")
+            with httpx.Client(base_url=srv.url, transport=other, timeout=PATIENCE) as client:
+                assert client.get("/v2").status_code == 200
+        finally:
+            for s in idle:
+                s.close()
+        with srv.client() as client:
+            answer = client.get("/v2")
+            deadline = time.monotonic() + PATIENCE
+            while answer.status_code != 200 and time.monotonic() < deadline:
+                answer = client.get("/v2")
+            assert answer.status_code == 200

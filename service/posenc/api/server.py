@@ -7,6 +7,9 @@ Connections (`GuardedProtocol`, uvicorn's httptools protocol with what it lacks 
   `REFUSED_GRACE` seconds to send them, so refused sockets never pile up; the health probes
   (`HEALTH_PATHS`) are answered even then (and the connection closed), so a flood of connections
   cannot fail a liveness probe into a restart loop;
+- at most `max_connections_per_peer` open from one address (host): one more is refused the same
+  way (`too_many_connections`, detail `max_connections_per_peer`), so one peer re-opening idle
+  sockets cannot take every connection from the others;
 - `max_header_bytes` of request line and headers per request: else 431 `headers_too_large` and
   closed (httptools keeps every header in memory and has no limit of its own; counted per read,
   so at most one read beyond the limit is taken in);
@@ -181,6 +184,20 @@ class ConnectionLimits:
             }
         )
         self.refused = _Tally(f"connections over max_connections={self.max_connections} refused")
+        self.max_per_peer = settings.max_connections_per_peer
+        self.peer_refused_body = orjson.dumps(
+            {
+                "error": f"{self.max_per_peer} connections from this address are open, the most "
+                f"this server keeps for one peer; retry in {self.retry_after}s",
+                "error_type": "too_many_connections",
+                "detail": {"max_connections_per_peer": self.max_per_peer},
+            }
+        )
+        self.peer_refused = _Tally(
+            f"connections over max_connections_per_peer={self.max_per_peer} refused"
+        )
+        self.per_peer: dict[str, int] = {}
+        """Open connections by peer address (host only)."""
         self.header_timeouts = _Tally(f"header timeouts ({self.header_timeout:g}s)")
         self.header_floods = _Tally(f"requests over max_header_bytes={self.max_header_bytes}")
         self.body_timeouts = _Tally(f"body timeouts ({self.body_timeout:g}s)")
@@ -194,20 +211,22 @@ class ConnectionLimits:
             f"{self.send_rate_window:g}s"
         )
 
-    def refusing(self, app: ASGIApp) -> ASGIApp:
+    def refusing(self, app: ASGIApp, body: bytes | None = None) -> ASGIApp:
         """The ASGI app of a connection over the cap: `app` for the health probes (`GET`/`HEAD`
         of `HEALTH_PATHS`, answered with `Connection: close`), so that a flood of connections
-        never fails a liveness probe into a restart; `refuse` for everything else."""
+        never fails a liveness probe into a restart; `refuse` for everything else (with `body`,
+        else the `max_connections` one)."""
+        refused = body if body is not None else self.refused_body
 
         async def answer(scope: Scope, receive: Receive, send: Send) -> None:
             if (
                 scope["type"] == "http"
                 and scope["path"] in HEALTH_PATHS
                 and scope["method"]
-                in (
+                in {
                     "GET",
                     "HEAD",
-                )
+                }
             ):
 
                 async def closing(message: Message) -> None:
@@ -218,25 +237,28 @@ class ConnectionLimits:
 
                 await app(scope, receive, closing)
                 return
-            await self.refuse(scope, receive, send)
+            await self.refuse(scope, receive, send, refused)
 
         return answer
 
-    async def refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def refuse(
+        self, scope: Scope, receive: Receive, send: Send, body: bytes | None = None
+    ) -> None:
         """The ASGI app a connection over the cap gets: 503 `too_many_connections`, closed."""
+        body = body if body is not None else self.refused_body
         await send(
             {
                 "type": "http.response.start",
                 "status": 503,
                 "headers": [
                     (b"content-type", b"application/json"),
-                    (b"content-length", str(len(self.refused_body)).encode()),
+                    (b"content-length", str(len(body)).encode()),
                     (b"retry-after", self.retry_after.encode()),
                     (b"connection", b"close"),
                 ],
             }
         )
-        await send({"type": "http.response.body", "body": self.refused_body})
+        await send({"type": "http.response.body", "body": body})
 
 
 class PosencConfig(uvicorn.Config):
@@ -288,6 +310,7 @@ class GuardedProtocol(HttpToolsProtocol):
         self.in_headers = False
         self.header_bytes = 0
         self.sent = 0
+        self.peer = ""
         self.rate_timer: asyncio.TimerHandle | None = None
         self.rate_mark = 0
 
@@ -295,9 +318,17 @@ class GuardedProtocol(HttpToolsProtocol):
         """Accept, or (over the cap) serve only the 503; start the header timer."""
         super().connection_made(transport)
         wait = self.limits.header_timeout
+        peer = transport.get_extra_info("peername")
+        self.peer = str(peer[0]) if isinstance(peer, tuple) and peer else ""
+        per_peer = self.limits.per_peer
+        per_peer[self.peer] = per_peer.get(self.peer, 0) + 1
         if len(self.connections) > self.limits.max_connections:
             self.app = self.limits.refusing(self.app)
             self.limits.refused.note()
+            wait = min(wait, REFUSED_GRACE)
+        elif per_peer[self.peer] > self.limits.max_per_peer:
+            self.app = self.limits.refusing(self.app, self.limits.peer_refused_body)
+            self.limits.peer_refused.note()
             wait = min(wait, REFUSED_GRACE)
         self.header_timer = self.loop.call_later(wait, self._header_timeout)
 
@@ -307,6 +338,12 @@ class GuardedProtocol(HttpToolsProtocol):
             if timer is not None:
                 timer.cancel()
         self.header_timer = self.body_timer = self.send_timer = self.rate_timer = None
+        per_peer = self.limits.per_peer
+        left = per_peer.get(self.peer, 0) - 1
+        if left > 0:
+            per_peer[self.peer] = left
+        else:
+            per_peer.pop(self.peer, None)
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:

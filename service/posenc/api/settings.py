@@ -88,6 +88,11 @@ class Settings(BaseSettings):
     max_connections: Annotated[int, Field(ge=1)] = Field(
         1024, description="open connections; a connection beyond is answered 503 and closed"
     )
+    max_connections_per_peer: Annotated[int, Field(ge=1)] = Field(
+        256,
+        description="open connections from one client address; one more is answered 503 and "
+        "closed (raise it behind a proxy that funnels every client through a few addresses)",
+    )
     max_header_bytes: Annotated[int, Field(ge=1024)] = Field(
         64 * 1024, description="request line and headers of one request; more answer 431"
     )
