@@ -6,8 +6,12 @@ Sizes are bytes. Request bodies have three caps: `max_body_bytes` (specs, config
 (weight tables uploaded to `/v1/uploads`, models sent to `/v1/check/onnx`); `table_store_bytes`
 bounds the uploaded tables kept.
 Memory has two budgets: `cache_bytes` (resident tables and prepared bodies) and `in_flight_bytes`
-(tables being computed and bodies being sent outside the cache; new work beyond it is a 503).
-Connections have a cap (`max_connections`) and timeouts (`*_timeout_seconds`): api/server.py.
+(request bodies, tables and rows being computed, and bodies being sent outside the cache, over
+`/v1`, `/v2` and gRPC; new work beyond it is a 503); the parsers of uploads are bounded by counts
+read before they allocate (`max_upload_tensors`, `max_onnx_entries`).
+Connections have caps (`max_connections`, `max_connections_per_peer`, `grpc_max_connections`),
+timeouts (`*_timeout_seconds`) and a minimum send rate (`min_send_rate_bytes`): api/server.py and
+api/grpc/service.py.
 `posenc serve` flags override the environment; tests pass values directly.
 """
 
