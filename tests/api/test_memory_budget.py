@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 import httpx
 import pytest
 
+from posenc.api.middleware import BODY_COPIES
 from posenc.runtime import InFlightBudget
 from tests.api.metrics_util import scrape, value
 from tests.conftest import ServerHandle, start_server
@@ -106,7 +107,10 @@ def test_sends_are_charged_shared_and_refuse_work_beyond_the_budget(srv: ServerH
             assert set(error) == {"error", "error_type", "detail"}
             assert error["error_type"] == "overloaded"
             assert error["detail"]["max_in_flight_bytes"] == 24 * MiB + 8192
-            assert error["detail"]["in_flight_bytes"] == budget.held
+            # held when refused: the stalled sends, and this request's own body (charged
+            # BODY_COPIES times from its Content-Length while the request is served)
+            body_charge = BODY_COPIES * len(refused.request.content)
+            assert error["detail"]["in_flight_bytes"] == budget.held + body_charge
             assert error["detail"]["requested_bytes"] > 24 * MiB + 8192 - budget.held
             # what is cached and small still goes out
             small = client.post("/v1/tables", json={"kind": "alibi", "num_heads": 8})

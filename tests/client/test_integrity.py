@@ -231,3 +231,129 @@ def test_cli_cache_verify_and_clear(
     assert "removed" in err
     assert DiskCache(cache_dir).verify() == []
     assert cli("--no-cache", "cache", "verify")[0] == 2
+
+
+class Tamper(httpx.HTTPTransport):
+    """A real transport that changes the server's answers the way a man in the middle, a broken
+    proxy or a misrouted request would (issue 32, findings 9 and 10)."""
+
+    def __init__(self, mode: str, swap: tuple[str, str] = ("", "")) -> None:
+        super().__init__()
+        self.mode = mode
+        self.swap = swap
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if self.mode == "swap" and request.url.path == f"/v1/tables/{self.swap[0]}":
+            request = httpx.Request(
+                request.method,
+                request.url.copy_with(path=f"/v1/tables/{self.swap[1]}"),
+                headers=request.headers,
+            )
+        response = super().handle_request(request)
+        if response.status_code != 200 or self.mode == "swap":
+            return response
+        body = response.read()
+        headers = {k: v for k, v in response.headers.items() if k != "repr-digest"}
+        if self.mode == "gzip":
+            import gzip
+
+            body = gzip.compress(body)
+            headers["content-encoding"] = "gzip"
+            headers["content-length"] = str(len(body))
+        return httpx.Response(200, headers=headers, content=body)
+
+
+def test_an_answer_without_repr_digest_is_refused_and_never_cached(
+    server: ServerHandle, cache_dir: Path
+) -> None:
+    """A whole table or model without `Repr-Digest` is refused (`DecodeError`) and nothing is
+    cached: a digest the client computed itself would vouch for whatever arrived, and a later
+    304 from the genuine server would confirm it."""
+    spec = {**SPEC, "max_positions": 41}
+    with Client(server.url, cache=cache_dir, retries=0, transport=Tamper("strip")) as client:
+        with pytest.raises(DecodeError, match="no Repr-Digest"):
+            client.table(spec)
+        with pytest.raises(DecodeError, match="no Repr-Digest"):
+            client.onnx(ONNX_SPEC, graph="bias", opset=17)
+    assert DiskCache(cache_dir).keys() == []
+    with Client(server.url, cache=cache_dir, retries=0) as client:
+        assert client.table(spec).key
+
+
+def test_table_by_key_refuses_another_keys_table(server: ServerHandle, cache_dir: Path) -> None:
+    with Client(server.url, cache=cache_dir, retries=0) as client:
+        wanted = client.table({**SPEC, "max_positions": 42}, rows=(0, 1)).key
+        other = client.table({**SPEC, "max_positions": 43}).key
+    DiskCache(cache_dir).clear()
+    tamper = Tamper("swap", (wanted, other))
+    with (
+        Client(server.url, cache=cache_dir, retries=0, transport=tamper) as client,
+        pytest.raises(DecodeError, match=f"asked for table {wanted}"),
+    ):
+        client.table_by_key(wanted)
+    assert DiskCache(cache_dir).keys() == []
+
+
+def test_an_encoding_the_client_did_not_ask_for_is_refused_unread(
+    server: ServerHandle, cache_dir: Path
+) -> None:
+    """The client asks for identity; a gzip answer is refused before its body is decompressed
+    (4 MiB of gzip can be 4 GiB)."""
+    with (
+        Client(server.url, cache=cache_dir, retries=0, transport=Tamper("gzip")) as client,
+        pytest.raises(DecodeError, match="content encoding 'gzip'"),
+    ):
+        client.table({**SPEC, "max_positions": 44})
+    assert DiskCache(cache_dir).keys() == []
+
+
+def test_cache_writes_never_follow_a_planted_symlink(
+    server: ServerHandle, cache_dir: Path, tmp_path: Path
+) -> None:
+    """Temporary files get random names, created exclusively: a symlink planted at the name an
+    older client used (`<file>.<pid>.tmp`) is neither followed nor replaced."""
+    import os
+
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"untouched")
+    spec = {**SPEC, "max_positions": 45}
+    with Client(server.url, cache=False, retries=0) as client:
+        key = client.table(spec).key
+    target = DiskCache(cache_dir).path("tables", key)
+    target.parent.mkdir(parents=True)
+    planted = Path(f"{target}.{os.getpid()}.tmp")
+    planted.symlink_to(victim)
+    with Client(server.url, cache=cache_dir, retries=0) as client:
+        assert client.table(spec).key == key
+    assert victim.read_bytes() == b"untouched"
+    assert planted.is_symlink()
+    assert DiskCache(cache_dir).verify()[0].problem is None
+
+
+def test_cache_verify_reports_stale_temporary_files(
+    server: ServerHandle, cache_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with Client(server.url, cache=cache_dir, retries=0) as client:
+        good = client.table({**SPEC, "max_positions": 46})
+    stale = DiskCache(cache_dir).path("tables", good.key).parent / ".x.safetensors.abc123.tmp"
+    stale.write_bytes(b"half a table")  # what a writer killed mid-write leaves
+    code = main(["--url", server.url, "--cache-dir", str(cache_dir), "cache", "verify"])
+    out, err = capsys.readouterr()
+    assert code == EXIT_OK
+    assert f"stale: {stale}" in out
+    assert "found 1 stale temporary files" in err
+    main(["--url", server.url, "--cache-dir", str(cache_dir), "cache", "verify", "--remove"])
+    assert not stale.exists()
+
+
+def test_a_cache_that_cannot_be_written_is_a_warning(
+    server: ServerHandle, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A cache folder that cannot be written (here: a file where the folder should be; a full
+    disk fails the same way) costs the cache, not the answer."""
+    blocked = tmp_path / "cache"
+    blocked.write_bytes(b"not a folder")
+    with Client(server.url, cache=blocked, retries=0) as client:
+        tables = client.table({**SPEC, "max_positions": 47})
+    assert tables.key
+    assert any("could not write to the cache" in r.getMessage() for r in caplog.records)

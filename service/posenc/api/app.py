@@ -148,7 +148,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         max_concurrent=settings.max_concurrent_computations,
         retry_after=settings.retry_after_seconds,
         on_compute=state.metrics.observe_compute,
-        budget=InFlightBudget(settings.in_flight_bytes, settings.retry_after_seconds),
+        budget=state.budget,
     )
     collector = state.metrics.watch(cache)
     state.device, state.cache = device, cache
@@ -194,6 +194,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         for part in preset.parts:
             index.pin(part.key, part.spec)
     state = AppState(settings, metrics, curated, Lifecycle(), index)
+    # one in-flight budget for the app's life: request bodies (`BodyLimitMiddleware`), tables
+    # computed, answers being sent, over HTTP and gRPC
+    state.budget = InFlightBudget(settings.in_flight_bytes, settings.retry_after_seconds)
 
     app = FastAPI(
         title="posenc",
@@ -226,7 +229,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     if settings.hot_routes:
         app.add_middleware(HotRoutes, routes=hot_routes(tables.router, oip_models))
     app.add_middleware(
-        BodyLimitMiddleware, max_bytes=settings.max_body_bytes, routes=body_limits(settings)
+        BodyLimitMiddleware,
+        max_bytes=settings.max_body_bytes,
+        routes=body_limits(settings),
+        budget=state.budget,
     )
     keys = [k.get_secret_value() for k in settings.api_keys]
     guarded = PROTECTED_PREFIXES + (DOCS_PREFIXES if settings.protect_docs_and_metrics else ())

@@ -21,7 +21,7 @@ from weakref import WeakKeyDictionary
 from fastapi import Depends, Request
 from prometheus_client import CollectorRegistry, Counter
 
-from posenc.api.oip.context import OipContext
+from posenc.api.oip.context import GRPC_OUTPUT_COPIES, HTTP_OUTPUT_COPIES, OipContext
 from posenc.api.state import AppState
 
 _COUNTERS: WeakKeyDictionary[CollectorRegistry, Counter] = WeakKeyDictionary()
@@ -54,9 +54,10 @@ def _infer_counter(registry: CollectorRegistry) -> Counter:
     return counter
 
 
-def context_for(state: AppState) -> OipContext:
+def context_for(state: AppState, grpc: bool = False) -> OipContext:
     """The `OipContext` of the app whose state is `state` (503 while it starts or stops): what
-    its `/v2` routes and its gRPC service (`posenc.api.grpc`) hand the models."""
+    its `/v2` routes and (`grpc`: with gRPC's output copies charged, no JSON) its gRPC service
+    (`posenc.api.grpc`) hand the models."""
     cache = state.require_cache()
     lifecycle = state.lifecycle
     counter = _infer_counter(state.metrics.registry)
@@ -69,6 +70,8 @@ def context_for(state: AppState) -> OipContext:
         max_body_bytes=settings.max_infer_body_bytes,
         ready=lambda: lifecycle.ready and not lifecycle.draining,
         observe=lambda model, source: counter.labels(model, source).inc(),
+        output_copies=GRPC_OUTPUT_COPIES if grpc else HTTP_OUTPUT_COPIES,
+        json_outputs=not grpc,
     )
 
 

@@ -1,9 +1,17 @@
-"""Pure ASGI middleware: the request body caps.
+"""Pure ASGI middleware: the request body caps and the body budget.
 
 `BodyLimitMiddleware` picks the cap of a request from its path (`routes`: the first full match of
 a pattern, else `max_bytes`), answers 413 (the error contract) when `Content-Length` exceeds it,
 before reading any of the body, and raises `ApiError` 413 (answered by the error handlers) when a
 body streamed without one grows past it, so a route never holds more than its cap.
+
+Bodies are also charged to the in-flight budget (`runtime.budget`, `budget`): `BODY_COPIES` times
+the declared `Content-Length` before any of the body is read (503 `overloaded` with `Retry-After`
+when it does not fit: nothing read), and, for a body without one, as it arrives, in steps of at
+least `BODY_STEP` (`Overloaded` raised from `receive`, answered 503 by the error handlers); the
+charge is held until the request's response is sent. A body's charge is capped at the whole
+budget, as a computation's is: a body larger than that is still taken, alone. So however many
+clients upload at once, the bodies held stay inside the budget.
 """
 
 from __future__ import annotations
@@ -13,7 +21,15 @@ from collections.abc import Sequence
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from posenc.api.errors import ApiError, error_response
+from posenc.api.errors import ApiError, error_response, to_response
+from posenc.runtime import InFlightBudget, Lease, Overloaded
+
+BODY_COPIES = 2
+"""What a request body is charged, in multiples of its bytes: the chunks as received and the
+joined body a route reads."""
+
+BODY_STEP = 1 << 20
+"""A body without `Content-Length` is charged as it arrives, at least this many bytes at a time."""
 
 RouteLimit = tuple[re.Pattern[str], int]
 """A path pattern (matched in full) and the body cap of the requests to it."""
@@ -22,10 +38,17 @@ RouteLimit = tuple[re.Pattern[str], int]
 class BodyLimitMiddleware:
     """Reject request bodies larger than the cap of their route with 413 `body_too_large`."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int, routes: Sequence[RouteLimit] = ()) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_bytes: int,
+        routes: Sequence[RouteLimit] = (),
+        budget: InFlightBudget | None = None,
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
         self.routes = tuple(routes)
+        self.budget = budget
 
     def limit_for(self, path: str) -> int:
         """The body cap of a request to `path`."""
@@ -48,6 +71,9 @@ class BodyLimitMiddleware:
             await self.app(scope, receive, send)
             return
         limit = self.limit_for(scope["path"])
+        budget = self.budget
+        leases: list[Lease] = []
+        charged = 0
         for name, value in scope["headers"]:
             if name == b"content-length":
                 try:
@@ -57,11 +83,18 @@ class BodyLimitMiddleware:
                 if declared > limit:
                     await self._reject(declared, limit)(scope, receive, send)
                     return
+                if budget is not None and declared > 0:
+                    charged = min(BODY_COPIES * declared, budget.max_bytes)
+                    try:
+                        leases.append(budget.acquire(object(), charged))
+                    except Overloaded as exc:
+                        await to_response(exc)(scope, receive, send)
+                        return
                 break
         received = 0
 
         async def limited_receive() -> Message:
-            nonlocal received
+            nonlocal received, charged
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
@@ -72,6 +105,15 @@ class BodyLimitMiddleware:
                         f"request body exceeds the limit of {limit} bytes",
                         {"max_bytes": limit, "size_bytes": None},
                     )
+                cap = min(BODY_COPIES * limit, budget.max_bytes) if budget is not None else 0
+                if budget is not None and min(BODY_COPIES * received, cap) > charged:
+                    step = min(max(BODY_COPIES * received - charged, BODY_STEP), cap - charged)
+                    leases.append(budget.acquire(object(), step))
+                    charged += step
             return message
 
-        await self.app(scope, limited_receive, send)
+        try:
+            await self.app(scope, limited_receive, send)
+        finally:
+            for lease in leases:
+                lease.release()

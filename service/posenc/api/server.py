@@ -4,7 +4,12 @@ Connections (`GuardedProtocol`, uvicorn's httptools protocol with what it lacks 
 
 - at most `max_connections` open: one beyond is answered 503 `too_many_connections` (the error
   contract, `Retry-After`, `Connection: close`) as soon as its headers arrive, and closed; it gets
-  `REFUSED_GRACE` seconds to send them, so refused sockets never pile up;
+  `REFUSED_GRACE` seconds to send them, so refused sockets never pile up; the health probes
+  (`HEALTH_PATHS`) are answered even then (and the connection closed), so a flood of connections
+  cannot fail a liveness probe into a restart loop;
+- at most `max_connections_per_peer` open from one address (host): one more is refused the same
+  way (`too_many_connections`, detail `max_connections_per_peer`), so one peer re-opening idle
+  sockets cannot take every connection from the others;
 - `max_header_bytes` of request line and headers per request: else 431 `headers_too_large` and
   closed (httptools keeps every header in memory and has no limit of its own; counted per read,
   so at most one read beyond the limit is taken in);
@@ -15,7 +20,13 @@ Connections (`GuardedProtocol`, uvicorn's httptools protocol with what it lacks 
   body trickling in at a few bytes per second);
 - `idle_timeout_seconds` between requests on a keep-alive connection (uvicorn's keep-alive);
 - `send_timeout_seconds` during which a client reads nothing of its response (the transport stays
-  over its high-water mark): the connection is cut, and the body's memory freed.
+  over its high-water mark): the connection is cut, and the body's memory freed;
+- `min_send_rate_bytes` per second over each `send_rate_window_seconds` window in which the
+  response waited on its client (the transport went over its high-water mark): a client reading
+  slower is cut (aborted) and the body's in-flight charge freed, so a reader trickling a few
+  bytes at a time, which the send timeout never catches, holds its share of the budget for at
+  most its size / the minimum rate. Bytes handed to the socket are counted by wrapping the
+  transport the request's cycle writes to (`_CountingTransport`).
 
 uvicorn offers `limit_concurrency` (counted only once a request's headers are in, answered in
 plain text) and the keep-alive timeout; it has no header, body or send timeout.
@@ -29,16 +40,19 @@ The process then exits 0. SIGINT (Ctrl-C) and a second SIGTERM skip the drain.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import signal
+import socket
+import struct
 import time
 from types import FrameType
 from typing import Any
 
 import orjson
 import uvicorn
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
@@ -80,6 +94,10 @@ def configure_logging(settings: Settings) -> None:
 
 
 log = logging.getLogger("posenc.api.server")
+
+HEALTH_PATHS = frozenset({"/v2/health/live", "/v2/health/ready"})
+"""The probes a connection over `max_connections` still gets answered
+(`ConnectionLimits.refusing`)."""
 
 REFUSED_GRACE = 1.0
 """Seconds a connection over `max_connections` gets to send its request headers (then it is
@@ -150,6 +168,13 @@ class ConnectionLimits:
             f"the request line and headers exceed {self.max_header_bytes} bytes",
             {"max_header_bytes": self.max_header_bytes},
         )
+        self.malformed_400 = _error_bytes(
+            400,
+            "Bad Request",
+            "bad_request",
+            "the request is not valid HTTP/1.1 (request line or headers malformed)",
+            None,
+        )
         self.refused_body = orjson.dumps(
             {
                 "error": f"{self.max_connections} connections are open, the most this server "
@@ -159,28 +184,81 @@ class ConnectionLimits:
             }
         )
         self.refused = _Tally(f"connections over max_connections={self.max_connections} refused")
+        self.max_per_peer = settings.max_connections_per_peer
+        self.peer_refused_body = orjson.dumps(
+            {
+                "error": f"{self.max_per_peer} connections from this address are open, the most "
+                f"this server keeps for one peer; retry in {self.retry_after}s",
+                "error_type": "too_many_connections",
+                "detail": {"max_connections_per_peer": self.max_per_peer},
+            }
+        )
+        self.peer_refused = _Tally(
+            f"connections over max_connections_per_peer={self.max_per_peer} refused"
+        )
+        self.per_peer: dict[str, int] = {}
+        """Open connections by peer address (host only)."""
         self.header_timeouts = _Tally(f"header timeouts ({self.header_timeout:g}s)")
         self.header_floods = _Tally(f"requests over max_header_bytes={self.max_header_bytes}")
         self.body_timeouts = _Tally(f"body timeouts ({self.body_timeout:g}s)")
         self.send_timeouts = _Tally(
             f"responses cut: client read nothing for {self.send_timeout:g}s"
         )
+        self.min_send_rate = settings.min_send_rate_bytes
+        self.send_rate_window = settings.send_rate_window_seconds
+        self.slow_readers = _Tally(
+            f"responses cut: client read under {self.min_send_rate} bytes/s over "
+            f"{self.send_rate_window:g}s"
+        )
 
-    async def refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+    def refusing(self, app: ASGIApp, body: bytes | None = None) -> ASGIApp:
+        """The ASGI app of a connection over the cap: `app` for the health probes (`GET`/`HEAD`
+        of `HEALTH_PATHS`, answered with `Connection: close`), so that a flood of connections
+        never fails a liveness probe into a restart; `refuse` for everything else (with `body`,
+        else the `max_connections` one)."""
+        refused = body if body is not None else self.refused_body
+
+        async def answer(scope: Scope, receive: Receive, send: Send) -> None:
+            if (
+                scope["type"] == "http"
+                and scope["path"] in HEALTH_PATHS
+                and scope["method"]
+                in {
+                    "GET",
+                    "HEAD",
+                }
+            ):
+
+                async def closing(message: Message) -> None:
+                    if message["type"] == "http.response.start":
+                        headers = [*message.get("headers", ()), (b"connection", b"close")]
+                        message = {**message, "headers": headers}
+                    await send(message)
+
+                await app(scope, receive, closing)
+                return
+            await self.refuse(scope, receive, send, refused)
+
+        return answer
+
+    async def refuse(
+        self, scope: Scope, receive: Receive, send: Send, body: bytes | None = None
+    ) -> None:
         """The ASGI app a connection over the cap gets: 503 `too_many_connections`, closed."""
+        body = body if body is not None else self.refused_body
         await send(
             {
                 "type": "http.response.start",
                 "status": 503,
                 "headers": [
                     (b"content-type", b"application/json"),
-                    (b"content-length", str(len(self.refused_body)).encode()),
+                    (b"content-length", str(len(body)).encode()),
                     (b"retry-after", self.retry_after.encode()),
                     (b"connection", b"close"),
                 ],
             }
         )
-        await send({"type": "http.response.body", "body": self.refused_body})
+        await send({"type": "http.response.body", "body": body})
 
 
 class PosencConfig(uvicorn.Config):
@@ -189,6 +267,24 @@ class PosencConfig(uvicorn.Config):
     def __init__(self, app: Any, settings: Settings, **kwargs: Any) -> None:
         super().__init__(app, http=GuardedProtocol, **kwargs)
         self.limits = ConnectionLimits(settings)
+
+
+class _CountingTransport:
+    """The connection's transport as a request cycle writes to it, counting the bytes written
+    (`GuardedProtocol.sent`); everything else is the transport's."""
+
+    __slots__ = ("_protocol", "_transport")
+
+    def __init__(self, transport: asyncio.Transport, protocol: GuardedProtocol) -> None:
+        self._transport = transport
+        self._protocol = protocol
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self._protocol.sent += len(data)
+        self._transport.write(data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
 
 
 class GuardedProtocol(HttpToolsProtocol):
@@ -213,23 +309,41 @@ class GuardedProtocol(HttpToolsProtocol):
         self.send_timer: asyncio.TimerHandle | None = None
         self.in_headers = False
         self.header_bytes = 0
+        self.sent = 0
+        self.peer = ""
+        self.rate_timer: asyncio.TimerHandle | None = None
+        self.rate_mark = 0
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         """Accept, or (over the cap) serve only the 503; start the header timer."""
         super().connection_made(transport)
         wait = self.limits.header_timeout
+        peer = transport.get_extra_info("peername")
+        self.peer = str(peer[0]) if isinstance(peer, tuple) and peer else ""
+        per_peer = self.limits.per_peer
+        per_peer[self.peer] = per_peer.get(self.peer, 0) + 1
         if len(self.connections) > self.limits.max_connections:
-            self.app = self.limits.refuse
+            self.app = self.limits.refusing(self.app)
             self.limits.refused.note()
+            wait = min(wait, REFUSED_GRACE)
+        elif per_peer[self.peer] > self.limits.max_per_peer:
+            self.app = self.limits.refusing(self.app, self.limits.peer_refused_body)
+            self.limits.peer_refused.note()
             wait = min(wait, REFUSED_GRACE)
         self.header_timer = self.loop.call_later(wait, self._header_timeout)
 
     def connection_lost(self, exc: Exception | None) -> None:
         """uvicorn's, and every timer cancelled."""
-        for timer in (self.header_timer, self.body_timer, self.send_timer):
+        for timer in (self.header_timer, self.body_timer, self.send_timer, self.rate_timer):
             if timer is not None:
                 timer.cancel()
-        self.header_timer = self.body_timer = self.send_timer = None
+        self.header_timer = self.body_timer = self.send_timer = self.rate_timer = None
+        per_peer = self.limits.per_peer
+        left = per_peer.get(self.peer, 0) - 1
+        if left > 0:
+            per_peer[self.peer] = left
+        else:
+            per_peer.pop(self.peer, None)
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -265,12 +379,18 @@ class GuardedProtocol(HttpToolsProtocol):
         self.header_bytes = 0
 
     def on_headers_complete(self) -> None:
-        """The headers are in: the header timer stops."""
+        """The headers are in: the header timer stops; the request's cycle writes through
+        `_CountingTransport` when a minimum send rate is set."""
         self.in_headers = False
         if self.header_timer is not None:
             self.header_timer.cancel()
             self.header_timer = None
         super().on_headers_complete()
+        if self.rate_timer is not None:  # a new response: a new window from its first wait
+            self.rate_timer.cancel()
+            self.rate_timer = None
+        if self.limits.min_send_rate and self.cycle is not None:
+            self.cycle.transport = _CountingTransport(self.transport, self)  # type: ignore[assignment]
 
     def on_message_complete(self) -> None:
         """The body is in: the body timer stops."""
@@ -281,10 +401,36 @@ class GuardedProtocol(HttpToolsProtocol):
 
     def pause_writing(self) -> None:
         """The client stopped reading (the transport is over its high-water mark): the send
-        timer starts."""
+        timer starts, and the send-rate window when none is running."""
         super().pause_writing()
         if self.send_timer is None:
             self.send_timer = self.loop.call_later(self.limits.send_timeout, self._send_timeout)
+        if self.rate_timer is None and self.limits.min_send_rate:
+            self.rate_mark = self._delivered()
+            self.rate_timer = self.loop.call_later(self.limits.send_rate_window, self._rate_check)
+
+    def _delivered(self) -> int:
+        """Bytes of responses handed to the socket so far (written less still buffered)."""
+        return self.sent - self.transport.get_write_buffer_size()
+
+    def _rate_check(self) -> None:
+        """End of a send-rate window: cut the connection when its response still waits on the
+        client and it read under the minimum rate over the window; else measure another window
+        while it waits."""
+        self.rate_timer = None
+        if self.transport.is_closing():
+            return
+        delivered = self._delivered()
+        window = self.limits.send_rate_window
+        waiting = self.flow.write_paused or self.transport.get_write_buffer_size() > 0
+        if not waiting:  # the client has all it was sent: nothing waits on it
+            return
+        if delivered - self.rate_mark < self.limits.min_send_rate * window:
+            self.limits.slow_readers.note()
+            self._cut()
+            return
+        self.rate_mark = delivered
+        self.rate_timer = self.loop.call_later(window, self._rate_check)
 
     def resume_writing(self) -> None:
         """The client read enough for the transport to drain: the send timer stops."""
@@ -292,6 +438,16 @@ class GuardedProtocol(HttpToolsProtocol):
         if self.send_timer is not None:
             self.send_timer.cancel()
             self.send_timer = None
+
+    def send_400_response(self, msg: str) -> None:
+        """httptools could not parse the request: the error contract (400 `bad_request`, or 431
+        `headers_too_large` when the headers were already past `max_header_bytes`) instead of
+        uvicorn's plain text, and the connection closed."""
+        if self.in_headers and self.header_bytes > self.limits.max_header_bytes:
+            self.transport.write(self.limits.headers_431)
+        else:
+            self.transport.write(self.limits.malformed_400)
+        self.transport.close()
 
     def _headers_too_large(self) -> None:
         self.limits.header_floods.note()
@@ -326,7 +482,16 @@ class GuardedProtocol(HttpToolsProtocol):
         self.send_timer = None
         if not self.transport.is_closing():
             self.limits.send_timeouts.note()
-        # abort, not close: close would wait for the unread buffer to drain
+        self._cut()
+
+    def _cut(self) -> None:
+        """Abort the connection with a reset: abort, not close, since close would wait for the
+        unread buffer to drain; and no lingering, or the kernel would go on trickling what its
+        send buffer holds (megabytes on loopback) to the slow client."""
+        sock = self.transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError, AttributeError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         self.transport.abort()
 
 

@@ -6,8 +6,12 @@ Sizes are bytes. Request bodies have three caps: `max_body_bytes` (specs, config
 (weight tables uploaded to `/v1/uploads`, models sent to `/v1/check/onnx`); `table_store_bytes`
 bounds the uploaded tables kept.
 Memory has two budgets: `cache_bytes` (resident tables and prepared bodies) and `in_flight_bytes`
-(tables being computed and bodies being sent outside the cache; new work beyond it is a 503).
-Connections have a cap (`max_connections`) and timeouts (`*_timeout_seconds`): api/server.py.
+(request bodies, tables and rows being computed, and bodies being sent outside the cache, over
+`/v1`, `/v2` and gRPC; new work beyond it is a 503); the parsers of uploads are bounded by counts
+read before they allocate (`max_upload_tensors`, `max_onnx_entries`).
+Connections have caps (`max_connections`, `max_connections_per_peer`, `grpc_max_connections`),
+timeouts (`*_timeout_seconds`) and a minimum send rate (`min_send_rate_bytes`): api/server.py and
+api/grpc/service.py.
 `posenc serve` flags override the environment; tests pass values directly.
 """
 
@@ -48,6 +52,17 @@ class Settings(BaseSettings):
         description="port of the Open Inference Protocol over gRPC (`inference."
         "GRPCInferenceService`, on `host`); off when unset, 0 picks a free port",
     )
+    grpc_max_connections: Annotated[int, Field(ge=1)] = Field(
+        256,
+        description="open gRPC connections (grpc core's connection quota); one more is closed at "
+        "once, so idle gRPC sockets cannot take the file descriptors HTTP needs",
+    )
+    grpc_max_concurrent_streams: Annotated[int, Field(ge=1)] = Field(
+        32, description="calls in progress on one gRPC connection (HTTP/2 SETTINGS)"
+    )
+    grpc_idle_timeout_seconds: Annotated[float, Field(gt=0.0)] = Field(
+        60.0, description="a gRPC connection with no call for this long is closed (GOAWAY)"
+    )
     device: str = Field("auto", description="auto, cpu, cuda or cuda:N")
     cache_bytes: Annotated[int, Field(ge=0)] = 2 * GiB
     in_flight_bytes: Annotated[int, Field(ge=1)] = Field(
@@ -61,10 +76,26 @@ class Settings(BaseSettings):
     max_infer_body_bytes: Annotated[int, Field(ge=1)] = 64 * MiB
     max_upload_bytes: Annotated[int, Field(ge=1)] = 256 * MiB
     table_store_bytes: Annotated[int, Field(ge=0)] = 1 * GiB
+    max_upload_tensors: Annotated[int, Field(ge=1)] = Field(
+        1024,
+        description="tensors a safetensors upload may declare, counted from its header (at most "
+        "1 KiB of header per tensor) before the file is read; more answer 413",
+    )
+    max_onnx_entries: Annotated[int, Field(ge=1)] = Field(
+        1 << 18,
+        description="nodes, initializers, attributes and other entries of a model sent to "
+        "/v1/check/onnx (subgraphs and functions included), counted from its bytes before it "
+        "is parsed; more answer 413",
+    )
     max_concurrent_computations: Annotated[int, Field(ge=1)] = 4
     retry_after_seconds: Annotated[int, Field(ge=1)] = 1
     max_connections: Annotated[int, Field(ge=1)] = Field(
         1024, description="open connections; a connection beyond is answered 503 and closed"
+    )
+    max_connections_per_peer: Annotated[int, Field(ge=1)] = Field(
+        256,
+        description="open connections from one client address; one more is answered 503 and "
+        "closed (raise it behind a proxy that funnels every client through a few addresses)",
     )
     max_header_bytes: Annotated[int, Field(ge=1024)] = Field(
         64 * 1024, description="request line and headers of one request; more answer 431"
@@ -80,6 +111,15 @@ class Settings(BaseSettings):
     )
     send_timeout_seconds: Annotated[float, Field(gt=0.0)] = Field(
         30.0, description="a response whose client reads nothing for this long is cut"
+    )
+    min_send_rate_bytes: Annotated[int, Field(ge=0)] = Field(
+        256 * 1024,
+        description="bytes per second a client must read of a response that waits on it, over "
+        "each send_rate_window_seconds; a slower reader is cut and its in-flight charge freed "
+        "(0: off)",
+    )
+    send_rate_window_seconds: Annotated[float, Field(gt=0.0)] = Field(
+        10.0, description="the window over which min_send_rate_bytes is measured"
     )
     warm_presets: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="preset names to compute at start-up, or 'all'"

@@ -20,7 +20,7 @@ from posenc.api.settings import Settings
 from posenc.encodings import SpecBase, TensorInfo
 from posenc.encodings.weights import TableStore
 from posenc.presets import Preset
-from posenc.runtime import TableCache
+from posenc.runtime import InFlightBudget, TableCache
 
 
 @dataclass
@@ -90,6 +90,9 @@ class AppState:
     cache: TableCache | None = None
     device: torch.device | None = None
     tables: TableStore | None = None
+
+    budget: InFlightBudget | None = None
+    """The in-flight byte budget (`runtime.budget`): request bodies, computations, answers."""
 
     grpc_port: int | None = None
     """The port the gRPC service listens on (the bound one when `grpc_port` is 0), while up."""

@@ -16,9 +16,10 @@ threads, so the cache needs no locks.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Literal
@@ -142,6 +143,7 @@ class TableCache:
         self._bytes = 0
         self._key_memo: dict[str, CacheKey] = {}
         self._flights: dict[CacheKey, asyncio.Task[CacheEntry]] = {}
+        self._outside = 0
         self._preparing: dict[tuple[CacheKey, Hashable], asyncio.Task[Buffer]] = {}
         self._executor: Executor = ThreadPoolExecutor(
             max_workers=max_concurrent, thread_name_prefix="posenc-compute"
@@ -157,8 +159,22 @@ class TableCache:
 
     @property
     def in_flight(self) -> int:
-        """Distinct computations running now."""
-        return len(self._flights)
+        """Distinct computations running now: the cache's own and those outside it (`slot`)."""
+        return len(self._flights) + self._outside
+
+    @contextlib.contextmanager
+    def slot(self) -> Iterator[None]:
+        """One computation outside the cache (rows computed for the asked positions of a `/v2`
+        or gRPC inference, never cached), counted with the cache's own against `max_concurrent`:
+        raises `Busy` when they are all taken."""
+        if self.in_flight >= self.max_concurrent:
+            self.stats.rejected += 1
+            raise Busy(self.max_concurrent, self.retry_after)
+        self._outside += 1
+        try:
+            yield
+        finally:
+            self._outside -= 1
 
     def key_for(self, spec: SpecBase, key: str | None = None) -> CacheKey:
         """The cache key of `spec` on this cache's device (`key`: its content key, if known).
@@ -205,7 +221,7 @@ class TableCache:
         flight = self._flights.get(ck)
         outcome: Outcome = "coalesced"
         if flight is None:
-            if len(self._flights) >= self.max_concurrent:
+            if self.in_flight >= self.max_concurrent:
                 self.stats.rejected += 1
                 raise Busy(self.max_concurrent, self.retry_after)
             lease = None

@@ -77,6 +77,17 @@ def external_field(tensor: onnx.TensorProto, key: str) -> str | None:
     return None
 
 
+def data_path(data_dir: str | os.PathLike[str], location: str) -> Path:
+    """The file an external data `location` names in the model's folder `data_dir`; ValueError
+    when it is absolute or leaves the folder (`../`, a symlinked step out): a model must never
+    make a reader (or a copy) reach files beside it."""
+    folder = Path(data_dir).resolve()
+    path = (folder / location).resolve()
+    if Path(location).is_absolute() or folder not in path.parents:
+        raise ValueError(f"data location {location!r} leaves the folder")
+    return path
+
+
 def read_tensor(tensor: onnx.TensorProto, data_dir: str | os.PathLike[str] | None) -> Array:
     """The values of one tensor, reading only its own bytes (offset, length) from its data file
     when external (`data_dir`: the folder its location is relative to; the location must stay
@@ -91,10 +102,10 @@ def read_tensor(tensor: onnx.TensorProto, data_dir: str | os.PathLike[str] | Non
             f"tensor {tensor.name!r} is stored in external data ({location!r}): give the "
             "model's folder"
         )
-    folder = Path(data_dir).resolve()
-    path = (folder / location).resolve()
-    if Path(location).is_absolute() or folder not in path.parents:
-        raise ValueError(f"tensor {tensor.name!r}: data location {location!r} leaves the folder")
+    try:
+        path = data_path(data_dir, location)
+    except ValueError as err:
+        raise ValueError(f"tensor {tensor.name!r}: {err}") from None
     offset = int(external_field(tensor, "offset") or 0)
     length = external_field(tensor, "length")
     with open(path, "rb") as data:

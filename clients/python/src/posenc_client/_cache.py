@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from posenc_client._formats import Buffer, write_atomic
+from posenc_client._formats import TEMP_SUFFIX, Buffer, write_atomic
 
 KEY_RE = re.compile(r"^[0-9a-f]{64}$")
 SUFFIXES = {"tables": ".safetensors", "onnx": ".onnx"}
@@ -148,7 +148,7 @@ class DiskCache:
                 size = os.fstat(f.fileno()).st_size
                 data = bytearray(size)
                 f.readinto(data)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return None
         try:
             stored = self.digest_path(ns, key).read_text(encoding="ascii")
@@ -193,12 +193,25 @@ class DiskCache:
                 checks.append(EntryCheck(ns, key, self.path(ns, key), problem))
         return checks
 
+    def stale_temp_files(self) -> list[Path]:
+        """Temporary files a writer killed mid-write left behind (`write_atomic`'s
+        `.<name>.<random>.tmp`), sorted: `cache verify` reports them, `cache clear` deletes
+        them."""
+        found: list[Path] = []
+        for ns in (*SUFFIXES, "requests"):
+            folder = self.root / ns
+            if folder.is_dir():
+                found.extend(
+                    p for p in folder.iterdir() if p.name.endswith(TEMP_SUFFIX) and p.is_file()
+                )
+        return sorted(found)
+
     def lookup(self, rid: str) -> dict[str, Any] | None:
         """The record of what request `rid` resolved to (`{"ns", "key"}` or `{"ns", "specs"}`),
         or None."""
         try:
             record = json.loads((self.root / "requests" / f"{rid}.json").read_text())
-        except (FileNotFoundError, ValueError):
+        except (OSError, ValueError):  # absent, or a cache folder that cannot be read
             return None
         if not isinstance(record, dict) or record.get("ns") not in (*SUFFIXES, "resolve"):
             return None

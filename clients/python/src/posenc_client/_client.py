@@ -15,7 +15,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar, Unpack
 
 import httpx
@@ -30,7 +30,7 @@ from posenc_client._core import (
     Retries,
     transport_error,
 )
-from posenc_client._exceptions import TransportError
+from posenc_client._exceptions import DecodeError, TransportError
 from posenc_client._models import (
     JSON,
     AlibiOptions,
@@ -54,12 +54,32 @@ Progress = Callable[[int, int | None], None]
 """`progress(received_bytes, total_bytes_or_None)`, called as a response body arrives."""
 
 
+MAX_BODY_BYTES = 4 << 30
+"""The largest answer body the client takes in (the server's tables are at most its
+`max_response_bytes`, 512 MiB by default): a larger `Content-Length`, or a body growing past it,
+is a `DecodeError` before (or as soon as) it is held."""
+
+
 class _Reader:
-    """Accumulates a streamed body into one bytearray, reporting progress."""
+    """Accumulates a streamed body into one bytearray, reporting progress. The body is read raw:
+    the client asks for `identity`, and an answer in any other content encoding is refused
+    (`DecodeError`) before its body is read, never decompressed (4 MiB of gzip can be 4 GiB);
+    bodies are capped at `MAX_BODY_BYTES`."""
 
     def __init__(self, response: httpx.Response, progress: Progress | None) -> None:
+        encoding = response.headers.get("content-encoding", "identity").strip().lower()
+        if encoding not in ("", "identity"):
+            raise DecodeError(
+                f"the answer is in content encoding {encoding[:40]!r}; the client asked for "
+                "identity and does not decode others"
+            )
         length = response.headers.get("content-length")
         self.total = int(length) if length and length.isdigit() else None
+        if self.total is not None and self.total > MAX_BODY_BYTES:
+            raise DecodeError(
+                f"the answer declares {self.total} bytes, more than the client's limit of "
+                f"{MAX_BODY_BYTES}"
+            )
         self.buffer = bytearray()
         self.progress = progress
         self.status = response.status_code
@@ -67,11 +87,35 @@ class _Reader:
 
     def feed(self, chunk: bytes) -> None:
         self.buffer += chunk
+        if len(self.buffer) > MAX_BODY_BYTES:
+            raise DecodeError(f"the answer grew past the client's limit of {MAX_BODY_BYTES} bytes")
         if self.progress is not None:
             self.progress(len(self.buffer), self.total)
 
     def reply(self) -> Reply:
         return Reply(self.status, self.headers, self.buffer)
+
+
+def _raw_chunks(response: httpx.Response) -> Iterator[bytes]:
+    """The body as sent (never decoded: `_Reader` refused other encodings); a response a
+    transport already read (a test's, a mock's) is its content."""
+    try:
+        content = response.content
+    except httpx.ResponseNotRead:
+        yield from response.iter_raw()
+    else:
+        yield content
+
+
+async def _araw_chunks(response: httpx.Response) -> AsyncIterator[bytes]:
+    """`_raw_chunks` of an async response."""
+    try:
+        content = response.content
+    except httpx.ResponseNotRead:
+        async for chunk in response.aiter_raw():
+            yield chunk
+    else:
+        yield content
 
 
 class BaseClient:
@@ -200,7 +244,7 @@ class Client(BaseClient):
                 response = self._http.send(request, stream=True)
                 try:
                     reader = _Reader(response, self.progress)
-                    for chunk in response.iter_bytes():
+                    for chunk in _raw_chunks(response):
                         reader.feed(chunk)
                 finally:
                     response.close()
@@ -417,7 +461,7 @@ class AsyncClient(BaseClient):
                 response = await self._http.send(request, stream=True)
                 try:
                     reader = _Reader(response, self.progress)
-                    async for chunk in response.aiter_bytes():
+                    async for chunk in _araw_chunks(response):
                         reader.feed(chunk)
                 finally:
                     await response.aclose()

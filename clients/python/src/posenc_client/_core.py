@@ -12,8 +12,9 @@ retries are spent, so that the flow may fall back to its cache.
 Wire format: tables are always requested as safetensors (every tensor, bfloat16 native, the
 canonical spec, key and metadata in the header) and parsed with numpy (`_formats.py`).
 
-Integrity: an answer carrying `Repr-Digest` (RFC 9530; the server sends one with every whole
-table and ONNX model) must match it (else `DecodeError`), and the digest is stored with the cache
+Integrity: a whole table or ONNX model must carry `Repr-Digest` (RFC 9530; the server sends one
+with every whole table and model) and match it (else `DecodeError`: nothing without one is taken
+or cached), a table fetched by key must be that key's, and the digest is stored with the cache
 entry; every cache read checks the file against it (`DiskCache.load`). A cached file that fails
 is fetched again (offline: `CorruptCacheError` naming the file).
 
@@ -38,7 +39,6 @@ from posenc_client._cache import (
     CorruptEntryError,
     DiskCache,
     digest_matches,
-    repr_digest,
     request_id,
     valid_key,
 )
@@ -178,21 +178,29 @@ def api_error(reply: Reply) -> APIError:
     )
 
 
-def checked_digest(reply: Reply) -> None:
-    """Check the answer's body against its `Repr-Digest`, when it has one (`DecodeError` when
-    they differ: the bytes changed on the way)."""
+def checked_digest(reply: Reply, required: bool = True) -> None:
+    """Check a whole table's or model's body against its `Repr-Digest`, which it must carry
+    (`DecodeError` when it has none, or when they differ: the bytes changed on the way). Without
+    one the client cannot tell the server's bytes from anyone else's, so it neither takes nor
+    caches them (a digest computed here would only vouch for whatever arrived). Not `required`
+    (row slices), a digest is checked when present."""
     header = reply.headers.get("repr-digest")
-    if header is not None and not digest_matches(header, reply.content):
+    if header is None:
+        if not required:  # rows of a table: built per request, sent without a digest
+            return
         raise DecodeError(
-            f"the {len(reply.content)}-byte answer does not match its Repr-Digest {header!r}"
+            f"the {len(reply.content)}-byte answer carries no Repr-Digest: the server sends one "
+            "with every whole table and model, so it is refused (and never cached)"
+        )
+    if not digest_matches(header, reply.content):
+        raise DecodeError(
+            f"the {len(reply.content)}-byte answer does not match its Repr-Digest {header[:120]!r}"
         )
 
 
 def stored_digest(reply: Reply) -> str:
-    """The digest to store with a checked answer: its `Repr-Digest`, else (an older server) the
-    body's own."""
-    header = reply.headers.get("repr-digest")
-    return str(header) if header is not None else repr_digest(reply.content)
+    """The digest stored with a checked answer: its `Repr-Digest` (`checked_digest` ensured one)."""
+    return str(reply.headers["repr-digest"])
 
 
 def reply_key(reply: Reply) -> str | None:
@@ -263,14 +271,25 @@ class Core:
 
     # tables ----------------------------------------------------------------------------------
 
-    def _parse_table(self, reply: Reply, name: str | None = None) -> Tables:
+    def _parse_table(
+        self,
+        reply: Reply,
+        name: str | None = None,
+        expected: str | None = None,
+        whole: bool = True,
+    ) -> Tables:
+        """A table from its answer: digest checked (`checked_digest`, required for a `whole`
+        table), and its key the one the answer names and, when given, the one asked for
+        (`expected`)."""
         if reply.status != 200:
             raise api_error(reply)
-        checked_digest(reply)
+        checked_digest(reply, required=whole)
         tables = Tables.from_safetensors(reply.content, name=name)
         key = reply_key(reply)
         if key is not None and key != tables.key:
             raise DecodeError(f"the answer names key {key} but carries table {tables.key}")
+        if expected is not None and tables.key != expected:
+            raise DecodeError(f"asked for table {expected} but the answer carries {tables.key}")
         return tables
 
     def _load(self, ns: str, key: str) -> bytearray | None:
@@ -304,8 +323,20 @@ class Core:
         return tables if tables.key == key and "rows" not in tables.meta else None
 
     def _store(self, tables: Tables, reply: Reply) -> None:
+        self._cache_write(self._cache_store, "tables", tables.key, reply.content, reply)
+
+    def _cache_store(self, ns: str, key: str, data: Any, reply: Reply) -> None:
         if self.cache is not None:
-            self.cache.store("tables", tables.key, reply.content, stored_digest(reply))
+            self.cache.store(ns, key, data, stored_digest(reply))
+
+    def _cache_write(self, fn: Any, *args: Any) -> None:
+        """Run a cache write; a failure (a full disk, a read-only folder) is a warning, never
+        the caller's error: the answer was received and checked, and is still returned (and
+        written where the caller asked)."""
+        try:
+            fn(*args)
+        except OSError as err:
+            log.warning("could not write to the cache %s: %s", self.cache, err)
 
     def _cached_table(self, key: str, name: str | None) -> Flow[tuple[Tables | None, bool]]:
         """A cached table, revalidated: (tables, known). `known` is False when the server
@@ -332,7 +363,7 @@ class Core:
         if reply.status >= 500:  # busy or failing after the retries: the copy is still exact
             log.info("using the cached table %s: the server answered %d", key[:12], reply.status)
             return cached, True
-        tables = self._parse_table(reply, name)
+        tables = self._parse_table(reply, name, key)
         self._store(tables, reply)
         return tables, True
 
@@ -361,12 +392,14 @@ class Core:
     ) -> Tables:
         """The answer to a `?rows=` request. Rows are not cached; an answer without
         `meta["rows"]` is the whole table (the range covered every position), which is."""
-        tables = self._parse_table(reply, name)
+        tables = self._parse_table(reply, name, whole=False)
         got = tables.meta.get("rows")
         if got is None:
+            checked_digest(reply)  # the whole table after all: it must carry its digest
             self._store(tables, reply)
             if record_id is not None and self.cache is not None:
-                self.cache.remember(record_id, {"ns": "tables", "key": tables.key})
+                record = {"ns": "tables", "key": tables.key}
+                self._cache_write(self.cache.remember, record_id, record)
             return slice_rows(tables, *span) or tables
         start, end = span
         if not (
@@ -407,7 +440,7 @@ class Core:
         tables = self._parse_table(reply, name)
         self._store(tables, reply)
         if self.cache is not None:
-            self.cache.remember(record_id, {"ns": "tables", "key": tables.key})
+            self._cache_write(self.cache.remember, record_id, {"ns": "tables", "key": tables.key})
         return tables
 
     def table_by_key(
@@ -444,7 +477,7 @@ class Core:
         if reply.status == 404 and spec is not None:
             tables = yield from self.table(spec, name)
             return tables
-        tables = self._parse_table(reply, name)
+        tables = self._parse_table(reply, name, key)
         self._store(tables, reply)
         return tables
 
@@ -516,7 +549,8 @@ class Core:
                     raise api_error(reply)
                 answer = reply.json()
                 if self.cache is not None:
-                    self.cache.remember(
+                    self._cache_write(
+                        self.cache.remember,
                         record_id,
                         {
                             "ns": "resolve",
@@ -624,13 +658,13 @@ class Core:
                     return model
                 if reply.status == 200:
                     fresh = self._parse_onnx(reply)
-                    self.cache.store("onnx", fresh.key, fresh.data, stored_digest(reply))
+                    self._cache_write(self._cache_store, "onnx", fresh.key, fresh.data, reply)
                     return fresh
         if self.offline:
             raise CacheMissError("offline, and no cached ONNX model for this request")
         reply = yield Call("POST", "/v1/onnx", json=dict(body))
         model = self._parse_onnx(reply)
         if self.cache is not None and valid_key(model.key):
-            self.cache.store("onnx", model.key, model.data, stored_digest(reply))
-            self.cache.remember(record_id, {"ns": "onnx", "key": model.key})
+            self._cache_write(self._cache_store, "onnx", model.key, model.data, reply)
+            self._cache_write(self.cache.remember, record_id, {"ns": "onnx", "key": model.key})
         return model

@@ -224,6 +224,8 @@ _BY_ERROR_TYPE: dict[str, type[APIError]] = {
     "too_large": TooLargeError,
     "too_large_for_json": TooLargeError,
     "body_too_large": TooLargeError,
+    "too_many_tensors": TooLargeError,
+    "too_many_entries": TooLargeError,
     "invalid_spec": InvalidSpecError,
     "invalid_request": InvalidSpecError,
     "unknown_kind": UnknownKindError,

@@ -209,16 +209,27 @@ def save_arrays(
     write_atomic(target, data)
 
 
+TEMP_SUFFIX = ".tmp"
+"""The suffix of `write_atomic`'s temporary files (`DiskCache.stale_temp_files` finds those a
+killed process left)."""
+
+
 def write_atomic(path: str | os.PathLike[str], data: Buffer) -> None:
-    """Write `data` to a temporary file beside `path`, then rename it into place."""
+    """Write `data` to a temporary file beside `path`, then rename it into place. The temporary
+    file gets a random name and is created exclusively (`O_EXCL`, by `tempfile.mkstemp`): a file
+    or symlink planted at a predictable name is never followed or overwritten."""
+    import tempfile
+
     target = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(target))
     os.makedirs(folder, exist_ok=True)
-    tmp = f"{target}.{os.getpid()}.tmp"
+    fd, tmp = tempfile.mkstemp(
+        dir=folder, prefix=f".{os.path.basename(target)}.", suffix=TEMP_SUFFIX
+    )
     try:
-        with open(tmp, "wb") as f:
+        with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.replace(tmp, target)
     finally:
-        if os.path.exists(tmp):
+        if os.path.lexists(tmp):
             os.unlink(tmp)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import onnx
 
-from posenc_check.graph import external_field, is_external
+from posenc_check.graph import data_path, external_field, is_external
 
 INLINE_LIMIT = 1024
 """Tensors of a model with external data that posenc writes are moved to its own data file
@@ -190,6 +190,11 @@ def save_model(
                 "the folder they are relative to (the source model's folder)"
             )
         source = Path(data_dir).resolve()
+        for location in locations:
+            # verify's rule: an absolute location, or one leaving the model's folder, is refused
+            # before anything is copied (it would read, and write, files outside both folders)
+            data_path(source, location)
+            data_path(folder, location)
         for location in locations:
             if source != folder:
                 done.append(_keep_data_file(source / location, folder / location, link))

@@ -313,10 +313,16 @@ def cmd_cache(client: Client, args: argparse.Namespace) -> int:
         print(f"corrupt: {check.path}: {check.problem}")
         if args.remove:
             cache.discard(check.ns, check.key)
+    stale = cache.stale_temp_files()
+    for path in stale:
+        print(f"stale: {path}: a temporary file an interrupted write left")
+        if args.remove:
+            path.unlink(missing_ok=True)
     verb = "removed" if args.remove else "found"
     print(
         f"{len(checks) - len(bad)} of {len(checks)} cached files match their digests"
-        + (f"; {verb} {len(bad)} corrupt" if bad else ""),
+        + (f"; {verb} {len(bad)} corrupt" if bad else "")
+        + (f"; {verb} {len(stale)} stale temporary files" if stale else ""),
         file=sys.stderr,
     )
     return EXIT_CORRUPT if bad and not args.remove else EXIT_OK

@@ -52,6 +52,7 @@ from posenc.api.oip.codec import OipError
 from posenc.api.oip.errors import INTERNAL_MESSAGE, as_oip_error
 from posenc.api.oip.models import VERSION, find_model
 from posenc.api.state import AppState
+from posenc.runtime import Lease
 
 log = logging.getLogger("posenc.api.grpc")
 
@@ -206,19 +207,31 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
 
         return await self._call("ModelConfig", context, run, protected=True)
 
-    async def _infer(self, request: pb.ModelInferRequest) -> pb.ModelInferResponse:
-        """One inference, as `POST /v2/models/{model}/infer` runs it."""
+    async def _infer(
+        self, request: pb.ModelInferRequest, held: list[Lease]
+    ) -> pb.ModelInferResponse:
+        """One inference, as `POST /v2/models/{model}/infer` runs it; the in-flight charges of
+        its outputs and their copies (`OipContext`) are appended to `held`, for the caller to
+        release once the response is sent (on a failure they are released here)."""
         model = find_model(request.model_name, _version(request.model_version))
-        service = context_for(self.state)
-        parsed = convert.infer_request(request)
-        result = await model.infer(service, parsed)
-        work = sum(t.numel() * t.element_size() for t in result.tensors.values())
-        response = await service.offload(
-            lambda: convert.infer_response(
-                model.name, VERSION, parsed.id, result.tensors, result.parameters
-            ),
-            work,
-        )
+        service = context_for(self.state, grpc=True)
+        try:
+            parsed = convert.infer_request(request)
+            try:
+                result = await model.infer(service, parsed)
+            finally:
+                service.release_work()
+            work = sum(t.numel() * t.element_size() for t in result.tensors.values())
+            response = await service.offload(
+                lambda: convert.infer_response(
+                    model.name, VERSION, parsed.id, result.tensors, result.parameters
+                ),
+                work,
+            )
+        except BaseException:
+            service.release()
+            raise
+        held.extend(service.take_held())
         if service.observe is not None:
             service.observe(model.name, str(result.parameters.get("posenc_source", "")))
         return response
@@ -226,7 +239,22 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
     async def ModelInfer(  # noqa: N802
         self, request: pb.ModelInferRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ModelInferResponse:
-        return await self._call("ModelInfer", context, lambda: self._infer(request), protected=True)
+        held: list[Lease] = []
+
+        def release(_: object = None) -> None:
+            for lease in held:
+                lease.release()
+
+        # the response's charges are held until the call ends (its message sent, or the call
+        # cancelled): gRPC serialises and sends the returned message after this returns
+        context.add_done_callback(release)
+        try:
+            return await self._call(
+                "ModelInfer", context, lambda: self._infer(request, held), protected=True
+            )
+        except BaseException:
+            release()
+            raise
 
     async def ModelStreamInfer(  # noqa: N802
         self,
@@ -242,8 +270,9 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         await self._call("ModelStreamInfer", context, opened, protected=True)
         async for request in request_iterator:
             start = time.perf_counter()
+            held: list[Lease] = []
             try:
-                response = await self._infer(request)
+                response = await self._infer(request, held)
             except Exception as exc:
                 err = failure(exc)
                 self.state.metrics.observe_grpc(
@@ -261,7 +290,53 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
             self.state.metrics.observe_grpc(
                 "ModelStreamInfer/request", "OK", time.perf_counter() - start
             )
-            yield pb.ModelStreamInferResponse(infer_response=response)
+            try:
+                # resumed once gRPC has taken the message: its charges are released then
+                yield pb.ModelStreamInferResponse(infer_response=response)
+            finally:
+                del response
+                for lease in held:
+                    lease.release()
+
+
+UNIMPLEMENTED = (
+    "ModelStatistics",
+    "RepositoryIndex",
+    "RepositoryModelLoad",
+    "RepositoryModelUnload",
+    "SystemSharedMemoryStatus",
+    "SystemSharedMemoryRegister",
+    "SystemSharedMemoryUnregister",
+    "CudaSharedMemoryStatus",
+    "CudaSharedMemoryRegister",
+    "CudaSharedMemoryUnregister",
+    "TraceSetting",
+    "LogSettings",
+)
+"""The protocol's calls posenc does not serve: answered UNIMPLEMENTED by `_unimplemented`."""
+
+
+def _unimplemented(name: str) -> Callable[..., Awaitable[Any]]:
+    """A handler answering UNIMPLEMENTED quietly: the generated servicer's default raises
+    NotImplementedError, which grpc.aio logs with a full traceback on every call (a log flood
+    anyone could cause without a key)."""
+
+    async def handler(
+        self: InferenceService, request: Any, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> Any:
+        self.state.metrics.observe_grpc(name, grpc.StatusCode.UNIMPLEMENTED.name, 0.0)
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"posenc does not implement {name}")
+
+    handler.__name__ = name
+    return handler
+
+
+for _name in UNIMPLEMENTED:
+    setattr(InferenceService, _name, _unimplemented(_name))
+
+
+def _ms(seconds: float) -> int:
+    return max(1, round(seconds * 1000))
 
 
 class GrpcServer:
@@ -278,6 +353,14 @@ class GrpcServer:
                 ("grpc.max_send_message_length", -1),
                 # a port in use is an error, never a second listener sharing it
                 ("grpc.so_reuseport", 0),
+                # connections: at most grpc_max_connections open (grpc core closes one more at
+                # once), the TLS/HTTP/2 handshake within the HTTP header timeout, a connection
+                # without calls closed after grpc_idle_timeout_seconds, and at most
+                # grpc_max_concurrent_streams calls at once on one connection
+                ("grpc.max_allowed_incoming_connections", settings.grpc_max_connections),
+                ("grpc.server_handshake_timeout_ms", _ms(settings.header_timeout_seconds)),
+                ("grpc.max_connection_idle_ms", _ms(settings.grpc_idle_timeout_seconds)),
+                ("grpc.max_concurrent_streams", settings.grpc_max_concurrent_streams),
             ]
         )
         servicer = InferenceService(state)

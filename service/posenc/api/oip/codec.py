@@ -68,10 +68,27 @@ _NUMPY: dict[str, np.dtype[Any]] = {
 }
 
 
+MAX_ERROR_CHARS = 1024
+"""An error message is cut to this many characters (an input name, a parameter or a spec value
+quoted in it may be as long as the request): the rest is left out and counted."""
+
+MAX_INPUT_RANK = 8
+"""Dimensions an input may have (the models take at most 3; numpy stops at 64)."""
+
+
+def excerpt(message: str, limit: int = MAX_ERROR_CHARS) -> str:
+    """`message`, or its first `limit` characters and how many were left out."""
+    if len(message) <= limit:
+        return message
+    return f"{message[:limit]}... ({len(message) - limit} more characters left out)"
+
+
 class OipError(Exception):
-    """A protocol-level failure: HTTP status and the message sent as `{"error": message}`."""
+    """A protocol-level failure: HTTP status and the message sent as `{"error": message}`
+    (`excerpt`ed: never an echo of a large request)."""
 
     def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+        message = excerpt(message)
         super().__init__(message)
         self.status = status
         self.message = message
@@ -177,10 +194,15 @@ def _as_bool(value: Any, what: str) -> bool:
 
 
 def check_shape(value: Any, name: str) -> tuple[int, ...]:
+    """The shape of input `name`: a list of at most `MAX_INPUT_RANK` non-negative integers."""
     if not isinstance(value, list) or not all(
         isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in value
     ):
         raise bad_request(f"input {name!r}: shape must be a list of non-negative integers")
+    if len(value) > MAX_INPUT_RANK:
+        raise bad_request(
+            f"input {name!r}: shape has {len(value)} dimensions, more than {MAX_INPUT_RANK}"
+        )
     return tuple(value)
 
 

@@ -6,6 +6,19 @@ handed to the model. It is where a model gets a
 whole table (through the cache: one computation per key) or rows computed for exactly the asked
 positions (never cached, so a stream of decode steps cannot churn the cache), and where heavy work
 leaves the event loop.
+
+Memory: everything an inference makes the server hold is charged to the service's in-flight
+budget (`runtime.budget`, the one `/v1` uses) before it is allocated, and new work that does not
+fit is refused with `Overloaded` (503 `Retry-After`; gRPC UNAVAILABLE with `retry-after`):
+
+- rows computed for the asked positions (`compute`, `rows`): `WORKING_FACTOR` times their bytes
+  (the rows and their temporaries), from before the computation until the model has gathered its
+  outputs (`release_work`); they also take one of the cache's `max_concurrent` computation slots
+  (`TableCache.slot`; `Busy` when all are taken);
+- the outputs (`charge_outputs`, from `admit` before anything is computed): their bytes, plus the
+  copies the protocol makes (`output_copies`: gRPC's `raw_output_contents`, the serialised message
+  and its core buffer) and, over HTTP, the JSON text of outputs sent as JSON; held until the last
+  byte is handed over (`release`).
 """
 
 from __future__ import annotations
@@ -13,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 import torch
@@ -22,10 +35,23 @@ from posenc.api.oip.codec import bad_request
 from posenc.api.serving import bind_tables
 from posenc.encodings import SpecBase, Table, compute
 from posenc.encodings.weights import TableStore
-from posenc.runtime import OFFLOAD_BYTES, TableCache, is_out_of_memory
+from posenc.runtime import OFFLOAD_BYTES, Lease, TableCache, is_out_of_memory
+from posenc.runtime.cache import WORKING_FACTOR
 from posenc.runtime.device import release_cached_memory
 
 T = TypeVar("T")
+
+JSON_BYTES_PER_ELEMENT = 24
+"""What an output sent as JSON is charged per element (orjson writes a float in at most ~24
+characters with its separator), as `/v1`'s `format=json`."""
+
+HTTP_OUTPUT_COPIES = 0
+"""Copies of the outputs `/v2` over HTTP makes: none (binary outputs on the CPU go out as views;
+JSON text is charged by element)."""
+
+GRPC_OUTPUT_COPIES = 3
+"""Copies of the outputs gRPC makes while answering: `raw_output_contents` (bytes), the serialised
+`ModelInferResponse`, and the buffer grpc's core sends it from."""
 
 
 @dataclass
@@ -42,6 +68,9 @@ class OipContext:
         ready: the service's readiness (False while warming up or draining), for model ready.
         observe: called as `(model, source)` after each inference (`hit`, `miss`, `coalesced`,
             `computed`), for metrics.
+        output_copies: full copies of the outputs the protocol makes (`HTTP_OUTPUT_COPIES`,
+            `GRPC_OUTPUT_COPIES`), charged with them.
+        json_outputs: whether outputs may travel as JSON text (HTTP), charged by element.
     """
 
     cache: TableCache
@@ -51,6 +80,52 @@ class OipContext:
     max_body_bytes: int
     ready: Callable[[], bool] = lambda: True
     observe: Callable[[str, str], None] | None = None
+    output_copies: int = HTTP_OUTPUT_COPIES
+    json_outputs: bool = True
+    held: list[Lease] = field(default_factory=list)
+    """Charges of the outputs: released when the response has been handed over."""
+    work: list[Lease] = field(default_factory=list)
+    """Charges of rows computed for this request: released once the outputs are gathered."""
+
+    charged: int = 0
+    """Bytes this request has charged so far (at most the whole budget)."""
+
+    def _charge(self, into: list[Lease], nbytes: int) -> None:
+        # one request's charges are capped at the whole budget, as a computation's are: a
+        # request larger than that still runs, alone
+        budget = self.cache.budget
+        if budget is None:
+            return
+        nbytes = min(nbytes, budget.max_bytes - self.charged)
+        if nbytes <= 0:
+            return
+        into.append(budget.acquire(object(), nbytes))
+        self.charged += nbytes
+
+    def charge_outputs(self, nbytes: int, json_elements: int = 0) -> None:
+        """Charge `nbytes` of outputs (and their protocol copies) plus `json_elements` sent as
+        JSON, before they are computed; `Overloaded` when they do not fit."""
+        size = nbytes * (1 + self.output_copies)
+        if self.json_outputs:
+            size += JSON_BYTES_PER_ELEMENT * json_elements
+        self._charge(self.held, size)
+
+    def release_work(self) -> None:
+        """Give back the charges of computed rows (the outputs are gathered)."""
+        for lease in self.work:
+            lease.release()
+        self.work.clear()
+
+    def take_held(self) -> list[Lease]:
+        """The outputs' charges, handed to what sends the response (which releases them)."""
+        held, self.held = self.held, []
+        return held
+
+    def release(self) -> None:
+        """Give back every charge (idempotent)."""
+        self.release_work()
+        for lease in self.take_held():
+            lease.release()
 
     @property
     def device(self) -> torch.device:
@@ -74,8 +149,20 @@ class OipContext:
 
     async def compute(self, spec: SpecBase) -> Table:
         """Compute `spec` (rows for the asked positions) off the event loop on the cache device,
-        retrying on the CPU after a CUDA out-of-memory. Not cached."""
-        return await asyncio.to_thread(self._compute, spec)
+        retrying on the CPU after a CUDA out-of-memory. Not cached: takes a computation slot and
+        charges `WORKING_FACTOR` times the table's bytes (module docstring)."""
+        precision = spec.canonical().cache_precision()
+        factor = WORKING_FACTOR.get(precision, max(WORKING_FACTOR.values()))
+        with self.cache.slot():
+            self._charge(self.work, factor * spec.output_bytes())
+            return await asyncio.to_thread(self._compute, spec)
+
+    async def rows(self, fn: Callable[[], T], nbytes: int) -> T:
+        """Run `fn`, a computation of rows of about `nbytes` bytes, as `compute` runs a spec:
+        in a computation slot, charged `WORKING_FACTOR` (reference) times `nbytes`."""
+        with self.cache.slot():
+            self._charge(self.work, WORKING_FACTOR["reference"] * nbytes)
+            return await self.offload(fn, nbytes)
 
     def _compute(self, spec: SpecBase) -> Table:
         try:

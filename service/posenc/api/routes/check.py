@@ -42,6 +42,7 @@ from posenc.api.jsonio import check_content_encoding, json_response
 from posenc.api.serving import check_size
 from posenc.api.specs import canonical_spec
 from posenc.api.state import AppState
+from posenc.api.wire import TooManyEntries, count_graph_entries
 from posenc.encodings import SpecBase, canonical_json
 from posenc.runtime import OFFLOAD_BYTES
 
@@ -102,10 +103,22 @@ def _invalid(message: str) -> ApiError:
     return ApiError(400, "invalid_model", message, [{"field": "(body)", "message": message}])
 
 
-def _parse(body: bytes) -> onnx.ModelProto:
+def _parse(body: bytes, max_entries: int) -> onnx.ModelProto:
+    """The model, parsed once its entries are counted (`api/wire.py`: 413 `too_many_entries`
+    past `max_entries`, before the parser allocates a message for each)."""
     import onnx
     from google.protobuf.message import DecodeError
 
+    try:
+        count_graph_entries(body, max_entries)
+    except TooManyEntries as err:
+        raise ApiError(
+            413,
+            "too_many_entries",
+            f"the model holds {err}: a model sent here may hold at most {max_entries} nodes, "
+            "initializers, attributes and other graph entries",
+            {"max_entries": max_entries},
+        ) from None
     model = onnx.ModelProto()
     try:
         model.ParseFromString(body)
@@ -235,7 +248,12 @@ async def check_onnx(request: Request) -> Response:
     key, base = _key(state, request)
     check_content_encoding(request)
     body = await request.body()
-    model = await asyncio.to_thread(_parse, body) if len(body) > OFFLOAD_BYTES else _parse(body)
+    limit = state.settings.max_onnx_entries
+    model = (
+        await asyncio.to_thread(_parse, body, limit)
+        if len(body) > OFFLOAD_BYTES
+        else _parse(body, limit)
+    )
     del body
     try:
         found = baked_caches(model)

@@ -39,6 +39,8 @@ from posenc.api.oip.codec import (
 from posenc.api.oip.context import OipContext
 from posenc.api.oip.errors import INTERNAL_MESSAGE, as_oip_error
 from posenc.api.oip.models import VERSION, find_model
+from posenc.api.serving import SEND_CHUNK
+from posenc.runtime import Lease
 from posenc.verified import VERIFIED_AGAINST
 
 log = logging.getLogger("posenc.api.oip")
@@ -60,22 +62,49 @@ def error_response(exc: Exception) -> Response:
 
 class PartsResponse(Response):
     """A 200 response whose body is sent as its parts, in order, without joining them (binary
-    outputs may be views of cached tables)."""
+    outputs may be views of cached tables), `SEND_CHUNK` bytes per message, holding the
+    inference's in-flight `leases` until the send ends, however it ends."""
 
     def __init__(
-        self, parts: list[bytes | memoryview], headers: dict[str, str], media_type: str
+        self,
+        parts: list[bytes | memoryview],
+        headers: dict[str, str],
+        media_type: str,
+        leases: list[Lease] | None = None,
     ) -> None:
         super().__init__(None, 200, headers, media_type)
         self.parts = parts
+        self.leases = leases or []
         self.headers["content-length"] = str(sum(len(p) for p in parts))
 
+    def release(self) -> None:
+        """Give the in-flight charges back (idempotent)."""
+        for lease in getattr(self, "leases", ()):
+            lease.release()
+
+    def __del__(self) -> None:
+        # dropped unsent (the request cancelled before it was called): never keep the charges
+        self.release()
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send(
-            {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
-        )
-        last = len(self.parts) - 1
-        for i, part in enumerate(self.parts):
-            await send({"type": "http.response.body", "body": part, "more_body": i < last})
+        try:
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": self.status_code,
+                    "headers": self.raw_headers,
+                }
+            )
+            chunks = [
+                memoryview(part)[start : start + SEND_CHUNK]
+                for part in self.parts
+                for start in range(0, max(len(part), 1), SEND_CHUNK)
+            ]
+            last = len(chunks) - 1
+            for i, chunk in enumerate(chunks):
+                await send({"type": "http.response.body", "body": chunk, "more_body": i < last})
+        finally:
+            self.release()
 
 
 def _json(body: Any) -> Response:
@@ -168,25 +197,36 @@ def build_router(context: ContextGetter) -> tuple[APIRouter, APIRouter]:
             service = context(request)
             body = await _read_body(request, service.max_body_bytes)
             parsed = parse_infer_request(body, request.headers.get(HEADER_LENGTH))
-            result = await found.infer(service, parsed)
-            outputs = [
-                OutputTensor(name, t, parsed.binary(name)) for name, t in result.tensors.items()
-            ]
-            # binary outputs on the CPU are sent as views (no work); JSON and GPU copies are
-            work = sum(
-                t.numel() * t.element_size()
-                for o, t in zip(outputs, result.tensors.values(), strict=True)
-                if not o.binary or t.device.type != "cpu"
-            )
-            encoded = await service.offload(
-                lambda: encode_infer_response(
-                    found.name, VERSION, parsed.id, outputs, result.parameters
-                ),
-                work,
-            )
+            # the outputs and computed rows are charged to the in-flight budget by the model
+            # (`admit`, `OipContext.compute`); released when sent, or here on any failure
+            try:
+                try:
+                    result = await found.infer(service, parsed)
+                finally:
+                    service.release_work()
+                outputs = [
+                    OutputTensor(name, t, parsed.binary(name)) for name, t in result.tensors.items()
+                ]
+                # binary outputs on the CPU are sent as views (no work); JSON and GPU copies are
+                work = sum(
+                    t.numel() * t.element_size()
+                    for o, t in zip(outputs, result.tensors.values(), strict=True)
+                    if not o.binary or t.device.type != "cpu"
+                )
+                encoded = await service.offload(
+                    lambda: encode_infer_response(
+                        found.name, VERSION, parsed.id, outputs, result.parameters
+                    ),
+                    work,
+                )
+            except BaseException:
+                service.release()
+                raise
             if service.observe is not None:
                 service.observe(found.name, str(result.parameters.get("posenc_source", "")))
-            return PartsResponse(encoded.parts, encoded.headers, encoded.media_type)
+            return PartsResponse(
+                encoded.parts, encoded.headers, encoded.media_type, service.take_held()
+            )
 
         return await _guarded(run)
 

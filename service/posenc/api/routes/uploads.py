@@ -32,6 +32,7 @@ import math
 from typing import Any
 
 import numpy as np
+import orjson
 import torch
 from fastapi import APIRouter, Request
 from safetensors import SafetensorError
@@ -142,7 +143,42 @@ def _from_npy(body: bytes) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(native))
 
 
-def _from_safetensors(body: bytes, tensor: str | None) -> torch.Tensor:
+SAFETENSORS_HEADER_BYTES_PER_TENSOR = 1024
+"""A safetensors upload's JSON header may take this many bytes per allowed tensor."""
+
+
+def _count_tensors(body: bytes, max_tensors: int) -> None:
+    """Refuse (413 `too_many_tensors`) a safetensors file whose header declares more than
+    `max_tensors` tensors, or is longer than `SAFETENSORS_HEADER_BYTES_PER_TENSOR` bytes per
+    allowed tensor, before safetensors allocates anything for them. A malformed header is left
+    to safetensors to refuse."""
+    size = int.from_bytes(body[:8], "little")
+    if len(body) < 8 or 8 + size > len(body):  # malformed: safetensors says how
+        return
+    max_header = SAFETENSORS_HEADER_BYTES_PER_TENSOR * max_tensors
+    count: int | None = None
+    if size <= max_header:
+        try:
+            header = orjson.loads(body[8 : 8 + size])
+        except orjson.JSONDecodeError:
+            return
+        if not isinstance(header, dict):
+            return
+        count = len(header) - ("__metadata__" in header)
+        if count <= max_tensors:
+            return
+    declared = f"declares {count} tensors" if count is not None else f"has a {size}-byte header"
+    raise ApiError(
+        413,
+        "too_many_tensors",
+        f"the safetensors file {declared}; an upload may declare at most {max_tensors} tensors "
+        f"in a header of at most {max_header} bytes",
+        {"max_tensors": max_tensors, "max_header_bytes": max_header, "tensors": count},
+    )
+
+
+def _from_safetensors(body: bytes, tensor: str | None, max_tensors: int) -> torch.Tensor:
+    _count_tensors(body, max_tensors)
     try:
         tensors = safetensors_load(body)
     except SafetensorError as err:
@@ -170,10 +206,13 @@ def _from_safetensors(body: bytes, tensor: str | None) -> torch.Tensor:
     return tensors[names[0]]
 
 
-def ingest(store: TableStore, fmt: str, body: bytes, tensor: str | None) -> tuple[str, list[int]]:
+def ingest(
+    store: TableStore, fmt: str, body: bytes, tensor: str | None, max_tensors: int
+) -> tuple[str, list[int]]:
     """Decode an upload and put it into `store`: (table key, [N, D]). Raises `ApiError` 400 for a
-    body that is not one real (N, D) table, 413 for one larger than the store."""
-    table = _from_npy(body) if fmt == "npy" else _from_safetensors(body, tensor)
+    body that is not one real (N, D) table, 413 for one larger than the store or a safetensors
+    file declaring more than `max_tensors` tensors."""
+    table = _from_npy(body) if fmt == "npy" else _from_safetensors(body, tensor, max_tensors)
     stored_bytes = table.numel() * 4
     if stored_bytes > store.max_bytes:
         raise ApiError(
@@ -249,10 +288,11 @@ async def post_upload(request: Request, state: State) -> Response:
         request.query_params.get("format"), request.headers.get("content-type"), body
     )
     tensor = request.query_params.get("tensor")
+    limit = state.settings.max_upload_tensors
     if len(body) > OFFLOAD_BYTES:
-        key, shape = await asyncio.to_thread(ingest, store, fmt, body, tensor)
+        key, shape = await asyncio.to_thread(ingest, store, fmt, body, tensor, limit)
     else:
-        key, shape = ingest(store, fmt, body, tensor)
+        key, shape = ingest(store, fmt, body, tensor, limit)
     described = describe_upload(key, shape)
     return json_response(described, 201, {"Location": described["url"]})
 

@@ -9,6 +9,7 @@ asked positions.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -211,13 +212,18 @@ def admit(
     request: InferRequest,
     planned: Mapping[str, TensorInfo],
 ) -> int:
-    """Check the planned outputs against the response and JSON limits before computing.
+    """Check the planned outputs against the response and JSON limits before computing, then
+    charge them to the in-flight budget (`OipContext.charge_outputs`: `Overloaded` when they do
+    not fit).
 
     Returns the total output bytes.
     """
     infos = {n: (tuple(i.shape), DATATYPE_OF_NAME[i.dtype]) for n, i in planned.items()}
     check_json_outputs(infos, request, ctx.json_max_elements)
-    return ctx.check_size({n: (s, DATATYPES_ITEMSIZE[dt]) for n, (s, dt) in infos.items()})
+    total = ctx.check_size({n: (s, DATATYPES_ITEMSIZE[dt]) for n, (s, dt) in infos.items()})
+    json_elements = sum(math.prod(s) for n, (s, _) in infos.items() if not request.binary(n))
+    ctx.charge_outputs(total, json_elements)
+    return total
 
 
 DATATYPES_ITEMSIZE: dict[str, int] = {

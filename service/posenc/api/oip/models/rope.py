@@ -207,7 +207,7 @@ async def infer(ctx: OipContext, request: InferRequest) -> InferResult:
         src = table.tensors
     else:
         uniq, index = unique_rows(positions)
-        src = await ctx.offload(lambda: _rows(spec, uniq, ctx.device), nbytes)
+        src = await ctx.rows(lambda: _rows(spec, uniq, ctx.device), nbytes)
         source = "computed"
     device = str(next(iter(src.values())).device)
 
