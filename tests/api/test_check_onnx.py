@@ -119,7 +119,11 @@ def test_caches_in_external_data_are_named_not_read(client: httpx.Client, tmp_pa
     response = _check(client, _preset_key(client), path.read_bytes())  # the graph only
     assert response.status_code == 200, response.text
     body = response.json()
-    assert body["caches"] == []
+    # the route reads no data file: both caches are named, and the site is not checkable
+    (site,) = body["caches"]
+    assert (site["name"], site["verdict"], site["nodes"]) == ("cos", "not_checkable", ["gqa"])
+    assert "external data" in site["diagnosis"][0]
+    assert body["outcome"] == "not_checkable"
     assert body["external"] == [
         {"name": "cos", "location": "model.onnx.data"},
         {"name": "sin", "location": "model.onnx.data"},
@@ -147,9 +151,14 @@ def test_bad_requests_are_4xx(client: httpx.Client) -> None:
     alibi = _preset_key(client, "bloom-560m")
     assert "rope table" in _error(_check(client, alibi, model), 422, "invalid_request")
     no_rope = blocks.alibi_block(2, 8).SerializeToString()
-    assert "no RoPE cache" in _error(_check(client, key, no_rope), 422, "no_rope_caches")
-    flat = _model_bytes(default["cos"][0], default["sin"][0])
-    assert "(P, d/2)" in _error(_check(client, key, flat), 400, "invalid_model")
+    assert "no RoPE site" in _error(_check(client, key, no_rope), 422, "no_rope_caches")
+    # caches that are no (P, d/2) tables: a site reported not checkable, never a pass
+    flat = _check(client, key, _model_bytes(default["cos"][0], default["sin"][0]))
+    assert flat.status_code == 200, flat.text
+    (site,) = flat.json()["caches"]
+    assert site["verdict"] == "not_checkable"
+    assert "(P, d/2)" in site["diagnosis"][0]
+    assert flat.json()["outcome"] == "not_checkable"
     # a cache of a dtype a table cannot have: the spec error names the field
     wide = _model_bytes(default["cos"].astype(np.float64), default["sin"].astype(np.float64))
     _error(_check(client, key, wide), 422, "invalid_spec")
