@@ -2,7 +2,8 @@
 server's `POST /v1/check/onnx` run on one model must give the same outcome per site.
 
 `verify_three_ways` runs all three for a model file and a config.json (the route's `?key=` is
-the config's rope table, resolved by the same server) and returns the CLI's exit code and JSON
+the config's rope table, resolved by the same server; a model with external data is sent to the
+route with its data inline, since the route reads no data file) and returns the CLI's exit code and JSON
 after asserting that every site has the same name, side, kind, verdict, first departure and
 ulp error everywhere, and that the whole model's outcome is the same.
 """
@@ -34,6 +35,21 @@ def _site(report: dict[str, Any]) -> tuple[Any, ...]:
     return tuple(
         tuple(report[f]) if isinstance(report[f], list) else report[f] for f in SITE_FIELDS
     )
+
+
+def _inline(model: Path, root: Path) -> Path:
+    """The model with its external data inline (the route reads no data file: a model with
+    external data is sent whole here so that its sites are compared as the CLI compares them;
+    tests/api/test_check_onnx.py covers the graph-only upload)."""
+    import onnx
+
+    graph = onnx.load(model, load_external_data=False)
+    if not any(t.data_location == onnx.TensorProto.EXTERNAL for t in graph.graph.initializer):
+        return model
+    whole = onnx.load(model)
+    path = root / f"inline-{model.name}"
+    onnx.save(whole, path)
+    return path
 
 
 def route_check(server: ServerHandle, model: Path, config: Path) -> dict[str, Any]:
@@ -85,7 +101,7 @@ def verify_three_ways(
     assert library_sites == cli_sites
     assert outcome(reports) == report["outcome"]
 
-    answer = route_check(server, model, config)
+    answer = route_check(server, _inline(model, root), config)
     route_sites = [_site(r) for r in answer["caches"]]
     assert route_sites == cli_sites, (route_sites, cli_sites)
     assert answer["outcome"] == report["outcome"]
