@@ -3,9 +3,9 @@ server's `POST /v1/check/onnx` run on one model must give the same outcome per s
 
 `verify_three_ways` runs all three for a model file and a config.json (the route's `?key=` is
 the config's rope table, resolved by the same server; a model with external data is sent to the
-route with its data inline, since the route reads no data file) and returns the CLI's exit code and JSON
-after asserting that every site has the same name, side, kind, verdict, first departure and
-ulp error everywhere, and that the whole model's outcome is the same.
+route with its data inline, since the route reads no data file) and returns the CLI's exit code
+and JSON after asserting that every site has the same name, side, kind, verdict, first
+departure and ulp error everywhere, and that the whole model's outcome is the same.
 """
 
 from __future__ import annotations
