@@ -70,7 +70,6 @@ from posenc_client._onnx_merge import merge_subgraph
 from posenc_client._onnx_patch import load_model
 from posenc_client._onnx_rope import RopeConsumer, attach_rope_caches, find_rope_consumers
 from posenc_client._onnx_verify import (
-    NOT_CHECKABLE,
     CacheReport,
     TableRequest,
     outcome,
@@ -80,7 +79,6 @@ from posenc_client._onnx_verify import (
 )
 
 __all__ = [
-    "NOT_CHECKABLE",
     "AlibiConsumer",
     "CacheReport",
     "FrequencyConstant",
