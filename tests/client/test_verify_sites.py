@@ -86,20 +86,23 @@ def test_graph_input_caches_are_not_checkable(server: ServerHandle, tmp_path: Pa
     )
 
 
-def _posenc_rotary(client: Client, config: Path, path: Path) -> None:
+def _posenc_rotary(client: Client, config: Path, path: Path, op: str = "onnx") -> None:
     (spec,) = client.resolve(json.loads(config.read_text()), kind="rope")
     graph = client.onnx(
-        {**spec.spec, "max_positions": ROWS}, graph="rotary", op="onnx", mode="table", opset=23
+        {**spec.spec, "max_positions": ROWS}, graph="rotary", op=op, mode="table", opset=23
     )
     path.write_bytes(graph.data)
 
 
+@pytest.mark.parametrize("op", ["onnx", "contrib"])
 def test_posenc_rotary_graph_is_found_through_its_gather(
-    server: ServerHandle, pclient: Client, tmp_path: Path
+    server: ServerHandle, pclient: Client, tmp_path: Path, op: str
 ) -> None:
+    """RotaryEmbedding-23 reads the gathered [B, S, d/2] rows; com.microsoft.RotaryEmbedding a
+    [B*S, d/2] Reshape of them: both found back to cos_table/sin_table."""
     config = _small_llama(tmp_path)
     model = tmp_path / "posenc_rotary.onnx"
-    _posenc_rotary(pclient, config, model)
+    _posenc_rotary(pclient, config, model, op)
     code, report = verify_three_ways(server, tmp_path, model, config)
     assert code == 0, report
     assert report["outcome"] == "exact"
@@ -114,7 +117,7 @@ def test_posenc_rotary_graph_is_found_through_its_gather(
     default_path = tmp_path / "default.json"
     default_path.write_text(json.dumps(default))
     unscaled = tmp_path / "unscaled.onnx"
-    _posenc_rotary(pclient, default_path, tmp_path / "default_rotary.onnx")
+    _posenc_rotary(pclient, default_path, tmp_path / "default_rotary.onnx", op)
     tables = {t.name: t for t in onnx.load(tmp_path / "default_rotary.onnx").graph.initializer}
     broken = onnx.load(model)
     for initializer in broken.graph.initializer:

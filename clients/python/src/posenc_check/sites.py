@@ -8,7 +8,8 @@ A site is one of:
   branches of a LongRoPE length `If` (onnxruntime-genai's builder; `side` "short"/"long");
 - `BakedCaches` kind "gathered": a consumer's caches gathered by position from an initializer
   table (`Gather(table, positions)`, through Reshape/Identity...: posenc's own `rope/rotary`
-  and `rope/cos_sin` graphs in mode `table`, whose Gather is guarded by the position range);
+  graph with op `onnx` or `contrib` in mode `table`, whose Gather is guarded by the position
+  range);
 - `BakedCaches` kind "folded": full-width cos/sin constants that a static-shape export
   (`torch.onnx.export` with fixed shapes: transformers' rotary module constant-folded) multiplies
   into q and k: `Add(Mul(x, cos), Mul(rotate_half(x), sin))`, cos/sin a constant of shape
