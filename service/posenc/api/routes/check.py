@@ -16,7 +16,8 @@ rows, and per side of a LongRoPE length switch (`If`) the `seq_len` at and past 
 threshold; for frequency constants, its `inv_freq`.
 
 Bounded cost: parsing, finding, reading, comparing, mapping and serialising run in worker
-threads, never on the event loop; a model with more than `posenc_check.sites.MAX_SITES` sites,
+threads, never on the event loop, charged `WORK_FACTOR` times the body's bytes to the in-flight
+budget while they run (503 `overloaded` when that does not fit); a model with more than `posenc_check.sites.MAX_SITES` sites,
 or a tensor read as cos by one consumer and as sin by another, is refused (422 `site_limit`)
 before any value is compared; the maps of one answer hold at most `MAP_CELLS` cells in all.
 
@@ -68,6 +69,10 @@ MAP_SIZE = 256
 """Largest side of a report's departure map."""
 MAP_CELLS = 1 << 18
 """Most map cells in one answer, all reports together (a side shrinks as reports grow)."""
+WORK_FACTOR = 4
+"""The check's working memory, charged to the in-flight budget while it runs: this many times
+the body's bytes (the body, the parsed model, the sites' values and their float64
+temporaries, the answer)."""
 
 
 class _Exact:
@@ -308,14 +313,20 @@ async def check_onnx(request: Request) -> Response:
     key, base = _key(state, request)
     check_content_encoding(request)
     body = await request.body()
-    plan = await asyncio.to_thread(_plan, body)
-    del body
-    exact: dict[TableRequest, tuple[_Exact, str]] = {}
-    for _, _, table_request in plan.sites:
-        if table_request is None or table_request in exact:
-            continue
-        spec, exact_key = _request_spec(base, table_request)
-        exact[table_request] = (await _exact(state, spec, exact_key), exact_key)
-        state.index.remember(exact_key, spec)  # GET /v1/tables/{exact_key} answers afterwards
-    answer = await asyncio.to_thread(_answer, key, plan, exact)
+    budget = state.require_cache().budget
+    lease = budget.acquire(object(), WORK_FACTOR * len(body)) if budget is not None else None
+    try:
+        plan = await asyncio.to_thread(_plan, body)
+        del body
+        exact: dict[TableRequest, tuple[_Exact, str]] = {}
+        for _, _, table_request in plan.sites:
+            if table_request is None or table_request in exact:
+                continue
+            spec, exact_key = _request_spec(base, table_request)
+            exact[table_request] = (await _exact(state, spec, exact_key), exact_key)
+            state.index.remember(exact_key, spec)  # GET /v1/tables/{exact_key} answers later
+        answer = await asyncio.to_thread(_answer, key, plan, exact)
+    finally:
+        if lease is not None:
+            lease.release()
     return Response(answer, media_type="application/json")
