@@ -297,19 +297,19 @@ def test_the_check_is_charged_to_the_in_flight_budget() -> None:
     from posenc.api.routes.check import WORK_FACTOR
 
     budget = 2 * 4 * 1024 * 1024  # the smallest the server takes: twice max_response_bytes
-    with start_server(in_flight_bytes=budget, max_response_bytes=4 * 1024 * 1024) as srv:
-        with srv.client() as c:
-            key = _preset_key(c)
-            row = 2 * (HD // 2) * 4  # body bytes per cache row (cos and sin, float32)
-            # answered: the check's charge and the exact table's (twice its bytes) both fit;
-            # refused: the check's charge alone is past the budget (the table alone would fit)
-            fits = budget // ((WORK_FACTOR + 2) * row) - 64
-            past = budget // (WORK_FACTOR * row) + 64
-            assert 2 * past * row < budget
-            for rows, status in ((fits, 200), (past, 503)):
-                cos = np.ones((rows, HD // 2), np.float32)
-                response = _check(c, key, _model_bytes(cos, cos * 0))
-                assert response.status_code == status, response.text
-            _error(response, 503, "overloaded")
-            assert srv.state.require_cache().budget is not None
-            assert srv.state.require_cache().budget.held == 0
+    settings = {"in_flight_bytes": budget, "max_response_bytes": 4 * 1024 * 1024}
+    with start_server(**settings) as srv, srv.client() as c:
+        key = _preset_key(c)
+        row = 2 * (HD // 2) * 4  # body bytes per cache row (cos and sin, float32)
+        # answered: the check's charge and the exact table's (twice its bytes) both fit;
+        # refused: the check's charge alone is past the budget (the table alone would fit)
+        fits = budget // ((WORK_FACTOR + 2) * row) - 64
+        past = budget // (WORK_FACTOR * row) + 64
+        assert 2 * past * row < budget
+        for rows, status in ((fits, 200), (past, 503)):
+            cos = np.ones((rows, HD // 2), np.float32)
+            response = _check(c, key, _model_bytes(cos, cos * 0))
+            assert response.status_code == status, response.text
+        _error(response, 503, "overloaded")
+        assert srv.state.require_cache().budget is not None
+        assert srv.state.require_cache().budget.held == 0

@@ -17,9 +17,10 @@ threshold; for frequency constants, its `inv_freq`.
 
 Bounded cost: parsing, finding, reading, comparing, mapping and serialising run in worker
 threads, never on the event loop, charged `WORK_FACTOR` times the body's bytes to the in-flight
-budget while they run (503 `overloaded` when that does not fit); a model with more than `posenc_check.sites.MAX_SITES` sites,
-or a tensor read as cos by one consumer and as sin by another, is refused (422 `site_limit`)
-before any value is compared; the maps of one answer hold at most `MAP_CELLS` cells in all.
+budget while they run (503 `overloaded` when that does not fit); a model with more than
+`posenc_check.sites.MAX_SITES` sites, or a tensor read as cos by one consumer and as sin by
+another, is refused (422 `site_limit`) before any value is compared; the maps of one answer
+hold at most `MAP_CELLS` cells in all.
 
 Each report names `exact_key`, the table it was compared with (at /v1/tables/{exact_key}), and
 carries `map`, the largest |model - exact| per block of positions and columns
