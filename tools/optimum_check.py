@@ -116,6 +116,7 @@ def check(root: Path) -> None:
     import onnx
     from onnx import numpy_helper
 
+    from posenc_client import Client
     from posenc_client.cli import main
     from posenc_client.onnx import find_frequency_constants, find_rope_consumers
     from tests.conftest import start_server
@@ -129,9 +130,25 @@ def check(root: Path) -> None:
         return code, out.getvalue()
 
     def verify(path: Path, config: Path) -> str:
+        """verify's exit code and verdicts; the route (the explorer's check pane) must answer
+        the same outcome and verdict per site (issue 28), else this fails."""
         code, out = cli("verify", str(path), "--config", str(config), "--json")
-        reports = json.loads(out)
-        return f"exit {code}: " + "; ".join(
+        report = json.loads(out)
+        reports = report["sites"]
+        with Client(handle.url, cache=False) as client:
+            (spec,) = client.resolve(json.loads(config.read_text()), kind="rope")
+        with handle.client() as http:
+            answer = http.post(
+                "/v1/check/onnx",
+                params={"key": spec.key},
+                content=onnx.load(path).SerializeToString(),  # any external data inline
+            ).json()
+        route = [(r["name"], r["verdict"]) for r in answer["caches"]]
+        if answer["outcome"] != report["outcome"] or route != [
+            (r["name"], r["verdict"]) for r in reports
+        ]:
+            raise SystemExit(f"{path}: the route answered {answer} where verify said {report}")
+        return f"exit {code} (route: the same): " + "; ".join(
             f"{r['verdict']} ({', '.join(r['diagnosis']) or 'max abs 0'})" for r in reports
         )
 

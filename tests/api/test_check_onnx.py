@@ -19,7 +19,7 @@ import onnx
 import pytest
 
 from tests.client import blocks
-from tests.conftest import start_server
+from tests.conftest import ServerHandle, start_server
 
 HD, HEADS, KV_HEADS, ROWS = 128, 4, 2, 512
 LLAMA31 = "llama-3.1-8b"
@@ -119,7 +119,11 @@ def test_caches_in_external_data_are_named_not_read(client: httpx.Client, tmp_pa
     response = _check(client, _preset_key(client), path.read_bytes())  # the graph only
     assert response.status_code == 200, response.text
     body = response.json()
-    assert body["caches"] == []
+    # the route reads no data file: both caches are named, and the site is not checkable
+    (site,) = body["caches"]
+    assert (site["name"], site["verdict"], site["nodes"]) == ("cos", "not_checkable", ["gqa"])
+    assert "external data" in site["diagnosis"][0]
+    assert body["outcome"] == "not_checkable"
     assert body["external"] == [
         {"name": "cos", "location": "model.onnx.data"},
         {"name": "sin", "location": "model.onnx.data"},
@@ -147,9 +151,14 @@ def test_bad_requests_are_4xx(client: httpx.Client) -> None:
     alibi = _preset_key(client, "bloom-560m")
     assert "rope table" in _error(_check(client, alibi, model), 422, "invalid_request")
     no_rope = blocks.alibi_block(2, 8).SerializeToString()
-    assert "no RoPE cache" in _error(_check(client, key, no_rope), 422, "no_rope_caches")
-    flat = _model_bytes(default["cos"][0], default["sin"][0])
-    assert "(P, d/2)" in _error(_check(client, key, flat), 400, "invalid_model")
+    assert "no RoPE site" in _error(_check(client, key, no_rope), 422, "no_rope_caches")
+    # caches that are no (P, d/2) tables: a site reported not checkable, never a pass
+    flat = _check(client, key, _model_bytes(default["cos"][0], default["sin"][0]))
+    assert flat.status_code == 200, flat.text
+    (site,) = flat.json()["caches"]
+    assert site["verdict"] == "not_checkable"
+    assert "(P, d/2)" in site["diagnosis"][0]
+    assert flat.json()["outcome"] == "not_checkable"
     # a cache of a dtype a table cannot have: the spec error names the field
     wide = _model_bytes(default["cos"].astype(np.float64), default["sin"].astype(np.float64))
     _error(_check(client, key, wide), 422, "invalid_spec")
@@ -165,3 +174,142 @@ def test_upload_limit_is_checked_before_the_body() -> None:
             headers={"Content-Type": "application/octet-stream"},
         )
         assert "exceeds the limit of 4096" in _error(response, 413, "body_too_large")
+
+
+def _pairings(cos_names: list[str], sin_names: list[str], rows: int, value: np.ndarray) -> bytes:
+    """A GQA model whose initializers (each `value`, (rows, HD/2)) are wired into one
+    GroupQueryAttention per (cos, sin) pairing: len(cos_names) x len(sin_names) nodes."""
+    from onnx import helper as h
+    from onnx import numpy_helper
+
+    model = blocks.gqa_block(HD, HEADS, KV_HEADS, caches="initializer")
+    template = model.graph.node[0]
+    del model.graph.node[:], model.graph.initializer[:], model.graph.output[:]
+    cache = np.ascontiguousarray(value[:rows])
+    model.graph.initializer.extend(
+        numpy_helper.from_array(cache, name) for name in dict.fromkeys(cos_names + sin_names)
+    )
+    for i, cos in enumerate(cos_names):
+        for j, sin in enumerate(sin_names):
+            node = onnx.NodeProto()
+            node.CopyFrom(template)
+            node.name = f"gqa_{i}_{j}"
+            node.input[7], node.input[8] = cos, sin
+            node.output[:] = [f"out_{i}_{j}", f"pk_{i}_{j}", f"pv_{i}_{j}"]
+            model.graph.node.append(node)
+            model.graph.output.append(h.make_empty_tensor_value_info(f"out_{i}_{j}"))
+    return model.SerializeToString()
+
+
+class _Probe:
+    """/v2/health/live polled from a thread while a check runs: each answer's status and
+    latency (a liveness probe's view of the event loop)."""
+
+    def __init__(self, client: httpx.Client) -> None:
+        import threading
+
+        self.client = client
+        self.results: list[tuple[int, float]] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        import time
+
+        while not self.stop.is_set():
+            start = time.perf_counter()
+            status = self.client.get("/v2/health/live").status_code
+            self.results.append((status, time.perf_counter() - start))
+            time.sleep(0.01)
+
+    def __enter__(self) -> _Probe:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
+HEALTH_BOUND_S = 2.0
+"""A generous bound on one health answer during a check (2 shared CPU cores; the blocking route
+took 17.5 s): the refusal and the caps are the asserted bounds, speed is measured in bench/."""
+
+
+def test_hostile_pairings_are_refused_while_health_answers(server: ServerHandle) -> None:
+    """k = 40 initializers of (1024, 64) float32 (a 10.5 MB model) wired into k^2 = 1600
+    GroupQueryAttention pairings, each tensor read as cos by some nodes and as sin by others:
+    refused (422 `site_limit`) before any value is compared, health answering all along."""
+    names = [f"c{i}" for i in range(40)]
+    with server.client() as http, server.client() as health:
+        body = _pairings(names, names, 1024, _rope(http, rows=1024)["cos"])
+        assert len(body) > 10 * 10**6
+        key = _preset_key(http)
+        with _Probe(health) as probe:
+            response = _check(http, key, body)
+    message = _error(response, 422, "site_limit")
+    assert "read as cos by one RoPE consumer and as sin by another" in message
+    assert probe.results, "no health answer during the check"
+    assert {status for status, _ in probe.results} == {200}
+    assert max(latency for _, latency in probe.results) < HEALTH_BOUND_S
+
+
+def test_the_most_sites_answer_within_the_map_cap(server: ServerHandle) -> None:
+    """15 cos x 15 sin distinct initializers (225 sites, under MAX_SITES) holding the exact
+    table: every site is reported exact, and the maps of the 450 reports hold at most
+    MAP_CELLS cells in all; health answers meanwhile. 17 x 17 (289 sites) is refused."""
+    from posenc.api.routes.check import MAP_CELLS
+    from posenc_check.sites import MAX_SITES
+
+    with server.client() as http, server.client() as health:
+        key = _preset_key(http)
+        served = http.get(f"/v1/presets/{LLAMA31}").json()["parts"][0]["spec"]
+        exact = _rope(http, rows=64, rope_scaling=served["rope_scaling"])
+        cos, sin = [f"cos{i}" for i in range(15)], [f"sin{i}" for i in range(15)]
+        assert len(cos) * len(sin) <= MAX_SITES
+        model = _pairings(cos, sin, 64, exact["cos"])
+        # each sin initializer must hold the sin table: rebuild with both tables
+        loaded = onnx.load_from_string(model)
+        for initializer in loaded.graph.initializer:
+            if initializer.name.startswith("sin"):
+                values = np.ascontiguousarray(exact["sin"][:64])
+                initializer.CopyFrom(onnx.numpy_helper.from_array(values, initializer.name))
+        with _Probe(health) as probe:
+            response = _check(http, key, loaded.SerializeToString())
+        assert response.status_code == 200, response.text
+        body = response.json()
+        assert body["outcome"] == "exact"
+        assert len(body["caches"]) == 2 * 15 * 15
+        assert {r["verdict"] for r in body["caches"]} == {"exact"}
+        cells = sum(len(r["map"]["data"]) * len(r["map"]["data"][0]) for r in body["caches"])
+        assert cells <= MAP_CELLS
+        assert {status for status, _ in probe.results} <= {200}
+        assert max((latency for _, latency in probe.results), default=0.0) < HEALTH_BOUND_S
+
+        names = [f"c{i}" for i in range(17)]
+        refused = _check(http, key, _pairings(names, [f"s{i}" for i in range(17)], 4, exact["cos"]))
+        assert f"more than {MAX_SITES}" in _error(refused, 422, "site_limit")
+
+
+def test_the_check_is_charged_to_the_in_flight_budget() -> None:
+    """A model whose check (WORK_FACTOR x its bytes) does not fit the in-flight budget is 503
+    `overloaded`, one just under it is answered, and the budget is whole again afterwards."""
+    from posenc.api.routes.check import WORK_FACTOR
+
+    budget = 2 * 4 * 1024 * 1024  # the smallest the server takes: twice max_response_bytes
+    settings = {"in_flight_bytes": budget, "max_response_bytes": 4 * 1024 * 1024}
+    with start_server(**settings) as srv, srv.client() as c:
+        key = _preset_key(c)
+        row = 2 * (HD // 2) * 4  # body bytes per cache row (cos and sin, float32)
+        # answered: the check's charge and the exact table's (twice its bytes) both fit;
+        # refused: the check's charge alone is past the budget (the table alone would fit)
+        fits = budget // ((WORK_FACTOR + 2) * row) - 64
+        past = budget // (WORK_FACTOR * row) + 64
+        assert 2 * past * row < budget
+        for rows, status in ((fits, 200), (past, 503)):
+            cos = np.ones((rows, HD // 2), np.float32)
+            response = _check(c, key, _model_bytes(cos, cos * 0))
+            assert response.status_code == status, response.text
+        _error(response, 503, "overloaded")
+        assert srv.state.require_cache().budget is not None
+        assert srv.state.require_cache().budget.held == 0

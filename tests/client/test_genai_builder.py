@@ -50,6 +50,7 @@ from transformers import (
 from posenc_client import Client
 from posenc_client.cli import main
 from posenc_client.onnx import load_model, verify_rope_caches
+from tests.client.parity import verify_three_ways
 from tests.conftest import ServerHandle
 
 builder = pytest.importorskip("onnxruntime_genai.models.builder")
@@ -224,6 +225,10 @@ def test_builder_model_plugs_and_matches_transformers(
     assert "mismatch" not in report
     if name in BUILDER_ERRORS:
         assert BUILDER_ERRORS[name] in report
+    # verify: the CLI, the library and the route give one outcome per site (issue 28)
+    code, three = verify_three_ways(server, tmp_path, source, config_path)
+    assert code in ((8,) if name in BUILDER_ERRORS else (0, 8)), three  # 8: a few ulp too
+    assert len(three["sites"]) == (4 if name == "phi3-longrope" else 2)
     graph = load_model(source)
     caches = {t.name: t for t in graph.graph.initializer if t.name in ("cos_cache", "sin_cache")}
     if caches:  # GQA initializers (the If branches of LongRoPE are compared by verify above)
@@ -251,6 +256,7 @@ def test_builder_model_plugs_and_matches_transformers(
     reports = verify_rope_caches(plugged, short, long_tables=long)
     assert len(reports) == (4 if name == "phi3-longrope" else 2)
     assert {r.verdict for r in reports} == {"exact"}
+    assert verify_three_ways(server, tmp_path, plugged, config_path)[0] == 0
     for length in (16, 300):
         ids = np.random.default_rng(length).integers(3, VOCAB, (1, length + 1), dtype=np.int64)
         with torch.no_grad():

@@ -23,6 +23,7 @@ from posenc_client import Client, Tables
 from posenc_client.cli import main
 from posenc_client.onnx import attach_rope_caches, verify_rope_caches
 from tests.client import blocks
+from tests.client.parity import verify_three_ways
 from tests.conftest import ServerHandle
 
 HD, HEADS, KV_HEADS, ROWS = 128, 4, 2, 2048
@@ -106,7 +107,7 @@ def _cli(server: ServerHandle, tmp_path: Path, *args: str) -> int:
 def test_cli_verify_and_plug_refusal(
     server: ServerHandle, shared_client: Client, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """verify exits 0 (exact), 6 (not this config) or 7 (plug repairs: the builder's missing
+    """verify exits 0 (exact), 6 (not this config) or 8 (plug repairs: the builder's missing
     scaling) and changes nothing; plug refuses a mismatch unless --force, printing the report
     either way."""
     llama = str(blocks.CONFIGS / "meta-llama__Llama-3.1-8B.json")
@@ -137,6 +138,13 @@ def test_cli_verify_and_plug_refusal(
     capsys.readouterr()
     assert _cli(server, tmp_path, "verify", str(model), "--config", llama, *args) == 8
     assert "llama3 scaling is missing" in capsys.readouterr().out
+    # the same outcome per site from the library and the route (issue 28)
+    code, report = verify_three_ways(server, tmp_path, model, Path(llama))
+    assert code == 8
+    assert [(s["name"], s["verdict"]) for s in report["sites"]] == [
+        ("cos", "repair"),
+        ("sin", "repair"),
+    ]
 
 
 def test_placeholder_caches_are_no_mismatch(shared_client: Client) -> None:

@@ -24,6 +24,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from posenc_client.cli import main
 from posenc_client.onnx import find_frequency_constants
+from tests.client.parity import verify_three_ways
 from tests.conftest import ServerHandle
 
 LOGITS_ATOL = 1e-4
@@ -105,6 +106,12 @@ def test_in_graph_frequencies_plug_verify_repair(
     code, report = _cli(server, tmp_path, "verify", str(broken_path), "--config", str(config))
     assert code == 8, report
     assert "llama3 scaling is missing" in report
+    # the route (the explorer's check pane) and the library give the same outcome per site
+    # (issue 28: the route answered 422 no_rope_caches for this model)
+    for path, expected in ((source, 0), (broken_path, 8)):
+        code, three = verify_three_ways(server, tmp_path, path, config)
+        assert code == expected, three
+        assert [s["kind"] for s in three["sites"]] == ["frequencies"]
     plugged = tmp_path / "plugged.onnx"
     code, report = _cli(server, tmp_path, "plug", str(broken_path), "--hf-config", str(config),
                         "-o", str(plugged))  # fmt: skip

@@ -33,6 +33,7 @@ from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply
 
 from posenc_client.cli import main
 from posenc_client.onnx import find_frequency_constants
+from tests.client.parity import verify_three_ways
 from tests.conftest import ServerHandle
 
 LOGITS_ATOL = 1e-5
@@ -195,6 +196,8 @@ def test_exported_frequencies_verify_plug_repair(
         expected_code, diagnosis = 8, DROPPED[variant]
     code, report = _cli(server, tmp_path, "verify", str(broken), "--config", str(config))
     assert (code, diagnosis in report) == (expected_code, True), report
+    for path, expected in ((source, 0), (broken, expected_code)):  # CLI = library = route
+        assert verify_three_ways(server, tmp_path, path, config)[0] == expected
     assert max(_max_logit_error(model, broken)) > LOGITS_ATOL
 
     plugged = tmp_path / "plugged.onnx"
@@ -267,8 +270,9 @@ def test_frequencies_computed_in_forward(
         "max_position_embeddings": 512, "rope_parameters": ROPES["default"],
     }))  # fmt: skip
     code, report = _cli(server, tmp_path, "verify", str(model), "--config", str(config))
-    assert code in (0, 7), report  # the reference evaluator's pow: exact or a few ulp
+    assert code in (0, 8), report  # the reference evaluator's pow: exact or a few ulp
     assert "mismatch" not in report
+    assert verify_three_ways(server, tmp_path, model, config)[0] == code
 
     plugged = tmp_path / "plugged.onnx"
     code, report = _cli(server, tmp_path, "plug", str(model), "--hf-config", str(config),
@@ -307,6 +311,13 @@ def test_length_dependent_frequencies_refused(server: ServerHandle, tmp_path: Pa
         if command == "plug":
             args += ["-o", str(tmp_path / "x.onnx")]
         code, report = _cli(server, tmp_path, *args)
-        assert code == 6, report
+        # plug refuses (6); verify reports the site not checkable (9), never a pass (issue 28)
+        assert code == (6 if command == "plug" else 9), report
         assert found.product in report
         assert "depend on the model's inputs" in report
+        if command == "verify":
+            assert "not checkable" in report
+            three = verify_three_ways(server, tmp_path, source, config)
+            assert [(s["name"], s["verdict"]) for s in three[1]["sites"]] == [
+                (found.product, "not_checkable")
+            ]

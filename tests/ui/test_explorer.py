@@ -399,3 +399,66 @@ def test_multimodal_config_shows_text_and_vision_rotary(
     assert "vision_rope:vision" in area.inner_text()
     assert area.locator("canvas, svg").count() >= 1
     assert watched.problems == []
+
+
+def test_check_pane_outcomes_diagnosis_and_errors_beside_it(
+    server: ServerHandle, client: httpx.Client, watched: Watched, tmp_path: Path
+) -> None:
+    """Issue 28 in the explorer: a table file holding Llama 3.1's cos/sin without the llama3
+    scaling gets the server's diagnosis (the same check as a model's); an ONNX model whose
+    caches are graph inputs is "not checkable" with its reason, never a pass; a file that cannot
+    be read and a body the server refuses are reported in the check pane itself, in full."""
+    page = watched.page
+    open_preset(watched, server.url, "llama-3.1-8b")
+    preset = client.get("/v1/presets/llama-3.1-8b").json()["parts"][0]["spec"]
+    default = {**preset, "rope_scaling": {"rope_type": "default"}, "max_positions": 512}
+    answer = client.post("/v1/tables?format=npz", json=default)
+    assert answer.status_code == 200, answer.text
+    unscaled = np.load(io.BytesIO(answer.content))
+    data = safetensors_save({"cos": unscaled["cos"], "sin": unscaled["sin"]})
+    page.locator("#check-file").set_input_files(
+        files=[{"name": "runtime.safetensors", "mimeType": "application/octet-stream",
+                "buffer": data}]
+    )  # fmt: skip
+    watched.idle()
+    no_error_shown(watched)
+    diagnosis = page.locator("#check-result .table-diagnosis")
+    assert diagnosis.locator("[data-outcome='repair']").count() == 1, diagnosis.inner_text()
+    assert diagnosis.locator("[data-verdict='repair']").count() == 2
+    assert diagnosis.inner_text().count("the config's llama3 scaling is missing") == 2
+    assert page.locator("#check-result [data-verdict='departs']").count() == 1  # the JS compare
+
+    # an ONNX model reading its caches from graph inputs: not checkable, with the reason
+    rotary = blocks.rotary_block(128, 4, 2)  # RotaryEmbedding-23, caches as graph inputs
+    path = tmp_path / "graph-input-caches.onnx"
+    onnx.save(rotary, path)
+    page.locator("#check-file").set_input_files(str(path))
+    watched.idle()
+    no_error_shown(watched)
+    result = page.locator("#check-result")
+    assert result.locator("[data-outcome='not_checkable']").count() == 1, result.inner_text()
+    assert result.locator("[data-verdict='not_checkable']").count() == 1
+    assert "graph input" in result.inner_text()
+    assert "exits 9" in result.inner_text()
+    shot(watched, "check-unchecked", "#check")
+
+    # errors beside the pane: a file that is no table, and a model the server refuses
+    page.locator("#check-file").set_input_files(
+        files=[{"name": "notes.safetensors", "mimeType": "application/octet-stream",
+                "buffer": b"not a table at all"}]
+    )  # fmt: skip
+    watched.idle()
+    error = page.locator("#check-result [data-check-error]")
+    assert error.count() == 1
+    assert "notes.safetensors is neither .npy nor .safetensors" in error.inner_text()
+    page.locator("#check-file").set_input_files(
+        files=[{"name": "broken.onnx", "mimeType": "application/octet-stream",
+                "buffer": b"\x08\x0a" + b"\xff" * 40}]
+    )  # fmt: skip
+    watched.idle()
+    error = page.locator("#check-result [data-check-error]")
+    assert error.count() == 1
+    assert "not an ONNX model" in error.inner_text()
+    refused = [p for p in watched.problems if "400" in p]
+    assert refused, watched.problems
+    assert [p for p in watched.problems if "400" not in p] == []

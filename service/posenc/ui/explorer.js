@@ -176,8 +176,7 @@
       if (!busy) { setStatus(""); document.body.removeAttribute("aria-busy"); }
     }
   }
-  function showError(err) {
-    const box = $("#error");
+  function showError(err, box = $("#error")) {
     box.replaceChildren();
     let text = err.message || String(err);
     if (err.status === 401) text += ": type the server's API key above and press \u201cUse key\u201d.";
@@ -191,6 +190,24 @@
     box.hidden = false;
   }
   function clearError() { $("#error").hidden = true; }
+
+  // A check's error is shown beside the check pane (the file and the table it was about), not
+  // only in the page-top banner, which is far above the pane.
+  async function checkWorking(label, job) {
+    return working(label, async () => {
+      try {
+        return await job();
+      } catch (err) {
+        const box = el("div", { class: "check-error", role: "alert", "data-check-error": "true" });
+        showError(err, box);
+        const out = $("#check-result");
+        const stale = out.querySelector(".check-error");
+        if (stale) stale.remove();
+        out.prepend(box);
+        throw err;
+      }
+    });
+  }
 
   // --- colour: viridis (lightness rises monotonically: readable in grey too) ----------------
   const VIRIDIS = (() => {
@@ -1061,7 +1078,8 @@
       if (!dtype) throw new Error(`${fileName}: dtype ${descr[1]} is not read here`);
       const dims = shape[1].split(",").map((s) => s.trim()).filter(Boolean).map(Number);
       const offset = start + headerLength;
-      return { array: { dtype, shape: dims, values: typed(buffer, offset, buffer.byteLength - offset, dtype) } };
+      return { array: { dtype, shape: dims, values: typed(buffer, offset, buffer.byteLength - offset, dtype),
+        raw: new Uint8Array(buffer, offset, buffer.byteLength - offset) } };
     }
     if (buffer.byteLength > 8 && view.getUint8(8) === 0x7b) {
       const length = Number(view.getBigUint64(0, true));
@@ -1072,7 +1090,8 @@
         const dtype = ST_DTYPES[info.dtype];
         if (!dtype) continue;
         const [a, b] = info.data_offsets;
-        out[name] = { dtype, shape: info.shape, values: typed(buffer, 8 + length + a, b - a, dtype) };
+        out[name] = { dtype, shape: info.shape, values: typed(buffer, 8 + length + a, b - a, dtype),
+          raw: new Uint8Array(buffer, 8 + length + a, b - a) };
       }
       return out;
     }
@@ -1104,7 +1123,7 @@
   function runCheck() {
     const out = $("#check-result");
     if (!selected) { out.replaceChildren(el("p", {}, "Choose a model and a table first.")); return; }
-    if (checkFile.model) { working("Checking the model's caches", () => checkModel(checkFile, out)); return; }
+    if (checkFile.model) { checkWorking("Checking the model's RoPE sites", () => checkModel(checkFile, out)); return; }
     const fileNames = Object.keys(checkFile.tables);
     const tableNames = Object.keys(selected.outputs);
     const fileSel = el("select", { name: "file_tensor", "aria-label": "tensor in the file" }, fileNames.map((n) => el("option", { value: n }, n)));
@@ -1113,13 +1132,93 @@
     tableSel.value = guess;
     if (fileNames.includes(guess)) fileSel.value = guess;
     const result = el("div");
-    const go = () => working("Checking", () => compareFile(checkFile.tables[fileSel.value], tableSel.value, result));
+    const diagnosis = el("div", { class: "table-diagnosis" });
+    const go = () => checkWorking("Checking", () => compareFile(checkFile.tables[fileSel.value], tableSel.value, result));
     out.replaceChildren(el("form", { class: "controls", onsubmit: (ev) => { ev.preventDefault(); go(); } },
       el("span", {}, el("strong", {}, checkFile.name), ": "),
       fileNames.length > 1 ? el("label", {}, "tensor ", fileSel) : `${fileNames[0]} `,
       el("label", {}, `against ${selected.name}'s `, tableSel),
-      el("button", { type: "submit" }, "Compare")), result);
+      el("button", { type: "submit" }, "Compare")), result, diagnosis);
     go();
+    if (selected.kind === "rope") checkWorking("Diagnosing the file's cos/sin", () => diagnoseTables(checkFile, diagnosis));
+  }
+
+  // --- the diagnosis of a table file's cos/sin: the same check as a model's (one code) -------
+  // The file's cos and sin (2-D, one shape; full width cat(c, c) or repeat_interleave(c, 2)
+  // brought to half width here) are wrapped as the two cache initializers of a one-node
+  // RotaryEmbedding-23 model and sent to POST /v1/check/onnx: the server reports them as it
+  // reports a model's caches (verdict, departure, diagnosis, map), posenc-client verify's code.
+  const ONNX_TYPES = { float32: 1, float16: 10, float64: 11, bfloat16: 16 };
+  function pbVarint(n) {
+    const out = [];
+    let v = BigInt(n);
+    do { let b = Number(v & 0x7fn); v >>= 7n; if (v) b |= 0x80; out.push(b); } while (v);
+    return out;
+  }
+  function pbJoin(parts) {
+    const total = parts.reduce((a, p) => a + p.length, 0);
+    const out = new Uint8Array(total);
+    let at = 0;
+    for (const p of parts) { out.set(p, at); at += p.length; }
+    return out;
+  }
+  const pbBytes = (field, bytes) => pbJoin([Uint8Array.from([...pbVarint(field * 8 + 2), ...pbVarint(bytes.length)]), bytes]);
+  const pbString = (field, text) => pbBytes(field, new TextEncoder().encode(text));
+  const pbInt = (field, n) => Uint8Array.from([...pbVarint(field * 8), ...pbVarint(n)]);
+  function pbTensor(name, shape, dtype, raw) {
+    return pbJoin([...shape.map((d) => pbInt(1, d)), pbInt(2, ONNX_TYPES[dtype]), pbString(8, name), pbBytes(9, raw)]);
+  }
+  function halfWidth(t, other) {
+    // (P, d) full width -> (P, d/2) raw bytes, when both tables repeat their halves or pairs
+    const [rows, cols] = t.shape;
+    const size = t.raw.length / (rows * cols);
+    const w = cols / 2;
+    const same = (f) => [t, other].every((x) => { for (let r = 0; r < rows; r += 1) for (let c = 0; c < w; c += 1) { const [i, j] = f(r, c); if (x.values[i] !== x.values[j]) return false; } return true; });
+    let pick = null;
+    if (same((r, c) => [r * cols + c, r * cols + c + w])) pick = (r, c) => r * cols + c;
+    else if (same((r, c) => [r * cols + 2 * c, r * cols + 2 * c + 1])) pick = (r, c) => r * cols + 2 * c;
+    if (!pick) return null;
+    const out = new Uint8Array(rows * w * size);
+    for (let r = 0; r < rows; r += 1) for (let c = 0; c < w; c += 1) {
+      const i = pick(r, c);
+      out.set(t.raw.subarray(i * size, (i + 1) * size), (r * w + c) * size);
+    }
+    return { shape: [rows, w], raw: out };
+  }
+  function tablesAsModel(cos, sin, names) {
+    const node = pbJoin([pbString(1, "x"), pbString(1, names[0]), pbString(1, names[1]), pbString(1, "position_ids"),
+      pbString(2, "y"), pbString(3, "table file"), pbString(4, "RotaryEmbedding")]);
+    const graph = pbJoin([pbBytes(1, node), pbString(2, "table file"),
+      pbBytes(5, pbTensor(names[0], cos.shape, cos.dtype, cos.raw)), pbBytes(5, pbTensor(names[1], sin.shape, sin.dtype, sin.raw))]);
+    const opset = pbJoin([pbString(1, ""), pbInt(2, 23)]);
+    return new Blob([pbJoin([pbInt(1, 10), pbBytes(7, graph), pbBytes(8, opset)])], { type: "application/octet-stream" });
+  }
+  async function diagnoseTables(file, out) {
+    const names = Object.keys(file.tables);
+    const cosName = names.find((n) => /(^|[^a-z])cos/i.test(n));
+    const sinName = names.find((n) => /(^|[^a-z])sin/i.test(n));
+    const cos = cosName && file.tables[cosName];
+    const sin = sinName && file.tables[sinName];
+    if (!cos || !sin || cos.shape.length !== 2 || cos.shape.join() !== sin.shape.join() || cos.dtype !== sin.dtype || !(cos.dtype in ONNX_TYPES)) {
+      out.replaceChildren(el("p", { class: "muted", "data-diagnosis": "none" },
+        "The diagnosis (which scaling, rounding, pairing) reads a cos and a sin table of one (positions, columns) shape: save both in one .safetensors (tensors named cos and sin) to get it."));
+      return;
+    }
+    let pair = [cos, sin];
+    const exact = selected.outputs.cos;
+    const width = exact ? exact.shape[exact.shape.length - 1] : null;
+    const halfCols = selected.spec && selected.spec.width === "full" && width ? width / 2 : width;
+    if (halfCols && cos.shape[1] === 2 * halfCols) {
+      const a = halfWidth(cos, sin);
+      const b = halfWidth(sin, cos);
+      if (!a || !b) throw new Error(`${cosName}/${sinName} ${shapeText(cos.shape)} are twice the table's half width but neither cat(c, c) nor repeat_interleave(c, 2)`);
+      pair = [{ ...a, dtype: cos.dtype }, { ...b, dtype: sin.dtype }];
+    }
+    const target = selected;
+    const response = await call(`v1/check/onnx?key=${target.key}`, { method: "POST", body: tablesAsModel(pair[0], pair[1], [cosName, sinName]) });
+    const result = await response.json();
+    out.replaceChildren(el("h3", {}, `Diagnosis of ${cosName} and ${sinName} (posenc-client verify's check)`),
+      outcomeLine(result), ...result.caches.map(cacheReport));
   }
 
   async function compareFile(mine, tensor, out) {
@@ -1199,7 +1298,19 @@
     repair: "✗ Departs: a known error or rounding (posenc-client plug repairs it)",
     placeholder: "– A placeholder: all zeros, nothing to compare",
     mismatch: "✗ Departs: these caches do not look like this config",
+    not_checkable: "? Not checkable: the model holds no values to compare here",
   };
+  const OUTCOMES = {
+    exact: ["✓ Every site checked is exact", 0],
+    repair: ["✗ A site departs in a way posenc-client plug repairs", 8],
+    mismatch: ["✗ A site does not look like this config", 6],
+    not_checkable: ["? Some or all sites could not be checked: no verdict for them", 9],
+  };
+  function outcomeLine(result) {
+    const [text, code] = OUTCOMES[result.outcome] || [result.outcome, "?"];
+    const cls = result.outcome === "exact" ? "verdict-ok" : "verdict-bad";
+    return el("p", { class: cls, "data-outcome": result.outcome }, `${text} (posenc-client verify exits ${code}).`);
+  }
 
   async function checkModel(file, out) {
     if (selected.kind !== "rope") {
@@ -1209,7 +1320,9 @@
     const target = selected;
     const response = await call(`v1/check/onnx?key=${target.key}`, { method: "POST", body: file.model });
     const result = await response.json();
-    const parts = [el("p", {}, el("strong", {}, file.name), ` against ${target.name} (key ${target.key.slice(0, 12)}…): ${result.caches.length / 2} cache pair${result.caches.length === 2 ? "" : "s"} baked into the model.`)];
+    const unchecked = result.caches.filter((r) => r.verdict === "not_checkable").length;
+    const parts = [el("p", {}, el("strong", {}, file.name), ` against ${target.name} (key ${target.key.slice(0, 12)}…): ${result.caches.length} report${result.caches.length === 1 ? "" : "s"}, ${unchecked} not checkable.`),
+      outcomeLine(result)];
     for (const r of result.caches) parts.push(cacheReport(r));
     if (result.external.length) {
       parts.push(el("p", { class: "muted", "data-external": "true" },
@@ -1223,7 +1336,13 @@
     const ok = r.verdict === "exact";
     const verdict = el("p", { class: ok ? "verdict-ok" : r.verdict === "placeholder" ? "" : "verdict-bad", "data-verdict": r.verdict },
       `${where}: ${VERDICTS[r.verdict] || r.verdict}`);
+    if (r.verdict === "not_checkable") {
+      return el("div", { class: "cache-report", "data-cache": r.name }, verdict,
+        el("dl", {}, el("dt", {}, "read by"), el("dd", {}, r.nodes.join(", "))),
+        el("ul", { class: "diagnosis" }, r.diagnosis.map((d) => el("li", {}, d))));
+    }
     const facts = el("dl", {},
+      el("dt", {}, "site"), el("dd", {}, r.kind),
       el("dt", {}, "read by"), el("dd", {}, r.nodes.join(", ")),
       el("dt", {}, "cache"), el("dd", {}, `${shapeText(r.shape)} ${r.dtype}; ${r.rows} rows compared`),
       el("dt", {}, "largest error"), el("dd", {}, r.max_abs === null ? "not comparable (another width)" : `${fmt(r.max_abs)} (${r.max_ulp} ulp)`),
@@ -1270,9 +1389,9 @@
     drop.addEventListener("drop", (ev) => {
       ev.preventDefault();
       drop.classList.remove("over");
-      working("Reading the file", () => onFile(ev.dataTransfer.files[0]));
+      checkWorking("Reading the file", () => onFile(ev.dataTransfer.files[0]));
     });
-    $("#check-file").addEventListener("change", (ev) => working("Reading the file", () => onFile(ev.target.files[0])));
+    $("#check-file").addEventListener("change", (ev) => checkWorking("Reading the file", () => onFile(ev.target.files[0])));
   }
 
   function start() {

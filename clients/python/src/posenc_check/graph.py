@@ -18,6 +18,17 @@ from onnx import numpy_helper
 
 Array = npt.NDArray[Any]
 
+ELEMENT_TYPES: dict[int, str] = {
+    onnx.TensorProto.FLOAT: "float32",
+    onnx.TensorProto.FLOAT16: "float16",
+    onnx.TensorProto.BFLOAT16: "bfloat16",
+    onnx.TensorProto.DOUBLE: "float64",
+    onnx.TensorProto.INT64: "int64",
+    onnx.TensorProto.INT32: "int32",
+    onnx.TensorProto.BOOL: "bool",
+}
+"""`TensorProto` element types -> the dtype names tables use."""
+
 MICROSOFT = "com.microsoft"
 """onnxruntime's contrib-op domain."""
 

@@ -1,6 +1,9 @@
-"""How far the position caches baked into a model are from the exact ones, and why:
-`baked_caches` finds them (reading no values), `check_caches` compares and diagnoses one pair,
-`verify_rope_caches` does both for a whole model, `departures` maps where a cache departs.
+"""How far the position tables a model holds are from the exact ones, and why: `verify_model`
+checks every RoPE site (`sites.find_sites`: baked caches, gathered tables, folded constants,
+LongRoPE's If branches, frequency constants, and those it cannot check) and `outcome` gives the
+whole model's verdict, the one `posenc-client verify` exits with and `POST /v1/check/onnx`
+answers; `check_caches` compares and diagnoses one pair, `check_frequencies` one frequency
+constant, `verify_rope_caches` the baked caches only, `departures` maps where a cache departs.
 
 Exporters bake half-width cos/sin caches (P, d/2) into models (onnxruntime-genai's builder: GQA
 `cos_cache` / `sin_cache` initializers, LongRoPE's two caches in an `If`). Each is compared,
@@ -19,21 +22,48 @@ first (row, column) where it departs, then a diagnosis read from the cache itsel
 Verdicts: `exact` (bit-equal), `placeholder` (all zeros: an exporter left the slot to fill),
 `repair` (what the table replaces is a known exporter error or rounding, or a single row: plug
 fixes it), `mismatch` (the model's caches do not look like this config at all: a wrong config,
-refused by `posenc-client plug` without `--force`).
+refused by `posenc-client plug` without `--force`), `not_checkable` (the model holds no values
+to compare: graph inputs, values computed from its inputs, an unknown pattern; the reason names
+the node).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 import onnx
 
-from posenc_check.graph import Array, label, node_input, read_tensor
-from posenc_check.rope import LengthSwitch, length_switch, rope_readers
+from posenc_check.freq import FrequencyConstant, frequency_values
+from posenc_check.graph import Array, read_tensor
+from posenc_check.sites import (
+    BakedCaches,
+    Site,
+    SiteLimitError,
+    TableRequest,
+    Unchecked,
+    find_sites,
+    table_request,
+)
+
+__all__ = [
+    "NOT_CHECKABLE",
+    "BakedCaches",
+    "CacheReport",
+    "SiteLimitError",
+    "TableRequest",
+    "baked_caches",
+    "check_caches",
+    "check_site",
+    "departures",
+    "outcome",
+    "read_site",
+    "verify_model",
+    "verify_rope_caches",
+]
 
 
 class ExactTable(Protocol):
@@ -45,6 +75,9 @@ class ExactTable(Protocol):
 
     def __getitem__(self, name: str, /) -> Array: ...
 
+
+NOT_CHECKABLE = "not_checkable"
+"""The verdict of a site whose values the model does not hold (`sites.Unchecked`)."""
 
 ULP_REPAIR = 4
 """Departures of at most this many ulp are rounding (another op order or libm)."""
@@ -62,7 +95,8 @@ class CacheReport:
     table's); `max_abs`, `max_ulp`: largest error (ulp of the exact value in the model's dtype,
     taken at 1/2 for smaller values); `first`: first (row, column) that differs, None when
     bit-equal; `verdict`: exact, placeholder, repair or mismatch; `diagnosis`: the likely
-    causes, most specific first."""
+    causes, most specific first (for `not_checkable`, why); `kind`: the site's ("cache",
+    "gathered", "folded", "frequencies", or "" when not checkable: `posenc_check.sites`)."""
 
     name: str
     nodes: tuple[str, ...]
@@ -75,10 +109,13 @@ class CacheReport:
     first: tuple[int, int] | None
     verdict: str
     diagnosis: tuple[str, ...] = field(default=())
+    kind: str = "cache"
 
     def line(self) -> str:
         """A one-line summary for reports."""
         where = f"{self.name}{f' ({self.side})' if self.side else ''}"
+        if self.verdict == NOT_CHECKABLE:
+            return f"{where}: not checkable: " + "; ".join(self.diagnosis)
         if self.first is None:
             return f"{where}: exact ({self.rows} rows)"
         row, col = self.first
@@ -260,56 +297,14 @@ def compare(model: Array, table: Array) -> tuple[int, float, int, tuple[int, int
     return rows, max_abs, int(np.ceil(max_ulp)), first
 
 
-@dataclass(frozen=True)
-class BakedCaches:
-    """One cos/sin cache pair that a model's RoPE consumers read, baked into it.
-
-    `cos`/`sin`: the values the consumers read (initializers, or outputs of a LongRoPE `If`:
-    then `side` is "short"/"long" for its else/then branch and `threshold` the length it
-    switches at, else "" and None); `nodes`: the consumers; `cos_tensor`/`sin_tensor`: where the
-    values are stored (possibly in external data: `graph.is_external`)."""
-
-    cos: str
-    sin: str
-    side: str
-    threshold: int | None
-    nodes: tuple[str, ...]
-    cos_tensor: onnx.TensorProto
-    sin_tensor: onnx.TensorProto
-
-
 def baked_caches(model: onnx.ModelProto, nodes: Iterable[str] | None = None) -> list[BakedCaches]:
-    """Every cos/sin cache pair baked into `model`'s RoPE consumers (only `nodes`, when given),
-    in graph order, reading no values. Caches fed by graph inputs, or by an `If` that is not a
-    length switch, hold no values to compare and are left out."""
-    wanted = set(nodes) if nodes is not None else None
-    readers: dict[str, list[str]] = {}
-    pairs: dict[tuple[str, str], None] = {}
-    for index, node, slots in rope_readers(model.graph):
-        name = label(node, index)
-        if wanted is not None and name not in wanted:
-            continue
-        cos, sin = node_input(node, slots.cos), node_input(node, slots.sin)
-        pairs[(cos, sin)] = None
-        for value in (cos, sin):
-            readers.setdefault(value, []).append(name)
-    initializers = {t.name: t for t in model.graph.initializer}
-    found: list[BakedCaches] = []
-    for cos, sin in pairs:
-        users = tuple(dict.fromkeys(readers[cos] + readers[sin]))
-        if cos in initializers and sin in initializers:
-            found.append(
-                BakedCaches(cos, sin, "", None, users, initializers[cos], initializers[sin])
-            )
-            continue
-        cos_switch, sin_switch = length_switch(model.graph, cos), length_switch(model.graph, sin)
-        if isinstance(cos_switch, LengthSwitch) and isinstance(sin_switch, LengthSwitch):
-            threshold = cos_switch.threshold
-            short = (cos_switch.short.tensor, sin_switch.short.tensor)
-            long = (cos_switch.long.tensor, sin_switch.long.tensor)
-            found.append(BakedCaches(cos, sin, "short", threshold, users, *short))
-            found.append(BakedCaches(cos, sin, "long", threshold, users, *long))
-    return found
+    """Every cos/sin cache pair of kind "cache" baked into `model`'s RoPE consumers (only
+    `nodes`, when given), in graph order, reading no values (`sites.find_sites`)."""
+    return [
+        site
+        for site in find_sites(model, nodes)
+        if isinstance(site, BakedCaches) and site.kind == "cache"
+    ]
 
 
 def check_caches(
@@ -344,11 +339,159 @@ def check_caches(
             first=first,
             verdict=verdict if first is not None else "exact",
             diagnosis=tuple(causes) if first is not None else (),
+            kind=caches.kind,
         )
         for name, value, (rows, max_abs, max_ulp, first) in zip(
             (caches.cos, caches.sin), values, results, strict=True
         )
     ]
+
+
+def site_values(site: BakedCaches, data_dir: str | os.PathLike[str] | None) -> tuple[Array, Array]:
+    """The half-width (P, d/2) cos and sin a site holds: its tensors read (`graph.read_tensor`),
+    a folded (..., P, d) pair brought to (P, d/2) (its two halves must be equal: cat(c, c), or
+    its columns equal in twos: repeat_interleave(c, 2)). ValueError when they are not two
+    tables of one shape."""
+    values = [read_tensor(t, data_dir) for t in (site.cos_tensor, site.sin_tensor)]
+    if site.layout != "half":
+        flat = [v.reshape(v.shape[-2], v.shape[-1]) for v in values]
+        half = flat[0].shape[1] // 2
+        if all(np.array_equal(v[:, :half], v[:, half:]) for v in flat):
+            values = [v[:, :half] for v in flat]
+        elif all(np.array_equal(v[:, 0::2], v[:, 1::2]) for v in flat):
+            values = [v[:, 0::2] for v in flat]
+        else:
+            raise ValueError(
+                f"the constants {site.cos!r}, {site.sin!r} {list(flat[0].shape)} are neither "
+                "cat(c, c) nor repeat_interleave(c, 2) of a half-width table"
+            )
+    shapes = [tuple(int(d) for d in v.shape) for v in values]
+    if any(len(s) != 2 or 0 in s for s in shapes) or shapes[0] != shapes[1]:
+        raise ValueError(
+            f"the caches {site.cos!r} {list(shapes[0])} and {site.sin!r} {list(shapes[1])} are "
+            "not two (P, d/2) tables of one shape"
+        )
+    return values[0], values[1]
+
+
+def check_frequencies(constant: FrequencyConstant, value: Array, tables: ExactTable) -> CacheReport:
+    """One frequency constant's values (any shape holding d/2 values) against the table's
+    `inv_freq`: compared as one row (`first` is (0, column)), diagnosed by `classify`."""
+    value = value.reshape(1, -1)
+    exact = np.asarray(tables["inv_freq"]).reshape(1, -1)
+    rows, max_abs, max_ulp, first = compare(value, exact)
+    if first is None:
+        verdict, causes = "exact", []
+    elif value.shape != exact.shape:
+        verdict = "mismatch"
+        causes = [
+            f"wrong rotary width: {value.shape[1]} frequencies, the config's {exact.shape[1]}"
+        ]
+    elif max_ulp <= ULP_REPAIR:
+        verdict, causes = "repair", [f"within {max_ulp} ulp: another op order or libm"]
+    elif through := went_through(value, exact):
+        verdict, causes = "repair", [f"the exact frequencies went through {through}"]
+    else:
+        inv_m = value[0].astype(np.float64)
+        verdict, causes = classify(inv_m, exact[0].astype(np.float64), 1.0, 1.0, tables)
+    return CacheReport(
+        name=constant.node,
+        nodes=(constant.cos, constant.sin),
+        side="",
+        shape=constant.shape,
+        dtype="bool" if value.dtype == np.bool_ else value.dtype.name,
+        rows=rows,
+        max_abs=max_abs,
+        max_ulp=max_ulp,
+        first=first,
+        verdict=verdict,
+        diagnosis=tuple(causes),
+        kind="frequencies",
+    )
+
+
+def not_checkable(name: str, nodes: Iterable[str], reason: str, side: str = "") -> CacheReport:
+    """The report of a site that could not be compared, and why."""
+    return CacheReport(
+        name=name, nodes=tuple(nodes), side=side, shape=(), dtype="", rows=0, max_abs=0.0,
+        max_ulp=0, first=None, verdict=NOT_CHECKABLE, diagnosis=(reason,), kind="",
+    )  # fmt: skip
+
+
+def read_site(
+    model: onnx.ModelProto, site: Site, data_dir: str | os.PathLike[str] | None
+) -> tuple[Array, ...] | CacheReport:
+    """The values a site is compared with (cos and sin; or the frequencies), or its
+    `not_checkable` report when it holds none or they cannot be read."""
+    if isinstance(site, Unchecked):
+        return not_checkable(site.name, site.nodes, site.reason)
+    try:
+        if isinstance(site, FrequencyConstant):
+            return (frequency_values(model, site, data_dir),)
+        return site_values(site, data_dir)
+    except Exception as err:  # protobuf, numpy and the reference evaluator raise many kinds
+        if isinstance(site, FrequencyConstant):
+            return not_checkable(site.node, (site.cos, site.sin), str(err))
+        return not_checkable(site.cos, site.nodes, f"cannot read its values: {err}", site.side)
+
+
+def check_site(
+    site: Site, values: tuple[Array, ...] | CacheReport, tables: ExactTable | None
+) -> list[CacheReport]:
+    """The reports of one site (`read_site`'s values) against `tables` (the exact table of its
+    `sites.table_request`; None: not comparable, with the reason given by the caller)."""
+    if isinstance(values, CacheReport):
+        return [values]
+    if tables is None or isinstance(site, Unchecked):
+        raise ValueError("a site with values is compared with its table (tables_for)")
+    if isinstance(site, FrequencyConstant):
+        return [check_frequencies(site, values[0], tables)]
+    return check_caches(site, (values[0], values[1]), tables)
+
+
+def verify_model(
+    model: onnx.ModelProto,
+    tables_for: Callable[[TableRequest], ExactTable],
+    *,
+    data_dir: str | os.PathLike[str] | None = None,
+    nodes: Iterable[str] | None = None,
+) -> list[CacheReport]:
+    """Every RoPE site of `model` (`sites.find_sites`: baked caches, gathered tables, folded
+    cos/sin constants, LongRoPE's If branches, frequency constants, and the sites whose values
+    the model does not hold) against the exact table `tables_for` gives for its
+    `TableRequest`, changing nothing: one report per cache (cos, sin), per frequency constant,
+    and per site that is `not_checkable` (with the reason). The verdict of the whole is
+    `outcome(reports)`. Raises `sites.SiteLimitError` past the bounds."""
+    reports: list[CacheReport] = []
+    for site in find_sites(model, nodes):
+        values = read_site(model, site, data_dir)
+        tables = None
+        if not isinstance(values, CacheReport) and not isinstance(site, Unchecked):
+            tables = tables_for(table_request(site))
+        reports.extend(check_site(site, values, tables))
+    return reports
+
+
+OUTCOMES = ("exact", "repair", "mismatch", NOT_CHECKABLE, "none")
+
+
+def outcome(reports: Iterable[CacheReport], *, allow_unchecked: bool = False) -> str:
+    """The verdict of a whole model from its reports: "mismatch" when one site does not look
+    like the config, else "repair" when one departs (or is an all-zero placeholder) in a way
+    plug repairs, else NOT_CHECKABLE when one site could not be checked (unless
+    `allow_unchecked`) or none was, "none" when there are no sites at all, else "exact": every
+    site checked and bit-equal."""
+    verdicts = [report.verdict for report in reports]
+    if not verdicts:
+        return "none"
+    if "mismatch" in verdicts:
+        return "mismatch"
+    if "repair" in verdicts or "placeholder" in verdicts:
+        return "repair"
+    checked = [v for v in verdicts if v != NOT_CHECKABLE]
+    if not checked or (len(checked) < len(verdicts) and not allow_unchecked):
+        return NOT_CHECKABLE
+    return "exact"
 
 
 def verify_rope_caches(

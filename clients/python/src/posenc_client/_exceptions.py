@@ -212,6 +212,7 @@ _BY_ERROR_TYPE: dict[str, type[APIError]] = {
     "invalid_table": BadRequestError,
     "invalid_model": BadRequestError,
     "no_rope_caches": BadRequestError,
+    "site_limit": BadRequestError,
     "invalid_max_points": BadRequestError,
     "ambiguous_config": AmbiguousConfigError,
     "unauthorized": AuthenticationError,

@@ -25,26 +25,13 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from posenc_check.graph import (
-    label,
-)
+from posenc_check.graph import ELEMENT_TYPES, label
 from posenc_client._exceptions import IncompatibleModelError
 from posenc_client._formats import Array
 from posenc_client._models import OnnxModel
 from posenc_client._onnx_files import load_graph
 
 ModelLike = onnx.ModelProto | bytes | str | os.PathLike[str] | OnnxModel
-
-ELEMENT_TYPES: dict[int, str] = {
-    onnx.TensorProto.FLOAT: "float32",
-    onnx.TensorProto.FLOAT16: "float16",
-    onnx.TensorProto.BFLOAT16: "bfloat16",
-    onnx.TensorProto.DOUBLE: "float64",
-    onnx.TensorProto.INT64: "int64",
-    onnx.TensorProto.INT32: "int32",
-    onnx.TensorProto.BOOL: "bool",
-}
-"""`TensorProto` element types -> the dtype names tables use."""
 
 
 def load_model(model: ModelLike) -> onnx.ModelProto:

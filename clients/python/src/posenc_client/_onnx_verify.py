@@ -1,5 +1,6 @@
-"""How far the position caches baked into a model are from the exact ones: `verify_rope_caches`
-and `verify_inv_freq`, changing nothing.
+"""How far the position tables a model holds are from the exact ones, changing nothing:
+`verify_model` (every RoPE site, the verdict `posenc-client verify` and `POST /v1/check/onnx`
+give), `verify_rope_caches` (the baked caches) and `verify_inv_freq` (frequency constants).
 
 Finding the caches, comparing and diagnosing them (the verdicts `exact`, `placeholder`, `repair`,
 `mismatch` and their causes) are `posenc_check.verify`'s, whose docstring says how the cause is
@@ -12,17 +13,26 @@ constants that `torch.onnx.export` models compute RoPE from (`verify_inv_freq`).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
-import numpy as np
-
-from posenc_check.verify import ULP_REPAIR, CacheReport, classify, compare, went_through
+from posenc_check.freq import find_frequency_constants, frequency_values
+from posenc_check.sites import SiteLimitError, TableRequest
+from posenc_check.verify import NOT_CHECKABLE, CacheReport, check_frequencies, outcome
+from posenc_check.verify import verify_model as _verify_model
 from posenc_check.verify import verify_rope_caches as _verify_rope_caches
-from posenc_client._formats import dtype_name
+from posenc_client._exceptions import IncompatibleModelError
 from posenc_client._models import Tables
 from posenc_client._onnx_patch import ModelLike, load_model
 
-__all__ = ["CacheReport", "verify_inv_freq", "verify_rope_caches"]
+__all__ = [
+    "NOT_CHECKABLE",
+    "CacheReport",
+    "TableRequest",
+    "outcome",
+    "verify_inv_freq",
+    "verify_model",
+    "verify_rope_caches",
+]
 
 
 def _data_dir(
@@ -44,51 +54,44 @@ def verify_inv_freq(
     """Compare every RoPE frequency constant of `model` (`find_frequency_constants`: RoPE
     computed in the graph, as `torch.onnx.export` leaves it: initializers, `Constant` nodes,
     values computed from constants) with the table's `inv_freq`, changing nothing; one
-    `CacheReport` each (one row: `first` is (0, column)). `IncompatibleModelError` naming the
-    node for frequencies that are not constant."""
-    from posenc_client._onnx_freq import find_frequency_constants, frequency_values
-
+    `CacheReport` each (one row: `first` is (0, column); `posenc_check.verify.check_frequencies`).
+    `IncompatibleModelError` naming the node for frequencies that are not constant."""
     data_dir = _data_dir(model, data_dir)
     proto = load_model(model)
     wanted = set(nodes) if nodes is not None else None
-    exact = np.asarray(tables["inv_freq"]).reshape(1, -1)
     reports = []
     for constant in find_frequency_constants(proto):
         if wanted is not None and constant.node not in wanted:
             continue
-        folder = None if data_dir is None else os.fspath(data_dir)
-        value = frequency_values(proto, constant, folder).reshape(1, -1)
-        rows, max_abs, max_ulp, first = compare(value, exact)
-        if first is None:
-            verdict, causes = "exact", []
-        elif value.shape != exact.shape:
-            verdict = "mismatch"
-            causes = [
-                f"wrong rotary width: {value.shape[1]} frequencies, the config's {exact.shape[1]}"
-            ]
-        elif max_ulp <= ULP_REPAIR:
-            verdict, causes = "repair", [f"within {max_ulp} ulp: another op order or libm"]
-        elif through := went_through(value, exact):
-            verdict, causes = "repair", [f"the exact frequencies went through {through}"]
-        else:
-            inv_m = value[0].astype(np.float64)
-            verdict, causes = classify(inv_m, exact[0].astype(np.float64), 1.0, 1.0, tables)
-        reports.append(
-            CacheReport(
-                name=constant.node,
-                nodes=(constant.cos, constant.sin),
-                side="",
-                shape=constant.shape,
-                dtype=dtype_name(value.dtype),
-                rows=rows,
-                max_abs=max_abs,
-                max_ulp=max_ulp,
-                first=first,
-                verdict=verdict,
-                diagnosis=tuple(causes),
-            )
-        )
+        try:
+            value = frequency_values(proto, constant, data_dir)
+        except ValueError as err:
+            raise IncompatibleModelError(str(err)) from None
+        reports.append(check_frequencies(constant, value, tables))
     return reports
+
+
+def verify_model(
+    model: ModelLike,
+    tables_for: Callable[[TableRequest], Tables],
+    *,
+    data_dir: str | os.PathLike[str] | None = None,
+    nodes: Iterable[str] | None = None,
+) -> list[CacheReport]:
+    """Every RoPE site of `model` against the exact tables, changing nothing
+    (`posenc_check.verify.verify_model`): baked caches, tables gathered by position, folded
+    cos/sin constants, LongRoPE's If branches, frequency constants, and one `not_checkable`
+    report (with its reason) per site whose values the model does not hold. `tables_for` gives
+    the table for a `TableRequest` (what `posenc-client verify` fetches for the model's
+    config). The whole model's verdict is `outcome(reports)`. A model past the bounds
+    (`posenc_check.sites.MAX_SITES`, a tensor read as both cos and sin) raises
+    `IncompatibleModelError`."""
+    try:
+        return _verify_model(
+            load_model(model), tables_for, data_dir=_data_dir(model, data_dir), nodes=nodes
+        )
+    except SiteLimitError as err:
+        raise IncompatibleModelError(str(err)) from None
 
 
 def verify_rope_caches(

@@ -35,7 +35,12 @@ Exit codes (stable, for scripts):
     6  the model cannot take the tables (plug: shape, dtype, pairing, consumer constraints;
        its baked caches do not look like the config's, without --force); verify: they do not
     7  cache verify found files that do not match their digests (each one is printed)
-    8  verify: the model's caches differ from the config's in a way plug repairs
+    8  verify: the model's caches differ from the config's in a way plug repairs (or are an
+       all-zero placeholder)
+    9  verify: some RoPE site could not be checked (its cos/sin are graph inputs, computed
+       from the model's inputs, or in a pattern posenc does not know), or none was: each is
+       reported "not checkable" with the reason; --allow-unchecked accepts unchecked sites
+       beside checked ones (a model with no site checked still exits 9)
 
 Environment: POSENC_URL, POSENC_API_KEY, POSENC_CACHE_DIR (else $XDG_CACHE_HOME/posenc).
 """
@@ -69,6 +74,7 @@ EXIT_OFFLINE = 5
 EXIT_INCOMPATIBLE = 6
 EXIT_CORRUPT = 7
 EXIT_DIFFERS = 8
+EXIT_UNCHECKED = 9
 
 PROGRESS_MIN_BYTES = 1 << 20
 SPEC_HELP = (
@@ -412,35 +418,77 @@ def _frequency_table(client: Client, args: argparse.Namespace) -> Tables:
     return _one(client.tables_for_model(_config(args.hf_config), **overrides), "the config")
 
 
+def _request_fields(request: Any, args: argparse.Namespace, gqa: bool, fields: JSON) -> JSON:
+    """The overrides that fetch the table a `TableRequest` asks for, for the model's config:
+    half-width caches of the site's dtype and rows (and `seq_len` on a side of a length switch),
+    or the frequencies. --dtype, --max-positions and FIELD=VALUE win."""
+    if request.what == "inv_freq":
+        return {
+            "kind": "rope",
+            "layer_type": args.layer_type,
+            "max_positions": args.max_positions or 16,  # only inv_freq is used
+            **fields,
+        }
+    found = {
+        "kind": "rope",
+        "layer_type": args.layer_type,
+        "profile": "ort_gqa" if gqa else "onnx",
+        "dtype": args.dtype or request.dtype,
+        "max_positions": args.max_positions or request.rows,
+        **fields,
+    }
+    if request.seq_len is not None:
+        found["seq_len"] = request.seq_len
+    return found
+
+
+VERIFY_EXITS = {
+    "exact": EXIT_OK,
+    "repair": EXIT_DIFFERS,
+    "mismatch": EXIT_INCOMPATIBLE,
+    "not_checkable": EXIT_UNCHECKED,
+}
+
+
 def cmd_verify(client: Client, args: argparse.Namespace) -> int:
     plug = _plug_module()
     model = _load(plug, args.model)
-    data_dir = Path(args.model).parent
-    if plug.find_rope_consumers(model):
-        nodes, tables, long_tables = _rope_plan(client, plug, model, args)
-        reports = plug.verify_rope_caches(
-            model,
-            tables,
-            long_tables=long_tables,
-            data_dir=data_dir,
-            nodes=[c.node for c in nodes],
-        )
-    elif plug.find_frequency_constants(model):
-        tables = _frequency_table(client, args)
-        reports = plug.verify_inv_freq(model, tables, data_dir=data_dir, nodes=args.node)
-    else:
+    config = _config(args.hf_config)
+    fields = parse_fields(args.fields)
+    gqa = any(c.op.endswith("GroupQueryAttention") for c in plug.find_rope_consumers(model))
+    fetched: dict[Any, Tables] = {}
+
+    def tables_for(request: Any) -> Tables:
+        if request not in fetched:
+            found = client.tables_for_model(config, **_request_fields(request, args, gqa, fields))
+            fetched[request] = _one(found, "the config")
+        return fetched[request]
+
+    reports = plug.verify_model(
+        model, tables_for, data_dir=Path(args.model).parent, nodes=args.node
+    )
+    if not reports:
         raise IncompatibleModelError(
-            "the model has no RoPE consumer and no RoPE frequency constant to verify"
+            "the model has no RoPE site to verify: no RoPE consumer (RotaryEmbedding, "
+            "GroupQueryAttention do_rotary=1), no folded cos/sin constant and no RoPE frequency "
+            "constant"
         )
+    result = plug.outcome(reports, allow_unchecked=args.allow_unchecked)
+    code = VERIFY_EXITS[result]
     if args.json:
-        _print_json([report.__dict__ for report in reports])
+        keys = sorted({t.key for t in fetched.values()})
+        sites = [{**report.__dict__, "line": report.line()} for report in reports]
+        _print_json({"model": args.model, "outcome": result, "exit_code": code,
+                     "exact_keys": keys, "sites": sites})  # fmt: skip
     else:
-        print(f"{args.model} against {tables.key[:12]} ({tables.spec.get('rope_scaling')}):")
+        against = ", ".join(
+            f"{t.key[:12]} ({t.spec.get('rope_scaling')})" for t in fetched.values()
+        )
+        print(f"{args.model} against {against or 'no table'}:")
         _report(reports, sys.stdout)
-    verdicts = {report.verdict for report in reports}
-    if "mismatch" in verdicts:
-        return EXIT_INCOMPATIBLE
-    return EXIT_DIFFERS if "repair" in verdicts else EXIT_OK
+        unchecked = sum(r.verdict == "not_checkable" for r in reports)
+        print(f"outcome: {result} ({len(reports) - unchecked} checked, {unchecked} not checkable)")
+    return code
 
 
 def cmd_plug(client: Client, args: argparse.Namespace) -> int:
@@ -555,7 +603,8 @@ def build_parser() -> argparse.ArgumentParser:
         "plug them into ONNX models.",
         epilog="Exit codes: 0 ok, 1 bug, 2 usage, 3 server refused/bad answer, 4 no connection, "
         "5 offline cache miss, 6 model incompatible, 7 corrupt cache files (cache verify), "
-        "8 verify: caches differ (plug repairs them).",
+        "8 verify: caches differ (plug repairs them), 9 verify: some or all RoPE sites not "
+        "checkable.",
     )
     parser.add_argument("--version", action="version", version=f"posenc-client {__version__}")
     parser.add_argument(
@@ -686,14 +735,27 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "verify",
-        help="how far a model's baked RoPE caches are from exact",
-        description="Compare the cos/sin caches baked into model.onnx with the tables served "
-        "for config.json, changing nothing: max abs and ulp error, first differing row and "
-        "column, and the likely cause. Exit 0: exact; 8: differs, plug repairs it; 6: the "
-        "caches do not look like this config.",
+        help="how far a model's RoPE tables are from exact",
+        description="Compare every RoPE site of model.onnx (baked cos/sin caches, tables "
+        "gathered by position, folded cos/sin constants, LongRoPE's If branches, in-graph "
+        "frequency constants) with the tables served for config.json, changing nothing: max "
+        "abs and ulp error, first differing row and column, and the likely cause; a site whose "
+        "values the model does not hold is 'not checkable', with the reason. Exit 0: at least "
+        "one site checked and every site exact; 8: differs, plug repairs it; 6: does not look "
+        "like this config; 9: some or all sites not checkable.",
     )
     _model_args(p, "the ONNX model to check")
-    p.add_argument("--json", action="store_true", help="print the reports as JSON")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print {model, outcome, exit_code, exact_keys, sites: [report...]} as JSON",
+    )
+    p.add_argument(
+        "--allow-unchecked",
+        action="store_true",
+        help="exit 0 when every checked site is exact though others could not be checked (at "
+        "least one must be checked)",
+    )
     p.set_defaults(run=cmd_verify)
     return parser
 

@@ -28,8 +28,13 @@ without its external data) or an `OnnxModel`, never modifies it, and returns a n
   (`torch.onnx.export`: dynamo keeps transformers' `inv_freq` buffer as an initializer,
   TorchScript and optimum fold it into a `Constant`; a chain over constants is evaluated): the
   served `inv_freq` replaces them (`find_frequency_constants`, `verify_inv_freq`).
-- `verify_rope_caches(model, tables)`: how far the caches baked into a model are from the exact
-  ones (max abs, ulp, first differing row and column) and the likely cause, changing nothing.
+- `verify_model(model, tables_for)`: every RoPE site of a model (baked caches, tables gathered
+  by position, folded cos/sin constants, LongRoPE's If branches, frequency constants) against
+  the exact tables, one outcome each, sites whose values the model does not hold reported
+  `not_checkable` with the reason; `outcome(reports)` is the whole model's verdict (what
+  `posenc-client verify` exits with). `verify_rope_caches(model, tables)`: the baked caches
+  only: how far they are from the exact ones (max abs, ulp, first differing row and column)
+  and the likely cause, changing nothing.
 - `load_model(path)`, `save_model(model, path, data_dir=...)`: models with external data are
   read without their weights and written keeping the weights' files (see `_onnx_files`).
 - `attach_alibi_bias(model, bias)`: merge the server's `alibi/bias` subgraph (from
@@ -64,7 +69,14 @@ from posenc_client._onnx_freq import FrequencyConstant, attach_inv_freq, find_fr
 from posenc_client._onnx_merge import merge_subgraph
 from posenc_client._onnx_patch import load_model
 from posenc_client._onnx_rope import RopeConsumer, attach_rope_caches, find_rope_consumers
-from posenc_client._onnx_verify import CacheReport, verify_inv_freq, verify_rope_caches
+from posenc_client._onnx_verify import (
+    CacheReport,
+    TableRequest,
+    outcome,
+    verify_inv_freq,
+    verify_model,
+    verify_rope_caches,
+)
 
 __all__ = [
     "AlibiConsumer",
@@ -72,6 +84,7 @@ __all__ = [
     "FrequencyConstant",
     "LengthSwitch",
     "RopeConsumer",
+    "TableRequest",
     "attach_alibi_bias",
     "attach_inv_freq",
     "attach_rope_caches",
@@ -80,7 +93,9 @@ __all__ = [
     "find_rope_consumers",
     "load_model",
     "merge_subgraph",
+    "outcome",
     "save_model",
     "verify_inv_freq",
+    "verify_model",
     "verify_rope_caches",
 ]

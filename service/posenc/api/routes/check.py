@@ -1,33 +1,45 @@
-"""`POST /v1/check/onnx`: how far the RoPE caches baked into an ONNX model are from the exact
-table, and why (the explorer's check pane at /ui; `posenc-client verify` runs the same check
-locally).
+"""`POST /v1/check/onnx`: every RoPE site of an ONNX model against the exact table, and why it
+departs (the explorer's check pane at /ui). `posenc-client verify` runs the same check locally:
+both are `posenc_check.sites.find_sites` + `posenc_check.verify.check_site`/`outcome`, so both
+give the same outcome per site (baked caches, tables gathered by position, folded cos/sin
+constants, LongRoPE's If branches, frequency constants from torch.onnx.export and optimum;
+sites whose values the model does not hold are `not_checkable` with the reason).
 
 The body is the model (any media type; `Content-Encoding` refused). A model saved with external
-data may be sent as its graph-only `.onnx`: caches stored in external data are not read and are
-listed under `external`, the model's weights are never sent. The body is capped by
-`max_upload_bytes` from `Content-Length` before any of it is read, and while it streams
-(`BodyLimitMiddleware`). `?key=` names the table to compare with: a rope table this server
-resolved (a key of /v1/resolve, /v1/tables or a preset's). Its spec is taken as
-`posenc-client verify` asks for it: half width, the caches' dtype and rows, and per side of a
-LongRoPE length switch (`If`) the `seq_len` at and past its threshold.
+data may be sent as its graph-only `.onnx`: caches stored in external data are not read (their
+sites are `not_checkable`) and are listed under `external`, the model's weights are never
+sent. The body is capped by `max_upload_bytes` from `Content-Length` before any of it is read,
+and while it streams (`BodyLimitMiddleware`). `?key=` names the table to compare with: a rope
+table this server resolved (a key of /v1/resolve, /v1/tables or a preset's). Its spec is taken
+as `posenc-client verify` asks for it (`sites.TableRequest`): half width, the caches' dtype and
+rows, and per side of a LongRoPE length switch (`If`) the `seq_len` at and past its
+threshold; for frequency constants, its `inv_freq`.
 
-Each report names `exact_key`, the table it was compared with (at /v1/tables/{exact_key}).
-Finding the caches, comparing and diagnosing are `posenc_check.verify` (one implementation, shared
-with posenc-client). Only the caches become arrays; each report carries `map`, the largest
-|model - exact| per block of positions and columns (`posenc_check.verify.departures`, at most
-256 x 256), which the page draws as a heatmap.
+Bounded cost: parsing, finding, reading, comparing, mapping and serialising run in worker
+threads, never on the event loop, charged `WORK_FACTOR` times the body's bytes to the in-flight
+budget while they run (503 `overloaded` when that does not fit); a model with more than
+`posenc_check.sites.MAX_SITES` sites, or a tensor read as cos by one consumer and as sin by
+another, is refused (422 `site_limit`) before any value is compared; the maps of one answer
+hold at most `MAP_CELLS` cells in all.
 
-Answers `{"key", "caches": [report...], "external": [{"name", "location"}]}`; errors: 400
-`invalid_model` (not an ONNX model), 404 `unknown_key`, 413 `body_too_large` / `too_large`, 422
-`invalid_request` (`key` missing or not a rope table), 422 `no_rope_caches` (no RoPE consumer
-reads a cache baked into the model), 422 `invalid_spec` (the caches' rows or dtype out of range).
+Each report names `exact_key`, the table it was compared with (at /v1/tables/{exact_key}), and
+carries `map`, the largest |model - exact| per block of positions and columns
+(`posenc_check.verify.departures`, at most 256 x 256, less when many reports share
+`MAP_CELLS`), which the page draws as a heatmap.
+
+Answers `{"key", "outcome", "caches": [report...], "external": [{"name", "location"}]}`
+(`outcome`: exact, repair, mismatch or not_checkable, as `posenc-client verify` exits 0, 8, 6,
+9); errors: 400 `invalid_model` (not an ONNX model), 404 `unknown_key`, 413 `body_too_large` /
+`too_large`, 422 `invalid_request` (`key` missing or not a rope table), 422 `no_rope_caches` (no
+RoPE site in the model), 422 `site_limit` (past the bounds above), 422 `invalid_spec` (the
+caches' rows or dtype out of range).
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -38,7 +50,7 @@ from starlette.responses import Response
 
 from posenc.api.deps import app_state
 from posenc.api.errors import ApiError
-from posenc.api.jsonio import check_content_encoding, json_response
+from posenc.api.jsonio import check_content_encoding
 from posenc.api.serving import check_size
 from posenc.api.specs import canonical_spec
 from posenc.api.state import AppState
@@ -49,7 +61,7 @@ from posenc.runtime import OFFLOAD_BYTES
 if TYPE_CHECKING:
     import onnx
 
-    from posenc_check.verify import BakedCaches
+    from posenc_check.sites import Site, TableRequest
 
 # onnx and posenc_check are imported on the first check, not at start-up (as /v1/onnx does).
 
@@ -57,6 +69,12 @@ router = APIRouter(prefix="/v1", tags=["check"])
 
 MAP_SIZE = 256
 """Largest side of a report's departure map."""
+MAP_CELLS = 1 << 18
+"""Most map cells in one answer, all reports together (a side shrinks as reports grow)."""
+WORK_FACTOR = 4
+"""The check's working memory, charged to the in-flight budget while it runs: this many times
+the body's bytes (the body, the parsed model, the sites' values and their float64
+temporaries, the answer)."""
 
 
 class _Exact:
@@ -129,39 +147,77 @@ def _parse(body: bytes, max_entries: int) -> onnx.ModelProto:
     return model
 
 
-def _values(caches: BakedCaches) -> tuple[Any, Any]:
-    """The cos and sin values of a baked pair, each (P, w) with P, w >= 1 and equal shapes, or
-    400 `invalid_model`."""
-    from posenc_check.graph import read_tensor
+@dataclass
+class _Plan:
+    """What the first worker-thread step found: every site with its values (or its
+    not_checkable report) and the table it asks for, and the caches kept in external data."""
+
+    sites: list[tuple[Site, Any, TableRequest | None]]
+    external: list[dict[str, Any]]
+
+
+def _plan(body: bytes, max_entries: int) -> _Plan:
+    """Parse the model (at most `max_entries` graph entries) and find its sites, reading their
+    values (worker thread)."""
+    from posenc_check.graph import external_field, is_external
+    from posenc_check.sites import BakedCaches, SiteLimitError, Unchecked, table_request
+    from posenc_check.verify import read_site
+
+    model = _parse(body, max_entries)
+    try:
+        sites = _find(model)
+    except SiteLimitError as err:
+        message = str(err)
+        raise ApiError(
+            422, "site_limit", message, [{"field": "(body)", "message": message}]
+        ) from None
+    if not sites:
+        message = (
+            "no RoPE site in the model: no RotaryEmbedding, com.microsoft.RotaryEmbedding or "
+            "GroupQueryAttention (do_rotary=1) reading cos/sin, no folded cos/sin constant and "
+            "no RoPE frequency constant"
+        )
+        raise ApiError(422, "no_rope_caches", message, [{"field": "(body)", "message": message}])
+    planned: list[tuple[Site, Any, TableRequest | None]] = []
+    external: list[dict[str, Any]] = []
+    for site in sites:
+        if isinstance(site, BakedCaches):
+            stored = [t for t in (site.cos_tensor, site.sin_tensor) if is_external(t)]
+            external += [
+                {"name": t.name, "location": external_field(t, "location")} for t in stored
+            ]
+        values = read_site(model, site, None)
+        checkable = not isinstance(site, Unchecked) and isinstance(values, tuple)
+        planned.append((site, values, table_request(site) if checkable else None))  # type: ignore[arg-type]
+    return _Plan(planned, external)
+
+
+def _find(model: onnx.ModelProto) -> list[Site]:
+    from posenc_check.sites import find_sites
 
     try:
-        values = (read_tensor(caches.cos_tensor, None), read_tensor(caches.sin_tensor, None))
-    except Exception as err:  # a malformed tensor: protobuf and numpy raise many kinds
-        message = f"cannot read the caches {caches.cos!r}, {caches.sin!r}: {err}"
-        raise _invalid(message) from None
-    shapes = [tuple(int(d) for d in value.shape) for value in values]
-    if any(len(s) != 2 or 0 in s for s in shapes) or shapes[0] != shapes[1]:
-        raise _invalid(
-            f"the caches {caches.cos!r} {shapes[0]} and {caches.sin!r} {shapes[1]} are not two "
-            "(P, d/2) tables of one shape"
-        )
-    return values
+        return find_sites(model)
+    except (KeyError, IndexError, TypeError, AttributeError) as err:
+        raise _invalid(f"cannot read the model's RoPE nodes: {err!r}") from None
 
 
-def _side_spec(base: SpecBase, caches: BakedCaches, dtype: str, rows: int) -> tuple[SpecBase, str]:
-    """The base rope spec as the model's caches hold it (as `posenc-client verify` asks), and
-    its key; a dtype or row count out of range is 422 `invalid_spec`."""
-    seq_len = None
-    if caches.threshold is not None:
-        seq_len = caches.threshold + (1 if caches.side == "long" else 0)
-    fields = {
-        **base.model_dump(mode="json", exclude_none=True),
-        "width": "half",
-        "packing": "separate",
-        "dtype": dtype,
-        "max_positions": rows,
-        "seq_len": seq_len,
-    }
+def _request_spec(base: SpecBase, request: TableRequest) -> tuple[SpecBase, str]:
+    """The base rope spec as a site asks for it (as `posenc-client verify` asks): half-width
+    caches of the site's dtype and rows (and `seq_len` on a side of a length switch), or the
+    frequencies (16 rows: only inv_freq is read), and its key; a dtype or row count out of
+    range is 422 `invalid_spec`."""
+    fields = base.model_dump(mode="json", exclude_none=True)
+    if request.what == "inv_freq":
+        fields = {**fields, "max_positions": 16}
+    else:
+        fields = {
+            **fields,
+            "width": "half",
+            "packing": "separate",
+            "dtype": request.dtype,
+            "max_positions": request.rows,
+            "seq_len": request.seq_len,
+        }
     return canonical_spec(fields)
 
 
@@ -177,14 +233,14 @@ async def _exact(state: AppState, spec: SpecBase, key: str) -> _Exact:
     return _Exact(spec, entry.table.tensors)
 
 
-def _map(value: Any, exact: Any) -> dict[str, Any] | None:
-    """Where one cache departs: `departures` as {"row_step", "col_step", "data"}; None when the
-    shapes cannot be compared."""
+def _map(value: Any, exact: Any, side: int) -> dict[str, Any] | None:
+    """Where one cache departs: `departures` (at most side x side blocks) as {"row_step",
+    "col_step", "data"}; None when the shapes cannot be compared."""
     from posenc_check.verify import departures
 
     if value.ndim != 2 or exact.ndim != 2 or value.shape[1] != exact.shape[1]:
         return None
-    grid = departures(value, exact, MAP_SIZE, MAP_SIZE)
+    grid = departures(value, exact, side, side)
     rows = min(value.shape[0], exact.shape[0])
     return {
         "row_step": math.ceil(rows / grid.shape[0]),
@@ -193,34 +249,59 @@ def _map(value: Any, exact: Any) -> dict[str, Any] | None:
     }
 
 
-def _reports(
-    caches: BakedCaches, values: tuple[Any, Any], exact: _Exact, exact_key: str
-) -> list[dict[str, Any]]:
-    """The cos and sin reports of one baked pair as JSON (`check_caches`, plus the summary
-    line, the exact table's key and the departure map)."""
-    from posenc_check.verify import check_caches
+def _map_side(reports: int) -> int:
+    """The side of each report's map: MAP_SIZE, less when the answer's reports would hold more
+    than MAP_CELLS cells in all (at least 1)."""
+    return max(1, min(MAP_SIZE, math.isqrt(MAP_CELLS // max(reports, 1))))
 
-    pairs = zip(check_caches(caches, values, exact), values, ("cos", "sin"), strict=True)
-    return [
-        {
-            **asdict(report),
-            "line": report.line(),
-            "exact_key": exact_key,
-            "map": _map(value, exact[tensor]),
-        }
-        for report, value, tensor in pairs
+
+def _answer(key: str, plan: _Plan, exact: dict[TableRequest, tuple[_Exact, str]]) -> bytes:
+    """Compare, diagnose, map and serialise (worker thread): the answer's bytes."""
+    from posenc_check.sites import BakedCaches
+    from posenc_check.verify import check_site, outcome
+
+    checked = [
+        (site, values, request, check_site(site, values, exact[request][0] if request else None))
+        for site, values, request in plan.sites
     ]
+    side = _map_side(sum(len(found) for *_, found in checked))
+    reports: list[dict[str, Any]] = []
+    for site, values, request, found in checked:
+        table = exact[request] if request is not None else None
+        for index, report in enumerate(found):
+            value_map = None
+            if table is not None and isinstance(values, tuple):
+                if isinstance(site, BakedCaches):
+                    pair = values[index], table[0][("cos", "sin")[index]]
+                else:  # frequencies: one row
+                    pair = values[0].reshape(1, -1), table[0]["inv_freq"].reshape(1, -1)
+                value_map = _map(*pair, side)
+            reports.append(
+                {
+                    **asdict(report),
+                    "line": report.line(),
+                    "exact_key": table[1] if table is not None else None,
+                    "map": value_map,
+                }
+            )
+    verdicts = [r for _, _, _, found in checked for r in found]
+    answer = {
+        "key": key,
+        "outcome": outcome(verdicts),
+        "caches": reports,
+        "external": plan.external,
+    }
+    return orjson.dumps(answer)
 
 
 @router.post(
     "/check/onnx",
-    summary="How far the RoPE caches baked into an ONNX model are from a rope table, and why",
+    summary="Every RoPE site of an ONNX model against a rope table: one outcome each, and why",
     responses={
         200: {
-            "description": '{"key", "caches": [{"name", "nodes", "side", "shape", "dtype", '
-            '"rows", "max_abs", "max_ulp", "first", "verdict", "diagnosis", "line", "exact_key", '
-            '"map"}], '
-            '"external": [{"name", "location"}]}'
+            "description": '{"key", "outcome", "caches": [{"name", "nodes", "side", "shape", '
+            '"dtype", "rows", "max_abs", "max_ulp", "first", "verdict", "diagnosis", "kind", '
+            '"line", "exact_key", "map"}], "external": [{"name", "location"}]}'
         },
     },
     openapi_extra={
@@ -240,47 +321,28 @@ def _reports(
     },
 )
 async def check_onnx(request: Request) -> Response:
-    """Compare every cos/sin cache baked into the uploaded model with the table of `?key=`."""
-    from posenc_check.graph import external_field, is_external
-    from posenc_check.verify import baked_caches
-
+    """Check every RoPE site of the uploaded model against the table of `?key=`: parse, find and
+    read in a worker thread, the exact tables through the cache, then compare, map and
+    serialise in a worker thread (the event loop keeps answering meanwhile)."""
     state = app_state(request)
     key, base = _key(state, request)
     check_content_encoding(request)
     body = await request.body()
     limit = state.settings.max_onnx_entries
-    model = (
-        await asyncio.to_thread(_parse, body, limit)
-        if len(body) > OFFLOAD_BYTES
-        else _parse(body, limit)
-    )
-    del body
+    budget = state.require_cache().budget
+    lease = budget.acquire(object(), WORK_FACTOR * len(body)) if budget is not None else None
     try:
-        found = baked_caches(model)
-    except (KeyError, IndexError, ValueError, TypeError, AttributeError) as err:
-        raise _invalid(f"cannot read the model's RoPE nodes: {err!r}") from None
-    if not found:
-        message = (
-            "no RoPE cache baked into the model: no RotaryEmbedding, com.microsoft."
-            "RotaryEmbedding or GroupQueryAttention (do_rotary=1) reads cos/sin initializers"
-        )
-        raise ApiError(422, "no_rope_caches", message, [{"field": "(body)", "message": message}])
-    reports: list[dict[str, Any]] = []
-    external: list[dict[str, Any]] = []
-    for caches in found:
-        stored = [t for t in (caches.cos_tensor, caches.sin_tensor) if is_external(t)]
-        if stored:
-            external += [
-                {"name": t.name, "location": external_field(t, "location")} for t in stored
-            ]
-            continue
-        values = _values(caches)
-        rows = int(values[0].shape[0])
-        spec, exact_key = _side_spec(base, caches, values[0].dtype.name, rows)
-        exact = await _exact(state, spec, exact_key)
-        state.index.remember(exact_key, spec)  # GET /v1/tables/{exact_key} answers afterwards
-        if sum(value.nbytes for value in values) > OFFLOAD_BYTES:
-            reports += await asyncio.to_thread(_reports, caches, values, exact, exact_key)
-        else:
-            reports += _reports(caches, values, exact, exact_key)
-    return json_response({"key": key, "caches": reports, "external": external})
+        plan = await asyncio.to_thread(_plan, body, limit)
+        del body
+        exact: dict[TableRequest, tuple[_Exact, str]] = {}
+        for _, _, table_request in plan.sites:
+            if table_request is None or table_request in exact:
+                continue
+            spec, exact_key = _request_spec(base, table_request)
+            exact[table_request] = (await _exact(state, spec, exact_key), exact_key)
+            state.index.remember(exact_key, spec)  # GET /v1/tables/{exact_key} answers later
+        answer = await asyncio.to_thread(_answer, key, plan, exact)
+    finally:
+        if lease is not None:
+            lease.release()
+    return Response(answer, media_type="application/json")
