@@ -294,6 +294,7 @@ def test_the_most_sites_answer_within_the_map_cap(server: ServerHandle) -> None:
 def test_the_check_is_charged_to_the_in_flight_budget() -> None:
     """A model whose check (WORK_FACTOR x its bytes) does not fit the in-flight budget is 503
     `overloaded`, one just under it is answered, and the budget is whole again afterwards."""
+    from posenc.api.middleware import BODY_COPIES
     from posenc.api.routes.check import WORK_FACTOR
 
     budget = 2 * 4 * 1024 * 1024  # the smallest the server takes: twice max_response_bytes
@@ -301,10 +302,11 @@ def test_the_check_is_charged_to_the_in_flight_budget() -> None:
     with start_server(**settings) as srv, srv.client() as c:
         key = _preset_key(c)
         row = 2 * (HD // 2) * 4  # body bytes per cache row (cos and sin, float32)
-        # answered: the check's charge and the exact table's (twice its bytes) both fit;
-        # refused: the check's charge alone is past the budget (the table alone would fit)
-        fits = budget // ((WORK_FACTOR + 2) * row) - 64
-        past = budget // (WORK_FACTOR * row) + 64
+        # answered: the body's charge (BODY_COPIES, held by the middleware until the answer is
+        # sent), the check's and the exact table's (twice its bytes) all fit; refused: the body's
+        # and the check's charges alone are past the budget (the table alone would fit)
+        fits = budget // ((BODY_COPIES + WORK_FACTOR + 2) * row) - 64
+        past = budget // ((BODY_COPIES + WORK_FACTOR) * row) + 64
         assert 2 * past * row < budget
         for rows, status in ((fits, 200), (past, 503)):
             cos = np.ones((rows, HD // 2), np.float32)
