@@ -15,8 +15,8 @@ Per model_type of `CONFIG_MAPPING_NAMES` (its config class):
   is kept as `rope_theta_by_layer_type`, read by the family's own conversion), `rope_parameters`
   the default instance's (a file without rope parameters gets them: `__post_init__` may add
   keys no field names) and `rope_type` its `default_rope_type` when that is not "default" (the
-  axial models), `head_dim_scale` k where `__post_init__` sets head_dim = k * hidden_size //
-  num_attention_heads whatever the file says (Zamba2: 2);
+  axial models), `head_dim_scale` k where `__post_init__` derives head_dim = k * hidden_size
+  // num_attention_heads when the file gives none (Zamba2: 2);
 - `text_config_defaults`: for a composite class that lays its text sub-config's init kwargs under
   the file's `text_config` (Voxtral Realtime), those of `KEYS`.
 
@@ -134,8 +134,8 @@ def _text_config_defaults(cls: type) -> dict[str, Any] | None:
 
 def _head_dim_scale(cls: type, fields: set[str]) -> int | None:
     """k where the class derives head_dim = k * hidden_size // num_attention_heads in
-    `__post_init__` (no head_dim field: Zamba2's attention_head_dim, k = 2), over any value a
-    file gives; None for the usual k = 1 or a field."""
+    `__post_init__` (no head_dim field: Zamba2's attention_head_dim, k = 2; a head_dim key of the
+    file, set after it, wins); None for the usual k = 1 or a field."""
     target = dict(getattr(cls, "attribute_map", {}) or {}).get("head_dim", "head_dim")
     if target in fields or "qk_rope_head_dim" in fields:
         return None

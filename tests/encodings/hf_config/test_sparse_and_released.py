@@ -80,7 +80,7 @@ def test_sparse_config_takes_the_class_defaults(
     factor, the class's values apply, not hidden_size / heads; the tables are the model's rotary
     module's, and `notes.defaults_applied` lists what posenc filled in."""
     sparse, _ = released.sparse_config(model_type)
-    # Zamba2's __post_init__ sets these whatever the file says: to_dict() writes them all
+    # Zamba2's __post_init__ derives these when the file omits them: to_dict() writes them all
     derived = {"attention_head_dim", "kv_channels", "attention_hidden_size"}
     if model_type == "zamba2":
         sparse = {k: v for k, v in sparse.items() if k not in derived}

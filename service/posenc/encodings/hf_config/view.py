@@ -122,12 +122,10 @@ class ConfigView:
 def head_dim(view: ConfigView) -> int:
     """head_dim as transformers reads it: MLA's qk_rope_head_dim; the file's head_dim (or the
     attribute the class aliases it to: JetMoE's kv_channels), else the class default; else
-    hidden_size // num_attention_heads, times the class's `head_dim_scale` (Zamba2: 2, which
-    its config class applies over any file value)."""
+    hidden_size // num_attention_heads, times the class's `head_dim_scale` (Zamba2: 2)."""
     if view.known("qk_rope_head_dim"):
         return int(check_number(view.key("qk_rope_head_dim"), view.get("qk_rope_head_dim")))
-    scale = view.defaults.get("head_dim_scale")
-    explicit = None if scale else view.number("head_dim", required=False)
+    explicit = view.number("head_dim", required=False)
     if explicit:
         return int(explicit)
     hidden = view.number("hidden_size", "n_embd", "d_model")
@@ -135,7 +133,9 @@ def head_dim(view: ConfigView) -> int:
     if not heads:
         fail(view.key("num_attention_heads"), "must be positive", heads)
     # Zamba2Config.__post_init__: attention_head_dim = 2 * hidden_size // num_attention_heads
-    return int(scale or 1) * int(hidden) // int(heads)
+    # (a head_dim / attention_head_dim key of the file is set after it, and wins)
+    scale = int(view.defaults.get("head_dim_scale", 1))
+    return scale * int(hidden) // int(heads)
 
 
 def max_positions(view: ConfigView) -> int | None:
