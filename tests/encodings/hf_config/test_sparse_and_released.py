@@ -17,6 +17,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from posenc.encodings.hf_config.models import ROTARY_PARTS
 from tests.encodings.hf_config import released_sweep as released
 from tests.encodings.hf_config import rope_sweep as sweep
 
@@ -97,3 +98,25 @@ def test_sparse_config_takes_the_class_defaults(
     assert isinstance(tables, list), tables
     verdict = sweep.judge(released.reference(model_type), tables)
     assert verdict.outcome == "exact", verdict.line()
+
+
+@pytest.mark.parametrize("model_type", sorted(ROTARY_PARTS))
+def test_composites_of_rotary_stacks_name_their_parts(
+    client: httpx.Client, model_type: str
+) -> None:
+    """Issue 30 item 4: a composite whose rotary stacks are sub-configs (Dia, T5Gemma (2), BLT,
+    LASR-CTC, Nemotron-3 diarization) is a 422 naming each part's key and model_type; each part's
+    config, posted on its own, is served and equals the part's own rotary module (built from
+    that sub-config) bit for bit."""
+    full = released.default_config(model_type)
+    response = client.post("/v1/resolve", json={"hf_config": full, "max_positions": sweep.SEQ})
+    assert response.status_code == 422, response.text
+    problems = response.json()["detail"]
+    assert [p["field"] for p in problems] == list(ROTARY_PARTS[model_type])
+    for key, problem in zip(ROTARY_PARTS[model_type], problems, strict=True):
+        part = full[key]
+        assert problem["value"] == part["model_type"]
+        tables = released.served(client, part, part)
+        assert isinstance(tables, list), f"{key}: {tables}"
+        verdict = sweep.judge(sweep.module_reference(part), tables)
+        assert verdict.outcome == "exact", f"{key}: {verdict.line()}"

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from posenc.encodings.config_values import check_number, fail
+from posenc.encodings.errors import ConfigError, FieldProblem
 from posenc.encodings.hf_config import mrope, text, unmapped, vision, vision_rope
 from posenc.encodings.hf_config.classes import config_class
 from posenc.encodings.hf_config.rope import GENERIC_ROPE, RopeModel
@@ -218,6 +219,36 @@ MROPE_REFUSED: dict[str, str] = {
     "not mapped",
 }
 """M-RoPE families posenc does not map: refused naming model_type, never a plain 1-D table."""
+
+
+ROTARY_PARTS: dict[str, tuple[str, ...]] = {
+    "dia": ("encoder_config", "decoder_config"),
+    "t5gemma": ("encoder", "decoder"),
+    "t5gemma2": ("encoder", "decoder"),
+    "lasr_ctc": ("encoder_config",),
+    "blt": ("patcher_config", "encoder_config", "global_config", "decoder_config"),
+    "nemotron3_diarization": ("audio_config",),
+}
+"""Composite configs whose rotary stacks are sub-configs (encoder / decoder, BLT's four
+transformers): each part, posted on its own, is served and swept exact (`dia_encoder`,
+`t5gemma2_decoder`, `lasr_encoder`, `blt_global_transformer`, ...); the composite is refused
+naming them, not answered with one stack's table for all."""
+
+
+def rotary_parts(view: ConfigView) -> list[Entry]:
+    """Refuses a composite of `ROTARY_PARTS`: one problem per part, at its config key."""
+    problems = [
+        FieldProblem(
+            view.key(key),
+            f"a rotary stack of {view.model_type}: resolve this config on its own",
+            part.get("model_type"),
+        )
+        for key in ROTARY_PARTS[view.model_type]
+        if isinstance(part := view.data.get(key), Mapping)
+    ]
+    if not problems:
+        fail(view.key(ROTARY_PARTS[view.model_type][0]), "required: the rotary stacks", None)
+    raise ConfigError("cannot map config", problems)
 
 
 class V4Refused(RopeModel):
@@ -582,6 +613,7 @@ MAPPERS: dict[str, Mapper] = {
     # Llama 4: complex pairs; a NoPE layer every no_rope_layer_interval-th (no_rope_layers).
     "llama4_text": PolarRope(interleaved_pairs=True, nope="no_rope_layers"),
     **{t: RopeModel(refusal=why) for t, why in REFUSED.items()},
+    **dict.fromkeys(ROTARY_PARTS, rotary_parts),
     # ALiBi (Falcon and Baichuan 7B fall back to RoPE).
     "bloom": text.bloom,
     "mpt": text.mpt,

@@ -267,6 +267,13 @@ class RopeModel:
                 "multimodal RoPE (per-axis position ids) is not a 1-D table",
                 params.get("mrope_section", raw),
             )
+        if rope_type == "axial":
+            fail(
+                f"{key}.rope_type",
+                "axial: a 2-D rotary over patch rows and columns (the config class's "
+                "default_rope_type), not a 1-D table",
+                raw,
+            )
         if rope_type not in VARIANTS:
             fail(f"{key}.rope_type", f"unsupported rope_type; supported: {list(ROPE_TYPES)}", raw)
         return rope_type
