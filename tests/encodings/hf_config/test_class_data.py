@@ -9,8 +9,9 @@ import json
 import httpx
 import pytest
 
-from posenc.encodings.hf_config import MODEL_DEFAULTS
+from posenc.encodings.hf_config import MAPPERS, MODEL_DEFAULTS
 from posenc.encodings.hf_config.classes import config_class, transformers_version
+from posenc.encodings.hf_config.models import Gemma4Rope, LayerTypeRope
 from tests.encodings.hf_config import class_data, released_sweep
 from tests.encodings.hf_config import rope_sweep as sweep
 
@@ -79,3 +80,34 @@ def test_alias_head_dim_at_the_released_shape(
         assert [s["spec"]["head_dim"] for s in specs] == [head_dim]  # type: ignore[index]
         assert sweep.judge(ref, sweep.posenc_tables(data, sweep.SEQ)).outcome == "exact"
     assert "kv_channels" in dropped or model_type != "jetmoe"
+
+
+def test_per_layer_type_bases_agree_with_the_classes() -> None:
+    """The bases a family's mapper fills per layer type (`LayerTypeRope.theta_defaults`,
+    Gemma 4's `LAYER_THETA`) are its config class's: `default_theta` per "global" / "local"
+    layer, else its one default base, else its default rope parameters per layer type."""
+    names = {"global": "full_attention", "local": "sliding_attention"}
+    checked = 0
+    for model_type, mapper in MAPPERS.items():
+        if isinstance(mapper, LayerTypeRope):
+            hand = dict(mapper.theta_defaults)
+        elif isinstance(mapper, Gemma4Rope):
+            hand = dict(mapper.LAYER_THETA)
+        else:
+            continue
+        facts = config_class(model_type)
+        assert facts is not None, model_type
+        by_type = facts.defaults.get("rope_theta_by_layer_type")
+        params = facts.defaults.get("rope_parameters") or {}
+        for layer_type, theta in hand.items():
+            if by_type is not None:
+                want = {names.get(k, k): v for k, v in by_type.items()}[layer_type]
+            elif isinstance(params.get(layer_type), dict):
+                want = params[layer_type]["rope_theta"]
+            elif "rope_theta" in facts.defaults:
+                want = facts.defaults["rope_theta"]
+            else:
+                continue  # a class without rope parameters of its own (T5Gemma 2's encoder)
+            assert theta == want, (model_type, layer_type, theta, want)
+            checked += 1
+    assert checked >= 10
