@@ -13,7 +13,7 @@ PORT ?= 8000
 TORCH_INDEX ?=
 TORCH_INDEX_ARG := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
 
-.PHONY: venv lock drift optimum-check grpc-stubs nginx chromium wrk container-tools image image-test serve test check bench screenshots models-doc clean
+.PHONY: venv lock drift optimum-check grpc-stubs nginx chromium wrk container-tools image image-test serve test check bench screenshots models-doc models-data clean
 
 venv: $(STAMP)
 
@@ -146,6 +146,13 @@ bench: $(STAMP) nginx wrk
 models-doc: $(STAMP)
 	PYTHONHASHSEED=0 $(BIN)/python -m tests.encodings.hf_config.rope_sweep --write-docs
 	PYTHONHASHSEED=0 $(BIN)/python -m tests.encodings.hf_config.nonrotary_sweep --write-docs
+
+# service/posenc/encodings/hf_config/transformers_classes.json: every config class's attribute_map
+# and the class defaults of the keys /v1/resolve reads, from the locked transformers
+# (tests/encodings/hf_config/class_data.py); tests/encodings/hf_config/test_class_data.py fails
+# when the committed file differs. Regenerated here, never edited by hand.
+models-data: $(STAMP)
+	$(BIN)/python -m tests.encodings.hf_config.class_data --write
 
 clean:
 	rm -rf $(VENV) .venv-drift $(OPTIMUM_VENV) .pytest_cache .mypy_cache .ruff_cache

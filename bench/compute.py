@@ -701,7 +701,11 @@ GPU_SPECS: dict[str, dict[str, Any]] = {
         "kind": "rope",
         "head_dim": 128,
         "rope_theta": 5e5,
-        "rope_scaling": {"rope_type": "llama3", "factor": 8.0},
+        "rope_scaling": {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "original_max_position_embeddings": 8192,
+        },
     },
     "rope/yarn exact (fp64 -> fp32)": {
         "kind": "rope",

@@ -67,7 +67,11 @@ COLD_SPECS: dict[str, dict[str, object]] = {
         "head_dim": 128,
         "rope_theta": 500000.0,
         "max_positions": 131072,
-        "rope_scaling": {"rope_type": "llama3", "factor": 8.0},
+        "rope_scaling": {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "original_max_position_embeddings": 8192,
+        },
     },
     "rope (YaRN, exact fp64 -> fp32, 32768 x 128)": {
         "kind": "rope",

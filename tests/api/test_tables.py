@@ -21,7 +21,11 @@ SPECS: dict[str, dict[str, Any]] = {
         "head_dim": 128,
         "max_positions": 257,
         "dtype": "bfloat16",
-        "rope_scaling": {"rope_type": "llama3", "factor": 8.0},
+        "rope_scaling": {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "original_max_position_embeddings": 8192,
+        },
     },
     "rope_fp16_half": {
         "kind": "rope",

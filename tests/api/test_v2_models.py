@@ -98,7 +98,11 @@ def test_rope_matches_v1(
         "head_dim": 128,
         "rope_theta": 500000.0,
         "max_positions": 4096,
-        "rope_scaling": {"rope_type": "llama3", "factor": 8.0},
+        "rope_scaling": {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "original_max_position_embeddings": 8192,
+        },
     }
     v1 = v1_table(server, spec)
     pos = ids([4095, 0, 1, 2048], np.int32)

@@ -28,7 +28,11 @@ LONG: list[dict[str, Any]] = [
         "head_dim": 128,
         "rope_theta": 500000.0,
         "max_positions": 131072,
-        "rope_scaling": {"rope_type": "llama3", "factor": 8.0},
+        "rope_scaling": {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "original_max_position_embeddings": 8192,
+        },
     },
     {
         "kind": "rope",

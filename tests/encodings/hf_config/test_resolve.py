@@ -57,8 +57,9 @@ ERROR_CASES: list[tuple[str, Callable[[], Any], str]] = [
         "rope_scaling.mrope_section",
     ),
     (
+        # a model_type transformers does not know: no class default fills the size in
         "missing head size",
-        lambda: resolve_hf_config({"model_type": "llama", "rope_theta": 1e4}),
+        lambda: resolve_hf_config({"model_type": "custom_rope_lm", "rope_theta": 1e4}),
         "hidden_size",
     ),
     (
@@ -77,7 +78,12 @@ ERROR_CASES: list[tuple[str, Callable[[], Any], str]] = [
     (
         "no length for the rows",
         lambda: resolve_hf_config(
-            {"model_type": "qwen3", "hidden_size": 64, "num_attention_heads": 4}
+            {
+                "model_type": "custom_rope_lm",
+                "rope_theta": 1e4,
+                "hidden_size": 64,
+                "num_attention_heads": 4,
+            }
         ),
         "max_position_embeddings",
     ),
@@ -176,3 +182,22 @@ def test_unmappable_configs_raise_config_error(
         what,
         _problem_fields(info.value),
     )
+
+
+def test_omitted_keys_take_the_config_class_defaults() -> None:
+    """A key the file omits takes the transformers config class's default (LlamaConfig:
+    hidden_size 4096, 32 heads, max_position_embeddings 2048; Qwen3Config's
+    max_position_embeddings 32768), listed in `notes.defaults_applied`."""
+    (llama,) = resolve_hf_config({"model_type": "llama", "rope_theta": 1e4})
+    assert llama.spec.model_dump()["head_dim"] == 128
+    assert llama.notes["defaults_applied"] == {
+        "rope_parameters": {"rope_type": "default"},  # LlamaConfig's, less the file's rope_theta
+        "hidden_size": 4096,
+        "num_attention_heads": 32,
+        "max_position_embeddings": 2048,
+    }
+    (qwen3,) = resolve_hf_config(
+        {"model_type": "qwen3", "hidden_size": 64, "num_attention_heads": 4}
+    )
+    assert qwen3.spec.model_dump()["max_positions"] == 32768
+    assert qwen3.notes["defaults_applied"]["max_position_embeddings"] == 32768

@@ -26,7 +26,13 @@ HF_PARAMS: dict[str, dict[str, Any]] = {
         "short_factor": [1.0, 1.0, 1.5, 2.0],
         "long_factor": [1.0, 2.0, 3.0, 4.0],
     },
-    "llama3": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0},
+    "llama3": {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+    },
     "proportional": {"rope_type": "proportional", "partial_rotary_factor": 0.5},
     "ntk_alpha": {"rope_type": "ntk_alpha", "alpha": 1000.0},
 }

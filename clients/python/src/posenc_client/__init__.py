@@ -3,7 +3,8 @@
     from posenc_client import Client
 
     with Client("http://127.0.0.1:8000") as client:
-        tables = client.rope(128, 8192, rope_theta=500000.0, rope_type="llama3", factor=8.0)
+        tables = client.rope(128, 8192, rope_theta=500000.0, rope_type="llama3", factor=8.0,
+                             original_max_position_embeddings=8192)
         cos, sin = tables["cos"], tables["sin"]          # numpy arrays
 
 Depends on httpx and numpy (ml_dtypes for bfloat16) only. `posenc_client.onnx` (needs `onnx`)

@@ -57,7 +57,11 @@ SPEC_BODY = {
                         "head_dim": 128,
                         "rope_theta": 500000.0,
                         "max_positions": 8192,
-                        "rope_scaling": {"rope_type": "llama3", "factor": 8.0},
+                        "rope_scaling": {
+                            "rope_type": "llama3",
+                            "factor": 8.0,
+                            "original_max_position_embeddings": 8192,
+                        },
                     },
                 },
                 "alibi": {"summary": "ALiBi slopes", "value": {"kind": "alibi", "num_heads": 12}},

@@ -106,6 +106,7 @@ inline `table`) as an override; without one the mapping raises `ConfigError` nam
 Modules: `view.py` (the config view and the unvalidated `Entry`), `rope.py` (transformers' generic
 RoPE reading; each variant's keys map in its own `rope/variants/<rope_type>.py` `from_hf`),
 `text.py` (ALiBi, T5, sinusoidal and learned text models), `mrope.py` (multimodal RoPE),
+`classes.py` (transformers' config classes: aliases and class defaults, as data),
 `vision.py`, `vision_rope.py` (the vision towers' rotary entries; every vision rotary module of
 transformers served or refused), `unmapped.py` (the
 non-rotary models refused, each with its reason; `LEFT_OUT`, the parts of composite configs
@@ -114,8 +115,11 @@ parts outside `text_config`), `models.py` (per-model
 facts: `MAPPERS` from `model_type` to its mapper, `MODEL_DEFAULTS`) and `resolve.py`.
 
 Multimodal configs are read through their `text_config`. `max_positions` defaults to
-`max_position_embeddings` (or the model's alias for it). Missing keys take the defaults of the
-model's transformers config class where that class is listed in `MODEL_DEFAULTS`; anything that
+`max_position_embeddings` (or the model's alias for it). Keys are read through the config
+class's `attribute_map` and missing keys take its class defaults (`classes.py`: generated from
+transformers by `make models-data`; `MODEL_DEFAULTS` beside it), each default applied listed in
+`notes["defaults_applied"]`; a class without rope parameters lends its defaults only where
+`MODEL_DEFAULTS` lists it; anything that
 cannot be mapped (learned absolute positions of text models, unknown rope types, unknown models
 without position fields, missing required keys) raises `ConfigError` naming the key and its
 value.

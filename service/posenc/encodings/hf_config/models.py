@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from posenc.encodings.config_values import check_number, fail
+from posenc.encodings.errors import ConfigError, FieldProblem
 from posenc.encodings.hf_config import mrope, text, unmapped, vision, vision_rope
+from posenc.encodings.hf_config.classes import config_class
 from posenc.encodings.hf_config.rope import GENERIC_ROPE, RopeModel
 from posenc.encodings.hf_config.view import ConfigView, Entry, head_dim
 
@@ -240,12 +242,46 @@ MROPE_REFUSED: dict[str, str] = {
 """M-RoPE families posenc does not map: refused naming model_type, never a plain 1-D table."""
 
 
+ROTARY_PARTS: dict[str, tuple[str, ...]] = {
+    "dia": ("encoder_config", "decoder_config"),
+    "t5gemma": ("encoder", "decoder"),
+    "t5gemma2": ("encoder", "decoder"),
+    "lasr_ctc": ("encoder_config",),
+    "blt": ("patcher_config", "encoder_config", "global_config", "decoder_config"),
+    "nemotron3_diarization": ("audio_config",),
+}
+"""Composite configs whose rotary stacks are sub-configs (encoder / decoder, BLT's four
+transformers): each part, posted on its own, is served and swept exact (`dia_encoder`,
+`t5gemma2_decoder`, `lasr_encoder`, `blt_global_transformer`, ...); the composite is refused
+naming them, not answered with one stack's table for all."""
+
+
+def rotary_parts(view: ConfigView) -> list[Entry]:
+    """Refuses a composite of `ROTARY_PARTS`: one problem per part, at its config key."""
+    problems = [
+        FieldProblem(
+            view.key(key),
+            f"a rotary stack of {view.model_type}: resolve this config on its own",
+            part.get("model_type"),
+        )
+        for key in ROTARY_PARTS[view.model_type]
+        if isinstance(part := view.data.get(key), Mapping)
+    ]
+    if not problems:
+        fail(view.key(ROTARY_PARTS[view.model_type][0]), "required: the rotary stacks", None)
+    raise ConfigError("cannot map config", problems)
+
+
 class V4Refused(RopeModel):
     """A family whose config class converts v4 keys per layer type on rules posenc does not
-    know: only the v5 `rope_parameters` (one dict per layer type) is mapped."""
+    know: only the v5 `rope_parameters` (one dict per layer type) is mapped, or a file with no
+    rope keys at all (it gets the class's own rope parameters, `classes.py`)."""
 
     def layers(self, view: ConfigView) -> tuple[str, dict[str | None, dict[str, Any] | None]]:
-        if not view.has("rope_parameters"):
+        v4_keys = ("rope_scaling", "rope_theta", "partial_rotary_factor")
+        if not view.has("rope_parameters") and (
+            any(view.has(k) for k in v4_keys) or view.class_default("rope_parameters") is None
+        ):
             fail(
                 view.key("rope_parameters"),
                 f"model_type {view.model_type!r} keeps rope parameters per layer type and "
@@ -610,6 +646,7 @@ MAPPERS: dict[str, Mapper] = {
     # Llama 4: complex pairs; a NoPE layer every no_rope_layer_interval-th (no_rope_layers).
     "llama4_text": PolarRope(interleaved_pairs=True, nope="no_rope_layers"),
     **{t: RopeModel(refusal=why) for t, why in REFUSED.items()},
+    **dict.fromkeys(ROTARY_PARTS, rotary_parts),
     # ALiBi (Falcon and Baichuan 7B fall back to RoPE).
     "bloom": text.bloom,
     "mpt": text.mpt,
@@ -675,6 +712,23 @@ MAPPERS: dict[str, Mapper] = {
 class."""
 
 
+def class_view(data: Mapping[str, Any], prefix: str, model_type: str) -> ConfigView:
+    """`data` read as transformers reads a config of `model_type`: its class's `attribute_map`
+    (`classes.config_class`, generated from transformers) and class defaults. A class with rope
+    parameters takes its generated defaults over `MODEL_DEFAULTS` (which fills keys the data
+    does not cover); any other class has defaults only when `MODEL_DEFAULTS` lists it (a model
+    type is then known to have position fields), the hand-listed values winning."""
+    cls = config_class(model_type)
+    hand = MODEL_DEFAULTS.get(model_type)
+    defaults: dict[str, Any] | None = None
+    if cls is not None and cls.rotary:
+        defaults = {**(hand or {}), **cls.defaults}
+    elif hand is not None:
+        defaults = {**(cls.defaults if cls is not None else {}), **hand}
+    aliases = cls.attribute_map if cls is not None else None
+    return ConfigView(data, prefix, model_type, defaults, aliases)
+
+
 def text_view(config: Mapping[str, Any]) -> ConfigView:
     """The language-model part of a config: `text_config` of multimodal configs, else the config."""
     model_type = config.get("model_type")
@@ -685,8 +739,17 @@ def text_view(config: Mapping[str, Any]) -> ConfigView:
         text_type = str(
             text_config.get("model_type") or TEXT_MODEL_TYPES.get(model_type, model_type)
         )
-        return ConfigView(text_config, "text_config.", text_type, MODEL_DEFAULTS.get(text_type))
-    return ConfigView(config, "", model_type, MODEL_DEFAULTS.get(model_type))
+        composite = config_class(model_type)
+        laid = {
+            k: v
+            for k, v in (composite.text_config_defaults if composite is not None else {}).items()
+            if k not in text_config
+        }
+        view = class_view({**laid, **text_config}, "text_config.", text_type)
+        # the composite class's own defaults for its text part (Voxtral's rope_theta)
+        view.applied.update({view.key(k): v for k, v in laid.items()})
+        return view
+    return class_view(config, "", model_type)
 
 
 def omni_thinker(view: ConfigView) -> list[Entry]:
@@ -698,12 +761,7 @@ def omni_thinker(view: ConfigView) -> list[Entry]:
         fail(view.key("thinker_config.text_config"), "required: the thinker's text config", None)
     default_type = mrope.OMNI_THINKERS[view.model_type]
     text_type = str(text_config.get("model_type") or default_type)
-    inner = ConfigView(
-        text_config,
-        view.key("thinker_config.text_config."),
-        text_type,
-        MODEL_DEFAULTS.get(text_type),
-    )
+    inner = class_view(text_config, view.key("thinker_config.text_config."), text_type)
     return entries(inner)
 
 

@@ -112,6 +112,7 @@ class RopeModel:
             layer_key = key if layer_type is None else f"{key}.{layer_type}"
             if params is None:
                 continue  # a NoPE layer type (rope parameters saved as null)
+            params = self.with_default_type(view, params, layer_key)
             rope_type = self.rope_type(params, layer_key)
             layer_head_dim = self.layer_head_dim(view, layer_type)
             theta = self.rope_theta(view, params, layer_key, layer_type)
@@ -164,7 +165,24 @@ class RopeModel:
             )
         if not entries:
             fail(key, "no layer type has rope parameters", None)
+        if view.applied:
+            for entry in entries:
+                entry.notes["defaults_applied"] = dict(view.applied)
         return entries
+
+    def with_default_type(
+        self, view: ConfigView, params: dict[str, Any], key: str
+    ) -> dict[str, Any]:
+        """`params` with the class's `default_rope_type` when they name none (transformers'
+        `standardize_rope_params`: the axial models' "default" is "axial")."""
+        found = view.class_default("rope_type")
+        if found is None:
+            return params
+        named = params.get("rope_type") or params.get("type")
+        if named in (None, "default"):
+            view.applied[f"{key}.rope_type"] = found[1]
+            return {**params, "rope_type": found[1]}
+        return params
 
     def layers(self, view: ConfigView) -> tuple[str, dict[str | None, dict[str, Any] | None]]:
         """(key prefix, {layer_type or None: raw rope parameters}) from the v5 or v4 shape."""
@@ -174,6 +192,10 @@ class RopeModel:
             name, params = "rope_scaling", view.data["rope_scaling"]
         elif self.default_parameters is not None:
             name, params = "rope_parameters", dict(self.default_parameters)
+        elif (found := view.class_default("rope_parameters")) is not None:
+            # the config class's own (transformers fills them in when the file has none); the
+            # file's top-level rope_theta / partial_rotary_factor go into them instead
+            name, params = "rope_parameters", self.class_parameters(view, found[1])
         else:
             name, params = "rope_parameters", {}
         if not isinstance(params, Mapping):
@@ -187,6 +209,23 @@ class RopeModel:
                 str(k): (None if v is None else dict(v)) for k, v in params.items()
             }
         return view.key(name), {None: dict(params)}
+
+    def class_parameters(self, view: ConfigView, params: Any) -> Any:
+        """The class's default rope parameters less the keys the file sets at its top level
+        (they are read from there), recorded in `view.applied`."""
+        if not isinstance(params, Mapping):
+            return params
+        top = {k for k in ("rope_theta", "partial_rotary_factor") if view.data.get(k) is not None}
+        nested = all(v is None or isinstance(v, Mapping) for v in params.values())
+        if nested:
+            params = {
+                k: None if v is None else {n: x for n, x in v.items() if n not in top}
+                for k, v in params.items()
+            }
+        else:
+            params = {n: x for n, x in params.items() if n not in top}
+        view.applied[view.key("rope_parameters")] = params
+        return params
 
     def declared_layer_types(self, view: ConfigView) -> list[str]:
         """config.layer_types, the type of each layer in order."""
@@ -240,6 +279,13 @@ class RopeModel:
                 "multimodal RoPE (per-axis position ids) is not a 1-D table",
                 params.get("mrope_section", raw),
             )
+        if rope_type == "axial":
+            fail(
+                f"{key}.rope_type",
+                "axial: a 2-D rotary over patch rows and columns (the config class's "
+                "default_rope_type), not a 1-D table",
+                raw,
+            )
         if rope_type not in VARIANTS:
             fail(f"{key}.rope_type", f"unsupported rope_type; supported: {list(ROPE_TYPES)}", raw)
         return rope_type
@@ -254,9 +300,7 @@ class RopeModel:
 
     def default_theta(self, view: ConfigView, layer_type: str | None) -> float:
         """The top-level `rope_theta`, else the config class default."""
-        value = view.data.get("rope_theta")
-        if value is None:
-            value = view.defaults.get("rope_theta")
+        value = view.get("rope_theta")
         if value is None:
             fail(
                 view.key("rope_theta"),
@@ -303,9 +347,9 @@ class RopeModel:
         choice, False for the transformers profile)."""
         if self.interleaved_pairs:
             return True
-        if view.has("qk_rope_head_dim"):
-            if view.has("rope_interleave"):
-                return bool(view.data["rope_interleave"])
+        if view.known("qk_rope_head_dim"):
+            if view.known("rope_interleave"):
+                return bool(view.get("rope_interleave"))
             if self.mla_interleave is not None:
                 return self.mla_interleave or None
             fail(
@@ -350,7 +394,7 @@ class RopeModel:
         - "layer_rope_theta": its zeros (MuseGlimmer, MuseSpark: the modeling code rotates the
           other layers with the rope_parameters base, so other values must equal it)."""
         if self.nope in ("full_attention", "full_attention_when_windowed", "windowed_only"):
-            windowed = view.data.get("sliding_window") is not None
+            windowed = view.get("sliding_window") is not None
             if self.nope == "full_attention_when_windowed" and not windowed:
                 return []
             types = view.data.get("layer_types")
@@ -407,7 +451,7 @@ class RopeModel:
         self, view: ConfigView, notes: Mapping[str, Any], interleaved: bool
     ) -> dict[str, Any]:
         """Notes beyond the variant's: multi-head latent attention's softmax scale."""
-        if view.has("qk_rope_head_dim"):
+        if view.known("qk_rope_head_dim"):
             return mla_notes(view, notes, interleaved)
         return {}
 
@@ -437,6 +481,11 @@ def original_length(
     candidates.append((view.key("max_position_embeddings"), max_position_embeddings))
     for where, value in candidates:
         if value is not None:
+            if where != f"{key}.original_max_position_embeddings" and not where.startswith(
+                view.key("original_max_position_embeddings")
+            ):
+                # transformers' standardize_rope_params fills the dict's value in
+                view.applied[f"{key}.original_max_position_embeddings"] = int(value)
             return int(check_number(where, value))
     fail(f"{key}.original_max_position_embeddings", "required key missing", None)
 

@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal, Self
 import torch
 from pydantic import Field, model_validator
 
+from posenc.encodings.errors import ConfigError, FieldProblem
 from posenc.encodings.rope.variants._common import (
     Issue,
     RopeInputs,
@@ -30,9 +31,12 @@ from posenc.encodings.rope.variants._hf import HfMapping, HfRopeParams
 class Llama3Scaling(ScalingBase):
     rope_type: Literal["llama3"] = "llama3"
     factor: Annotated[float, Field(ge=1.0)]
+    # Meta's llama-models `apply_scaling` constants (Llama 3.1's values); a config.json must
+    # carry both (`from_hf`: transformers requires them).
     low_freq_factor: Annotated[float, Field(gt=0.0)] = 1.0
     high_freq_factor: Annotated[float, Field(gt=0.0)] = 4.0
-    original_max_position_embeddings: Annotated[int, Field(ge=1)] = 8192
+    # Required, as YaRN's: no model's pre-training length is a safe default.
+    original_max_position_embeddings: Annotated[int, Field(ge=1)]
 
     @model_validator(mode="after")
     def _order(self) -> Self:
@@ -89,8 +93,22 @@ def inv_freq(scaling: Llama3Scaling, x: RopeInputs) -> VariantResult:
     return torch.where(is_medium, smoothed, inv_llama), 1.0, {}
 
 
+HF_REQUIRED = ("factor", "low_freq_factor", "high_freq_factor")
+"""Keys a config.json's llama3 dict must carry: transformers'
+`_validate_llama3_rope_parameters` raises `KeyError: Missing required keys` without them (its
+`original_max_position_embeddings` and `rope_theta` are filled in by `standardize_rope_params`)."""
+
+
 def from_hf(p: HfRopeParams) -> HfMapping:
-    """`factor` (required), the original length, `low_freq_factor` / `high_freq_factor` when set."""
+    """`factor`, `low_freq_factor`, `high_freq_factor` (all required, as transformers requires
+    them: no default is invented) and the original length."""
+    missing = [name for name in HF_REQUIRED if p.params.get(name) is None]
+    if missing:
+        why = "required key missing: transformers' llama3 validation raises KeyError (Missing "
+        why += f"required keys) without {missing}"
+        raise ConfigError(
+            "cannot map config", [FieldProblem(f"{p.key}.{name}", why, None) for name in missing]
+        )
     original = p.original_length()
     data: dict[str, Any] = {
         "rope_type": "llama3",
@@ -98,7 +116,5 @@ def from_hf(p: HfRopeParams) -> HfMapping:
         "original_max_position_embeddings": original,
     }
     for name in ("low_freq_factor", "high_freq_factor"):
-        value = p.optional(name)
-        if value is not None:
-            data[name] = value
+        data[name] = p.value(name)
     return data, {}

@@ -121,8 +121,18 @@ def inv_freq(scaling: YarnScaling, x: RopeInputs) -> VariantResult:
 
 
 def from_hf(p: HfRopeParams) -> HfMapping:
-    """`factor` (default max_position_embeddings / original length, as `_compute_yarn_parameters`
-    fills it), the original length, the optional keys; notes: A and the softmax multiplier."""
+    """`factor` (required as a key, as transformers' `_validate_yarn_rope_parameters` requires
+    it; a null value is max_position_embeddings / original length, as
+    `_compute_yarn_parameters` fills it), the original length, the optional keys; notes: A and
+    the softmax multiplier."""
+    if "factor" not in p.params:
+        p.fail(
+            "factor",
+            "required key missing: transformers' yarn validation raises KeyError (Missing "
+            "required keys) without it (null means max_position_embeddings / "
+            "original_max_position_embeddings)",
+            None,
+        )
     original = p.original_length()
     factor = p.optional("factor")
     if factor is None:

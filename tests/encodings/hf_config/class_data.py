@@ -1,0 +1,244 @@
+"""The generator of `service/posenc/encodings/hf_config/transformers_classes.json`: what every
+config class of the installed transformers says about the keys posenc's `/v1/resolve` reads, so
+that the server reads a config.json as transformers does without importing it (issue 30 item 1,
+issue 39 item 4).
+
+Per model_type of `CONFIG_MAPPING_NAMES` (its config class):
+- `attribute_map`: the class's aliases (`PreTrainedConfig.__getattribute__` reads `head_dim` as
+  `kv_channels` in JetMoE, `attention_head_dim` in Zamba2, `n_embd` as `hidden_size` in GPT-2...);
+- `defaults`: the dataclass field default of each key of `KEYS` (or the attribute it is an
+  alias of) the class declares (a key a
+  config.json omits takes it; None defaults are left out: the class derives those values); for
+  a class with rope parameters (a `rope_parameters` or `rope_theta` field), `rope_theta` is its
+  `default_theta` unless a `rope_theta` field says otherwise
+  (`RotaryEmbeddingConfigMixin.convert_rope_params_to_dict`; a per-layer-type `default_theta`
+  is kept as `rope_theta_by_layer_type`, read by the family's own conversion), `rope_parameters`
+  the default instance's (a file without rope parameters gets them: `__post_init__` may add
+  keys no field names) and `rope_type` its `default_rope_type` when that is not "default" (the
+  axial models), `head_dim_scale` k where `__post_init__` derives head_dim = k * hidden_size
+  // num_attention_heads when the file gives none (Zamba2: 2);
+- `text_config_defaults`: for a composite class that lays its text sub-config's init kwargs under
+  the file's `text_config` (Voxtral Realtime), those of `KEYS`.
+
+`python -m tests.encodings.hf_config.class_data --write` (`make models-data`) rewrites the file;
+`test_class_data.py` fails when the committed file differs from what this generates.
+
+Source: transformers `configuration_utils.py` (`PreTrainedConfig.attribute_map`),
+`modeling_rope_utils.py` (`RotaryEmbeddingConfigMixin.default_theta`, `default_rope_type`),
+each `models/<name>/configuration_<name>.py`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[3]
+DATA = REPO / "service" / "posenc" / "encodings" / "hf_config" / "transformers_classes.json"
+
+KEYS = (
+    # sizes a rotary table is built from, with the aliases classes declare for them
+    "head_dim",
+    "hidden_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "n_embd",
+    "n_head",
+    "n_heads",
+    "d_model",
+    "embed_dim",
+    "kv_channels",
+    "attention_head_dim",
+    "global_head_dim",
+    "qk_rope_head_dim",
+    "qk_nope_head_dim",
+    "rope_interleave",
+    # the base and the rotary width
+    "rope_theta",
+    "partial_rotary_factor",
+    "rotary_pct",
+    "rotary_emb_base",
+    "rotary_dim",
+    "rope_local_base_freq",
+    "global_rope_theta",
+    "local_rope_theta",
+    # lengths
+    "max_position_embeddings",
+    "n_positions",
+    "max_seq_len",
+    "seq_length",
+    "model_max_length",
+    "original_max_position_embeddings",
+    # layers
+    "num_hidden_layers",
+    "sliding_window",
+    "sliding_window_pattern",
+    "no_rope_layer_interval",
+)
+"""The config keys `hf_config` reads through `ConfigView.get` / `number` (a missing key takes the
+class default)."""
+
+SCALARS = (bool, int, float, str)
+
+
+def _rotary(names: set[str]) -> bool:
+    """A class with rope parameters (every config class has the mixin's `default_theta`)."""
+    return "rope_parameters" in names or "rope_theta" in names
+
+
+def _default_rope_parameters(cls: type) -> Any:
+    """`rope_parameters` of the class's default instance: what a config.json without rope
+    parameters gets (`__post_init__` may set more than the fields say: Qwen3-Next's
+    `kwargs.setdefault("partial_rotary_factor", 0.25)`); None when `cls()` fails."""
+    try:
+        params = cls().rope_parameters  # type: ignore[attr-defined]
+    except Exception:
+        return None
+    return json.loads(json.dumps(params, default=str)) if params else None
+
+
+def _text_config_defaults(cls: type) -> dict[str, Any] | None:
+    """The `text_config` init kwargs of a composite class that lays them under a text_config
+    dict the file gives (`{**init_kwargs, **text_config}` in its `__post_init__`: Voxtral
+    Realtime), restricted to `KEYS`; None when it does not (transformers' generic
+    `SubConfigSpec.create_subconfig` uses them only when the file has no text_config)."""
+    spec = (getattr(cls, "sub_configs_defaults", None) or {}).get("text_config")
+    kwargs = dict(getattr(spec, "init_kwargs", None) or {})
+    if not kwargs:
+        return None
+    try:
+        given = cls(text_config={}).text_config  # type: ignore[call-arg]
+        plain = type(given)()
+    except Exception:
+        return None
+
+    def read(config: Any, key: str) -> Any:
+        if key == "rope_theta":
+            return (getattr(config, "rope_parameters", None) or {}).get("rope_theta")
+        return getattr(config, key, None)
+
+    # the keys a text_config dict without them gets from the init kwargs, not the text class
+    return {
+        k: kwargs[k]
+        for k in KEYS
+        if k in kwargs
+        and isinstance(kwargs[k], SCALARS)
+        and read(given, k) == kwargs[k] != read(plain, k)
+    } or None
+
+
+def _head_dim_scale(cls: type, fields: set[str]) -> int | None:
+    """k where the class derives head_dim = k * hidden_size // num_attention_heads in
+    `__post_init__` (no head_dim field: Zamba2's attention_head_dim, k = 2; a head_dim key of the
+    file, set after it, wins); None for the usual k = 1 or a field."""
+    target = dict(getattr(cls, "attribute_map", {}) or {}).get("head_dim", "head_dim")
+    if target in fields or "qk_rope_head_dim" in fields:
+        return None
+    try:
+        sizes = []
+        for scale in (1, 2):
+            config = cls()
+            hidden = config.hidden_size * scale  # type: ignore[attr-defined]
+            config = cls(hidden_size=hidden)  # type: ignore[call-arg]
+            sizes.append((config.head_dim, hidden, config.num_attention_heads))  # type: ignore[attr-defined]
+    except Exception:
+        return None
+    ratios = {
+        (head_dim * heads) // hidden
+        for head_dim, hidden, heads in sizes
+        if isinstance(head_dim, int) and (head_dim * heads) % hidden == 0
+    }
+    if len(ratios) != 1 or len(sizes) != 2 or ratios == {1}:
+        return None
+    return ratios.pop()
+
+
+def class_facts(cls: type) -> dict[str, Any]:
+    """`attribute_map` and the defaults of `KEYS` of one config class."""
+    fields = {f.name: f for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else {}
+    aliases = dict(getattr(cls, "attribute_map", {}) or {})
+    defaults: dict[str, Any] = {}
+    # each key, and the attribute a key is an alias of (Moonshine's num_attention_heads is
+    # encoder_num_attention_heads)
+    for key in dict.fromkeys([*KEYS, *(aliases[k] for k in KEYS if k in aliases)]):
+        field = fields.get(key)
+        if field is None or field.default is dataclasses.MISSING:
+            continue
+        value = field.default
+        if isinstance(value, SCALARS) and value is not None:
+            defaults[key] = value
+    if _rotary(set(fields)):
+        theta = cls.default_theta  # type: ignore[attr-defined]
+        if isinstance(theta, dict):
+            # bases per layer type, read by the class's own conversion (posenc's family
+            # mappers): no one default base
+            defaults["rope_theta_by_layer_type"] = {str(k): float(v) for k, v in theta.items()}
+        elif "rope_theta" not in defaults:
+            defaults["rope_theta"] = float(theta)
+        params = _default_rope_parameters(cls)
+        if params:
+            defaults["rope_parameters"] = params
+        scale = _head_dim_scale(cls, set(fields))
+        if scale is not None:
+            defaults["head_dim_scale"] = scale
+        rope_type = getattr(cls, "default_rope_type", "default")
+        if rope_type != "default":
+            defaults["rope_type"] = rope_type
+    facts: dict[str, Any] = {"class": cls.__name__}
+    if aliases:
+        facts["attribute_map"] = dict(sorted(aliases.items()))
+    facts["defaults"] = dict(sorted(defaults.items()))
+    text = _text_config_defaults(cls)
+    if text:
+        facts["text_config_defaults"] = dict(sorted(text.items()))
+    return facts
+
+
+def generate() -> dict[str, Any]:
+    """The data file's content for the installed transformers."""
+    import transformers
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING, CONFIG_MAPPING_NAMES
+
+    transformers.logging.set_verbosity_error()
+    models: dict[str, Any] = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for model_type in sorted(CONFIG_MAPPING_NAMES):
+            try:
+                cls = CONFIG_MAPPING[model_type]
+            except Exception:  # a config class that cannot be imported here
+                continue
+            models[model_type] = class_facts(cls)
+    return {
+        "source": "generated by `make models-data` (tests/encodings/hf_config/class_data.py) "
+        "from the installed transformers: each config class's attribute_map and the defaults "
+        "of the keys posenc reads; do not edit",
+        "transformers": str(transformers.__version__),
+        "keys": list(KEYS),
+        "models": models,
+    }
+
+
+def render(data: dict[str, Any]) -> str:
+    return json.dumps(data, indent=1, sort_keys=True) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--write", action="store_true", help=f"rewrite {DATA.relative_to(REPO)}")
+    args = parser.parse_args(argv)
+    text = render(generate())
+    if args.write:
+        DATA.write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
