@@ -111,7 +111,13 @@ def describe_error(err: ValidationError) -> str:
         if not field:
             parts.append(message)
             continue
-        shown = "" if field in _SECRET_FIELDS else f" (got {item.get('input')!r})"
+        value = item.get("input")
+        shown = "" if field in _SECRET_FIELDS else f" (got {value!r})"
+        if field == "port" and isinstance(value, str) and value.startswith("tcp://"):
+            shown += (
+                ": a Kubernetes service link of a Service named posenc; set "
+                "enableServiceLinks: false on the pod"
+            )
         parts.append(f"{flag_name(field)} ({env_name(field)}): {message}{shown}")
     return "; ".join(parts)
 

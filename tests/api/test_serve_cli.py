@@ -164,13 +164,15 @@ def _unknown_device() -> str:
         (["--protect-docs-and-metrics"], {}, "needs api_keys"),
         (["--root-path", "posenc"], {}, "--root-path (POSENC_ROOT_PATH)"),
         (["--log-level", "loud"], {}, "--log-level (POSENC_LOG_LEVEL)"),
+        ([], {"POSENC_PORT": "tcp://10.0.0.1:8000"}, "enableServiceLinks: false"),
     ],
 )
 def test_configuration_errors_are_one_line_and_exit_2(
     args: list[str], env: dict[str, str], named: str
 ) -> None:
     assert "llama-3.1-8b" in load_presets()
-    result = _run("serve", "--port", "0", *args, **env)
+    port = [] if "POSENC_PORT" in env else ["--port", "0"]  # the flag would win
+    result = _run("serve", *port, *args, **env)
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
