@@ -1,69 +1,165 @@
 """The `posenc` command line: `posenc serve [--host --port --grpc-port --device ...]`.
 
-Flags override the matching `POSENC_*` environment variables (`posenc.api.Settings`).
+`posenc serve` has one flag per `posenc.api.Settings` field, generated from the class (`--name`
+for the field `name`, its description, its `POSENC_NAME` variable and its default in `--help`;
+booleans as `--name/--no-name`), so no setting lacks a flag. Flags override the environment.
+A configuration error (a value the settings refuse, an unknown warm preset, a device this machine
+lacks) is one line on stderr and exit 2, before anything starts; `POSENC_*` variables no setting
+reads are warned about (with the closest valid name).
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from pydantic import ValidationError
+from pydantic.fields import FieldInfo
 
 from posenc import __version__
 
-_FLAGS: tuple[tuple[str, type, str], ...] = (
-    ("host", str, "interface to bind (POSENC_HOST, default 127.0.0.1)"),
-    ("port", int, "TCP port (POSENC_PORT, default 8000)"),
-    ("grpc_port", int, "gRPC port of the Open Inference Protocol (POSENC_GRPC_PORT; off unset)"),
-    ("device", str, "auto, cpu, cuda or cuda:N (POSENC_DEVICE, default auto)"),
-    ("cache_bytes", int, "cache byte budget (POSENC_CACHE_BYTES)"),
-    ("in_flight_bytes", int, "in-flight byte budget (POSENC_IN_FLIGHT_BYTES)"),
-    ("max_response_bytes", int, "largest table served (POSENC_MAX_RESPONSE_BYTES)"),
-    ("json_max_elements", int, "largest JSON table in elements (POSENC_JSON_MAX_ELEMENTS)"),
-    ("max_body_bytes", int, "largest request body (POSENC_MAX_BODY_BYTES)"),
-    ("max_concurrent_computations", int, "computations in flight before 503"),
-    ("max_connections", int, "open connections before 503 (POSENC_MAX_CONNECTIONS)"),
-    ("max_header_bytes", int, "largest request line and headers before 431"),
-    ("header_timeout_seconds", float, "seconds to receive a request's headers"),
-    ("body_timeout_seconds", float, "seconds to receive a request's body after its headers"),
-    ("idle_timeout_seconds", float, "seconds a keep-alive connection may idle"),
-    ("send_timeout_seconds", float, "seconds a response may wait for its client to read"),
-    ("warm_presets", str, "comma-separated presets to compute at start-up, or 'all'"),
-    ("log_format", str, "text or json (POSENC_LOG_FORMAT)"),
-    ("log_level", str, "critical, error, warning, info or debug"),
-    ("drain_seconds", float, "seconds readiness is 503 after SIGTERM before closing"),
-    ("grace_seconds", float, "seconds in-flight requests get to finish at shutdown"),
-)
+log = logging.getLogger("posenc.cli")
+
+_SECRET_FIELDS = frozenset({"api_keys"})
+
+
+def flag_name(field: str) -> str:
+    """The `posenc serve` flag of a `Settings` field: `--cache-bytes` for `cache_bytes`."""
+    return "--" + field.replace("_", "-")
+
+
+def _default_text(name: str, info: FieldInfo) -> str:
+    from posenc.api.settings import format_bytes
+
+    if info.default_factory is not None:
+        return "none"
+    value = info.default
+    if value is None:
+        return "off"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if name.endswith("_bytes") and isinstance(value, int):
+        human = format_bytes(value)
+        return human if human == str(value) else f"{human} ({value})"
+    return str(value) if value != "" else "none"
+
+
+def _metavar(name: str, info: FieldInfo) -> str:
+    if name.endswith("_bytes"):
+        return "SIZE"
+    if name.endswith("_seconds"):
+        return "SECONDS"
+    if info.annotation is int or name.endswith("port"):
+        return "N"
+    return name.rpartition("_")[2].upper()
+
+
+def _add_flags(parser: argparse.ArgumentParser) -> None:
+    from posenc.api.settings import Settings, env_name
+
+    for name, info in Settings.model_fields.items():
+        text = (info.description or name.replace("_", " ")).replace("%", "%%")
+        if name.endswith("_bytes"):
+            text += " (a size: 4GiB, 512MiB, 1.5GB or bytes)"
+        text += f" [env {env_name(name)}; default: {_default_text(name, info)}]"
+        if info.annotation is bool:
+            parser.add_argument(
+                flag_name(name),
+                dest=name,
+                action=argparse.BooleanOptionalAction,
+                default=argparse.SUPPRESS,
+                help=text,
+            )
+        else:
+            parser.add_argument(
+                flag_name(name),
+                dest=name,
+                metavar=_metavar(name, info),
+                default=argparse.SUPPRESS,
+                help=text,
+            )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser for `posenc`."""
+    """The argument parser for `posenc`; `serve`'s flags are generated from `Settings`."""
     parser = argparse.ArgumentParser(prog="posenc", description=__doc__)
     parser.add_argument("--version", action="version", version=f"posenc {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
-    serve = commands.add_parser("serve", help="run the HTTP (and, with --grpc-port, gRPC) server")
-    for name, kind, text in _FLAGS:
-        serve.add_argument("--" + name.replace("_", "-"), dest=name, type=kind, help=text)
+    serve = commands.add_parser(
+        "serve",
+        help="run the HTTP (and, with --grpc-port, gRPC) server",
+        description="Run the posenc server. Every flag has a POSENC_* environment variable; "
+        "a flag overrides its variable.",
+    )
+    _add_flags(serve)
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the `posenc` console script."""
-    args = build_parser().parse_args(argv)
-    from posenc.api.server import serve
-    from posenc.api.settings import Settings
+def describe_error(err: ValidationError) -> str:
+    """A `ValidationError` of `Settings` as one line naming each field's flag and variable (a
+    secret's value never shown)."""
+    from posenc.api.settings import env_name
 
-    overrides: dict[str, Any] = {
-        name: getattr(args, name) for name, _, _ in _FLAGS if getattr(args, name) is not None
-    }
+    parts = []
+    for item in err.errors(include_url=False):
+        message = item["msg"].removeprefix("Value error, ")
+        loc = item.get("loc") or ()
+        field = str(loc[0]) if loc else ""
+        if not field:
+            parts.append(message)
+            continue
+        value = item.get("input")
+        shown = "" if field in _SECRET_FIELDS else f" (got {value!r})"
+        if field == "port" and isinstance(value, str) and value.startswith("tcp://"):
+            shown += (
+                ": a Kubernetes service link of a Service named posenc; set "
+                "enableServiceLinks: false on the pod"
+            )
+        parts.append(f"{flag_name(field)} ({env_name(field)}): {message}{shown}")
+    return "; ".join(parts)
+
+
+def check_startup(settings: Any) -> str | None:
+    """What would make the server fail to start, as one line (None: nothing): an unknown warm
+    preset or a device this machine lacks (`create_app` and the lifespan check them too)."""
+    from posenc.api.app import warm_list
+    from posenc.presets import load_presets
+    from posenc.runtime import DeviceError, resolve_device
+
+    try:
+        warm_list(settings, list(load_presets()))
+    except ValueError as err:
+        return f"{flag_name('warm_presets')} (POSENC_WARM_PRESETS): {err}"
+    try:
+        resolve_device(settings.device)
+    except DeviceError as err:
+        return f"{flag_name('device')} (POSENC_DEVICE): {err}"
+    return None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `posenc` console script: 0 after a clean stop, 2 for a configuration
+    error, 3 when start-up failed otherwise."""
+    args = build_parser().parse_args(argv)
+    from posenc.api.server import configure_logging, serve
+    from posenc.api.settings import Settings, unknown_environment
+
+    overrides: dict[str, Any] = {k: v for k, v in vars(args).items() if k != "command"}
     try:
         settings = Settings(**overrides)
     except ValidationError as err:
-        print(f"posenc: invalid settings:\n{err}", file=sys.stderr)
+        print(f"posenc: configuration error: {describe_error(err)}", file=sys.stderr)
         return 2
+    problem = check_startup(settings)
+    if problem is not None:
+        print(f"posenc: configuration error: {problem}", file=sys.stderr)
+        return 2
+    configure_logging(settings)
+    for warning in unknown_environment():
+        log.warning("%s", warning)
     return serve(settings)
 
 

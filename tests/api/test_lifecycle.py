@@ -123,8 +123,10 @@ def test_serve_fails_cleanly_on_a_missing_device() -> None:
         text=True,
         timeout=60,
     )
-    assert result.returncode == 3
+    # a configuration error: one line and exit 2, before anything starts (no lifespan traceback)
+    assert result.returncode == 2
     assert "cuda:7" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 
 def test_serve_rejects_bad_settings(capsys: pytest.CaptureFixture[str]) -> None:

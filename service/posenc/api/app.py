@@ -8,19 +8,25 @@ one place, from the route modules (`posenc.api.routes`: `/v1`, `/v2`, health and
 explorer page at `/ui`);
 `ApiKeyMiddleware` guards `/v1` and `/v2/models` (and `/metrics` and the OpenAPI pages with
 `protect_docs_and_metrics`); `api/openapi.py` completes the OpenAPI document;
-`BodyLimitMiddleware` caps request bodies per route (`body_limits`).
+`BodyLimitMiddleware` caps request bodies per route (`body_limits`); `GET /` redirects to the
+explorer (`/ui`); with `cors_origins`, Starlette's `CORSMiddleware` is the outermost layer (a
+browser's preflight never meets the key check). Behind `root_path`, every middleware matches the
+path without the prefix (`starlette._utils.get_route_path`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import difflib
 import logging
 import re
 from collections.abc import AsyncIterator
 
-from fastapi import APIRouter, FastAPI
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.responses import RedirectResponse
 from fastapi.routing import APIRoute
+from starlette.middleware.cors import CORSMiddleware
 
 from posenc import __version__
 from posenc.api.auth import DOCS_PREFIXES, PROTECTED_PREFIXES, ApiKeyMiddleware
@@ -71,6 +77,16 @@ HOT_ROUTES = frozenset(
 fetch or per decode step."""
 
 
+CORS_EXPOSED = [
+    "ETag",
+    "Retry-After",
+    "Content-Disposition",
+    "Inference-Header-Content-Length",
+    "WWW-Authenticate",
+]
+"""Response headers a cross-origin page may read (CORS `Access-Control-Expose-Headers`)."""
+
+
 def hot_routes(*routers: APIRouter) -> list[APIRoute]:
     """The routes of `routers` named in `HOT_ROUTES` (all of them, or ValueError)."""
     found = [
@@ -96,13 +112,22 @@ def body_limits(settings: Settings) -> list[RouteLimit]:
     ]
 
 
-def _warm_list(settings: Settings, names: list[str]) -> list[str]:
+def warm_list(settings: Settings, names: list[str]) -> list[str]:
+    """The presets of `names` that `settings.warm_presets` asks to warm; ValueError naming each
+    unknown one (with the closest known name) otherwise."""
     wanted = settings.warm_presets
     if wanted == ["all"]:
         return names
     unknown = sorted(set(wanted) - set(names))
     if unknown:
-        raise ValueError(f"warm_presets names unknown presets {unknown}; known: {names}")
+        hints = []
+        for name in unknown:
+            close = difflib.get_close_matches(name, names, n=1)
+            hints.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        raise ValueError(
+            f"warm_presets names unknown presets {', '.join(hints)}; known: {', '.join(names)} "
+            "or 'all'"
+        )
     return list(wanted)
 
 
@@ -164,7 +189,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     if settings.grpc_port is not None:
         grpc_server = GrpcServer(state)
         state.grpc_port = await grpc_server.start(settings.host, settings.grpc_port)
-    warming = asyncio.create_task(warm(state, _warm_list(settings, list(state.presets))))
+    warming = asyncio.create_task(warm(state, warm_list(settings, list(state.presets))))
     try:
         yield
     finally:
@@ -187,7 +212,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     """A posenc FastAPI app for `settings` (read from the environment when omitted)."""
     settings = settings or Settings()
     curated = load_presets()
-    _warm_list(settings, list(curated))  # fail fast on unknown names
+    warm_list(settings, list(curated))  # fail fast on unknown names
     metrics = Metrics()
     index = KeyIndex(settings.known_keys)
     for preset in curated.values():
@@ -207,6 +232,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.posenc = state
     install_error_handlers(app)
+
+    @app.get("/", include_in_schema=False)
+    async def front(request: Request) -> RedirectResponse:
+        """The explorer page: `/ui` (under the proxy's prefix, `root_path`)."""
+        return RedirectResponse(request.scope.get("root_path", "") + "/ui", status_code=307)
+
     # routes are matched router by router, in this order: the hot ones first
     oip_server, oip_models = oip.build_router(oip_context)
     for router in (
@@ -239,4 +270,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(ApiKeyMiddleware, keys=keys, prefixes=guarded)
     install_openapi(app, settings, guarded)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["GET", "HEAD", "POST", "DELETE", "OPTIONS"],
+            allow_headers=["*"],
+            expose_headers=CORS_EXPOSED,
+            max_age=600,
+        )
     return app

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hmac
 from collections.abc import Sequence
 
+from starlette._utils import get_route_path
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from posenc.api.errors import error_response
@@ -61,7 +62,11 @@ class ApiKeyMiddleware:
         return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self.keys or not scope["path"].startswith(self.prefixes):
+        if (
+            scope["type"] != "http"
+            or not self.keys
+            or not get_route_path(scope).startswith(self.prefixes)
+        ):
             await self.app(scope, receive, send)
             return
         verdict = self._authorised(scope)

@@ -25,6 +25,7 @@ from typing import Any
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from starlette._utils import get_route_path
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 from starlette.routing import Route, compile_path
@@ -148,7 +149,7 @@ def allowed_methods(request: Request) -> list[str]:
             if isinstance(route, Route):
                 table.append((route.path_regex, set(route.methods or ())))
         app.state.posenc_allow = table
-    path = request.url.path
+    path = get_route_path(request.scope)
     return sorted({m for regex, methods in table if regex.match(path) for m in methods})
 
 

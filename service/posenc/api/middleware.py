@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from starlette._utils import get_route_path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from posenc.api.errors import ApiError, error_response, to_response
@@ -70,7 +71,7 @@ class BodyLimitMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        limit = self.limit_for(scope["path"])
+        limit = self.limit_for(get_route_path(scope))
         budget = self.budget
         leases: list[Lease] = []
         charged = 0

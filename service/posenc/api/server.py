@@ -52,6 +52,7 @@ from typing import Any
 
 import orjson
 import uvicorn
+from starlette._utils import get_route_path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
@@ -221,7 +222,7 @@ class ConnectionLimits:
         async def answer(scope: Scope, receive: Receive, send: Send) -> None:
             if (
                 scope["type"] == "http"
-                and scope["path"] in HEALTH_PATHS
+                and get_route_path(scope) in HEALTH_PATHS
                 and scope["method"]
                 in {
                     "GET",
@@ -265,6 +266,7 @@ class PosencConfig(uvicorn.Config):
     """uvicorn's Config serving with `GuardedProtocol` under `settings`' connection limits."""
 
     def __init__(self, app: Any, settings: Settings, **kwargs: Any) -> None:
+        kwargs.setdefault("root_path", settings.root_path)
         super().__init__(app, http=GuardedProtocol, **kwargs)
         self.limits = ConnectionLimits(settings)
 
@@ -502,6 +504,22 @@ def server_config(app: Any, settings: Settings, **kwargs: Any) -> PosencConfig:
     return PosencConfig(app, settings, **kwargs)
 
 
+def banner(settings: Settings, http_port: int, grpc_port: int | None) -> str:
+    """The start-up line naming where everything is: the explorer, the API docs, `/v1`, `/v2`,
+    the metrics and the gRPC port (under `root_path`; a wildcard host shown as this machine's
+    loopback)."""
+    host = settings.host
+    shown = {"0.0.0.0": "127.0.0.1", "::": "[::1]", "": "127.0.0.1"}.get(host, host)
+    if ":" in shown and not shown.startswith("["):
+        shown = f"[{shown}]"
+    base = f"http://{shown}:{http_port}{settings.root_path}"
+    grpc = f"{shown}:{grpc_port}" if grpc_port is not None else "off (--grpc-port)"
+    return (
+        f"posenc listening: explorer {base}/ui | API docs {base}/docs | "
+        f"/v1 {base}/v1 | /v2 {base}/v2 | metrics {base}/metrics | gRPC {grpc}"
+    )
+
+
 class DrainingServer(uvicorn.Server):
     """uvicorn.Server whose first SIGTERM starts a drain instead of an immediate shutdown."""
 
@@ -509,6 +527,14 @@ class DrainingServer(uvicorn.Server):
         super().__init__(config)
         self.state = state
         self.drain_until: float | None = None
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        """uvicorn's; then, once listening, the start-up banner (`banner`)."""
+        await super().startup(sockets)
+        listening = [s for server in self.servers for s in server.sockets]
+        if listening and not self.should_exit:
+            port = listening[0].getsockname()[1]
+            log.info("%s", banner(self.state.settings, port, self.state.grpc_port))
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         """SIGTERM: mark draining and exit after `drain_seconds`; otherwise uvicorn's behaviour."""
