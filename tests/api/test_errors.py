@@ -153,8 +153,8 @@ BAD_SPECS: dict[str, tuple[dict[str, Any], str, str]] = {
         "invalid_spec",
         "relative_attention_bias",
     ),
-    "packing_needs_half_width": (
-        rope(packing="cos_sin", width="full"),
+    "vllm_cos_sin_needs_half_width": (
+        rope(profile="vllm", packing="cos_sin", width="full"),
         "invalid_spec",
         "",
     ),
