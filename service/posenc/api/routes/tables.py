@@ -130,14 +130,15 @@ async def get_table(request: Request) -> Response:
 
 
 def _known(state: AppState, segment: str) -> tuple[str, SpecBase]:
-    """(content key, canonical spec) of a `/v1/tables/` path segment: the spec the URL carries
-    (`{key}.{spec}`, verified), else the key index's; 404 `unknown_key` for a bare key this
-    process has not resolved."""
+    """(content key, canonical spec) of a `/v1/tables/` path segment: the key index's spec
+    when this process knows the key (it may hold an inline weight table the URL names only by
+    `table_key`), else the spec the URL carries (`{key}.{spec}`, verified either way); 404
+    `unknown_key` for a bare key this process has not resolved."""
     key, carried = parse_segment(segment)
-    if carried is not None:
+    spec = state.index.get(key)  # may hold more than the URL: an inline weight table, bound
+    if spec is None and carried is not None:
         state.index.remember(key, carried)  # its output shapes are memoised while known
         return key, carried
-    spec = state.index.get(key)
     if spec is None:
         raise ApiError(
             404,
