@@ -171,9 +171,9 @@ def test_a_fleet_behind_nginx_answers_every_url_through_a_restart(
             urls.append(r.headers["content-location"])
     config = json.loads((CONFIGS / "google__gemma-3-4b-it.json").read_text())
     with Client(fleet.nginx_url, cache=tmp_path / "client") as client:
-        resolved = client.resolve(config, max_positions=512)
+        resolved = client.resolve(config, max_positions=256)
         urls += [spec.url for spec in resolved]
-        tables = client.tables_for_model(config, max_positions=512)
+        tables = client.tables_for_model(config, max_positions=256)
         assert set(tables) == {spec.name for spec in resolved}
     assert len(set(urls)) == len(urls) == len(SPECS) + 2
 

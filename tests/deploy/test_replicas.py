@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from posenc_client import Client
 
 from tests.api.wire import decode
 from tests.conftest import ProcessHandle, start_server_process
+from tests.deploy.support import wait_http
 
 CONFIGS = Path(__file__).parent.parent / "data" / "configs"
 
@@ -39,17 +39,9 @@ COMPARED = ("etag", "repr-digest", "content-type", "content-location", "x-posenc
 
 def _serve() -> ProcessHandle:
     """A `posenc serve` process on a free port, ready (its own cache and key index)."""
-    handle = start_server_process("--workers", "1")
-    with httpx.Client(base_url=handle.url, timeout=60) as c:
-        for _ in range(600):
-            try:
-                if c.get("/v2/health/ready").status_code == 200:
-                    return handle
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-    handle.stop()
-    raise RuntimeError("posenc serve did not become ready:\n" + "".join(handle.lines))
+    handle = start_server_process("--drain-seconds", "0")
+    wait_http(f"{handle.url}/v2/health/ready", timeout=120)
+    return handle
 
 
 def _stop(handle: ProcessHandle) -> None:
@@ -76,7 +68,7 @@ def second() -> Iterator[ProcessHandle]:
 
 def _handed_out(url: str) -> list[str]:
     """The table URLs server `url` hands out for `SPECS` and a Gemma 3 config (two layer
-    types; 512 positions)."""
+    types; 256 positions)."""
     urls = []
     with httpx.Client(base_url=url, timeout=60) as c:
         for spec in SPECS:
@@ -84,7 +76,7 @@ def _handed_out(url: str) -> list[str]:
             assert r.status_code == 200, r.text
             urls.append(r.headers["content-location"])
         config = json.loads((CONFIGS / "google__gemma-3-4b-it.json").read_text())
-        r = c.post("/v1/resolve", json={"hf_config": config, "max_positions": 512})
+        r = c.post("/v1/resolve", json={"hf_config": config, "max_positions": 256})
         assert r.status_code == 200, r.text
         urls += [s["url"] for s in r.json()["specs"]]
     assert all(u.startswith("/v1/tables/") and "." in u for u in urls)
