@@ -160,6 +160,10 @@ def _token(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
 
 
+def _packed(value: Any) -> str:
+    return _token(zlib.compress(json.dumps(value).encode()))
+
+
 KEY = "0123456789abcdef" * 4
 BOMB = zlib.compress(b" " * (1 << 20), 9)
 GOOD = zlib.compress(json.dumps(SPECS["alibi"]).encode(), 9)
@@ -178,13 +182,13 @@ MALFORMED: dict[str, tuple[str, int, str, str]] = {
     "not_json": (f"{KEY}.{_token(zlib.compress(b'nope'))}", 400, "invalid_table_url", "spec"),
     "not_object": (f"{KEY}.{_token(zlib.compress(b'[1, 2]'))}", 400, "invalid_table_url", "spec"),
     "invalid_spec": (
-        f"{KEY}.{_token(zlib.compress(json.dumps({'kind': 'alibi', 'num_heads': 0}).encode()))}",
+        f"{KEY}.{_packed({'kind': 'alibi', 'num_heads': 0})}",
         422,
         "invalid_spec",
         "num_heads",
     ),
     "hf_config": (
-        f"{KEY}.{_token(zlib.compress(json.dumps({'hf_config': {'model_type': 'llama'}}).encode()))}",
+        f"{KEY}.{_packed({'hf_config': {'model_type': 'llama'}})}",
         422,
         "invalid_spec",
         "",
@@ -203,7 +207,8 @@ def test_malformed_urls_are_refused_naming_the_part(
     assert r.status_code == status, r.text
     body = r.json()
     assert body["error_type"] == error_type
-    assert isinstance(body["error"], str) and body["error"]
+    assert isinstance(body["error"], str)
+    assert body["error"]
     if field:
         assert field in {d["field"] for d in body["detail"]}
     assert len(r.content) < 4096  # an error never echoes the whole URL
@@ -241,9 +246,7 @@ def test_every_resolved_spec_round_trips_in_its_url(
             body = json.dumps(config, allow_nan=False)
         except ValueError:  # a default of inf (a config.json cannot carry it)
             continue
-        r = client.post(
-            "/v1/resolve", content=body, headers={"Content-Type": "application/json"}
-        )
+        r = client.post("/v1/resolve", content=body, headers={"Content-Type": "application/json"})
         if r.status_code != 200:
             continue
         resolved += 1

@@ -95,7 +95,10 @@ def test_default_is_safetensors_with_metadata(
     key = content_key(canon)
     assert r.headers["etag"] == etag_for(key)
     assert r.headers["x-posenc-key"] == key
-    assert table_url_parts(r.headers["content-location"]) == (key, json.loads(canonical_json(canon)))
+    assert table_url_parts(r.headers["content-location"]) == (
+        key,
+        json.loads(canonical_json(canon)),
+    )
     assert r.headers["x-posenc-device"] in ("cpu", "cuda:0")
     meta = safetensors_metadata(r.content)
     assert meta["key"] == key

@@ -25,8 +25,8 @@ import httpx
 import numpy as np
 import pytest
 import tritonclient.http as triton_http
-from posenc_client import Client
 
+from posenc_client import Client
 from tests.api.v2client import make_input, spec_param
 from tests.api.wire import decode
 from tests.conftest import ProcessHandle, start_server_process
@@ -92,7 +92,15 @@ def fleet() -> Iterator[Fleet]:
         assert text.count(one) == 1
         text = text.replace(one, " ".join(f"server 127.0.0.1:{p};" for p in ports))
         (root / "nginx.conf").write_text(text)
-        argv = [nginx, "-p", f"{root}/", "-c", str(root / "nginx.conf"), "-e", str(root / "error.log")]
+        argv = [
+            nginx,
+            "-p",
+            f"{root}/",
+            "-c",
+            str(root / "nginx.conf"),
+            "-e",
+            str(root / "error.log"),
+        ]
         check = subprocess.run([*argv, "-t"], capture_output=True, text=True, timeout=30)
         assert check.returncode == 0, check.stderr
         with (root / "nginx.out").open("wb") as sink:

@@ -18,8 +18,8 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-from posenc_client import Client
 
+from posenc_client import Client
 from tests.api.wire import decode
 from tests.conftest import ProcessHandle, start_server_process
 from tests.deploy.support import wait_http

@@ -103,7 +103,9 @@ def decode_spec(key: str, token: str) -> SpecBase:
     try:
         packed = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
     except (binascii.Error, ValueError):
-        raise _bad("spec", "not base64url (its length is 1 more than a multiple of 4)", token) from None
+        raise _bad(
+            "spec", "not base64url (its length is 1 more than a multiple of 4)", token
+        ) from None
     inflater = zlib.decompressobj()
     try:
         text = inflater.decompress(packed, SPEC_JSON_MAX)
