@@ -22,8 +22,8 @@ has that key is accepted (a client may build the URL from the canonical spec it 
 server hands out the canonical spelling, so every replica hands out the same URL.
 
 A spec naming an uploaded weight table (`table_key`, `relative_position_bias_table_key`) carries
-that key, not the values: the replica answering needs the upload in its table store (a shared
-`table_store_dir`, or the upload sent to each replica), else 404 `unknown_table`.
+that key, not the values: the replica answering needs the upload in its own table store (send
+the upload to each replica: the same values give the same key), else 404 `unknown_table`.
 """
 
 from __future__ import annotations
