@@ -338,6 +338,35 @@ def test_restarted_server_recomputes(cache_dir: Path) -> None:
     assert table_url_parts(recorder.log[1][1]) == (t.key, t.spec)
 
 
+def test_a_replica_that_never_saw_the_specs_answers_by_url(
+    server: ServerHandle, tmp_path: Path
+) -> None:
+    """`resolve` on one server, the tables on another that never saw the specs:
+    `tables_for_model` fetches by URL (one GET each: no 404, no POST of a spec), and
+    `table_by_key` takes the resolved `url` (absolute), revalidating its disk cache at that URL
+    (304); the arrays are the first server's."""
+    with Client(server.url, cache=False) as first:
+        specs = first.resolve(GEMMA3, max_positions=64)
+        want = {s.name: first.table_by_key(s.url) for s in specs}
+    recorder = Recorder()
+    with (
+        start_server() as replica,
+        Client(replica.url, cache=tmp_path / "a", transport=recorder) as c,
+    ):
+        got = c.tables_for_model(GEMMA3, max_positions=64)
+        by_url = {s.name: c.table_by_key(f"{replica.url}{s.url}") for s in specs}
+    n = len(specs)
+    assert [(m, s) for m, _, s in recorder.log] == [("POST", 200)] + [("GET", 200)] * n + [
+        ("GET", 304)
+    ] * n  # the POST: /v1/resolve
+    assert recorder.log[0][1] == "/v1/resolve"
+    assert [path for _, path, _ in recorder.log[1:]] == [s.url for s in specs] * 2
+    for s in specs:
+        for name in want[s.name]:
+            assert np.array_equal(got[s.name][name], want[s.name][name])
+            assert np.array_equal(by_url[s.name][name], want[s.name][name])
+
+
 def test_corrupt_cache_entry_is_refetched(pclient: Client, cache_dir: Path) -> None:
     t = pclient.alibi(3)
     path = cache_dir / "tables" / f"{t.key}.safetensors"
