@@ -12,7 +12,7 @@ import torch
 
 from posenc.encodings import FAMILIES, compute, content_key, parse_spec
 from posenc.presets import load_presets
-from tests.api.wire import decode
+from tests.api.wire import decode, table_url_parts
 from tests.conftest import ServerHandle
 
 CONFIGS = Path(__file__).parents[1] / "data" / "configs"
@@ -72,7 +72,7 @@ def test_each_preset(client: httpx.Client, name: str) -> None:
     for part in body["parts"]:
         spec = parse_spec(part["spec"])
         assert part["key"] == content_key(spec)
-        assert part["url"] == f"/v1/tables/{part['key']}"
+        assert table_url_parts(part["url"]) == (part["key"], part["spec"])
         assert part["bytes"] == spec.output_bytes()
         assert part["outputs"] == {
             k: {"shape": list(v.shape), "dtype": v.dtype} for k, v in spec.outputs().items()
@@ -137,7 +137,7 @@ def test_resolve_names_keys_urls_and_notes(client: httpx.Client) -> None:
     names = {s["name"] for s in specs}
     assert names == {"rope:sliding_attention", "rope:full_attention"}
     for s in specs:
-        assert s["url"] == f"/v1/tables/{s['key']}"
+        assert table_url_parts(s["url"]) == (s["key"], s["spec"])
         assert isinstance(s["notes"], dict)
         assert s["bytes"] == 2 * 131072 * 256 * 4 + 128 * 4
     short = client.post("/v1/resolve", json={"hf_config": config, "max_positions": 64}).json()

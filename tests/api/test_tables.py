@@ -3,6 +3,7 @@ conditional requests, GET by key, row ranges and HTTP Range."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -11,7 +12,7 @@ import pytest
 import torch
 
 from posenc.encodings import canonical_json, compute, content_key, parse_spec
-from tests.api.wire import decode, safetensors_metadata
+from tests.api.wire import decode, safetensors_metadata, table_url_parts
 from tests.conftest import ServerHandle
 
 SPECS: dict[str, dict[str, Any]] = {
@@ -98,7 +99,10 @@ def test_default_is_safetensors_with_metadata(
     key = content_key(canon)
     assert r.headers["etag"] == etag_for(key)
     assert r.headers["x-posenc-key"] == key
-    assert r.headers["content-location"] == f"/v1/tables/{key}"
+    assert table_url_parts(r.headers["content-location"]) == (
+        key,
+        json.loads(canonical_json(canon)),
+    )
     assert r.headers["x-posenc-device"] in ("cpu", "cuda:0")
     meta = safetensors_metadata(r.content)
     assert meta["key"] == key

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import base64
 import io
 import json
+import re
 import struct
+import zlib
 from typing import Any
 
 import httpx
@@ -28,6 +31,27 @@ def safetensors_metadata(data: bytes) -> dict[str, str]:
     header: dict[str, Any] = json.loads(data[8 : 8 + length])
     meta: dict[str, str] = header.get("__metadata__", {})
     return meta
+
+
+TABLE_URL = re.compile(r"/v1/tables/([0-9a-f]{64})\.([A-Za-z0-9_-]+)")
+"""The table URL the server hands out: `/v1/tables/{key}.{spec}` (docs/service.md)."""
+
+
+def table_url_parts(url: str) -> tuple[str, dict[str, Any]]:
+    """(key, spec object) of a `/v1/tables/{key}.{spec}` URL: the spec part is base64url
+    (unpadded) of the zlib-deflated canonical JSON."""
+    found = TABLE_URL.fullmatch(url)
+    assert found is not None, url
+    token = found.group(2)
+    text = zlib.decompress(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+    spec: dict[str, Any] = json.loads(text)
+    return found.group(1), spec
+
+
+def spec_token(spec: dict[str, Any]) -> str:
+    """The spec part of a table URL for a spec object (any spelling: the server checks its key)."""
+    text = json.dumps(spec, sort_keys=True, separators=(",", ":"))
+    return base64.urlsafe_b64encode(zlib.compress(text.encode(), 9)).rstrip(b"=").decode()
 
 
 def decode(response: httpx.Response) -> dict[str, torch.Tensor]:

@@ -37,6 +37,7 @@ from posenc_client import (
     UnknownKindError,
     UnsupportedConfigError,
 )
+from tests.api.wire import table_url_parts
 from tests.client import blocks
 from tests.conftest import ServerHandle, start_server
 
@@ -246,11 +247,13 @@ def test_disk_cache_revalidates_with_304(server: ServerHandle, cache_dir: Path) 
         first = client.rope(64, 16, profile="onnx")
         again = client.rope(64, 16, profile="onnx")
         by_key = client.table_by_key(first.key)
+    url = recorder.log[1][1]  # the URL the POST's Content-Location handed out: any replica's
     assert recorder.log == [
         ("POST", "/v1/tables", 200),
-        ("GET", f"/v1/tables/{first.key}", 304),
+        ("GET", url, 304),
         ("GET", f"/v1/tables/{first.key}", 304),
     ]
+    assert table_url_parts(url) == (first.key, first.spec)
     assert np.array_equal(again["cos"], first["cos"])
     assert by_key.key == first.key
     cache = DiskCache(cache_dir)
@@ -315,8 +318,10 @@ def test_offline_and_unreachable(server: ServerHandle, cache_dir: Path) -> None:
 
 
 def test_restarted_server_recomputes(cache_dir: Path) -> None:
-    """A new server does not know the old keys (404 unknown_key): a spec call POSTs again,
-    a key call keeps the cached copy (a content key never changes meaning)."""
+    """A new server does not know the old bare keys (404 unknown_key): a key call keeps the
+    cached copy (a content key never changes meaning); a spec call revalidates at the URL the
+    first server handed out, `/v1/tables/{key}.{spec}`, which the new one answers (304: no
+    POST), and knows the key from then on."""
     with start_server() as first, Client(first.url, cache=cache_dir) as client:
         t = client.alibi(5)
     recorder = Recorder()
@@ -328,7 +333,38 @@ def test_restarted_server_recomputes(cache_dir: Path) -> None:
             assert c.alibi(5).key == t.key
             assert c.table_by_key(t.key).key == t.key
     statuses = [(m, s) for m, _, s in recorder.log]
-    assert statuses == [("GET", 404), ("GET", 404), ("POST", 200), ("GET", 304)]
+    assert statuses == [("GET", 404), ("GET", 304), ("GET", 304)]
+    assert recorder.log[0][1] == recorder.log[2][1] == f"/v1/tables/{t.key}"
+    assert table_url_parts(recorder.log[1][1]) == (t.key, t.spec)
+
+
+def test_a_replica_that_never_saw_the_specs_answers_by_url(
+    server: ServerHandle, tmp_path: Path
+) -> None:
+    """`resolve` on one server, the tables on another that never saw the specs:
+    `tables_for_model` fetches by URL (one GET each: no 404, no POST of a spec), and
+    `table_by_key` takes the resolved `url` (absolute), revalidating its disk cache at that URL
+    (304); the arrays are the first server's."""
+    with Client(server.url, cache=False) as first:
+        specs = first.resolve(GEMMA3, max_positions=64)
+        want = {s.name: first.table_by_key(s.url) for s in specs}
+    recorder = Recorder()
+    with (
+        start_server() as replica,
+        Client(replica.url, cache=tmp_path / "a", transport=recorder) as c,
+    ):
+        got = c.tables_for_model(GEMMA3, max_positions=64)
+        by_url = {s.name: c.table_by_key(f"{replica.url}{s.url}") for s in specs}
+    n = len(specs)
+    assert [(m, s) for m, _, s in recorder.log] == [("POST", 200)] + [("GET", 200)] * n + [
+        ("GET", 304)
+    ] * n  # the POST: /v1/resolve
+    assert recorder.log[0][1] == "/v1/resolve"
+    assert [path for _, path, _ in recorder.log[1:]] == [s.url for s in specs] * 2
+    for s in specs:
+        for name in want[s.name]:
+            assert np.array_equal(got[s.name][name], want[s.name][name])
+            assert np.array_equal(by_url[s.name][name], want[s.name][name])
 
 
 def test_corrupt_cache_entry_is_refetched(pclient: Client, cache_dir: Path) -> None:

@@ -80,11 +80,21 @@ ROUTE_ERRORS: dict[tuple[str, str], dict[int, str]] = {
         **BODY_ERRORS,
         422: "Invalid spec or config: detail lists [{field, message, value}]",
     },
-    ("get", "/v1/tables/{key}"): TABLE_ERRORS,
+    ("get", "/v1/tables/{key}"): {
+        **TABLE_ERRORS,
+        400: TABLE_ERRORS[400] + "; a table URL's malformed key or spec (invalid_table_url), "
+        "or a spec whose content key is not the URL's (key_mismatch)",
+        404: "A bare key this server never resolved (unknown_key), or an unknown uploaded table",
+        414: "A table URL's spec part over 4096 characters (invalid_table_url)",
+        422: "The spec a table URL carries is invalid: detail lists [{field, message, value}]",
+    },
     ("get", "/v1/tables/{key}/preview"): {
-        400: "Bad tensor, rows or max_points (invalid_max_points)",
+        400: "Bad tensor, rows or max_points (invalid_max_points); a malformed table URL "
+        "(invalid_table_url) or a spec not of the URL's key (key_mismatch)",
         404: "Unknown key, or uploaded table",
         413: "Table over max_response_bytes",
+        414: "A table URL's spec part over 4096 characters (invalid_table_url)",
+        422: "The spec a table URL carries is invalid: detail lists [{field, message, value}]",
         503: "Too many computations in flight, or the in-flight budget is full (Retry-After)",
     },
     ("get", "/v1/presets/{name}/{part}/table"): TABLE_ERRORS,

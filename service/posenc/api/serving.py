@@ -11,7 +11,8 @@ Route modules never import each other; what several of them need lives here:
 - `bind_tables`, `stored_tables`, `unbound`, `unknown_table`: the uploaded weight tables a spec
   names (`learned`, `relative_index`), bound from the table store before anything is computed
   (`/v1/tables`, `/v1/onnx`, the `/v2` models);
-- `describe_spec`: a canonical spec as the catalog shows it (presets, `/v1/resolve`);
+- `describe_spec`: a canonical spec as the catalog shows it (presets, `/v1/resolve`), its `url`
+  the form any replica answers (`posenc.api.tableurl`: `/v1/tables/{key}.{spec}`);
 - `serve_preview`: a strided sample of one tensor as JSON (`GET /v1/tables/{key}/preview`, what
   the explorer at `/ui` plots), at most `max_points` elements whatever the table's size.
 - `repr_digest`, `entry_digest`: the RFC 9530 `Repr-Digest` of a representation, computed once
@@ -72,6 +73,7 @@ from posenc.api.formats import (
     selected_tensors,
 )
 from posenc.api.state import AppState
+from posenc.api.tableurl import table_url
 from posenc.encodings import (
     FieldProblem,
     SpecBase,
@@ -92,7 +94,8 @@ from posenc.runtime.rows import preview_steps
 from posenc.verified import VERIFIED_AGAINST_TEXT
 
 IMMUTABLE = "public, max-age=31536000, immutable"
-"""`Cache-Control` of content-addressed resources (`/v1/tables/{key}`, `/v1/onnx/{key}`)."""
+"""`Cache-Control` of content-addressed resources (`/v1/tables/{key}[.{spec}]`,
+`/v1/onnx/{key}`)."""
 
 TABLE_PARAMETERS: list[dict[str, Any]] = [
     {
@@ -438,7 +441,7 @@ async def serve_table(
     etag = representation_etag(key, fmt, selection, tuple(outputs), device)
     headers = {
         "ETag": etag,
-        "Content-Location": f"/v1/tables/{key}",
+        "Content-Location": table_url(spec, key),
         "X-Posenc-Key": key,
         "X-Posenc-Kind": spec.kind,
     }
@@ -557,7 +560,7 @@ def describe_spec(spec: SpecBase, key: str | None = None) -> dict[str, Any]:
     return {
         "kind": spec.kind,
         "key": key,
-        "url": f"/v1/tables/{key}",
+        "url": table_url(spec, key),
         "spec": canonical_dict(spec),
         "outputs": {
             name: {"shape": list(info.shape), "dtype": info.dtype}

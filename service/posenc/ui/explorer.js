@@ -98,12 +98,16 @@
 
   // content key -> {spec, tensor (its smallest)}: what re-registers a key the server forgot
   const knownSpecs = new Map();
-  function remember(key, spec, outputs) {
+  // content key -> the table URL the server handed out (/v1/tables/{key}.{spec}: the spec rides
+  // in the URL, so any replica answers it, after any restart), relative to the page
+  const knownUrls = new Map();
+  function remember(key, spec, outputs, url) {
     const sizes = Object.entries(outputs || {}).map(([n, o]) => [n, o.shape.reduce((a, b) => a * b, 1)]);
     sizes.sort((a, b) => a[1] - b[1]);
     if (sizes.length) knownSpecs.set(key, { spec, tensor: sizes[0][0] });
+    if (url && url.startsWith(`/v1/tables/${key}.`)) knownUrls.set(key, url.slice(1));
   }
-  const tableUrl = (key, params) => `v1/tables/${key}${params ? "?" + new URLSearchParams(params) : ""}`;
+  const tableUrl = (key, params) => `${knownUrls.get(key) || `v1/tables/${key}`}${params ? "?" + new URLSearchParams(params) : ""}`;
 
   async function preview(key, tensor, rows, maxPoints = PREVIEW_POINTS) {
     const params = { tensor, max_points: maxPoints };
@@ -153,7 +157,7 @@
     const body = await response.json();
     const key = response.headers.get("X-Posenc-Key");
     const shapes = body.meta && body.meta.shapes ? Object.fromEntries(Object.entries(body.meta.shapes).map(([n, shape]) => [n, { shape }])) : { [tensor]: { shape: [1] } };
-    remember(key, spec, shapes);
+    remember(key, spec, shapes, response.headers.get("Content-Location"));
     return { key, tensor: body.tensors[tensor] };
   }
 
@@ -586,7 +590,7 @@
           el("ul", { class: "notes" }, m.unserved.map((u) => el("li", {}, el("strong", {}, u.part), ` (${u.config_key}): ${u.reason}`))))
         : "");
     m.entries.forEach((entry, i) => {
-      remember(entry.key, entry.spec, entry.outputs);
+      remember(entry.key, entry.spec, entry.outputs, entry.url);
       list.append(tableCard(entry, i));
     });
     $("#tables").hidden = false;
@@ -627,8 +631,8 @@
       `# by spec (any posenc server)`,
       `curl -s${auth} ${origin}/v1/tables -o ${file}.safetensors \\`,
       `  -d '${spec}'`,
-      `# by key (this server knows it)`,
-      `curl -s${auth} "${origin}/v1/tables/${entry.key}?format=safetensors" -o ${file}.safetensors`,
+      `# by URL (the spec rides in it: any replica answers, after any restart)`,
+      `curl -s${auth} "${origin}/${tableUrl(entry.key, { format: "safetensors" })}" -o ${file}.safetensors`,
     ].join("\n");
     const keyArg = apiKey ? ", api_key=os.environ[\"POSENC_API_KEY\"]" : "";
     const python = [
@@ -636,7 +640,7 @@
       "from posenc_client import Client\n",
       `client = Client("${origin}"${keyArg})`,
       `table = client.table(${JSON.stringify(entry.spec, null, 0).replace(/true/g, "True").replace(/false/g, "False").replace(/null/g, "None")})`,
-      `# or, from this server's key: table = client.table_by_key("${entry.key}")`,
+      `# or, by URL (any replica): table = client.table_by_key("${knownUrls.has(entry.key) ? "/" + knownUrls.get(entry.key) : entry.key}")`,
       `${Object.keys(entry.outputs).map((n) => `table["${n}"]`).join(", ")}  # numpy arrays`,
     ].join("\n");
     return [

@@ -33,6 +33,7 @@ import hashlib
 import json
 import os
 import re
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,6 +116,35 @@ def request_id(base_url: str, route: str, body: Mapping[str, Any]) -> str:
 def valid_key(key: str | None) -> bool:
     """True for a 64-hex-digit content key."""
     return bool(key) and KEY_RE.match(str(key)) is not None
+
+
+TABLE_URL_RE = re.compile(r"(?:^|/v1/tables/)([0-9a-f]{64})(?:\.([A-Za-z0-9_-]+))?(?:[?#].*)?$")
+"""A table reference: a content key, `{key}.{spec}`, or a URL or path ending in
+`/v1/tables/{key}[.{spec}]`."""
+
+
+def table_path(key: str, spec: Mapping[str, Any] | None = None) -> str:
+    """The path of table `key`: `/v1/tables/{key}.{spec}` when its spec is known, the form the
+    server hands out and any replica answers (the spec as base64url, unpadded, of its deflated
+    JSON with sorted keys; the server checks that the spec's content key is `key`), else the
+    bare `/v1/tables/{key}`, which only a server that resolved the key answers."""
+    if spec is None:
+        return f"/v1/tables/{key}"
+    text = json.dumps(spec, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    token = base64.urlsafe_b64encode(zlib.compress(text.encode(), 9)).rstrip(b"=").decode()
+    return f"/v1/tables/{key}.{token}"
+
+
+def split_table_ref(ref: str) -> tuple[str, str | None]:
+    """(content key, path) of a table reference (`TABLE_URL_RE`); the path is None for a bare
+    key. Raises ValueError for anything else."""
+    found = TABLE_URL_RE.search(ref.strip())
+    if found is None:
+        raise ValueError(
+            f"not a content key (64 hex digits) or a table URL (/v1/tables/KEY.SPEC): {ref!r}"
+        )
+    key, token = found.group(1), found.group(2)
+    return key, (f"/v1/tables/{key}.{token}" if token else None)
 
 
 class DiskCache:

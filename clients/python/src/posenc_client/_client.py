@@ -289,7 +289,10 @@ class Client(BaseClient):
         return self._run(self._core.table(spec, rows=rows))
 
     def table_by_key(self, key: str, *, rows: Rows | None = None) -> Tables:
-        """The table with this content key (one the server resolved, or a preset's); `rows`
+        """The table `key` names: a table URL the server handed out (`Content-Location`, the
+        `url` of `resolve` and the presets: `/v1/tables/{key}.{spec}`, absolute or a path),
+        which any replica answers, even one that never saw the spec or restarted since; or a
+        bare content key, which only a server that resolved it (or a preset's) answers. `rows`
         as in `table`."""
         return self._run(self._core.table_by_key(key, rows=rows))
 

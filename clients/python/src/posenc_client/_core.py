@@ -40,6 +40,8 @@ from posenc_client._cache import (
     DiskCache,
     digest_matches,
     request_id,
+    split_table_ref,
+    table_path,
     valid_key,
 )
 from posenc_client._exceptions import (
@@ -338,9 +340,12 @@ class Core:
         except OSError as err:
             log.warning("could not write to the cache %s: %s", self.cache, err)
 
-    def _cached_table(self, key: str, name: str | None) -> Flow[tuple[Tables | None, bool]]:
-        """A cached table, revalidated: (tables, known). `known` is False when the server
-        answered 404 `unknown_key` (it forgot the key: restarted or upgraded)."""
+    def _cached_table(
+        self, key: str, name: str | None, path: str | None = None
+    ) -> Flow[tuple[Tables | None, bool]]:
+        """A cached table, revalidated at `path` (a `/v1/tables/{key}.{spec}` URL, which any
+        replica answers; the bare key's by default): (tables, known). `known` is False when the
+        server answered 404 `unknown_key` (a bare key it never resolved or forgot)."""
         cached = self._from_cache(key, name)
         if cached is None:
             return None, True
@@ -349,7 +354,7 @@ class Core:
         try:
             reply = yield Call(
                 "GET",
-                f"/v1/tables/{key}",
+                path or table_path(key),
                 params=SAFETENSORS,
                 headers={"If-None-Match": cached.etag},
             )
@@ -431,7 +436,10 @@ class Core:
             reply = yield Call("POST", "/v1/tables", json=body, params=params)
             return self._rows_reply(reply, name, span, record_id)
         if record is not None and record.get("ns") == "tables":
-            cached, known = yield from self._cached_table(str(record["key"]), name)
+            url = record.get("url")
+            cached, known = yield from self._cached_table(
+                str(record["key"]), name, url if isinstance(url, str) else None
+            )
             if cached is not None and known:
                 return cached
         if self.offline:
@@ -440,7 +448,11 @@ class Core:
         tables = self._parse_table(reply, name)
         self._store(tables, reply)
         if self.cache is not None:
-            self._cache_write(self.cache.remember, record_id, {"ns": "tables", "key": tables.key})
+            record = {"ns": "tables", "key": tables.key}
+            location = reply.headers.get("content-location", "")
+            if location.startswith(f"/v1/tables/{tables.key}."):
+                record["url"] = location  # answered by any replica, after any restart
+            self._cache_write(self.cache.remember, record_id, record)
         return tables
 
     def table_by_key(
@@ -449,12 +461,24 @@ class Core:
         name: str | None = None,
         spec: Mapping[str, Any] | None = None,
         rows: Rows | None = None,
+        url: str | None = None,
     ) -> Flow[Tables]:
-        """GET /v1/tables/{key} (cache first). A key the server does not know is served from the
-        cache when held (content keys never change meaning), else recomputed from `spec`. With
-        `rows`, only those positions (sliced from the cached whole table when there is one)."""
-        if not valid_key(key):
-            raise ValueError(f"not a content key (64 hex digits): {key!r}")
+        """GET the table `key` names (cache first). `key` is a content key or a table URL the
+        server handed out (`/v1/tables/{key}.{spec}`, absolute or a path). The request goes to
+        that URL, or to the one `url` (a server's `url` for the key) or the canonical `spec`
+        give, which any replica answers; only a bare key with neither goes to
+        `/v1/tables/{key}`, which a server that never resolved it answers 404: the table is
+        then served from the cache when held (content keys never change meaning), else
+        recomputed from `spec`. With `rows`, only those positions (sliced from the cached whole
+        table when there is one)."""
+        key, path = split_table_ref(key)
+        if path is None and url is not None:
+            found_key, path = split_table_ref(url)
+            if found_key != key:
+                raise ValueError(f"the url {url!r} names another key than {key}")
+        if path is None and spec is not None:
+            path = table_path(key, spec)
+        where = path or table_path(key)
         if rows is not None:
             span = rows_arg(rows)
             part = self._cached_rows(key, name, span)
@@ -463,18 +487,18 @@ class Core:
             if self.offline:
                 raise CacheMissError(f"offline, and table {key} is not in the cache")
             params = {**SAFETENSORS, "rows": rows_param(*span)}
-            reply = yield Call("GET", f"/v1/tables/{key}", params=params)
-            if reply.status == 404 and spec is not None:
+            reply = yield Call("GET", where, params=params)
+            if reply.status == 404 and spec is not None and path is None:
                 tables = yield from self.table(spec, name, span)
                 return tables
             return self._rows_reply(reply, name, span, None)
-        cached, _ = yield from self._cached_table(key, name)
+        cached, _ = yield from self._cached_table(key, name, path)
         if cached is not None:
             return cached
         if self.offline:
             raise CacheMissError(f"offline, and table {key} is not in the cache")
-        reply = yield Call("GET", f"/v1/tables/{key}", params=SAFETENSORS)
-        if reply.status == 404 and spec is not None:
+        reply = yield Call("GET", where, params=SAFETENSORS)
+        if reply.status == 404 and spec is not None and path is None:
             tables = yield from self.table(spec, name)
             return tables
         tables = self._parse_table(reply, name, key)
@@ -574,7 +598,7 @@ class Core:
         specs = yield from self.resolve(config, overrides)
         out: dict[str, Tables] = {}
         for item in specs:
-            tables = yield from self.table_by_key(item.key, item.name, item.spec)
+            tables = yield from self.table_by_key(item.key, item.name, item.spec, url=item.url)
             out[item.name] = tables.with_notes(item.notes, item.name)
         return out
 

@@ -25,6 +25,7 @@ from posenc.api.serving import (
     table_params,
 )
 from posenc.api.state import AppState
+from posenc.api.tableurl import table_url
 from posenc.presets import Preset, PresetPart
 
 router = APIRouter(prefix="/v1", tags=["catalog"])
@@ -47,7 +48,7 @@ def _summary(preset: Preset) -> dict[str, Any]:
         "model": preset.model,
         "url": f"/v1/presets/{preset.name}",
         "parts": [
-            {"name": p.name, "kind": p.spec.kind, "key": p.key, "url": f"/v1/tables/{p.key}"}
+            {"name": p.name, "kind": p.spec.kind, "key": p.key, "url": table_url(p.spec, p.key)}
             for p in preset.parts
         ],
     }

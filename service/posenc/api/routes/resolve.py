@@ -3,8 +3,9 @@
 The body is a config.json, or `{"hf_config": {...}, "kind"?, "layer_type"?, ...overrides}`
 (`specs.resolve_config`); the answer has one entry per distinct table (per layer type where they
 differ) with its runtime notes, plus `unserved`: the parts no table is served for, each with
-`part`, `reason` and `config_key` (422 only when nothing at all can be served). Each key is
-remembered so that `GET /v1/tables/{key}` answers afterwards.
+`part`, `reason` and `config_key` (422 only when nothing at all can be served). Each entry's `url`
+is `/v1/tables/{key}.{spec}` (`api.tableurl`), which any replica answers; each key is also
+remembered here, so that the bare `GET /v1/tables/{key}` answers afterwards.
 """
 
 from __future__ import annotations

@@ -3,10 +3,14 @@
 - `POST /v1/tables`: the body is a spec (`kind` selects the family) or `{"hf_config": {...},
   "kind"?, "layer_type"?, ...overrides}`; parsed, canonicalised and keyed once per distinct body
   (`SPECS`), and remembered in the key index so that its stable URL answers afterwards.
-- `GET /v1/tables/{key}`: the table of any key this server resolved, or a preset's; immutable.
-- `GET /v1/tables/{key}/preview`: a strided sample of one tensor as JSON, at most `max_points`
-  elements (`serving.serve_preview`): what the explorer (`/ui`) plots, so a 131072-position
-  table is looked at without sending it whole.
+- `GET /v1/tables/{key}.{spec}`: the table whose canonical spec the URL carries (checked against
+  the key: `posenc.api.tableurl`); any replica answers it with no shared state, and it is the URL
+  the server hands out (`Content-Location`, `/v1/resolve`, `/v1/presets`); immutable.
+- `GET /v1/tables/{key}`: the table of any key this process resolved, or a preset's (kept for
+  compatibility: another replica, or this one after a restart, answers 404 `unknown_key`).
+- `GET /v1/tables/{key}[.{spec}]/preview`: a strided sample of one tensor as JSON, at most
+  `max_points` elements (`serving.serve_preview`): what the explorer (`/ui`) plots, so a
+  131072-position table is looked at without sending it whole.
 
 Both are hot routes (`posenc.api.hot`: no FastAPI dependencies, the query read from the request);
 sending a table (limits, format, ETags, 304, the cache) is `serving.serve_table`.
@@ -33,6 +37,7 @@ from posenc.api.serving import (
 )
 from posenc.api.specs import spec_from_object
 from posenc.api.state import AppState
+from posenc.api.tableurl import parse_segment
 from posenc.encodings import SpecBase
 
 router = APIRouter(prefix="/v1", tags=["tables"])
@@ -100,7 +105,7 @@ async def post_table(request: Request) -> Response:
 
 @router.get(
     "/tables/{key}",
-    summary="A table by content key (any key this server resolved, or a preset's)",
+    summary="A table by URL: {key}.{spec} (any replica), or a content key this server resolved",
     responses={**TABLE_RESPONSES, 304: {"description": "Not modified (If-None-Match)"}},
     openapi_extra={
         "parameters": [
@@ -109,32 +114,45 @@ async def post_table(request: Request) -> Response:
                 "in": "path",
                 "required": True,
                 "schema": {"type": "string"},
-                "description": "64 hex digits, from X-Posenc-Key or an ETag",
+                "description": "`{key}.{spec}` as handed out in Content-Location and `url` "
+                "(64 hex digits, a dot, base64url of the deflated canonical spec JSON): any "
+                "replica answers it; or the bare key (64 hex digits), which only a server that "
+                "resolved it knows",
             },
             *TABLE_PARAMETERS,
         ]
     },
 )
 async def get_table(request: Request) -> Response:
-    """The table for `key`: immutable, so cacheable forever; 304 on a matching If-None-Match."""
+    """The table the URL names: immutable, so cacheable forever; 304 on a matching
+    If-None-Match."""
     state = app_state(request)
-    key: str = request.path_params["key"]
+    key, spec = _known(state, request.path_params["key"])
     return await serve_table(
-        request, state, _known(state, key), key, *table_params(request), cache_control=IMMUTABLE
+        request, state, spec, key, *table_params(request), cache_control=IMMUTABLE
     )
 
 
-def _known(state: AppState, key: str) -> SpecBase:
-    """The canonical spec of `key`, or 404 `unknown_key`."""
-    spec = state.index.get(key)
+def _known(state: AppState, segment: str) -> tuple[str, SpecBase]:
+    """(content key, canonical spec) of a `/v1/tables/` path segment: the key index's spec
+    when this process knows the key (it may hold an inline weight table the URL names only by
+    `table_key`), else the spec the URL carries (`{key}.{spec}`, verified either way); 404
+    `unknown_key` for a bare key this process has not resolved."""
+    key, carried = parse_segment(segment)
+    spec = state.index.get(key)  # may hold more than the URL: an inline weight table, bound
+    if spec is None and carried is not None:
+        state.index.remember(key, carried)  # its output shapes are memoised while known
+        return key, carried
     if spec is None:
         raise ApiError(
             404,
             "unknown_key",
-            f"no table with key {key!r} is known here: POST its spec to /v1/tables first",
+            f"no table with key {key!r} is known here: GET the URL the server handed out "
+            "(Content-Location, or the `url` of /v1/resolve: /v1/tables/{key}.{spec}), which any "
+            "replica answers, or POST the spec to /v1/tables",
             {"key": key},
         )
-    return spec
+    return key, spec
 
 
 @router.get(
@@ -152,7 +170,13 @@ def _known(state: AppState, key: str) -> SpecBase:
     },
     openapi_extra={
         "parameters": [
-            {"name": "key", "in": "path", "required": True, "schema": {"type": "string"}},
+            {
+                "name": "key",
+                "in": "path",
+                "required": True,
+                "schema": {"type": "string"},
+                "description": "`{key}.{spec}` (any replica) or a bare content key",
+            },
             *PREVIEW_PARAMETERS,
         ]
     },
@@ -161,12 +185,12 @@ async def get_preview(request: Request) -> Response:
     """At most `max_points` elements of one tensor (`rows` narrows its position axis first),
     every k-th along each axis: a large table explored without sending it whole."""
     state = app_state(request)
-    key: str = request.path_params["key"]
+    key, spec = _known(state, request.path_params["key"])
     query = request.query_params
     return await serve_preview(
         request,
         state,
-        _known(state, key),
+        spec,
         key,
         query.get("tensor"),
         query.get("rows"),
