@@ -32,7 +32,11 @@ SPECS: dict[str, dict[str, Any]] = {
         "head_dim": 64,
         "rope_theta": 500000.0,
         "max_positions": 512,
-        "rope_scaling": {"rope_type": "llama3", "factor": 8.0},
+        "rope_scaling": {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "original_max_position_embeddings": 8192,
+        },
     },
     "alibi": {"kind": "alibi", "num_heads": 12},
     "sinusoidal": {"kind": "sinusoidal", "dim": 32, "max_positions": 128},
