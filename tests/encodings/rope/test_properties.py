@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from posenc.encodings import canonical_dict, compute, content_key, parse_spec
 from posenc.encodings.rope import PROFILES, RopeSpec, layout
+from posenc.encodings.rope.spec import CONSUMER_DTYPES
 from posenc.encodings.rope.variants import VARIANTS, RopeInputs
 from tests.tolerances import ATOL
 
@@ -36,6 +37,7 @@ THETAS = st.one_of(
     st.floats(1.5, 1e7, allow_nan=False),
 )
 FLOAT_FACTOR = st.floats(1.0, 64.0)
+DTYPES = frozenset({"float32", "bfloat16", "float16"})
 
 
 def _scalings(half: int) -> st.SearchStrategy[dict[str, Any]]:
@@ -144,7 +146,9 @@ def rope_specs(draw: st.DrawFn) -> dict[str, Any]:
     if draw(st.booleans()):
         spec["interleaved"] = draw(st.booleans())
     if draw(st.booleans()):
-        spec["dtype"] = draw(st.sampled_from(["float32", "bfloat16", "float16"]))
+        # the dtypes the profile's consumer reads (CONSUMER_DTYPES refuses the others)
+        dtypes = CONSUMER_DTYPES.get(profile or "", (DTYPES, ""))[0]
+        spec["dtype"] = draw(st.sampled_from(sorted(dtypes)))
     return spec
 
 
