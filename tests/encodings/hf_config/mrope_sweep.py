@@ -67,12 +67,13 @@ def mrope_model_types() -> tuple[str, ...]:
 
 SUB_CONFIG_WORDS = (
     *("vision", "visual", "vqmodel"),
-    *("audio", "talker"),
+    "audio",
     *("vocoder", "code2wav", "token2wav", "dit", "bigvgan"),
 )
 """Words of a model_type or config class name that make it a multimodal model's vision, audio
 or vocoder sub-config: its modeling module is the composite's (hence its M-RoPE text rotary
-class), but its config has no text model to resolve."""
+class), but its config has no text model to resolve. The Omni talkers are text decoders with
+M-RoPE that posenc serves: they stay."""
 
 
 def is_sub_config(model_type: str, class_name: str) -> bool:
