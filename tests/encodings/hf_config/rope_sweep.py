@@ -1826,15 +1826,23 @@ def _v4_unloadable(model_type: str, variant: str, data: Mapping[str, Any]) -> st
     return f"the v4 config.json written by to_v4 does not load in transformers: {v4_error}"
 
 
-def _asked(data: Mapping[str, Any], length: int) -> tuple[bool, Verdict | None]:
-    """posenc's answer where no reference can judge it: (accepted, the rejection verdict)."""
+def _asked(data: Mapping[str, Any], length: int) -> tuple[bool, Verdict | None, dict[str, bool]]:
+    """posenc's answer where no reference can judge it: (accepted, the rejection verdict, facts:
+    `rope` whether a rope table is among what posenc serves, `loads` whether transformers reads
+    the config.json at all; a config it cannot read is no model posenc's table could be wrong
+    for, so only a served rope table of a readable config needs a verified sibling case)."""
     from posenc.encodings import SpecError
 
     try:
-        posenc_tables(data, length)
+        tables = posenc_tables(data, length)
     except SpecError as refused:
-        return False, rejection(refused, data)
-    return True, None
+        return False, rejection(refused, data), {}
+    try:
+        load_config(data)
+        loads = True
+    except Exception:
+        loads = False
+    return True, None, {"rope": bool(tables), "loads": loads}
 
 
 LONG_POSITIONS = (0, 1, 1023, 4097, 16381, 32767)
@@ -1939,18 +1947,19 @@ def run_case(model_type: str, variant: str, form: str) -> Verdict:
     unshrunk = _FALLBACKS.get((model_type, variant))
     extra = {"unshrunk": unshrunk} if unshrunk else {}
     if form == "v4" and (why := _v4_unloadable(model_type, variant, data)) is not None:
-        accepted, _ = _asked(data, SEQ)
+        accepted, _, _ = _asked(data, SEQ)
         return Verdict("harness_failure", [why], {"accepted": accepted, **extra})
     verdicts = []
     for length in case_lengths(model_type, variant):
         try:
             ref = _model_or_module(data, length)
         except UnbuildableError as err:
-            accepted, refusal = _asked(data, length)
+            accepted, refusal, answer = _asked(data, length)
             if refusal is not None and refusal.outcome == "rejected":
                 refusal.facts = {"unbuildable": str(err), **extra}
                 return refusal
-            return Verdict("unbuildable", [str(err)], {"accepted": accepted, **extra})
+            facts = {"accepted": accepted, **answer, **extra}
+            return Verdict("unbuildable", [str(err)], facts)
         try:
             tables = posenc_tables(data, length)
         except SpecError as err:
