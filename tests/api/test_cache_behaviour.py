@@ -4,7 +4,6 @@ it), hits never recompute, the byte budget holds under a stream of distinct spec
 from __future__ import annotations
 
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -102,36 +101,47 @@ def test_byte_budget_holds_under_a_stream_of_distinct_specs() -> None:
 
 @pytest.fixture
 def slow_server(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A server whose computations signal `started` and then wait for `release` (events, not a
+    fixed sleep: the test decides when the first computation is under way and when it ends)."""
+    started, release = threading.Event(), threading.Event()
     with start_server(max_concurrent_computations=1, retry_after_seconds=3) as srv:
         cache = srv.state.require_cache()
 
         def slow(spec: SpecBase, device: torch.device) -> Table:
-            time.sleep(0.6)
+            started.set()
+            assert release.wait(30), "the test never released the computation"
             return compute(spec, device)
 
         monkeypatch.setattr(cache, "_compute", slow)
-        yield srv
+        try:
+            yield srv, started, release
+        finally:
+            release.set()
 
 
-def test_busy_is_503_with_retry_after(slow_server: ServerHandle) -> None:
+def test_busy_is_503_with_retry_after(
+    slow_server: tuple[ServerHandle, threading.Event, threading.Event],
+) -> None:
+    server, started, release = slow_server
+
     def post(positions: int) -> httpx.Response:
-        with slow_server.client() as c:
+        with server.client() as c:
             return c.post(
                 "/v1/tables", json={"kind": "rope", "head_dim": 8, "max_positions": positions}
             )
 
     with ThreadPoolExecutor(2) as pool:
         first = pool.submit(post, 10)
-        time.sleep(0.2)
-        second = pool.submit(post, 11)
-        refused = second.result()
+        assert started.wait(30), "the first computation never started"
+        refused = pool.submit(post, 11).result()  # while the first one holds the only slot
+        release.set()
         assert first.result().status_code == 200
     assert refused.status_code == 503
     assert refused.headers["retry-after"] == "3"
     body = refused.json()
     assert body["error_type"] == "busy"
     assert body["detail"] == {"max_concurrent_computations": 1}
-    with slow_server.client() as c:
+    with server.client() as c:
         assert value(scrape(c), "posenc_compute_rejected_total") == 1
         # once the computation is done, the same request succeeds
         assert (

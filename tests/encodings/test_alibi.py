@@ -215,6 +215,9 @@ SHAPES = [(6, 6, 0), (1, 9, 8), (3, 9, 6), (4, 10, 2), (7, 3, 0), (3, 9, 0)]
 def test_forms_match_the_field_guide_reference(
     form: str, q: int, k: int, offset: int, heads: int
 ) -> None:
+    """The bias layout (distances, offsets, masks) against the field guide's forms, transcribed
+    in `reference_bias`; self-consistency for the slopes, which are posenc's own (fed in from
+    `out["slopes"]`; the slopes themselves are checked against BLOOM, MPT and Falcon above)."""
     kw: dict[str, Any] = (
         {"masked_value": "-inf"} if form in ("causal", "row_constant", "mpt") else {}
     )

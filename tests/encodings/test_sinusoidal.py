@@ -106,6 +106,59 @@ def golden_guided_diffusion(timesteps: np.ndarray, dim: int, max_period: int = 1
     return embedding
 
 
+# --- the published code itself, transcribed and run in torch float32 -------------------------
+
+
+def torch32_vaswani(max_len: int, d_model: int) -> torch.Tensor:
+    """The PyTorch tutorial's `PositionalEncoding` buffer (pe[:, 0::2] = sin, pe[:, 1::2] = cos),
+    transcribed, in torch float32."""
+    position = torch.arange(max_len).unsqueeze(1)
+    div_term = torch.exp(torch.arange(0, d_model, 2) * (-math.log(10000.0) / d_model))
+    pe = torch.zeros(max_len, d_model)
+    pe[:, 0::2] = torch.sin(position * div_term)
+    pe[:, 1::2] = torch.cos(position * div_term)
+    return pe
+
+
+def torch32_t2t(length: int, channels: int, start_index: int = 0) -> torch.Tensor:
+    """tensor2tensor `get_timing_signal_1d` (min_timescale 1, max 1e4), its TensorFlow float32
+    ops transcribed to torch float32."""
+    position = torch.arange(length, dtype=torch.float32) + start_index
+    num_timescales = channels // 2
+    increment = math.log(1e4 / 1.0) / max(float(num_timescales) - 1, 1)
+    inv_timescales = 1.0 * torch.exp(torch.arange(num_timescales, dtype=torch.float32) * -increment)
+    scaled_time = position[:, None] * inv_timescales[None, :]
+    signal = torch.cat([torch.sin(scaled_time), torch.cos(scaled_time)], dim=1)
+    return torch.nn.functional.pad(signal, (0, channels % 2))
+
+
+def torch32_fairseq(num_embeddings: int, dim: int, padding_idx: int | None) -> torch.Tensor:
+    """fairseq `SinusoidalPositionalEmbedding.get_embedding`, transcribed, in torch float32."""
+    half_dim = dim // 2
+    step = math.log(10000) / (half_dim - 1)
+    freqs = torch.exp(torch.arange(half_dim, dtype=torch.float) * -step)
+    emb = torch.arange(num_embeddings, dtype=torch.float).unsqueeze(1) * freqs.unsqueeze(0)
+    emb = torch.cat([torch.sin(emb), torch.cos(emb)], dim=1).view(num_embeddings, -1)
+    if dim % 2 == 1:
+        emb = torch.cat([emb, torch.zeros(num_embeddings, 1)], dim=1)
+    if padding_idx is not None:
+        emb[padding_idx, :] = 0
+    return emb
+
+
+def torch32_diffusers(
+    timesteps: torch.Tensor, dim: int, shift: float, scale: float
+) -> torch.Tensor:
+    """diffusers `get_timestep_embedding` (flip_sin_to_cos False), transcribed, in float32."""
+    half_dim = dim // 2
+    exponent = -math.log(10000) * torch.arange(start=0, end=half_dim, dtype=torch.float32)
+    exponent = exponent / (half_dim - shift)
+    emb = timesteps[:, None].float() * torch.exp(exponent)[None, :]
+    emb = scale * emb
+    emb = torch.cat([torch.sin(emb), torch.cos(emb)], dim=-1)
+    return torch.nn.functional.pad(emb, (0, dim % 2, 0, 0))
+
+
 def assert_close(ours: torch.Tensor, golden: np.ndarray, tol: float) -> None:
     assert tuple(ours.shape) == golden.shape
     err = np.abs(ours.double().numpy() - golden).max()
@@ -243,6 +296,37 @@ def test_output_dtype_is_cast_last() -> None:
         ours = table(dim=32, max_positions=50, convention="whisper", dtype=dtype)
         assert ours.dtype == getattr(torch, dtype)
         assert torch.equal(ours, fp32.to(ours.dtype))
+
+
+# --- published code run in float32: bit for bit where posenc follows its op order ------------
+
+
+@pytest.mark.parametrize("dim", [6, 64, 512])
+def test_vaswani_float32_is_the_pytorch_tutorial_bit_for_bit(dim: int) -> None:
+    assert torch.equal(table(dim=dim, max_positions=512), torch32_vaswani(512, dim))
+
+
+@pytest.mark.parametrize("channels", [64, 63])
+def test_tensor2tensor_float32_is_its_transcribed_code_bit_for_bit(channels: int) -> None:
+    spec = {"dim": channels, "max_positions": 300, "convention": "tensor2tensor"}
+    assert torch.equal(table(**spec), torch32_t2t(300, channels))
+    assert torch.equal(table(**spec, position_offset=7), torch32_t2t(300, channels, 7))
+
+
+@pytest.mark.parametrize("dim", [128, 33])
+def test_fairseq_float32_is_get_embedding_bit_for_bit(dim: int) -> None:
+    ours = table(dim=dim, max_positions=200, convention="fairseq")
+    assert torch.equal(ours, torch32_fairseq(200, dim, padding_idx=1))
+
+
+def test_diffusers_float32_is_not_its_op_order() -> None:
+    """posenc's float32 frequencies follow fairseq's order `exp(k * -(ln(base) / den))`, not
+    diffusers' `exp(-ln(base) * k / den)`: the diffusers and guided_diffusion conventions are not
+    bit for bit their fp32 code (README), only within `angle_tol` of the float64 golden (below);
+    this pins the difference so a claim of bit-equality cannot pass unnoticed."""
+    timesteps = torch.tensor([0.0, 1.0, 0.5, 17.25, 999.0, 261.0, 3.0])
+    spec = {"dim": 320, "positions": timesteps.tolist(), "convention": "diffusers"}
+    assert not torch.equal(table(**spec), torch32_diffusers(timesteps, 320, 1.0, 1.0))
 
 
 # --- published formulas without a transformers implementation: golden ----------------------

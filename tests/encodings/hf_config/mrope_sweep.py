@@ -4,7 +4,8 @@ three axes differ (issue 18).
 
 Enumeration (`mrope_model_types`): every model_type of `CONFIG_MAPPING_NAMES` whose modeling
 module defines a text `*RotaryEmbedding` (not a vision one) with `recomposition_frequencies` (the
-per-axis recombination of M-RoPE), read from the installed package, not a hand list. Configs
+per-axis recombination of M-RoPE), read from the installed package, not a hand list; the
+composites' vision, audio and vocoder sub-configs (`is_sub_config`) are left out. Configs
 (`cases`): each type's class defaults (`to_dict()`) and the rope sweep's YaRN variant, in the v5
 and v4 config.json forms, plus released checkpoints' config.json (`RELEASED`).
 
@@ -54,12 +55,32 @@ def mrope_model_types() -> tuple[str, ...]:
 
     root = sweep._models_root()
     found = []
-    for model_type in CONFIG_MAPPING_NAMES:
+    for model_type, class_name in CONFIG_MAPPING_NAMES.items():
+        if is_sub_config(model_type, class_name):
+            continue
         module = model_type_to_module_name(model_type)
         path = root.joinpath(*module.split(".")) / f"modeling_{module.split('.')[-1]}.py"
         if path.exists() and _text_rotary_names(path.read_text(encoding="utf-8")):
             found.append(model_type)
     return tuple(sorted(found))
+
+
+SUB_CONFIG_WORDS = (
+    *("vision", "visual", "vqmodel"),
+    "audio",
+    *("vocoder", "code2wav", "token2wav", "dit", "bigvgan"),
+)
+"""Words of a model_type or config class name that make it a multimodal model's vision, audio
+or vocoder sub-config: its modeling module is the composite's (hence its M-RoPE text rotary
+class), but its config has no text model to resolve. The Omni talkers are text decoders with
+M-RoPE that posenc serves: they stay."""
+
+
+def is_sub_config(model_type: str, class_name: str) -> bool:
+    """A vision / audio / vocoder sub-config of a multimodal model (`SUB_CONFIG_WORDS`)."""
+    words = re.findall(r"[a-z0-9]+", re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", class_name).lower())
+    words += re.findall(r"[a-z0-9]+", model_type.lower())
+    return any(w in SUB_CONFIG_WORDS for w in words)
 
 
 def _text_rotary_names(source: str) -> list[str]:

@@ -2,13 +2,17 @@
 run through posenc's `/v1/resolve` mapping and compared with the model itself (issue 17).
 
 Enumeration (`rotary_model_types`): every model_type of transformers' `CONFIG_MAPPING_NAMES`
-whose modeling module defines a `*RotaryEmbedding` class, read from the installed package (not a
-hand list). Configs (`sweep_cases`): per model type its class defaults and a YaRN variant
-(`GENERIC_VARIANTS`), plus the RoPE facts of released checkpoints (`CHECKPOINTS`), each written as
-config.json in the v5 `rope_parameters` form (`to_dict()`) and in the v4 form the Hub still serves
-(`rope_scaling`, top-level `rope_theta` / `partial_rotary_factor`, `to_v4`). Every config is shrunk
-to a few layers and two heads without touching its rotary geometry (`_shrink`): head_dim, rotary
-width, theta and scaling stay as the model type defines them.
+whose modeling module defines a rotary class (`ROTARY_CLASS`), read from the installed package
+(not a hand list), and every model_type whose class-default config posenc resolves to a rope
+table (`served_model_types`). Configs (`sweep_cases`): per model type its class defaults and a
+YaRN variant (`GENERIC_VARIANTS`), plus the RoPE facts of released checkpoints
+(`CHECKPOINTS`), each written as config.json in the v5 `rope_parameters` form (`to_dict()`)
+and in the v4 form the Hub still serves (`rope_scaling`, top-level `rope_theta` /
+`partial_rotary_factor`, `to_v4`). Every config is shrunk to a few layers and two heads without
+touching its rotary geometry (`_shrink`): head_dim, rotary width, theta and scaling stay as the
+model type defines them. Where the sweep cannot shrink a config (an attribute, key or validator
+of the class it does not know), the case is the unshrunk class defaults with the variant's keys
+(`_unshrunk`), judged at its rotary module when the model is too large: posenc is always asked.
 
 The reference (`reference`): transformers loads the config.json (`from_dict`, the same conversion
 `from_pretrained` does), builds the text model (`AutoModel.from_config`, eager attention) and runs
@@ -26,11 +30,15 @@ The verdict (`judge`) for posenc's answer (`resolve_config`, the function `/v1/r
   ones posenc lists in `notes["nope_layers"]`;
 - `wrong`: anything else that posenc accepted (with a diagnosis: which pairing, width, direction or
   scale the model uses instead);
-- `unbuildable`: transformers itself cannot build or run the tiny model (the reason is kept).
+- `unbuildable`: transformers itself cannot build or run the tiny model (the reason is kept);
+- `harness_failure`: a config.json the sweep wrote that transformers cannot load where the same
+  case's v5 form loads, or the sweep's own code failing to write one (a failing test).
+Every recorded layer is judged, and the rotary module again at `LONG_POSITIONS`
+(`long_positions`).
 
 `python -m tests.encodings.hf_config.rope_sweep --write-docs` runs every case and writes
-`docs/models.md` (with the M-RoPE section of `mrope_sweep`); `--summary` prints the counts and
-the accepted-and-wrong cases.
+`docs/models.md` (with the M-RoPE section of `mrope_sweep`) and `docs/models-outcomes.json` (the
+ratchet, `ratchet`); `--summary` prints the counts and the accepted-and-wrong cases.
 """
 
 from __future__ import annotations
@@ -69,8 +77,17 @@ DOCS = REPO / "docs" / "models.md"
 NOT_SOFTMAX = ("linear", "lightning", "mamba", "delta", "conv", "recurrent", "ssm")
 """Mixers named *Attention that attend without positions by design (not NoPE layers)."""
 
-OUTCOMES = ("exact", "module_exact", "rejected", "wrong", "unbuildable")
-"""Verdicts, in report order (`module_exact`: exact at the rotary module, `module_reference`)."""
+OUTCOMES = ("exact", "module_exact", "rejected", "wrong", "unbuildable", "harness_failure")
+"""Verdicts, in report order (`module_exact`: exact at the rotary module, `module_reference`;
+`harness_failure`: the sweep's own config.json is one transformers cannot load)."""
+
+VERIFIED = frozenset({"exact", "module_exact"})
+"""Outcomes that verify posenc's answer: a committed case with one of them must keep it."""
+
+OUTCOMES_FILE = REPO / "docs" / "models-outcomes.json"
+"""The committed outcome of every case of the RoPE and M-RoPE sweeps (`make models-doc`): the
+ratchet (`ratchet`) fails a verified case that stops being verified, and any other change until
+the file is regenerated."""
 
 VISION_WORDS = ("vision", "visual", "audio", "image", "patch", "speech", "talker", "code2wav")
 
@@ -85,23 +102,53 @@ def _models_root() -> Path:
     return Path(transformers.__file__).resolve().parent / "models"
 
 
+ROTARY_CLASS = re.compile(r"^class (\w*(?:Rotary|Rope|RoPE)\w*)\b", re.M)
+"""A rotary class of a modeling module, by name: `*RotaryEmbedding`, `*RotaryPositionalEmbedding`
+(CLVP, the Wav2Vec2 / SeamlessM4T conformers), `*RopePositionEmbedding` (DINOv3, Sapiens2),
+`*RopeAttention` / `*RoPEAttention` (V-JEPA 2, SAM 2/3 video)."""
+
+
 @functools.cache
 def rotary_model_types() -> tuple[str, ...]:
-    """Every model_type whose modeling module defines a `*RotaryEmbedding` class (source scan of
-    the installed transformers: no import of the 199 modeling modules at collection)."""
+    """Every model_type whose modeling module defines a rotary class (`ROTARY_CLASS`: a source
+    scan of the installed transformers, no import of the modeling modules at collection), and
+    every model_type whose class-default config posenc serves a rope table for
+    (`served_model_types`): whatever posenc answers is judged or refused here."""
     from transformers.models.auto.configuration_auto import (
         CONFIG_MAPPING_NAMES,
         model_type_to_module_name,
     )
 
     root = _models_root()
-    found = []
+    found = set(served_model_types())
     for model_type in CONFIG_MAPPING_NAMES:
         module = model_type_to_module_name(model_type)
         path = root.joinpath(*module.split(".")) / f"modeling_{module.split('.')[-1]}.py"
-        if path.exists() and re.search(
-            r"^class \w*RotaryEmbedding\b", path.read_text(encoding="utf-8"), re.M
-        ):
+        if path.exists() and ROTARY_CLASS.search(path.read_text(encoding="utf-8")):
+            found.add(model_type)
+    return tuple(sorted(found))
+
+
+@functools.cache
+def served_model_types() -> tuple[str, ...]:
+    """Every model_type of `CONFIG_MAPPING` whose class-default config.json (`to_dict()`) posenc
+    resolves to a rope table (`resolve_config`, what `/v1/resolve` runs, with max_positions)."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    from posenc.api.specs import resolve_config
+
+    found = []
+    for model_type in CONFIG_MAPPING_NAMES:
+        try:
+            with _quiet():
+                data = _json(_config_class(model_type)())
+        except Exception:
+            continue  # transformers cannot build the class defaults: nothing to resolve
+        try:
+            named = resolve_config({"hf_config": data, "max_positions": SEQ, "kind": "rope"})
+        except Exception:
+            continue
+        if any(item.spec.kind == "rope" for item in named):
             found.append(model_type)
     return tuple(sorted(found))
 
@@ -460,8 +507,9 @@ def sweep_cases() -> list[tuple[str, str, str]]:
         for variant in GENERIC_VARIANTS:
             cases += [(model_type, variant, form) for form in FORMS]
         for checkpoint in CHECKPOINTS.get(model_type, ()):
-            forms = ("v4",) if checkpoint.v4 is not None else FORMS
-            cases += [(model_type, checkpoint.name, form) for form in forms]
+            cases += [
+                (model_type, checkpoint.name, f) for f in case_forms(model_type, checkpoint.name)
+            ]
     return cases
 
 
@@ -615,17 +663,45 @@ def build_v5(model_type: str, variant: str) -> dict[str, Any]:
 
 @functools.lru_cache(maxsize=4)
 def _build_cached(model_type: str, variant: str) -> dict[str, Any] | Exception:
+    """The case's v5 config.json, or the exception building it raised: an `UnbuildableError`
+    (transformers' own failure) or any other (the harness's: `harness_failure`)."""
     try:
         return _build_v5(model_type, variant)
     except Exception as err:
-        return (
-            err
-            if isinstance(err, UnbuildableError)
-            else UnbuildableError(f"config: {type(err).__name__}: {str(err)[:200]}")
-        )
+        return err
+
+
+_FALLBACKS: dict[tuple[str, str], str] = {}
+"""(model_type, variant) -> why the shrunk config failed, for the cases built instead from the
+unshrunk class defaults (`_unshrunk`): the harness's own limits, never a reason to skip posenc."""
+
+
+def fallback_reason(model_type: str, variant: str) -> str | None:
+    """Why the case's config is the unshrunk class defaults (None: it is shrunk)."""
+    build_v5(model_type, variant)
+    return _FALLBACKS.get((model_type, variant))
+
+
+def _variant(text: Any, model_type: str, variant: str) -> tuple[dict[str, Any], set[str]]:
+    """The text-config keyword overrides of the variant and the keys it sets."""
+    checkpoint = next((c for c in CHECKPOINTS.get(model_type, ()) if c.name == variant), None)
+    if variant == "yarn":
+        if not getattr(text, "rope_parameters", None):
+            raise UnbuildableError("the config class has no rope_parameters to vary")
+        return {"rope_parameters": _merge_rope(text, _yarn(text))}, {"rope_parameters"}
+    if checkpoint is not None:
+        extra = dict(checkpoint.kwargs)
+        if "rope_parameters" in extra:
+            extra["rope_parameters"] = _merge_rope(text, extra["rope_parameters"])
+        return extra, set(extra)
+    return {}, set()
 
 
 def _build_v5(model_type: str, variant: str) -> dict[str, Any]:
+    """The shrunk config (`_shrunk`); where the harness cannot shrink it (an attribute, key or
+    validator of the config class it does not know), the class defaults unshrunk with only the
+    variant's keys set (`_unshrunk`: its rotary module is judged when the whole model is too
+    large). A failure of the class defaults themselves is transformers' (`UnbuildableError`)."""
     cls = _config_class(model_type)
     with _quiet():
         try:
@@ -633,49 +709,13 @@ def _build_v5(model_type: str, variant: str) -> dict[str, Any]:
         except Exception as err:
             raise UnbuildableError(f"{cls.__name__}() fails: {type(err).__name__}: {err}") from None
         text = _open(_text_config(default))
-        kwargs = _shrink(text)
-        checkpoint = next((c for c in CHECKPOINTS.get(model_type, ()) if c.name == variant), None)
-        varied: set[str] = set()
-        if variant == "yarn":
-            if not getattr(text, "rope_parameters", None):
-                raise UnbuildableError("the config class has no rope_parameters to vary")
-            kwargs["rope_parameters"] = _merge_rope(text, _yarn(text))
-            varied.add("rope_parameters")
-        elif checkpoint is not None:
-            extra = dict(checkpoint.kwargs)
-            if "rope_parameters" in extra:
-                extra["rope_parameters"] = _merge_rope(text, extra["rope_parameters"])
-            kwargs.update(extra)
-            varied |= set(extra)
-            if "hidden_size" in extra:
-                kwargs.pop("head_dim", None)
-        config = None
-        failure: Exception | None = None
-        # A composite config may check token ids against the text vocabulary: keep it then. A
-        # config whose validators refuse any shrinking (Mamba hybrids tie layer and state
-        # sizes) is kept at full size with only the variant's keys: its rotary module is
-        # judged alone (`module_reference`) when the model is too large to build.
-        unshrunk = {k: v for k, v in kwargs.items() if k not in _shrink(text) or k in varied}
-        attempts = (kwargs, {k: v for k, v in kwargs.items() if k != "vocab_size"}, unshrunk)
-        for attempt in attempts:
-            try:
-                if text is default:
-                    config = cls(**{**_plain(default), **attempt})
-                else:
-                    text_data = {**_plain(text), **attempt}
-                    type(text)(**copy.deepcopy(text_data))  # the text part alone must build
-                    config = cls(**{**_plain(default), _text_key(default, text): text_data})
-                break
-            except Exception as err:
-                failure = err
-        if config is None:
-            raise UnbuildableError(
-                f"shrunk config fails: {type(failure).__name__}: {str(failure)[:200]}"
-            ) from None
-        data = json.loads(json.dumps(config.to_dict(), default=str))
-        for part in (data, data.get("text_config")):
-            if isinstance(part, dict):
-                part.pop("allow_global_per_layer_attribute_access", None)
+        overrides, varied = _variant(text, model_type, variant)
+        try:
+            data = _shrunk(cls, default, text, overrides, varied)
+        except Exception as err:
+            _FALLBACKS[(model_type, variant)] = f"{type(err).__name__}: {str(err)[:160]}"
+            data = _unshrunk(default, text, overrides)
+    checkpoint = next((c for c in CHECKPOINTS.get(model_type, ()) if c.name == variant), None)
     if checkpoint is not None and checkpoint.v4 is not None:
         data = to_v4(data)
         part = data.get("text_config") if isinstance(data.get("text_config"), dict) else data
@@ -687,6 +727,56 @@ def _build_v5(model_type: str, variant: str) -> dict[str, Any]:
     return data
 
 
+def _json(config: Any) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(json.dumps(config.to_dict(), default=str))
+    for part in (data, data.get("text_config")):
+        if isinstance(part, dict):
+            part.pop("allow_global_per_layer_attribute_access", None)
+    return data
+
+
+def _unshrunk(default: Any, text: Any, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """The class defaults' config.json with the variant's keys written into its text part, as a
+    hand-edited file would carry them."""
+    data = _json(default)
+    part = data if text is default else data[_text_key(default, text)]
+    for key, value in overrides.items():
+        part[key] = json.loads(json.dumps(value, default=str))
+    return data
+
+
+def _shrunk(
+    cls: Any, default: Any, text: Any, overrides: Mapping[str, Any], varied: set[str]
+) -> dict[str, Any]:
+    kwargs = {**_shrink(text), **overrides}
+    if "hidden_size" in overrides:
+        kwargs.pop("head_dim", None)
+    config = None
+    failure: Exception | None = None
+    # A composite config may check token ids against the text vocabulary: keep it then. A
+    # config whose validators refuse any shrinking (Mamba hybrids tie layer and state sizes) is
+    # kept at full size with only the variant's keys: its rotary module is judged alone
+    # (`module_reference`) when the model is too large to build.
+    unshrunk = {k: v for k, v in kwargs.items() if k not in _shrink(text) or k in varied}
+    attempts = (kwargs, {k: v for k, v in kwargs.items() if k != "vocab_size"}, unshrunk)
+    for attempt in attempts:
+        try:
+            if text is default:
+                config = cls(**{**_plain(default), **attempt})
+            else:
+                text_data = {**_plain(text), **attempt}
+                type(text)(**copy.deepcopy(text_data))  # the text part alone must build
+                config = cls(**{**_plain(default), _text_key(default, text): text_data})
+            break
+        except Exception as err:
+            failure = err
+    if config is None:
+        raise UnbuildableError(
+            f"shrunk config fails: {type(failure).__name__}: {str(failure)[:200]}"
+        ) from None
+    return _json(config)
+
+
 def _plain(config: Any) -> dict[str, Any]:
     data = config.to_dict()
     for key in ("model_type", "transformers_version", "architectures", "_name_or_path"):
@@ -694,16 +784,29 @@ def _plain(config: Any) -> dict[str, Any]:
     return data
 
 
-def to_v4(data: Mapping[str, Any]) -> dict[str, Any]:
+def _per_layer_type(params: Any) -> bool:
+    return (
+        isinstance(params, dict)
+        and bool(params)
+        and all(isinstance(v, dict) or v is None for v in params.values())
+    )
+
+
+def to_v4(data: Mapping[str, Any], nested: bool = False) -> dict[str, Any]:
     """The v4 config.json of a v5 one: `rope_parameters` becomes top-level `rope_theta` and
     `partial_rotary_factor` plus `rope_scaling` (omitted for the default type); a per-layer-type
-    dict is written as its full-attention (else first) entry, as v4 files carried one."""
+    dict is written as its full-attention (else first) entry, as v4 files carried one, or with
+    `nested` as the per-layer-type dict itself under `rope_scaling` (`case_config`: for classes
+    whose v4 reading takes no single entry)."""
     out = copy.deepcopy(dict(data))
     part = out.get("text_config") if isinstance(out.get("text_config"), dict) else out
     params = part.pop("rope_parameters", None)
     if not isinstance(params, dict) or not params:
         return out
-    if all(isinstance(v, dict) or v is None for v in params.values()):
+    if nested and _per_layer_type(params):
+        part["rope_scaling"] = params
+        return out
+    if _per_layer_type(params):
         chosen = params.get("full_attention") or next(
             (v for v in params.values() if isinstance(v, dict)), {}
         )
@@ -722,10 +825,33 @@ def to_v4(data: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def case_config(model_type: str, variant: str, form: str) -> dict[str, Any]:
+    """The case's config.json: the v5 form, or its v4 form (`to_v4`; per-layer-type rope
+    parameters nested under `rope_scaling` where transformers cannot read the single entry)."""
     v5 = build_v5(model_type, variant)
-    if form == "v4" and "rope_parameters" in (v5.get("text_config") or v5):
-        return to_v4(v5)
+    part = v5.get("text_config") if isinstance(v5.get("text_config"), dict) else v5
+    if form == "v4" and "rope_parameters" in part:
+        v4 = to_v4(v5)
+        layer_types = part["rope_parameters"]
+        if _per_layer_type(layer_types) and not _reads_layer_types(v4, set(layer_types)):
+            return to_v4(v5, nested=True)
+        return v4
     return v5
+
+
+def _reads_layer_types(data: Mapping[str, Any], layer_types: set[str]) -> bool:
+    """transformers loads `data` with rope parameters for each of `layer_types` (a class whose
+    v4 reading keeps one flat dict fails or builds a model that looks a layer type up)."""
+    try:
+        params = getattr(_text_config(load_config(data)), "rope_parameters", None)
+    except Exception:
+        return False
+    return _per_layer_type(params) and layer_types <= set(params)
+
+
+def case_forms(model_type: str, variant: str) -> tuple[str, ...]:
+    """The config.json forms the sweep writes for this variant (`sweep_cases`)."""
+    checkpoint = next((c for c in CHECKPOINTS.get(model_type, ()) if c.name == variant), None)
+    return ("v4",) if checkpoint is not None and checkpoint.v4 is not None else FORMS
 
 
 def case_lengths(model_type: str, variant: str) -> tuple[int, ...]:
@@ -1326,6 +1452,58 @@ class Verdict:
     def line(self) -> str:
         return f"{self.outcome}: {'; '.join(self.reasons)}" if self.reasons else self.outcome
 
+    def label(self) -> str:
+        """The outcome as docs/models-outcomes.json records it (`, accepted`: posenc answers a
+        config no reference could judge)."""
+        return f"{self.outcome}{', accepted' if self.facts.get('accepted') else ''}"
+
+
+def case_id(case: tuple[str, str, str]) -> str:
+    return "/".join(case)
+
+
+@functools.cache
+def committed_outcomes() -> dict[str, Any]:
+    """docs/models-outcomes.json: {"transformers": version, "rope": {case id: label}, "mrope":
+    {case id: label}}."""
+    data: dict[str, Any] = json.loads(OUTCOMES_FILE.read_text(encoding="utf-8"))
+    return data
+
+
+def ratchet(sweep_name: str, results: Mapping[tuple[str, str, str], Verdict]) -> list[str]:
+    """What these results break of the committed outcomes (`OUTCOMES_FILE`, section
+    `sweep_name`): a case committed `exact`/`module_exact` that is now anything else (coverage
+    lost: never fixed by regenerating the file alone), and any other change or new case (the
+    committed file drifts from the sweep: `make models-doc`)."""
+    where = OUTCOMES_FILE.relative_to(REPO)
+    committed = committed_outcomes()[sweep_name]
+    problems = []
+    for case, verdict in results.items():
+        key, got = case_id(case), verdict.label()
+        want = committed.get(key)
+        if want is None:
+            problems.append(f"{key}: {got}, a case {where} does not list (make models-doc)")
+        elif want.split(",")[0] in VERIFIED and verdict.outcome not in VERIFIED:
+            problems.append(f"{key}: coverage lost: committed {want}, now {verdict.line()[:300]}")
+        elif want != got:
+            problems.append(
+                f"{key}: committed {want}, now {verdict.line()[:300]}: {where} drifts from the "
+                "sweep (make models-doc, and commit docs/)"
+            )
+    return problems
+
+
+def outcomes_json(
+    rope: Mapping[tuple[str, str, str], Verdict], mrope: Mapping[tuple[str, str, str], Verdict]
+) -> str:
+    """The text of `OUTCOMES_FILE` for these results."""
+    data = {
+        "transformers": transformers_version(),
+        "rope": {case_id(c): v.label() for c, v in sorted(rope.items())},
+        "mrope": {case_id(c): v.label() for c, v in sorted(mrope.items())},
+    }
+    return json.dumps(data, indent=1, sort_keys=True) + "\n"
+
 
 def posenc_tables(data: Mapping[str, Any], length: int) -> list[Table]:
     """resolve_config (what POST /v1/resolve runs) with max_positions=length, every rope table
@@ -1577,16 +1755,14 @@ def judge(ref: Reference, tables: list[Table]) -> Verdict:
                 f"{table.name}: notes say {table.pairing}, "
                 f"spec interleaved={table.interleaved_field}"
             )
-    seen: set[str] = set()
+    # Every recorded layer, not one per layer type: a layer given another table than its type's
+    # (or another scale) is as wrong as a wrong type.
     for index, cap in sorted(ref.layers.items()):
         layer_type = ref.layer_types[index] if ref.layer_types else None
-        tag = layer_type or "all"
-        if tag in seen:
-            continue
-        seen.add(tag)
+        tag = f"layer {index} ({layer_type})" if layer_type else f"layer {index}"
         table = _table_for(tables, layer_type)
         if table is None:
-            reasons.append(f"layer {index} ({layer_type}): no table")
+            reasons.append(f"{tag}: no table")
             continue
         model = _model_half(cap, ref.length)
         if model is None:
@@ -1635,11 +1811,131 @@ def _model_or_module(data: Mapping[str, Any], length: int) -> Reference:
         raise UnbuildableError(f"{err}; whole model: {whole}") from None
 
 
+def _v4_unloadable(model_type: str, variant: str, data: Mapping[str, Any]) -> str | None:
+    """Why transformers cannot load the v4 file `to_v4` (and the checkpoint's v4 edits) wrote,
+    where it loads the v5 form of the same case: the harness's file is wrong, not the model."""
+    try:
+        load_config(data)
+        return None
+    except Exception as err:
+        v4_error = f"{type(err).__name__}: {str(err)[:160]}"
+    try:
+        load_config(build_v5(model_type, variant))
+    except Exception:
+        return None  # transformers refuses the case in either form: unbuildable
+    return f"the v4 config.json written by to_v4 does not load in transformers: {v4_error}"
+
+
+def _asked(data: Mapping[str, Any], length: int) -> tuple[bool, Verdict | None, dict[str, bool]]:
+    """posenc's answer where no reference can judge it: (accepted, the rejection verdict, facts:
+    `rope` whether a rope table is among what posenc serves, `loads` whether transformers reads
+    the config.json at all; a config it cannot read is no model posenc's table could be wrong
+    for, so only a served rope table of a readable config needs a verified sibling case)."""
+    from posenc.encodings import SpecError
+
+    try:
+        tables = posenc_tables(data, length)
+    except SpecError as refused:
+        return False, rejection(refused, data), {}
+    try:
+        load_config(data)
+        loads = True
+    except Exception:
+        loads = False
+    return True, None, {"rope": bool(tables), "loads": loads}
+
+
+LONG_POSITIONS = (0, 1, 1023, 4097, 16381, 32767)
+"""Positions of the long-position check (`long_positions`): far past the forward's SEQ rows,
+where an fp32 angle computed in another order than the model's is off by many ulp."""
+
+
+def long_positions(data: Mapping[str, Any]) -> list[str] | None:
+    """The model's own text rotary module (`module_reference`'s) run on `LONG_POSITIONS` against
+    posenc's table rows at those positions, bit for bit per layer type: the reasons it differs
+    ([] when equal), or None where the check does not apply (no 1-D rotary module to build, or a
+    rope_type whose table depends on the sequence length: dynamic NTK and LongRoPE, judged at
+    their checkpoints' own lengths)."""
+    from posenc.encodings import SpecError
+
+    try:
+        config = load_config(data)
+        text = _open(_text_config(config))
+        module = _modeling_module(text)
+        try:
+            cls = _text_rotary_class(module, text)
+        except UnbuildableError:
+            own = _own_rotary(module, text)
+            if own is None:
+                return None
+            cls = own[0]
+        if "mrope_section" in inspect.getsource(cls):
+            return None
+        with _quiet():
+            rotary = cls(config=text)
+    except Exception:
+        return None
+    kinds = getattr(rotary, "rope_type", None)
+    rope_types = {str(v) for v in kinds.values()} if isinstance(kinds, Mapping) else {str(kinds)}
+    params = getattr(text, "rope_parameters", None) or {}
+    if isinstance(params, Mapping):
+        for part in (params, *params.values()):
+            if isinstance(part, Mapping):
+                rope_types.add(str(part.get("rope_type", part.get("type", ""))))
+    if rope_types & {"dynamic", "longrope"}:
+        return None
+    rows = max(LONG_POSITIONS) + 1
+    try:
+        tables = posenc_tables(data, rows)
+    except SpecError:
+        return None
+    types = getattr(text, "layer_types", None)
+    per_type = "layer_type" in inspect.signature(rotary.forward).parameters
+    wanted: dict[int, str | None] = {0: None}
+    if per_type and isinstance(types, list):
+        wanted = {
+            types.index(t): t for t in dict.fromkeys(types) if not any(w in t for w in NOT_SOFTMAX)
+        }
+    ids = torch.tensor(LONG_POSITIONS)
+    reasons = []
+    for layer_type in wanted.values():
+        kwargs = {} if layer_type is None else {"layer_type": layer_type}
+        try:
+            with torch.no_grad(), _quiet():
+                out = rotary(torch.zeros(1, len(ids), 2), ids[None], **kwargs)
+        except Exception:
+            continue  # a layer type without a rope (as in `module_reference`)
+        if isinstance(out, torch.Tensor) and out.is_complex():
+            cap = LayerCapture(ids, ids, ids, ids, None, None, out, "")
+        elif isinstance(out, tuple) and len(out) == 2 and out[0].dim() <= 3:
+            cap = LayerCapture(ids, ids, ids, ids, out[0], out[1], None, "")
+        else:
+            return None
+        model = _model_half(cap, len(ids))
+        table = _table_for(tables, layer_type)
+        if model is None or table is None:
+            return None
+        mine_c, mine_s = table.cos[ids], table.sin[ids]
+        if model[1].shape != mine_c.shape:
+            shapes = f"{tuple(model[1].shape)}, posenc {tuple(mine_c.shape)}"
+            reasons.append(f"{layer_type or 'all'}: at long positions the model's width {shapes}")
+        elif not (torch.equal(model[1], mine_c) and torch.equal(model[2], mine_s)):
+            ulps = max(_ulps(model[1], mine_c), _ulps(model[2], mine_s))
+            reasons.append(
+                f"{layer_type or 'all'}: cos/sin at positions {list(LONG_POSITIONS)} differ "
+                f"({ulps:.3g} ulp)"
+            )
+    return reasons
+
+
 def run_case(model_type: str, variant: str, form: str) -> Verdict:
-    """Build, resolve and judge one case; never raises for a model-side failure. A case whose
-    model (and rotary module) transformers cannot run is `rejected` when posenc refuses it
-    naming a config key (a refusal needs no reference), else `unbuildable`; one judged only at
-    the rotary module is `module_exact` when exact."""
+    """Build, resolve and judge one case; never raises for a model-side failure. posenc is asked
+    for every case that has a config.json. A case whose model (and rotary module) transformers
+    cannot run is `rejected` when posenc refuses it naming a config key (a refusal needs no
+    reference), else `unbuildable` (`accepted` when posenc answers it); one judged only at the
+    rotary module is `module_exact` when exact. `harness_failure`: the sweep's own v4 file does
+    not load in transformers where the v5 form does (posenc is still asked). A case whose config
+    the harness cannot shrink is built from the unshrunk class defaults (`facts["unshrunk"]`)."""
     from posenc.encodings import SpecError
 
     try:
@@ -1647,28 +1943,31 @@ def run_case(model_type: str, variant: str, form: str) -> Verdict:
     except UnbuildableError as err:
         return Verdict("unbuildable", [str(err)])
     except Exception as err:
-        return Verdict("unbuildable", [f"config: {type(err).__name__}: {str(err)[:200]}"])
+        return Verdict("harness_failure", [f"config: {type(err).__name__}: {str(err)[:200]}"])
+    unshrunk = _FALLBACKS.get((model_type, variant))
+    extra = {"unshrunk": unshrunk} if unshrunk else {}
+    if form == "v4" and (why := _v4_unloadable(model_type, variant, data)) is not None:
+        accepted, _, _ = _asked(data, SEQ)
+        return Verdict("harness_failure", [why], {"accepted": accepted, **extra})
     verdicts = []
     for length in case_lengths(model_type, variant):
         try:
             ref = _model_or_module(data, length)
         except UnbuildableError as err:
-            try:
-                posenc_tables(data, length)
-            except SpecError as refused:
-                verdict = rejection(refused, data)
-                if verdict.outcome == "rejected":
-                    verdict.facts = {"unbuildable": str(err)}
-                    return verdict
-                return Verdict("unbuildable", [str(err)])
-            return Verdict("unbuildable", [str(err)], {"accepted": True})
+            accepted, refusal, answer = _asked(data, length)
+            if refusal is not None and refusal.outcome == "rejected":
+                refusal.facts = {"unbuildable": str(err), **extra}
+                return refusal
+            facts = {"accepted": accepted, **answer, **extra}
+            return Verdict("unbuildable", [str(err)], facts)
         try:
             tables = posenc_tables(data, length)
         except SpecError as err:
             verdict = rejection(err, data)
-            verdict.facts = model_facts(ref)
+            verdict.facts = {**model_facts(ref), **extra}
             return verdict
         verdict = judge(ref, tables)
+        verdict.facts.update(extra)
         if ref.module_only:
             verdict.facts["module_only"] = True
         if length != SEQ:
@@ -1677,6 +1976,16 @@ def run_case(model_type: str, variant: str, form: str) -> Verdict:
     reasons = [r for v in verdicts for r in v.reasons]
     if reasons:
         return Verdict("wrong", reasons, verdicts[0].facts)
+    # once per config: its v5 form (a checkpoint transcribed only as v4: that form)
+    long = (
+        long_positions(data)
+        if form == "v5" or FORMS[0] not in case_forms(model_type, variant)
+        else None
+    )
+    if long:
+        return Verdict("wrong", [f"long positions: {r}" for r in long], verdicts[0].facts)
+    if long is not None:
+        verdicts[0].facts["long_positions"] = max(LONG_POSITIONS)
     module_only = any(v.facts.get("module_only") for v in verdicts)
     return Verdict("module_exact" if module_only else "exact", [], verdicts[0].facts)
 
@@ -1716,19 +2025,28 @@ def render(results: Mapping[tuple[str, str, str], Verdict]) -> str:
         "# Model types and their position tables",
         "",
         "Generated by `make models-doc` (`python -m tests.encodings.hf_config.rope_sweep "
-        "--write-docs`): do not edit by hand. Every model type of transformers "
-        f"{version} (`posenc.verified`) whose modeling module defines a `*RotaryEmbedding`, each "
-        "config (class defaults, YaRN, released checkpoints' RoPE facts) in the v5 "
-        "`rope_parameters` and the v4 `rope_scaling` config.json forms, resolved by posenc "
-        "(`/v1/resolve`) and compared with the model's own forward "
-        "(`tests/encodings/hf_config/rope_sweep.py`): `exact` is bit-equal cos/sin per layer "
-        "type and equal q.k after the model's own rotation; `module_exact` is the same check "
-        "on the model's own text rotary module and the apply function its attention calls, "
-        "where the whole tiny model cannot be built or run (NoPE layers not observed); "
+        "--write-docs`, with `docs/models-outcomes.json`, the per-case outcomes the sweep's "
+        "tests hold every case to): do not edit by hand. Every model type of transformers "
+        f"{version} (`posenc.verified`) whose modeling module defines a rotary class "
+        "(`*Rotary*` / `*Rope*` / `*RoPE*`), and every model type whose class-default config "
+        "posenc resolves to a rope table, each config (class defaults, YaRN, released "
+        "checkpoints' RoPE facts; the unshrunk class defaults where the sweep cannot shrink "
+        "the config) in the v5 `rope_parameters` and the v4 `rope_scaling` config.json forms, "
+        "resolved by posenc (`/v1/resolve`) and compared with the model's own forward "
+        "(`tests/encodings/hf_config/rope_sweep.py`): `exact` is bit-equal cos/sin and equal "
+        "q.k after the model's own rotation at every rotating layer, the NoPE layers posenc "
+        "declares, and (once per config, its v5 form) bit-equal cos/sin of the model's rotary "
+        "module at positions "
+        f"{', '.join(str(p) for p in LONG_POSITIONS)} (all rope types but dynamic NTK and "
+        "LongRoPE, whose checkpoints run at their own lengths); `module_exact` is the same "
+        "check on the model's own text rotary module and the apply function its attention "
+        "calls, where the whole tiny model cannot be built or run (NoPE layers and the "
+        "layer-to-table wiring not observed: the types verified only so are listed below); "
         "`rejected` names the key posenc cannot map; `wrong` is accepted and different; "
         "`unbuildable` is a config transformers itself cannot build into a text model or "
         "rotary module (`accepted` when posenc answers it anyway; every type posenc answers "
-        "has at least one config verified `exact` or `module_exact`).",
+        "has at least one config verified `exact` or `module_exact`); `harness_failure` (a "
+        "failing test) is a config.json the sweep wrote that transformers cannot load.",
         "",
         f"Cases: {len(results)}; "
         + ", ".join(f"{k} {counts[k]}" for k in OUTCOMES if k in counts)
@@ -1769,7 +2087,30 @@ def render(results: Mapping[tuple[str, str, str], Verdict]) -> str:
             f"| {model_type} | {variants} | {pairing or '-'} | {width or '-'} | {types} | {nope} "
             f"| {outcome} | transformers {version} |"
         )
-    return "\n".join(lines + vision_lines(version)) + "\n"
+    return "\n".join(lines + module_only_lines(results) + vision_lines(version)) + "\n"
+
+
+def module_only_types(labels: Mapping[str, str]) -> list[str]:
+    """Model types with a case verified `module_exact` and none `exact` (case id -> label, as
+    docs/models-outcomes.json records them): posenc's tables proven at the rotary module only."""
+    outcomes: dict[str, set[str]] = {}
+    for key, label in labels.items():
+        outcomes.setdefault(key.split("/")[0], set()).add(label.split(",")[0])
+    return sorted(t for t, o in outcomes.items() if "module_exact" in o and "exact" not in o)
+
+
+def module_only_lines(results: Mapping[tuple[str, str, str], Verdict]) -> list[str]:
+    types = module_only_types({case_id(c): v.label() for c, v in results.items()})
+    return [
+        "",
+        "## Verified at the rotary module only (`module_exact`)",
+        "",
+        f"{len(types)} model types whose whole tiny model transformers cannot build or run: "
+        "posenc's tables equal their rotary module's cos/sin and q.k after their apply function, "
+        "but their NoPE layers and which layer takes which table are not observed: "
+        + ", ".join(f"`{t}`" for t in types)
+        + ".",
+    ]
 
 
 def vision_lines(version: str) -> list[str]:
@@ -1819,8 +2160,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.write_docs:
         from tests.encodings.hf_config import mrope_sweep
 
-        mrope = mrope_sweep.render(mrope_sweep.run_all())
+        mrope_results = mrope_sweep.run_all()
+        mrope = mrope_sweep.render(mrope_results)
         DOCS.write_text(render(results) + "\n" + mrope, encoding="utf-8")
+        OUTCOMES_FILE.write_text(outcomes_json(results, mrope_results), encoding="utf-8")
     if args.summary or not args.write_docs:
         counts: dict[str, int] = {}
         for verdict in results.values():

@@ -26,6 +26,9 @@ def test_enumeration_comes_from_transformers() -> None:
     assert {"qwen2_vl", "qwen2_5_vl", "qwen3_vl", "glm4v", "ernie4_5_vl_moe"} <= set(TYPES)
     assert set(MROPE_MODELS) - {"qwen2_5_omni_thinker", "qwen3_omni_moe_thinker"} <= set(TYPES)
     assert {case[0] for case in CASES} == set(TYPES)
+    assert not [t for t in TYPES if "vision" in t or "audio" in t], "a sub-config is enumerated"
+    ids = {sweep.case_id(case) for case in CASES}
+    assert set(sweep.committed_outcomes()["mrope"]) == ids, "make models-doc"
 
 
 @pytest.mark.parametrize("model_type", TYPES)
@@ -37,6 +40,9 @@ def test_mrope_resolve_is_exact_or_rejected(model_type: str) -> None:
         if verdict.outcome not in ("exact", "rejected", "unbuildable")
     ]
     assert not wrong, "accepted and different:\n" + "\n".join(wrong)
+    # the ratchet: a verified case stays verified, and every outcome is the committed one
+    problems = sweep.ratchet("mrope", verdicts)
+    assert not problems, "against docs/models-outcomes.json:\n" + "\n".join(problems)
     if all(v.outcome == "unbuildable" for v in verdicts.values()):
         reason = next(iter(verdicts.values())).line()
         pytest.skip(f"unbuildable in transformers {sweep.transformers_version()}: {reason}")

@@ -17,7 +17,6 @@ from transformers import AutoConfig
 from posenc.encodings import compute
 from posenc.encodings.hf_config import NamedSpec, resolve_hf_config
 from tests.encodings.hf_config.support import EXPECTED, N, hf_config, load
-from tests.tolerances import ATOL
 
 
 def _rotary_class(model_type: str) -> Any:
@@ -170,13 +169,15 @@ def test_transformers_default_configs(model_type: str) -> None:
     our_cos, our_sin = ours_half(named, N)
     cos, sin = hf_cos_sin(config, torch.arange(N), None)
     if interleaved:
-        # torch.polar (DeepSeek-V2's freqs_cis) is within an ulp of cos/sin of the same angles;
-        # the inverse frequencies themselves are bit-identical.
+        # DeepSeek-V2's complex freqs_cis (torch.polar, up to 2 ulp from torch.cos/sin of the
+        # same angles): posenc's `trig: polar` table is its real and imaginary parts bit for bit,
+        # from bit-identical inverse frequencies.
+        assert named.spec.canonical().trig == "polar"
         cfg = hf_config(config)
         rotary = _rotary_class(cfg.model_type)(cfg)
         assert torch.equal(compute(named.spec).tensors["inv_freq"], rotary.inv_freq)
-        torch.testing.assert_close(cos, our_cos, rtol=0, atol=ATOL["float32"])
-        torch.testing.assert_close(sin, our_sin, rtol=0, atol=ATOL["float32"])
+        assert torch.equal(cos, our_cos)
+        assert torch.equal(sin, our_sin)
         return
     assert torch.equal(hf_half(cos, our_cos.shape[1]), our_cos)
     assert torch.equal(hf_half(sin, our_sin.shape[1]), our_sin)

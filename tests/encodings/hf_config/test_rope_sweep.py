@@ -7,16 +7,20 @@ the model's apply function, or the config must be rejected with an error naming 
 cannot map. Accepted and different fails, listing every such case. A case transformers cannot
 run as a whole tiny model is judged at its rotary module (`module_exact`). A model type posenc
 answers must have a config verified exact (here or, for M-RoPE, by the M-RoPE sweep): none is
-served unverified. A model type transformers itself cannot build is skipped with its
-reason (the skip summary lists them); every unbuildable case's reason is in docs/models.md. A
-few cases go end to end through the real server (`POST /v1/resolve`, then each table by its
-URL).
+served unverified. Every layer the model rotates is judged, not one per layer type. A case whose
+config.json the harness itself wrote wrong (`harness_failure`) fails. The ratchet: every case's
+outcome must be the one committed in docs/models-outcomes.json (`make models-doc`), and a case
+committed exact or module_exact that is anything else fails as lost coverage. A model type
+transformers itself cannot build is skipped with its reason (the skip summary lists them);
+every unbuildable case's reason is in docs/models.md. A few cases go end to end through the real
+server (`POST /v1/resolve`, which must answer 200, then each table by its URL).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import io
+import re
 from typing import Any
 
 import httpx
@@ -33,6 +37,9 @@ TYPES = sweep.rotary_model_types()
 
 MROPE_TYPES = frozenset(mrope_sweep.mrope_model_types())
 
+MODULE_ONLY = "Verified at the rotary module only"
+"""The README paragraph listing the model types verified only as `module_exact`."""
+
 
 def test_enumeration_comes_from_transformers() -> None:
     """The model types are read from the installed transformers, and every one gets cases."""
@@ -41,6 +48,44 @@ def test_enumeration_comes_from_transformers() -> None:
     assert {"llama", "gemma3_text", "cohere", "deepseek_v3", "gpt_neox"} <= set(types)
     assert {case[0] for case in CASES} == set(types)
     assert all(mt in types for mt in sweep.CHECKPOINTS), "a checkpoint names an unknown type"
+    # rotary classes of any name: CLVP's and the conformers' *RotaryPositionalEmbedding,
+    # Sapiens2's *RopePositionEmbedding, V-JEPA 2's *RopeAttention
+    assert {"clvp", "wav2vec2-conformer", "sapiens2", "vjepa2"} <= set(types)
+    # and every type whose class-default config posenc answers with a rope table (LLaVA's
+    # Llama text model, named by no rotary class of its own modeling module)
+    served = set(sweep.served_model_types())
+    assert {"llava", "llama"} <= served <= set(types)
+
+
+def test_committed_outcomes_cover_the_sweep() -> None:
+    """docs/models-outcomes.json (the ratchet) lists exactly the sweep's cases, for the locked
+    transformers, and docs/models.md's counts are its counts (both come from one `make
+    models-doc`)."""
+    committed = sweep.committed_outcomes()
+    assert committed["transformers"] == sweep.transformers_version()
+    ids = {sweep.case_id(case) for case in CASES}
+    missing = sorted(ids - set(committed["rope"]))
+    extra = sorted(set(committed["rope"]) - ids)
+    assert not missing, f"cases {missing[:20]} are not committed: make models-doc"
+    assert not extra, f"committed cases {extra[:20]} are no longer swept: make models-doc"
+    counts: dict[str, int] = {}
+    for label in committed["rope"].values():
+        outcome = label.split(",")[0]
+        counts[outcome] = counts.get(outcome, 0) + 1
+    line = f"Cases: {len(committed['rope'])}; " + ", ".join(
+        f"{k} {counts[k]}" for k in sweep.OUTCOMES if k in counts
+    )
+    assert line + "." in sweep.DOCS.read_text(encoding="utf-8").splitlines(), line
+
+
+def test_readme_lists_the_types_verified_at_the_rotary_module_only() -> None:
+    """README's list of `module_exact`-only model types is the committed outcomes' list."""
+    want = sweep.module_only_types(sweep.committed_outcomes()["rope"])
+    readme = (sweep.REPO / "README.md").read_text(encoding="utf-8")
+    start = readme.index(MODULE_ONLY)
+    paragraph = readme[start : readme.index("\n\n", start)]
+    assert f"({len(want)} model types)" in paragraph
+    assert re.findall(r"`([^`]+)`", paragraph.split(":", 1)[1]) == want
 
 
 @pytest.mark.parametrize("model_type", TYPES)
@@ -54,9 +99,19 @@ def test_resolve_is_exact_or_rejected(model_type: str) -> None:
         for case, verdict in verdicts.items()
         if verdict.outcome not in ("exact", "module_exact", "rejected", "unbuildable")
     ]
-    assert not wrong, "accepted and different:\n" + "\n".join(wrong)
+    assert not wrong, "accepted and different, or the harness's own failure:\n" + "\n".join(wrong)
+    # the ratchet: a verified case stays verified, and every outcome is the committed one
+    problems = sweep.ratchet("rope", verdicts)
+    assert not problems, "against docs/models-outcomes.json:\n" + "\n".join(problems)
     # posenc answers a config the sweep cannot verify: some config of the type must be verified.
-    unproven = [case for case, v in verdicts.items() if v.facts.get("accepted")]
+    # (a rope table served for a config.json transformers reads but cannot build a model of;
+    # a config transformers cannot read at all, or an answer without a rope table, is no RoPE
+    # claim: `rope_sweep._asked`)
+    unproven = [
+        case
+        for case, v in verdicts.items()
+        if v.facts.get("accepted") and v.facts.get("rope", True) and v.facts.get("loads", True)
+    ]
     verified = any(v.outcome in ("exact", "module_exact") for v in verdicts.values())
     if unproven and not verified and model_type in MROPE_TYPES:
         # an M-RoPE type the M-RoPE sweep proves on (3, N) position ids (test_mrope_sweep.py)
@@ -97,13 +152,7 @@ def test_resolve_end_to_end(client: httpx.Client, model_type: str, variant: str,
     data = sweep.case_config(model_type, variant, form)
     ref = sweep.reference(data, sweep.SEQ)
     response = client.post("/v1/resolve", json={"hf_config": data, "max_positions": sweep.SEQ})
-    if response.status_code != 200:
-        assert 400 <= response.status_code < 500, response.text
-        body = response.json()
-        fields = [d["field"] for d in body.get("detail") or []]
-        keys = sweep._config_keys(data)
-        assert any(f.split(".")[0] in keys or f in keys for f in fields), body
-        return
+    assert response.status_code == 200, response.text
     tables = []
     for item in response.json()["specs"]:
         if item["kind"] != "rope":
@@ -115,6 +164,25 @@ def test_resolve_end_to_end(client: httpx.Client, model_type: str, variant: str,
         tables.append(sweep._table(item["name"], item["notes"], spec, cos, sin))
     verdict = sweep.judge(ref, tables)
     assert verdict.outcome == "exact", verdict.line()
+
+
+def test_every_layer_is_judged() -> None:
+    """Llama's reference with layer 2's recorded cos/sin halved (layers 0, 1 and 3 untouched) is
+    judged wrong at layer 2: every rotating layer is compared, not one per layer type."""
+    data = sweep.case_config("llama", "default", "v5")
+    ref = sweep.reference(data, sweep.SEQ)
+    tables = sweep.posenc_tables(data, sweep.SEQ)
+    assert sweep.judge(ref, tables).outcome == "exact"
+    assert sorted(ref.layers) == [0, 1, 2, 3]
+    layer = ref.layers[2]
+    assert layer.cos is not None
+    assert layer.sin is not None
+    halved = dataclasses.replace(layer, cos=layer.cos / 2, sin=layer.sin / 2)
+    broken = dataclasses.replace(ref, layers={**ref.layers, 2: halved})
+    verdict = sweep.judge(broken, tables)
+    assert verdict.outcome == "wrong"
+    assert verdict.reasons
+    assert all(r.startswith("layer 2") for r in verdict.reasons), verdict
 
 
 def test_rotary_module_verdict_can_fail() -> None:
@@ -154,3 +222,14 @@ def test_reversed_notes_and_refusal_through_the_server(client: httpx.Client) -> 
     body = response.json()
     assert [d["field"] for d in body["detail"]] == ["model_type"], body
     assert "Step3p7VisionRotaryEmbedding: axial RoPE" in response.text, body
+
+
+def test_sapiens2_patch_rotary_is_refused(client: httpx.Client) -> None:
+    """Sapiens2's 2-D patch rotary (Sapiens2RopePositionEmbedding, found by the widened class
+    names) is a 422 naming model_type, with max_positions too, never a 1-D default table."""
+    data = sweep.case_config("sapiens2", "default", "v5")
+    response = client.post("/v1/resolve", json={"hf_config": data, "max_positions": 64})
+    assert response.status_code == 422, response.text
+    body = response.json()
+    assert [d["field"] for d in body["detail"]] == ["model_type"], body
+    assert "Sapiens2RopePositionEmbedding" in response.text, body

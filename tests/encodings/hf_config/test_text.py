@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from posenc.encodings import compute
-from posenc.encodings.alibi import reference_slopes
 from posenc.encodings.hf_config import resolve_hf_config
 from tests.encodings.hf_config.support import N, hf_config, load
 
@@ -49,6 +48,24 @@ def test_mpt_slopes_match_transformers() -> None:
     torch.testing.assert_close(_slopes("mosaicml__mpt-7b.json"), -alibi[:, 0, 0], rtol=1e-6, atol=0)
 
 
+def _get_interleave(n: int) -> list[float]:
+    """Baichuan-13B's ALiBi slopes, transcribed from baichuan-inc/Baichuan-13B-Base
+    `modeling_baichuan.py` (remote code, not installable here)."""
+
+    def _get_interleave_power_of_2(n: int) -> list[float]:
+        start = 2 ** (-(2 ** -(math.log2(n) - 3)))
+        ratio = start
+        return [start * ratio**i for i in range(n)]
+
+    if math.log2(n).is_integer():
+        return _get_interleave_power_of_2(n)
+    closest_power_of_2 = 2 ** math.floor(math.log2(n))
+    return (
+        _get_interleave_power_of_2(closest_power_of_2)
+        + _get_interleave(2 * closest_power_of_2)[0::2][: n - closest_power_of_2]
+    )
+
+
 def test_baichuan_13b_is_alibi_and_7b_is_rope() -> None:
     # Published Baichuan-13B-Base / Baichuan-7B fields that decide the position scheme.
     big = {
@@ -60,12 +77,8 @@ def test_baichuan_13b_is_alibi_and_7b_is_rope() -> None:
     (named,) = resolve_hf_config(big)
     assert named.name == "alibi"
     assert named.spec.model_dump()["num_heads"] == 40
-    torch.testing.assert_close(
-        compute(named.spec).tensors["slopes"],
-        torch.tensor(reference_slopes(40), dtype=torch.float64).float(),
-        rtol=0,
-        atol=0,
-    )
+    # Baichuan-13B's own slopes (`torch.Tensor(_get_interleave(n_head))`), not posenc's
+    assert torch.equal(compute(named.spec).tensors["slopes"], torch.Tensor(_get_interleave(40)))
     small = {
         "model_type": "baichuan",
         "hidden_size": 4096,

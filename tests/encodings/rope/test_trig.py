@@ -3,7 +3,9 @@
 `torch.polar(1, angle)` differs from `torch.cos`/`torch.sin` of the same fp32 angles by up to
 2 ulp in many entries, so those models are bit-exact only through this path. The models
 themselves are compared in tests/encodings/hf_config/test_rope_sweep.py (bit-equal cos/sin and
-q.k after their own rotation); here: the table is exactly torch.polar's parts in every layout,
+q.k after their own rotation) and in tests/encodings/hf_config/test_rope.py (DeepSeek-V2's
+freqs_cis, `torch.equal`); here, as self-consistency (the angles come from posenc's own
+`inv_freq`, not from a model): the table is exactly torch.polar's parts in every layout,
 the spec refuses `exact` precision with it, its content key differs only when it is set, and
 the ONNX exporters embed it as a table only.
 """
@@ -34,7 +36,9 @@ BASE: dict[str, Any] = {
 
 
 def _polar_half(spec_data: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
-    """transformers' DeepseekV2RotaryEmbedding.forward: polar(1, freqs) * attention_scaling."""
+    """Self-consistency, not a reference: transformers' DeepseekV2RotaryEmbedding.forward
+    (polar(1, freqs) * attention_scaling) transcribed, fed posenc's own `inv_freq` and
+    `attention_scaling`."""
     table = compute(parse_spec({**spec_data, "width": "half"}))
     angles = torch.arange(spec_data["max_positions"]).float()[:, None] * table.tensors["inv_freq"]
     freqs_cis = torch.polar(torch.ones_like(angles), angles) * table.meta["attention_scaling"]

@@ -208,6 +208,9 @@ REFUSED: dict[str, str] = {
     "step3p5_vision": "Step3p5's vision tower rotates patches by their 2-D grid position "
     "(Step3p7VisionRotaryEmbedding: axial RoPE, the only rope_type it builds, head_dim/4 "
     "frequencies for each of W and H): not a 1-D table; not mapped",
+    "sapiens2": "Sapiens2's backbone rotates patches by their 2-D center coordinates in [-1, 1] "
+    "(Sapiens2RopePositionEmbedding: head_dim/4 frequencies of rope_theta for each of H and W, "
+    "from the image's patch grid, not token positions): not a 1-D table; not mapped",
 }
 """Families the RoPE sweep finds posenc cannot serve exactly yet: every config is refused (a 422
 naming model_type) rather than answered with a wrong table."""
