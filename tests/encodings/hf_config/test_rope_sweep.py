@@ -29,8 +29,10 @@ import pytest
 import torch
 
 from posenc.encodings import parse_spec
+from tests.conftest import ServerHandle
 from tests.encodings.hf_config import mrope_sweep
 from tests.encodings.hf_config import rope_sweep as sweep
+from tests.tolerances import served_as_reference
 
 CASES = sweep.sweep_cases()
 TYPES = sweep.rotary_model_types()
@@ -147,8 +149,11 @@ def _half(data: bytes, spec: Any, name: str) -> torch.Tensor:
 
 
 @pytest.mark.parametrize(("model_type", "variant", "form"), E2E, ids=["/".join(c) for c in E2E])
-def test_resolve_end_to_end(client: httpx.Client, model_type: str, variant: str, form: str) -> None:
-    """The same verdict through the server: POST /v1/resolve, then GET every table's URL."""
+def test_resolve_end_to_end(
+    server: ServerHandle, client: httpx.Client, model_type: str, variant: str, form: str
+) -> None:
+    """The same verdict through the server: POST /v1/resolve, then GET every table's URL. A GPU
+    server's tables are held within `tolerances.GPU_ULPS` of the CPU's, which are judged."""
     data = sweep.case_config(model_type, variant, form)
     ref = sweep.reference(data, sweep.SEQ)
     response = client.post("/v1/resolve", json={"hf_config": data, "max_positions": sweep.SEQ})
@@ -162,6 +167,13 @@ def test_resolve_end_to_end(client: httpx.Client, model_type: str, variant: str,
         assert got.status_code == 200, got.text
         cos, sin = _half(got.content, spec, "cos"), _half(got.content, spec, "sin")
         tables.append(sweep._table(item["name"], item["notes"], spec, cos, sin))
+    if server.device.type != "cpu":
+        cpu = sweep.posenc_tables(data, sweep.SEQ)
+        assert [t.name for t in cpu] == [t.name for t in tables]
+        for served, computed in zip(tables, cpu, strict=True):
+            assert served_as_reference(served.cos, computed.cos, server.device), served.name
+            assert served_as_reference(served.sin, computed.sin, server.device), served.name
+        tables = cpu
     verdict = sweep.judge(ref, tables)
     assert verdict.outcome == "exact", verdict.line()
 
