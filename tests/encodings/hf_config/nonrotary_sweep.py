@@ -649,7 +649,15 @@ REFERENCES: dict[str, Callable[[str, Any, NamedSpec], Pair]] = {
 
 TOLERANCE: dict[str, float] = {"alibi": 1e-6}
 """Relative tolerance per family (BLOOM and MPT build float32 slopes with torch.pow; posenc
-rounds float64 slopes once); every other family is compared bit for bit."""
+rounds float64 slopes once); every other family, and ALiBi with Falcon's bfloat16-rounded slopes
+(`slope_rounding`), is compared bit for bit."""
+
+
+def _rtol(spec: Any) -> float:
+    """The relative tolerance a served spec is compared with (`TOLERANCE`; 0: `torch.equal`)."""
+    if getattr(spec, "slope_rounding", None) is not None:
+        return 0.0
+    return TOLERANCE.get(spec.kind, 0.0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -677,7 +685,7 @@ def verdict(case: str) -> tuple[str, str, list[str]]:
         if named.spec.kind not in families(model_type):
             continue  # e.g. Falcon's RoPE, granite_docling's text model: the RoPE sweep's
         ours, theirs = REFERENCES[named.spec.kind](model_type, cfg, named)
-        rtol = TOLERANCE.get(named.spec.kind, 0.0)
+        rtol = _rtol(named.spec)
         same = ours.shape == theirs.shape and (
             torch.allclose(ours, theirs.to(ours.dtype), rtol=rtol, atol=0)
             if rtol
