@@ -16,7 +16,7 @@ echo "== CUDA modules"
 timeout 120 python3 -m pytest -q -p no:cacheprovider -rfEs tests/api/test_gpu_paths.py tests/encodings/test_alibi.py \
   tests/encodings/test_t5_bias.py tests/encodings/test_learned.py tests/runtime 2>&1 | tee $OUT/cuda_tests.log | tail -15
 echo "== suite"
-timeout 240 python3 -m pytest -q -p no:cacheprovider -n 14 --dist loadgroup --ignore=tests/deploy --ignore=tests/ui \
+timeout 330 python3 -m pytest -q -p no:cacheprovider -n 14 --dist loadgroup --ignore=tests/deploy --ignore=tests/ui \
   --deselect tests/client/test_fresh_venv.py::test_client_alone_in_a_fresh_venv -rfE 2>&1 | tee $OUT/suite.log | grep -E "^(FAILED|ERROR)|passed|failed" | tail -60
 [ "$1" = quick ] && exit 0
 echo "== bench.compute"

@@ -338,13 +338,22 @@ def _llama4(spec: VisionRopeSpec, device: torch.device) -> Pair:
 
 
 def _dinov3(spec: VisionRopeSpec, device: torch.device) -> Pair:
-    """Full-width (H*W, D) `tile(2*pi * [y, x] * f, 2)` over the normalised patch centres."""
+    """Full-width (H*W, D) `tile(2*pi * [y, x] * f, 2)` over the normalised patch centres.
+
+    Computed on the CPU whatever `device`, then moved: on an H200 (docs/gpu.md, second run) the
+    GPU's table departed from the CPU's (and transformers') by more than 2 ulps, and the table
+    (H*W patches) is small."""
+    cos, sin = _dinov3_cpu(spec)
+    return cos.to(device), sin.to(device)
+
+
+def _dinov3_cpu(spec: VisionRopeSpec) -> Pair:
+    """`_dinov3` on the CPU, as `DINOv3ViTRopePositionEmbedding` computes it."""
     inv = 1 / float(spec.rope_theta or 0.0) ** torch.arange(
         0, 1, 4 / spec.head_dim, dtype=torch.float32
     )
-    inv = inv.to(device)
-    coords_h = torch.arange(0.5, spec.grid_height, dtype=torch.float32, device=device)
-    coords_w = torch.arange(0.5, spec.grid_width, dtype=torch.float32, device=device)
+    coords_h = torch.arange(0.5, spec.grid_height, dtype=torch.float32)
+    coords_w = torch.arange(0.5, spec.grid_width, dtype=torch.float32)
     coords_h = coords_h / spec.grid_height
     coords_w = coords_w / spec.grid_width
     coords = torch.stack(torch.meshgrid(coords_h, coords_w, indexing="ij"), dim=-1).flatten(0, 1)

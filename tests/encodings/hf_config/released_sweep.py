@@ -32,8 +32,11 @@ import httpx
 import numpy as np
 import torch
 
-from posenc.encodings import parse_spec
+from posenc.encodings import compute, parse_spec
 from tests.encodings.hf_config import rope_sweep as sweep
+from tests.tolerances import served_as_reference
+
+CPU = torch.device("cpu")
 
 
 def _plain(data: Any) -> Any:
@@ -162,7 +165,10 @@ def reference(model_type: str, length: int = sweep.SEQ) -> sweep.Reference:
 
 
 def served(
-    client: httpx.Client, data: Mapping[str, Any], keys: Mapping[str, Any]
+    client: httpx.Client,
+    data: Mapping[str, Any],
+    keys: Mapping[str, Any],
+    device: torch.device = CPU,
 ) -> sweep.Verdict | list[sweep.Table]:
     """posenc's answer through the server: POST /v1/resolve, then each resolved rope spec's
     table from POST /v1/tables at half width, float32, cos and sin apart (the arrangement the
@@ -170,7 +176,9 @@ def served(
     `list[Table]`; or the refusal's verdict: `rejected` when a problem names a key of `keys`
     (the full config: a sparse file's refusal may name a key it omits), model_type, or is one
     of hf_config's own refusals of a key it needs ("cannot map config"); a config with no rope
-    table at all (a vision tower) is `rejected` too; anything else is `wrong`."""
+    table at all (a vision tower) is `rejected` too; anything else is `wrong`. From a server on
+    a GPU (`device`), each table is held within `tolerances.GPU_ULPS` of the same spec computed
+    on the CPU, and the CPU's table is what is returned (and judged bit for bit)."""
     response = client.post(
         "/v1/resolve", json={"hf_config": dict(data), "max_positions": sweep.SEQ}
     )
@@ -201,6 +209,14 @@ def served(
             return sweep.Verdict("wrong", [f"{item['name']}: HTTP {got.status_code}: {got.text}"])
         arrays = np.load(io.BytesIO(got.content))
         cos, sin = (torch.from_numpy(arrays[n].copy()) for n in ("cos", "sin"))
+        if device.type != "cpu":
+            cpu = compute(parse_spec(half), "cpu").tensors
+            if not (
+                served_as_reference(cos, cpu["cos"], device)
+                and served_as_reference(sin, cpu["sin"], device)
+            ):
+                return sweep.Verdict("wrong", [f"{item['name']}: the GPU's table is not the CPU's"])
+            cos, sin = cpu["cos"], cpu["sin"]
         tables.append(sweep._table(item["name"], item["notes"], spec, cos, sin))
     if not tables:
         return sweep.Verdict("rejected", ["no rope table (other kinds served)"], {"keys": []})

@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from posenc.encodings.hf_config.models import ROTARY_PARTS
+from tests.conftest import ServerHandle
 from tests.encodings.hf_config import released_sweep as released
 from tests.encodings.hf_config import rope_sweep as sweep
 
@@ -32,7 +33,7 @@ def _line(verdict: sweep.Verdict | list[sweep.Table]) -> str:
 
 @pytest.mark.parametrize("model_type", TYPES)
 def test_released_and_sparse_configs_are_exact_or_refused(
-    client: httpx.Client, model_type: str
+    server: ServerHandle, client: httpx.Client, model_type: str
 ) -> None:
     try:
         full = released.default_config(model_type)
@@ -42,9 +43,9 @@ def test_released_and_sparse_configs_are_exact_or_refused(
         ref: sweep.Reference | None = released.reference(model_type)
     except sweep.UnbuildableError:
         ref = None  # judged by the sparse == full equality below (and by the tiny sweep)
-    answers = {"full": released.served(client, full, full)}
+    answers = {"full": released.served(client, full, full, server.device)}
     sparse, dropped = released.sparse_config(model_type)
-    answers["sparse"] = released.served(client, sparse, full)
+    answers["sparse"] = released.served(client, sparse, full, server.device)
     for form, answer in answers.items():
         if isinstance(answer, sweep.Verdict):
             assert answer.outcome == "rejected", f"{form}: {answer.line()}"
@@ -74,7 +75,7 @@ SPARSE_EXAMPLES = [
 
 @pytest.mark.parametrize(("model_type", "head_dim", "width"), SPARSE_EXAMPLES)
 def test_sparse_config_takes_the_class_defaults(
-    client: httpx.Client, model_type: str, head_dim: int, width: int
+    server: ServerHandle, client: httpx.Client, model_type: str, head_dim: int, width: int
 ) -> None:
     """The issues' examples: without `head_dim` (or JetMoE's kv_channels; Zamba2 derives its
     attention_head_dim as 2 * hidden_size / heads), or the rope parameters holding a partial
@@ -94,7 +95,7 @@ def test_sparse_config_takes_the_class_defaults(
     assert item["spec"].get("rotary_dim", head_dim) == width
     applied = item["notes"]["defaults_applied"]
     assert set(applied) & {"head_dim", "kv_channels", "num_attention_heads"}, applied
-    tables = released.served(client, sparse, sparse)
+    tables = released.served(client, sparse, sparse, server.device)
     assert isinstance(tables, list), tables
     verdict = sweep.judge(released.reference(model_type), tables)
     assert verdict.outcome == "exact", verdict.line()
@@ -102,7 +103,7 @@ def test_sparse_config_takes_the_class_defaults(
 
 @pytest.mark.parametrize("model_type", sorted(ROTARY_PARTS))
 def test_composites_of_rotary_stacks_name_their_parts(
-    client: httpx.Client, model_type: str
+    server: ServerHandle, client: httpx.Client, model_type: str
 ) -> None:
     """Issue 30 item 4: a composite whose rotary stacks are sub-configs (Dia, T5Gemma (2), BLT,
     LASR-CTC, Nemotron-3 diarization) is a 422 naming each part's key and model_type; each part's
@@ -116,7 +117,7 @@ def test_composites_of_rotary_stacks_name_their_parts(
     for key, problem in zip(ROTARY_PARTS[model_type], problems, strict=True):
         part = full[key]
         assert problem["value"] == part["model_type"]
-        tables = released.served(client, part, part)
+        tables = released.served(client, part, part, server.device)
         assert isinstance(tables, list), f"{key}: {tables}"
         verdict = sweep.judge(sweep.module_reference(part), tables)
         assert verdict.outcome == "exact", f"{key}: {verdict.line()}"
