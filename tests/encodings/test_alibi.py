@@ -10,7 +10,6 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from transformers import FalconConfig, FalconModel
 from transformers.models.bloom.modeling_bloom import build_alibi_tensor as bloom_alibi
 from transformers.models.falcon.modeling_falcon import build_alibi_tensor as falcon_alibi
 from transformers.models.mpt.modeling_mpt import build_mpt_alibi_tensor
@@ -104,42 +103,6 @@ def test_slopes_match_mpt(heads: int, bias_max: float) -> None:
     mpt = -build_mpt_alibi_tensor(heads, 2, alibi_bias_max=bias_max)[:, 0, 0]
     ours = alibi_slopes(spec(num_heads=heads, alibi_bias_max=bias_max))
     torch.testing.assert_close(ours, mpt, rtol=SLOPE_RTOL, atol=0)
-
-
-def test_falcon_scales_alibi_by_inverse_sqrt_head_dim_in_the_attention_mask() -> None:
-    # FalconModel.forward folds `alibi / sqrt(head_dim)` into the causal mask the attention
-    # receives (eager attention instead computes (scores + alibi) * inv_norm_factor): the served
-    # equivalent is slope_scale = 1/sqrt(head_dim) with the row-constant form.
-    heads, head_dim, length = 4, 16, 7
-    config = FalconConfig(
-        vocab_size=32,
-        hidden_size=heads * head_dim,
-        num_attention_heads=heads,
-        num_hidden_layers=1,
-        alibi=True,
-        new_decoder_architecture=False,
-        multi_query=False,
-        parallel_attn=True,
-        bias=False,
-    )
-    config._attn_implementation = "sdpa"
-    model = FalconModel(config).eval()
-    seen: dict[str, torch.Tensor] = {}
-
-    def grab(_: torch.nn.Module, args: Any, kwargs: dict[str, Any]) -> None:
-        seen["mask"] = kwargs["attention_mask"].clone()
-
-    model.h[0].self_attention.register_forward_pre_hook(grab, with_kwargs=True)
-    with torch.no_grad():
-        model(torch.arange(length)[None])
-    ours = table(
-        num_heads=heads,
-        slope_scale=1 / math.sqrt(head_dim),
-        bias="row_constant",
-        key_length=length,
-    )["bias"]
-    # Falcon's products are bf16 (2^-8 relative); masked entries are finfo(float32).min in both.
-    torch.testing.assert_close(seen["mask"][0], ours, rtol=2**-7, atol=0)
 
 
 def test_slope_scale_and_interpolation_factor_apply_in_float64() -> None:

@@ -81,11 +81,9 @@ def test_half_precision_bias_is_falcons_for_head_dim_64(dtype: str, heads: int) 
     assert torch.equal(ours, falcons_row(heads, 64, 2048, getattr(torch, dtype)))
 
 
-@pytest.mark.parametrize("keys", [32, 2048])
-def test_falcon_model_adds_exactly_this_masked_bias(keys: int) -> None:
-    """The float32 mask FalconModel.forward passes to its (sdpa) attention, alibi included and
-    future keys at finfo(float32).min, equals the served masked row_constant table."""
-    heads, head_dim = 4, 16
+def _falcon_model(heads: int, head_dim: int, attention: str) -> FalconModel:
+    """A one-layer ALiBi FalconModel (the 7B/40B-style architecture flags off) in eval mode,
+    with `attention` ("sdpa" or "eager") as its attention implementation."""
     config = FalconConfig(
         vocab_size=32,
         hidden_size=heads * head_dim,
@@ -97,8 +95,16 @@ def test_falcon_model_adds_exactly_this_masked_bias(keys: int) -> None:
         parallel_attn=True,
         bias=False,
     )
-    config._attn_implementation = "sdpa"
-    model = FalconModel(config).eval()
+    config._attn_implementation = attention
+    return FalconModel(config).eval()
+
+
+@pytest.mark.parametrize("keys", [32, 2048])
+def test_falcon_model_adds_exactly_this_masked_bias(keys: int) -> None:
+    """The float32 mask FalconModel.forward passes to its (sdpa) attention, alibi included and
+    future keys at finfo(float32).min, equals the served masked row_constant table."""
+    heads, head_dim = 4, 16
+    model = _falcon_model(heads, head_dim, "sdpa")
     seen: dict[str, torch.Tensor] = {}
 
     def grab(_: torch.nn.Module, args: Any, kwargs: dict[str, Any]) -> None:
@@ -157,20 +163,8 @@ def test_eager_falcon_adds_the_bias_twice_as_the_resolve_notes_say() -> None:
     heads, head_dim, length = 4, 16, 6
     outputs = {}
     for impl, double in (("eager", False), ("sdpa", True), ("sdpa", False)):
-        config = FalconConfig(
-            vocab_size=32,
-            hidden_size=heads * head_dim,
-            num_attention_heads=heads,
-            num_hidden_layers=1,
-            alibi=True,
-            new_decoder_architecture=False,
-            multi_query=False,
-            parallel_attn=True,
-            bias=False,
-        )
-        config._attn_implementation = impl
         torch.manual_seed(0)
-        model = FalconModel(config).eval()
+        model = _falcon_model(heads, head_dim, impl)
         if double:
 
             def twice(_: torch.nn.Module, args: Any, kwargs: dict[str, Any]) -> Any:

@@ -319,14 +319,7 @@ def alibi_bias(spec: AlibiSpec, slopes: torch.Tensor) -> torch.Tensor:
     fill = float("-inf") if spec.masked_value == "-inf" else torch.finfo(out_dtype).min
     if spec.bias_rounding == "bfloat16":
         row = _falcon_row(spec, k, dev).to(out_dtype)[:, None, :]
-        out = empty((heads, q, k), out_dtype, dev)
-        if not masked:
-            out.copy_(row.expand(heads, q, k))
-            return out
-        j = torch.arange(k, dtype=torch.int64, device=dev)
-        future = j[None, :] > torch.arange(off, off + q, dtype=torch.int64, device=dev)[:, None]
-        fill_value = torch.tensor(fill, dtype=out_dtype, device=dev)
-        return torch.where(future[None], fill_value, row, out=out)
+        return _row_constant(row, q, off, fill if masked else None)
     if spec.bias in ("causal", "symmetric", "bottom_right"):
         r = torch.arange(-(q - 1), k, dtype=torch.int64, device=dev)  # (Q+K-1,): j - i
         if spec.bias == "causal":
@@ -355,13 +348,24 @@ def alibi_bias(spec: AlibiSpec, slopes: torch.Tensor) -> torch.Tensor:
         torch.mul(slopes[:, None], dist[None, :], out=out.view(heads, k))
         return out
     row = (slopes[:, None] * dist[None, :]).to(out_dtype)[:, None, :]
-    if not masked:
+    return _row_constant(row, q, off, fill if masked else None, out)
+
+
+def _row_constant(
+    row: torch.Tensor, q: int, off: int, fill: float | None, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """(H, Q, K) with every query row equal to `row` (H, 1, K); with `fill`, the keys after
+    each query's position (j > off + i) set to it (into `out` when given)."""
+    heads, _, k = row.shape
+    if out is None:
+        out = empty((heads, q, k), row.dtype, row.device)
+    if fill is None:
         out.copy_(row.expand(heads, q, k))
         return out
-    j = torch.arange(k, dtype=torch.int64, device=dev)
-    future = j[None, :] > torch.arange(off, off + q, dtype=torch.int64, device=dev)[:, None]
-    fill_value = torch.tensor(fill, dtype=out_dtype, device=dev)
-    return torch.where(future[None], fill_value, row, out=out)
+    j = torch.arange(k, dtype=torch.int64, device=row.device)
+    i = torch.arange(off, off + q, dtype=torch.int64, device=row.device)
+    fill_value = torch.tensor(fill, dtype=row.dtype, device=row.device)
+    return torch.where((j[None, :] > i[:, None])[None], fill_value, row, out=out)
 
 
 def _falcon_row(spec: AlibiSpec, k: int, device: torch.device) -> torch.Tensor:
