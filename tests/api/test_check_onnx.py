@@ -179,25 +179,8 @@ def test_upload_limit_is_checked_before_the_body() -> None:
 def _pairings(cos_names: list[str], sin_names: list[str], rows: int, value: np.ndarray) -> bytes:
     """A GQA model whose initializers (each `value`, (rows, HD/2)) are wired into one
     GroupQueryAttention per (cos, sin) pairing: len(cos_names) x len(sin_names) nodes."""
-    from onnx import helper as h
-    from onnx import numpy_helper
-
-    model = blocks.gqa_block(HD, HEADS, KV_HEADS, caches="initializer")
-    template = model.graph.node[0]
-    del model.graph.node[:], model.graph.initializer[:], model.graph.output[:]
     cache = np.ascontiguousarray(value[:rows])
-    model.graph.initializer.extend(
-        numpy_helper.from_array(cache, name) for name in dict.fromkeys(cos_names + sin_names)
-    )
-    for i, cos in enumerate(cos_names):
-        for j, sin in enumerate(sin_names):
-            node = onnx.NodeProto()
-            node.CopyFrom(template)
-            node.name = f"gqa_{i}_{j}"
-            node.input[7], node.input[8] = cos, sin
-            node.output[:] = [f"out_{i}_{j}", f"pk_{i}_{j}", f"pv_{i}_{j}"]
-            model.graph.node.append(node)
-            model.graph.output.append(h.make_empty_tensor_value_info(f"out_{i}_{j}"))
+    model = blocks.gqa_pairings(HD, HEADS, KV_HEADS, cos_names, sin_names, cache)
     return model.SerializeToString()
 
 

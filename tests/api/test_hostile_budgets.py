@@ -35,6 +35,7 @@ from tritonclient.utils import InferenceServerException
 
 from posenc.runtime import InFlightBudget
 from tests.api.metrics_util import scrape, value
+from tests.api.test_memory_budget import BIG, BIG2, OTHER
 from tests.conftest import ProcessHandle, ServerHandle, start_server, start_server_process
 
 MiB = 1 << 20
@@ -416,9 +417,7 @@ def test_onnx_model_of_many_empty_nodes_is_refused_unparsed(srv: ServerHandle) -
 
 # --- 3. slow readers cannot starve others ----------------------------------------------------
 
-BIG = {"kind": "rope", "head_dim": 128, "max_positions": 12288}  # cos + sin: 2 x 6 MiB
-BIG2 = {**BIG, "max_positions": 12287}
-OTHER = {"kind": "rope", "head_dim": 128, "max_positions": 8192}  # 2 x 4 MiB
+# BIG (cos + sin: 2 x 6 MiB), BIG2 and OTHER (2 x 4 MiB): test_memory_budget's specs
 
 
 @pytest.fixture(scope="module")

@@ -340,3 +340,29 @@ def bloom_alibi_reference(
     weights = scores.view(1, heads, s, t) + causal_mask(s, t)
     probs = torch.softmax(weights, dim=-1, dtype=torch.float32)
     return torch.bmm(probs.view(heads, s, t), v.reshape(heads, t, d)).view(1, heads, s, d)
+
+
+def gqa_pairings(
+    hd: int, heads: int, kv_heads: int, cos_names: list[str], sin_names: list[str], cache: Any
+) -> onnx.ModelProto:
+    """A model of one GroupQueryAttention (`gqa_block`) per (cos, sin) pairing, each initializer
+    holding `cache` (rows, hd/2): len(cos_names) x len(sin_names) nodes (the hostile pairing
+    model of the verification issue)."""
+    from onnx import numpy_helper
+
+    model = gqa_block(hd, heads, kv_heads, caches="initializer")
+    template = model.graph.node[0]
+    del model.graph.node[:], model.graph.initializer[:], model.graph.output[:]
+    model.graph.initializer.extend(
+        numpy_helper.from_array(cache, name) for name in dict.fromkeys(cos_names + sin_names)
+    )
+    for i, cos in enumerate(cos_names):
+        for j, sin in enumerate(sin_names):
+            node = onnx.NodeProto()
+            node.CopyFrom(template)
+            node.name = f"gqa_{i}_{j}"
+            node.input[7], node.input[8] = cos, sin
+            node.output[:] = [f"out_{i}_{j}", f"pk_{i}_{j}", f"pv_{i}_{j}"]
+            model.graph.node.append(node)
+            model.graph.output.append(h.make_empty_tensor_value_info(f"out_{i}_{j}"))
+    return model

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, numpy_helper
+from onnx import TensorProto
 from onnx import helper as h
 
 from posenc_client import Client
@@ -177,23 +177,10 @@ def test_hostile_pairings_are_refused(server: ServerHandle, tmp_path: Path, role
 
     k = 8 if role == "cos_and_sin" else 17  # 17 * 17 = 289 > MAX_SITES
     assert role == "cos_and_sin" or k * k > MAX_SITES
-    model = blocks.gqa_block(HD, HEADS, KV_HEADS, caches="initializer")
-    template = model.graph.node[0]
-    del model.graph.node[:], model.graph.initializer[:]
     cache = np.zeros((4, HD // 2), np.float32)
     names = [f"c{i}" for i in range(k)]
     sin_names = names if role == "cos_and_sin" else [f"s{i}" for i in range(k)]
-    model.graph.initializer.extend(numpy_helper.from_array(cache, n) for n in {*names, *sin_names})
-    del model.graph.output[:]
-    for i, cos in enumerate(names):
-        for j, sin in enumerate(sin_names):
-            node = onnx.NodeProto()
-            node.CopyFrom(template)
-            node.name = f"gqa_{i}_{j}"
-            node.input[7], node.input[8] = cos, sin
-            node.output[:] = [f"out_{i}_{j}", f"pk_{i}_{j}", f"pv_{i}_{j}"]
-            model.graph.node.append(node)
-            model.graph.output.append(h.make_empty_tensor_value_info(f"out_{i}_{j}"))
+    model = blocks.gqa_pairings(HD, HEADS, KV_HEADS, names, sin_names, cache)
     path = tmp_path / "hostile.onnx"
     onnx.save(model, path)
     config = _small_llama(tmp_path)

@@ -96,6 +96,17 @@ VISION_WORDS = ("vision", "visual", "audio", "image", "patch", "speech", "talker
 # Enumeration
 
 
+def _wanted_layers(text: Any, rotary: Any) -> dict[int, str | None]:
+    """The first layer of each softmax layer type the rotary module computes tables for
+    (`layer_type` in its forward): {layer index: type}; {0: None} for one shared table."""
+    types = getattr(text, "layer_types", None)
+    if "layer_type" not in inspect.signature(rotary.forward).parameters or not isinstance(
+        types, list
+    ):
+        return {0: None}
+    return {types.index(t): t for t in dict.fromkeys(types) if not any(w in t for w in NOT_SOFTMAX)}
+
+
 def _models_root() -> Path:
     import transformers
 
@@ -1370,13 +1381,7 @@ def _module_reference(data: dict[str, Any], length: int) -> Reference:
                 rotary = cls(config=text)
         except Exception:
             raise err from None
-    types = getattr(text, "layer_types", None)
-    per_type = "layer_type" in inspect.signature(rotary.forward).parameters
-    wanted: dict[int, str | None] = {0: None}
-    if per_type and isinstance(types, list):
-        wanted = {
-            types.index(t): t for t in dict.fromkeys(types) if not any(w in t for w in NOT_SOFTMAX)
-        }
+    wanted = _wanted_layers(text, rotary)
     layers = {}
     for index, layer_type in wanted.items():
         try:
@@ -1407,7 +1412,7 @@ def _module_reference(data: dict[str, Any], length: int) -> Reference:
         length=length,
         layers=layers,
         nope=[],
-        layer_types=list(types) if per_type and isinstance(types, list) else None,
+        layer_types=list(text.layer_types) if None not in wanted.values() else None,
         text_model_type=str(text.model_type),
         module_only=True,
     )
@@ -1889,13 +1894,7 @@ def long_positions(data: Mapping[str, Any]) -> list[str] | None:
         tables = posenc_tables(data, rows)
     except SpecError:
         return None
-    types = getattr(text, "layer_types", None)
-    per_type = "layer_type" in inspect.signature(rotary.forward).parameters
-    wanted: dict[int, str | None] = {0: None}
-    if per_type and isinstance(types, list):
-        wanted = {
-            types.index(t): t for t in dict.fromkeys(types) if not any(w in t for w in NOT_SOFTMAX)
-        }
+    wanted = _wanted_layers(text, rotary)
     ids = torch.tensor(LONG_POSITIONS)
     reasons = []
     for layer_type in wanted.values():
