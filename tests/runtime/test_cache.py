@@ -271,3 +271,35 @@ def test_other_errors_on_cuda_are_not_retried() -> None:
 def test_invalid_arguments() -> None:
     with pytest.raises(ValueError, match="max_concurrent"):
         TableCache(max_bytes=1, device=torch.device("cpu"), max_concurrent=0)
+
+
+def test_a_get_on_another_device_is_its_own_entry() -> None:
+    """`get(..., device=cpu)` on a cache whose device is not the CPU (a GPU server asked for
+    the reference bytes, as the check route and `verify` ask): computed on the CPU, keyed on
+    the CPU, equal to the CPU table, and a separate entry from the cache device's; by content key
+    too (the key memo keeps the cache device's key)."""
+    counting = CountingCompute()
+    cache = make_cache(device=torch.device("meta"), compute=counting)
+    spec = rope()
+    key = content_key(spec)
+    cpu = torch.device("cpu")
+
+    async def run() -> None:
+        on_cpu, outcome = await cache.get(spec, key, cpu)
+        assert outcome == "miss"
+        assert on_cpu.device == "cpu"
+        assert on_cpu.key == CacheKey(key, "cpu", "float32", "reference")
+        want = compute(spec, cpu).tensors
+        assert all(torch.equal(on_cpu.table.tensors[n], want[n]) for n in want)
+        again, outcome = await cache.get(spec, key, cpu)
+        assert (again, outcome) == (on_cpu, "hit")
+        on_meta, outcome = await cache.get(spec, key)
+        assert outcome == "miss"
+        assert on_meta.device == "meta"
+        assert on_meta.key == CacheKey(key, "meta", "float32", "reference")
+        assert cache.key_for(spec, key) == on_meta.key
+        assert cache.key_for(spec, key, cpu) == on_cpu.key
+
+    asyncio.run(run())
+    assert counting.calls == 2
+    cache.close()

@@ -21,7 +21,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
 from concurrent.futures import Executor, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import torch
@@ -176,17 +176,21 @@ class TableCache:
         finally:
             self._outside -= 1
 
-    def key_for(self, spec: SpecBase, key: str | None = None) -> CacheKey:
-        """The cache key of `spec` on this cache's device (`key`: its content key, if known).
+    def key_for(
+        self, spec: SpecBase, key: str | None = None, device: torch.device | None = None
+    ) -> CacheKey:
+        """The cache key of `spec` on `device` (default: this cache's device; `key`: its content
+        key, if known).
 
         Keys given by content key are remembered (up to `KEY_MEMO` of them): a content key names
         one canonical spec, hence one dtype and precision, and canonicalising a spec again on
         every hit costs more than the rest of the lookup.
         """
+        where = str(self.device if device is None else device)
         if key is not None:
             known = self._key_memo.get(key)
             if known is not None:
-                return known
+                return known if known.device == where else replace(known, device=where)
         canon = spec.canonical()
         ck = CacheKey(
             content_key=key or content_key(canon),
@@ -198,21 +202,26 @@ class TableCache:
             if len(self._key_memo) >= KEY_MEMO:
                 del self._key_memo[next(iter(self._key_memo))]
             self._key_memo[key] = ck
-        return ck
+        return ck if ck.device == where else replace(ck, device=where)
 
     def peek(self, key: CacheKey) -> CacheEntry | None:
         """The resident entry for `key`, without touching recency or counters."""
         return self._entries.get(key)
 
-    async def get(self, spec: SpecBase, key: str | None = None) -> tuple[CacheEntry, Outcome]:
-        """The entry for `spec`, computing it at most once however many callers ask at once.
+    async def get(
+        self, spec: SpecBase, key: str | None = None, device: torch.device | None = None
+    ) -> tuple[CacheEntry, Outcome]:
+        """The entry for `spec` on `device` (default: the cache's), computing it at most once
+        however many callers ask at once. `device=cpu` on a GPU server gives the reference
+        bytes (what transformers computes on the CPU, bit for bit), which a GPU's libm may miss
+        by an ulp: verification compares with those (docs/gpu.md).
 
         Returns the entry and whether it was a `hit`, a `miss` (this call started the
         computation) or `coalesced` (joined one in flight). Raises `Busy` when a new computation
         would exceed `max_concurrent`, `Overloaded` when its output does not fit the in-flight
         budget, and whatever the computation raised otherwise.
         """
-        ck = self.key_for(spec, key)
+        ck = self.key_for(spec, key, device)
         entry = self._entries.get(ck)
         if entry is not None:
             self._entries.move_to_end(ck)
@@ -232,7 +241,8 @@ class TableCache:
                 lease = self.budget.acquire(("compute", ck), charge)
             self.stats.misses += 1
             outcome = "miss"
-            flight = asyncio.get_running_loop().create_task(self._fill(ck, spec, lease))
+            where = self.device if device is None else device
+            flight = asyncio.get_running_loop().create_task(self._fill(ck, spec, lease, where))
             flight.add_done_callback(_consume_exception)
             self._flights[ck] = flight
         else:
@@ -240,11 +250,13 @@ class TableCache:
         # shield: a caller that disconnects must not cancel the computation others await
         return await asyncio.shield(flight), outcome
 
-    async def _fill(self, ck: CacheKey, spec: SpecBase, lease: Lease | None) -> CacheEntry:
+    async def _fill(
+        self, ck: CacheKey, spec: SpecBase, lease: Lease | None, device: torch.device
+    ) -> CacheEntry:
         try:
             loop = asyncio.get_running_loop()
             table, used, fallback, seconds = await loop.run_in_executor(
-                self._executor, self._run, spec
+                self._executor, self._run, spec, device
             )
         finally:
             del self._flights[ck]
@@ -271,17 +283,17 @@ class TableCache:
             self._evict(protect=ck)
         return entry
 
-    def _run(self, spec: SpecBase) -> tuple[Table, str, str | None, float]:
-        """Worker thread: compute on the cache device, retrying on the CPU after a CUDA OOM."""
+    def _run(self, spec: SpecBase, device: torch.device) -> tuple[Table, str, str | None, float]:
+        """Worker thread: compute on `device`, retrying on the CPU after a CUDA OOM."""
         start = time.perf_counter()
         try:
-            table = self._compute(spec, self.device)
-            synchronize(self.device)
-            return table, str(self.device), None, time.perf_counter() - start
+            table = self._compute(spec, device)
+            synchronize(device)
+            return table, str(device), None, time.perf_counter() - start
         except Exception as exc:
-            if self.device.type != "cuda" or not is_out_of_memory(exc):
+            if device.type != "cuda" or not is_out_of_memory(exc):
                 raise
-        release_cached_memory(self.device)
+        release_cached_memory(device)
         cpu = torch.device("cpu")
         table = self._compute(spec, cpu)
         return table, str(cpu), "cuda_out_of_memory", time.perf_counter() - start

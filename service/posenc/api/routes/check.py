@@ -58,6 +58,9 @@ from posenc.api.wire import TooManyEntries, count_graph_entries
 from posenc.encodings import SpecBase, canonical_json
 from posenc.runtime import OFFLOAD_BYTES
 
+CPU = torch.device("cpu")
+"""Where the check route computes its references."""
+
 if TYPE_CHECKING:
     import onnx
 
@@ -223,11 +226,13 @@ def _request_spec(base: SpecBase, request: TableRequest) -> tuple[SpecBase, str]
 
 async def _exact(state: AppState, spec: SpecBase, key: str) -> _Exact:
     """The exact table of `spec` (content key `key`) through the cache, checked against
-    `max_response_bytes` before it is computed."""
+    `max_response_bytes` before it is computed. Computed on the CPU whatever the server's
+    device: the reference bytes (a GPU's cos/sin may differ by an ulp, docs/gpu.md), the ones
+    ONNX exports bake and a model exported from transformers holds."""
     outputs = spec.outputs()
     check_size(state, outputs)
     size = sum(info.nbytes for info in outputs.values())
-    entry, _ = await state.require_cache().get(spec, key)
+    entry, _ = await state.require_cache().get(spec, key, CPU)
     if size > OFFLOAD_BYTES:
         return await asyncio.to_thread(_Exact, spec, entry.table.tensors)
     return _Exact(spec, entry.table.tensors)
