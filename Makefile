@@ -13,7 +13,7 @@ PORT ?= 8000
 TORCH_INDEX ?=
 TORCH_INDEX_ARG := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
 
-.PHONY: venv lock drift optimum-check grpc-stubs nginx chromium wrk container-tools image image-test serve test check bench screenshots models-doc models-data clean
+.PHONY: dist venv lock drift optimum-check grpc-stubs nginx chromium wrk container-tools image image-test serve test check bench screenshots models-doc models-data clean
 
 venv: $(STAMP)
 
@@ -75,8 +75,28 @@ $(OPTIMUM_VENV)/.installed: requirements/optimum.txt
 grpc-stubs: $(STAMP)
 	$(BIN)/python tools/grpc_stubs.py
 
-serve: $(STAMP)
+# make serve needs the runtime only: requirements/image-cpu.txt (the CPU image's lock, 44 packages,
+# no test tools) and the two projects. Where the suite's environment is already installed (a
+# superset at the same pins) nothing more is installed; `make test` later adds the test tools.
+RUNTIME_STAMP := $(VENV)/.runtime
+$(RUNTIME_STAMP): requirements/image-cpu.txt pyproject.toml clients/python/pyproject.toml Makefile
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	test -f $(STAMP) || $(BIN)/pip install --quiet --require-hashes --no-deps $(TORCH_INDEX_ARG) \
+	  -r requirements/image-cpu.txt -r requirements/client.txt
+	test -f $(STAMP) || $(BIN)/pip install --quiet --no-deps --no-build-isolation -e . -e clients/python
+	touch $(RUNTIME_STAMP)
+
+serve: $(RUNTIME_STAMP)
 	$(BIN)/posenc serve --host $(HOST) --port $(PORT)
+
+# Wheels and sdists of posenc and posenc-client in $(DIST) (uv build, with the environment's own
+# setuptools: nothing is fetched). Order-only on the environment: building a distribution never
+# reinstalls it.
+DIST ?= dist
+dist: | $(STAMP)
+	rm -f $(DIST)/posenc-*.whl $(DIST)/posenc-*.tar.gz $(DIST)/posenc_client-*
+	$(BIN)/uv build --quiet --no-build-isolation --python $(BIN)/python --out-dir $(DIST) .
+	$(BIN)/uv build --quiet --no-build-isolation --python $(BIN)/python --out-dir $(DIST) clients/python
 
 # tests/deploy runs the shipped cache configuration in a real nginx: Debian's nginx-light (plain
 # nginx where a release has no -light package). /usr/sbin may be off a non-root user's PATH.

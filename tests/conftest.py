@@ -149,10 +149,13 @@ class ProcessHandle:
         self.proc.wait(timeout=30)
 
 
-def start_server_process(*args: str, env: dict[str, str] | None = None) -> ProcessHandle:
+def start_server_process(
+    *args: str, env: dict[str, str] | None = None, exe: Path | None = None
+) -> ProcessHandle:
     """Run `posenc serve --port 0 ARGS` and wait until uvicorn reports its address (and the gRPC
-    service its port, `grpc_url`, when ARGS hold `--grpc-port`)."""
-    exe = Path(sys.executable).with_name("posenc")
+    service its port, `grpc_url`, when ARGS hold `--grpc-port`). `exe`: another environment's
+    `posenc` entry point (default: this one's)."""
+    exe = exe or Path(sys.executable).with_name("posenc")
     full_env = {**os.environ, **(env or {})}
     proc = subprocess.Popen(
         [str(exe), "serve", "--host", "127.0.0.1", "--port", "0", "--log-level", "info", *args],
