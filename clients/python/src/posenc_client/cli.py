@@ -450,7 +450,96 @@ VERIFY_EXITS = {
 }
 
 
+def _gguf_module() -> Any:
+    try:
+        from posenc_client import gguf as gguf_check
+    except ImportError as err:
+        raise UsageError(f"needs gguf: pip install 'posenc-client[gguf]' ({err})") from err
+    return gguf_check
+
+
+def _gguf_plan(client: Client, args: argparse.Namespace) -> tuple[Any, Any, JSON, list[Any]]:
+    """The GGUF checker, the file, the config and posenc's exact tables to compare with."""
+    check = _gguf_module()
+    try:
+        model = check.read_gguf(args.model)
+    except IncompatibleModelError:
+        raise
+    except Exception as err:
+        raise UsageError(f"cannot read the GGUF file {args.model!r}: {err}") from err
+    config = _config(args.hf_config)
+    fields = parse_fields(args.fields)
+    resolved = client.resolve(config, kind="rope", **fields)
+    sides = check.rope_sides(
+        model,
+        config,
+        resolved,
+        client.table,
+        rows=args.max_positions,
+        layer_type=args.layer_type,
+    )
+    return check, model, config, sides
+
+
+def _gguf_json(path: str, result: str, code: int, reports: list[Any]) -> JSON:
+    return {
+        "model": path,
+        "format": "gguf",
+        "outcome": result,
+        "exit_code": code,
+        "tables": [{**report.__dict__, "line": report.line()} for report in reports],
+    }
+
+
+def cmd_verify_gguf(client: Client, args: argparse.Namespace) -> int:
+    check, model, config, sides = _gguf_plan(client, args)
+    reports = check.verify_gguf(model, config, sides)
+    result = check.outcome(reports)
+    code = VERIFY_EXITS[result]
+    if args.json:
+        _print_json(_gguf_json(args.model, result, code, reports))
+    else:
+        against = ", ".join(f"{s.table.key[:12]} ({s.name})" for s in sides)
+        print(f"{args.model} ({model.arch}) against {against}:")
+        _report(reports, sys.stdout)
+        print(f"outcome: {result}")
+    return code
+
+
+def cmd_plug_gguf(client: Client, args: argparse.Namespace) -> int:
+    check, model, config, sides = _gguf_plan(client, args)
+    before = check.verify_gguf(model, config, sides)
+    print("the file's RoPE against the config's:", file=sys.stderr)
+    _report(before, sys.stderr)
+    try:
+        changed, after = check.plug_gguf(model, config, sides, args.output)
+    except OSError as err:
+        raise UsageError(f"cannot write {args.output!r}: {err}") from err
+    result = check.outcome(after)
+    if result != "exact":
+        _report(after, sys.stderr)
+        raise IncompatibleModelError(
+            f"the written file is still not exact ({result}): llama.cpp cannot compute this "
+            "config's RoPE from a GGUF file"
+        )
+    what = ", ".join(changed) if changed else "nothing (the file was exact)"
+    print(f"plugged {what}; wrote {args.output}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _is_gguf(path: str) -> bool:
+    if path.lower().endswith(".gguf"):
+        return True
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(4) == b"GGUF"
+    except OSError:
+        return False
+
+
 def cmd_verify(client: Client, args: argparse.Namespace) -> int:
+    if _is_gguf(args.model):
+        return cmd_verify_gguf(client, args)
     plug = _plug_module()
     model = _load(plug, args.model)
     config = _config(args.hf_config)
@@ -492,6 +581,8 @@ def cmd_verify(client: Client, args: argparse.Namespace) -> int:
 
 
 def cmd_plug(client: Client, args: argparse.Namespace) -> int:
+    if _is_gguf(args.model):
+        return cmd_plug_gguf(client, args)
     plug = _plug_module()
     model = _load(plug, args.model)
     rope = plug.find_rope_consumers(model)
