@@ -35,46 +35,120 @@ CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
     "llama_default": ("llama", {"model_type": "llama", **BASE, "rope_theta": 10000.0}),
     "llama3": (
         "llama",
-        {"model_type": "llama", **BASE, "rope_theta": 500000.0,
-         "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                          "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}},
-    ),  # fmt: skip
+        {
+            "model_type": "llama",
+            **BASE,
+            "rope_theta": 500000.0,
+            "rope_scaling": {
+                "rope_type": "llama3",
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 8192,
+            },
+        },
+    ),
     "qwen2_yarn": (
         "qwen2",
-        {"model_type": "qwen2", **BASE, "rope_theta": 1000000.0,
-         "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
-                          "original_max_position_embeddings": 1024}},
-    ),  # fmt: skip
+        {
+            "model_type": "qwen2",
+            **BASE,
+            "rope_theta": 1000000.0,
+            "rope_scaling": {
+                "rope_type": "yarn",
+                "factor": 4.0,
+                "original_max_position_embeddings": 1024,
+            },
+        },
+    ),
     "qwen3_yarn": (
         "qwen3",
-        {"model_type": "qwen3", **BASE, "head_dim": 128, "rope_theta": 1000000.0,
-         "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
-                          "original_max_position_embeddings": 1024}},
-    ),  # fmt: skip
+        {
+            "model_type": "qwen3",
+            **BASE,
+            "head_dim": 128,
+            "rope_theta": 1000000.0,
+            "rope_scaling": {
+                "rope_type": "yarn",
+                "factor": 4.0,
+                "original_max_position_embeddings": 1024,
+            },
+        },
+    ),
     "phi3_longrope": (
         "phi3",
-        {"model_type": "phi3", **BASE, "num_key_value_heads": 4,
-         "original_max_position_embeddings": 1024, "rope_theta": 10000.0,
-         "rope_scaling": {"type": "longrope",
-                          "short_factor": [1.0 + 0.05 * i for i in range(32)],
-                          "long_factor": [1.0 + 0.5 * i for i in range(32)]}},
-    ),  # fmt: skip
+        {
+            "model_type": "phi3",
+            **BASE,
+            "num_key_value_heads": 4,
+            "original_max_position_embeddings": 1024,
+            "rope_theta": 10000.0,
+            "rope_scaling": {
+                "type": "longrope",
+                "short_factor": [1.0 + 0.05 * i for i in range(32)],
+                "long_factor": [1.0 + 0.5 * i for i in range(32)],
+            },
+        },
+    ),
     "deepseek2_yarn": (
         "deepseek2",
-        {"model_type": "deepseek_v2", **BASE, "num_key_value_heads": 4, "rope_theta": 10000.0,
-         "qk_rope_head_dim": 32, "qk_nope_head_dim": 64, "v_head_dim": 64, "kv_lora_rank": 64,
-         "q_lora_rank": None,
-         "rope_scaling": {"type": "yarn", "factor": 40.0, "original_max_position_embeddings": 128,
-                          "mscale": 0.707, "mscale_all_dim": 0.707, "beta_fast": 32,
-                          "beta_slow": 1}},
-    ),  # fmt: skip
+        {
+            "model_type": "deepseek_v2",
+            **BASE,
+            "num_key_value_heads": 4,
+            "rope_theta": 10000.0,
+            "qk_rope_head_dim": 32,
+            "qk_nope_head_dim": 64,
+            "v_head_dim": 64,
+            "kv_lora_rank": 64,
+            "q_lora_rank": None,
+            "rope_scaling": {
+                "type": "yarn",
+                "factor": 40.0,
+                "original_max_position_embeddings": 128,
+                "mscale": 0.707,
+                "mscale_all_dim": 0.707,
+                "beta_fast": 32,
+                "beta_slow": 1,
+            },
+        },
+    ),
     "gemma3_linear": (
         "gemma3",
-        {"model_type": "gemma3_text", **BASE, "num_hidden_layers": 6, "head_dim": 64,
-         "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
-         "rope_scaling": {"rope_type": "linear", "factor": 8.0}, "sliding_window": 512},
-    ),  # fmt: skip
+        {
+            "model_type": "gemma3_text",
+            **BASE,
+            "num_hidden_layers": 6,
+            "head_dim": 64,
+            "rope_theta": 1000000.0,
+            "rope_local_base_freq": 10000.0,
+            "rope_scaling": {"rope_type": "linear", "factor": 8.0},
+            "sliding_window": 512,
+        },
+    ),
 }
+
+
+QUIRKS: dict[str, tuple[str, dict[str, Any]]] = {
+    # the converter reads old_context_len from the config's top level (default 8192), not from
+    # rope_scaling: a Llama 3 config whose original length is not 8192 gets wrong divisors
+    "llama3_orig512": (
+        "llama",
+        {
+            "model_type": "llama",
+            **BASE,
+            "rope_theta": 500000.0,
+            "rope_scaling": {
+                "rope_type": "llama3",
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 512,
+            },
+        },
+    ),
+}
+"""Configs the converter gets wrong (not part of the all-correct sweep)."""
 
 
 def _llama3_factors(config: dict[str, Any]) -> np.ndarray:
@@ -108,7 +182,7 @@ def _llama3_factors(config: dict[str, Any]) -> np.ndarray:
 def convert(name: str) -> tuple[str, dict[str, Any], Keys, dict[str, np.ndarray]]:
     """The architecture, config, metadata and RoPE tensors the converter writes for
     `CONFIGS[name]`."""
-    arch, config = CONFIGS[name]
+    arch, config = CONFIGS[name] if name in CONFIGS else QUIRKS[name]
     keys: Keys = {}
 
     def put(key: str, value: Any, kind: gguf.GGUFValueType) -> None:
@@ -136,7 +210,11 @@ def convert(name: str) -> tuple[str, dict[str, Any], Keys, dict[str, np.ndarray]
         elif rope_type == "yarn":
             put("rope.scaling.type", "yarn", S)
             put("rope.scaling.factor", rope["factor"], F)
-            put("rope.scaling.original_context_length", rope["original_max_position_embeddings"], U32)
+            put(
+                "rope.scaling.original_context_length",
+                rope["original_max_position_embeddings"],
+                U32,
+            )
             if "beta_fast" in rope:
                 put("rope.scaling.yarn_beta_fast", float(rope["beta_fast"]), F)
             if "beta_slow" in rope:
@@ -162,16 +240,13 @@ def convert(name: str) -> tuple[str, dict[str, Any], Keys, dict[str, np.ndarray]
         put("attention.kv_lora_rank", config["kv_lora_rank"], U32)
         if rope_type == "yarn":
             put("rope.scaling.yarn_log_multiplier", 0.1 * rope["mscale_all_dim"], F)
-    if arch == "gemma3":
-        if rope:
-            put("rope.scaling.type", "linear", S)
-            put("rope.scaling.factor", rope["factor"], F)
+    if arch == "gemma3" and rope:
+        put("rope.scaling.type", "linear", S)
+        put("rope.scaling.factor", rope["factor"], F)
     return arch, config, keys, tensors
 
 
-def write(
-    path: Path, arch: str, keys: Keys, tensors: dict[str, np.ndarray]
-) -> Path:
+def write(path: Path, arch: str, keys: Keys, tensors: dict[str, np.ndarray]) -> Path:
     """Write a GGUF file with `keys`, one placeholder weight and `tensors`."""
     writer = gguf.GGUFWriter(str(path), arch)
     for key, (value, kind) in keys.items():

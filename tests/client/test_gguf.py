@@ -69,7 +69,8 @@ def _plug_then_verify(
                         "-o", str(fixed))  # fmt: skip
     assert code == 0, err
     code, report = _verify(server, tmp_path, capsys, fixed, cfg)
-    assert code == 0 and report["outcome"] == "exact", report
+    assert code == 0, report
+    assert report["outcome"] == "exact", report
     return err
 
 
@@ -82,7 +83,8 @@ def test_converter_layout_is_exact(
     key or tensor that llama.cpp reads differently."""
     model, cfg = _files(tmp_path, name)
     code, report = _verify(server, tmp_path, capsys, model, cfg)
-    assert code == 0 and report["outcome"] == "exact", report
+    assert code == 0, report
+    assert report["outcome"] == "exact", report
     assert all(t["verdict"] == "exact" and t["max_ratio"] <= 1 for t in report["tables"])
     assert all(t["rows"] >= 1024 for t in report["tables"])
     err = _plug_then_verify(server, tmp_path, capsys, model, cfg)
@@ -112,7 +114,9 @@ DROPPED = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("name", "edit", "named"), DROPPED, ids=[d[0] + "-" + d[2] for d in DROPPED])
+@pytest.mark.parametrize(
+    ("name", "edit", "named"), DROPPED, ids=[d[0] + "-" + d[2] for d in DROPPED]
+)
 def test_scaling_dropped_is_repaired(
     server: ServerHandle,
     tmp_path: Path,
@@ -125,7 +129,8 @@ def test_scaling_dropped_is_repaired(
     diagnosis names the missing key or tensor; plug writes it and the file verifies exact."""
     model, cfg = _files(tmp_path, name, edit)
     code, report = _verify(server, tmp_path, capsys, model, cfg)
-    assert code == 8 and report["outcome"] == "repair", report
+    assert code == 8, report
+    assert report["outcome"] == "repair", report
     diagnosis = " ".join(d for t in report["tables"] for d in t["diagnosis"])
     assert named in diagnosis, diagnosis
     assert any(t["first"] is not None for t in report["tables"])
@@ -172,6 +177,20 @@ def _swap(arch: str, keys: gf.Keys, tensors: dict[str, np.ndarray]) -> None:
     tensors["rope_factors_long.weight"], tensors["rope_factors_short.weight"] = short, long_
 
 
+def test_converter_llama3_context_quirk(
+    server: ServerHandle, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """llama.cpp's converter computes Llama 3's divisors with the top-level
+    original_max_position_embeddings (default 8192), not rope_scaling's: for a config whose
+    original length is 512 its rope_freqs are wrong; verify names the tensor, plug writes the
+    exact divisors."""
+    model, cfg = _files(tmp_path, "llama3_orig512")
+    code, report = _verify(server, tmp_path, capsys, model, cfg)
+    assert code == 8, report
+    assert "rope_freqs.weight" in " ".join(report["tables"][0]["diagnosis"])
+    _plug_then_verify(server, tmp_path, capsys, model, cfg)
+
+
 def test_swapped_longrope_factors(
     server: ServerHandle, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -210,11 +229,14 @@ def test_not_that_model(
     cfg = tmp_path / "other.json"
     cfg.write_text(json.dumps(gf.CONFIGS[config_name][1]))
     code, _, err = _cli(server, tmp_path, capsys, "verify", str(model), "--hf-config", str(cfg))
-    assert code == 6 and named in err, err
+    assert code == 6, err
+    assert named in err, err
     out = tmp_path / "out.gguf"
     code, _, err = _cli(server, tmp_path, capsys, "plug", str(model), "--hf-config", str(cfg),
                         "-o", str(out))  # fmt: skip
-    assert code == 6 and named in err and not out.exists(), err
+    assert code == 6, err
+    assert named in err, err
+    assert not out.exists()
 
 
 def test_unrepresentable_config_is_refused(
@@ -228,7 +250,8 @@ def test_unrepresentable_config_is_refused(
     cfg = tmp_path / "notrunc.json"
     cfg.write_text(json.dumps(config))
     code, _, err = _cli(server, tmp_path, capsys, "verify", str(model), "--hf-config", str(cfg))
-    assert code == 6 and "truncate" in err, err
+    assert code == 6, err
+    assert "truncate" in err, err
 
 
 # --- the bound ---------------------------------------------------------------------------------
@@ -266,7 +289,11 @@ BOUND_CASES = [
 ]
 
 
-@pytest.mark.parametrize("params", BOUND_CASES, ids=lambda p: f"d{p.n_rot}-b{p.freq_base:g}-s{p.freq_scale:g}-e{p.ext_factor:g}")
+@pytest.mark.parametrize(
+    "params",
+    BOUND_CASES,
+    ids=lambda p: f"d{p.n_rot}-b{p.freq_base:g}-s{p.freq_scale:g}-e{p.ext_factor:g}",
+)
 def test_bound_holds_for_ggml_arithmetic(params: RopeParams) -> None:
     """ggml's float32 table (op for op) against the float64 table of the same parameters, out
     to 131072 positions: inside `ggml_bound` everywhere, and using a fair share of it (the

@@ -45,7 +45,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -60,6 +60,7 @@ __all__ = [
     "GGUFReport",
     "RopeParams",
     "RopeSide",
+    "check_structure",
     "exact_layout",
     "ggml_bound",
     "ggml_rope_table",
@@ -67,6 +68,7 @@ __all__ = [
     "outcome",
     "plug_gguf",
     "read_gguf",
+    "rope_sides",
     "verify_gguf",
 ]
 
@@ -106,8 +108,7 @@ KEY_DEFAULTS: dict[str, Any] = {
 """What llama.cpp takes for these keys when a file has none."""
 
 
-
-def _f32(value: float) -> float:
+def _f32(value: float | np.floating[Any]) -> float:
     return float(F32(value))
 
 
@@ -451,19 +452,19 @@ def exact_layout(arch: str, sides: Sequence[RopeSide]) -> Layout:
             continue
         put("rope.freq_base", theta, "float32")
         put("rope.dimension_count", n_rot, "uint32")
-        factor = scaling.get("factor")
+        factor = float(scaling.get("factor") or 1.0)
         if rope_type == "default":
             put("rope.scaling.type", "none", "string")
         elif rope_type == "linear":
             put("rope.scaling.type", "linear", "string")
-            put("rope.scaling.factor", float(factor), "float32")
+            put("rope.scaling.factor", factor, "float32")
         elif rope_type == "yarn":
             if not scaling.get("truncate", True):
                 raise IncompatibleModelError(
                     f"{side.name}: llama.cpp always rounds YaRN's correction range "
                     "(ggml_rope_yarn_corr_dims: floor/ceil); the config sets truncate=false"
                 )
-            f = float(factor)
+            f = factor
             put("rope.scaling.type", "yarn", "string")
             put("rope.scaling.factor", f, "float32")
             put(
@@ -481,7 +482,9 @@ def exact_layout(arch: str, sides: Sequence[RopeSide]) -> Layout:
                 put("rope.scaling.attn_factor", amp, "float32")
             else:
                 ratio = amp / _mscale(f, 1.0)
-                put("rope.scaling.attn_factor", 1.0 if abs(ratio - 1) <= 8 * U else ratio, "float32")
+                put(
+                    "rope.scaling.attn_factor", 1.0 if abs(ratio - 1) <= 8 * U else ratio, "float32"
+                )
         elif rope_type in ("llama3", "longrope") and arch not in FACTOR_TENSORS:
             raise IncompatibleModelError(
                 f"{side.name}: llama.cpp's {arch!r} reads no frequency divisors, which "
@@ -637,17 +640,14 @@ def _changes(model: GGUFModel, layout: Layout) -> Layout:
             # absent ("linear") without a factor, "none" and "longrope" all give llama.cpp
             # freq_scale 1 and no YaRN (the divisors come with the architecture)
             has_factor = model.get("rope.scaling.factor") or model.get("rope.scale_linear")
-            if current in (None, "linear") and not has_factor or current in ("none", "longrope"):
+            if (current in (None, "linear") and not has_factor) or current in ("none", "longrope"):
                 current = value
         if isinstance(current, (list, tuple)) and current:
             current = current[0]
-        same = (
-            current is not None
-            and (
-                abs(float(current) - float(value)) <= 4 * U * abs(float(value))
-                if kind == "float32"
-                else current == value
-            )
+        same = current is not None and (
+            abs(float(current) - float(value)) <= 4 * U * abs(float(value))
+            if kind == "float32"
+            else current == value
         )
         if not same:
             out.keys[name] = (value, kind)
@@ -655,10 +655,9 @@ def _changes(model: GGUFModel, layout: Layout) -> Layout:
         current = model.tensors.get(name)
         if current is None or not _same_divisors(current, array):
             out.tensors[name] = array
-    if (
-        layout.keys.get(f"{prefix}rope.scaling.type", ("", ""))[0] == "longrope"
-        and model.get("rope.scaling.factor") not in (None, 0, 1)
-    ):
+    if layout.keys.get(f"{prefix}rope.scaling.type", ("", ""))[0] == "longrope" and model.get(
+        "rope.scaling.factor"
+    ) not in (None, 0, 1):
         out.keys[f"{prefix}rope.scaling.factor"] = (1.0, "float32")
     return out
 
@@ -858,17 +857,3 @@ def plug_gguf(
     writer.close()
     written = read_gguf(out_path)
     return changed, verify_gguf(written, config, sides)
-
-
-def fields_of(params: RopeParams) -> dict[str, Any]:
-    """`params` as JSON-ready values (for --json reports)."""
-    out: dict[str, Any] = {}
-    for f in fields(params):
-        value = getattr(params, f.name)
-        if isinstance(value, np.ndarray):
-            value = [float(v) for v in value]
-        elif isinstance(value, Mapping):
-            value = dict(value)
-        out[f.name] = value
-    out["amplitude"] = params.amplitude
-    return out
