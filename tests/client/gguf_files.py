@@ -181,8 +181,15 @@ def _llama3_factors(config: dict[str, Any]) -> np.ndarray:
 
 def convert(name: str) -> tuple[str, dict[str, Any], Keys, dict[str, np.ndarray]]:
     """The architecture, config, metadata and RoPE tensors the converter writes for
-    `CONFIGS[name]`."""
+    `CONFIGS[name]` (or `QUIRKS[name]`)."""
     arch, config = CONFIGS[name] if name in CONFIGS else QUIRKS[name]
+    keys, tensors = convert_config(arch, config)
+    return arch, config, keys, tensors
+
+
+def convert_config(arch: str, config: dict[str, Any]) -> tuple[Keys, dict[str, np.ndarray]]:
+    """The metadata and RoPE tensors the converter writes for `config` as `arch` (a config with
+    `rope_theta` and `rope_scaling` at its top level)."""
     keys: Keys = {}
 
     def put(key: str, value: Any, kind: gguf.GGUFValueType) -> None:
@@ -243,7 +250,7 @@ def convert(name: str) -> tuple[str, dict[str, Any], Keys, dict[str, np.ndarray]
     if arch == "gemma3" and rope:
         put("rope.scaling.type", "linear", S)
         put("rope.scaling.factor", rope["factor"], F)
-    return arch, config, keys, tensors
+    return keys, tensors
 
 
 def write(path: Path, arch: str, keys: Keys, tensors: dict[str, np.ndarray]) -> Path:
