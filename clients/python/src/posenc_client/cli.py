@@ -10,7 +10,9 @@ Commands (each has --help):
     onnx    [KIND] [FIELD=VALUE ...] | --spec JSON|@FILE | --hf-config config.json  --graph G
             [--opset N] -o out.onnx
     plug    model.onnx --hf-config config.json -o patched.onnx [--force]
+    plug    model.gguf --hf-config config.json -o fixed.gguf   (llama.cpp: docs/gguf.md)
     verify  model.onnx --hf-config config.json      how far the baked caches are from exact
+    verify  model.gguf --hf-config config.json      llama.cpp's RoPE from the file vs exact
     cache   verify [--remove] | clear              check the disk cache against the stored
                                                    digests (RFC 9530), or empty it
 
@@ -33,10 +35,11 @@ Exit codes (stable, for scripts):
     4  no answer: connection refused, DNS, TLS or timeout, after the retries
     5  offline (--offline) and the cache lacks what was asked
     6  the model cannot take the tables (plug: shape, dtype, pairing, consumer constraints;
-       its baked caches do not look like the config's, without --force); verify: they do not
+       its baked caches do not look like the config's, without --force); verify: they do not;
+       a GGUF file that is not the config's model, or a config llama.cpp cannot compute
     7  cache verify found files that do not match their digests (each one is printed)
-    8  verify: the model's caches differ from the config's in a way plug repairs (or are an
-       all-zero placeholder)
+    8  verify: the model's caches (a GGUF file's keys or divisor tensors) differ from the
+       config's in a way plug repairs (or are an all-zero placeholder)
     9  verify: some RoPE site could not be checked (its cos/sin are graph inputs, computed
        from the model's inputs, or in a pattern posenc does not know), or none was: each is
        reported "not checkable" with the reason; --allow-unchecked accepts unchecked sites
@@ -782,13 +785,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "plug",
-        help="plug a model's tables into model.onnx",
+        help="plug a model's tables into model.onnx (or repair model.gguf's RoPE)",
         description="Fill the cos/sin caches of RotaryEmbedding / GroupQueryAttention nodes "
         "(also LongRoPE's If), replace in-graph RoPE frequency constants, or insert the ALiBi "
         "bias subgraph before Attention nodes, with tables served for the "
-        "model's config.json; the dtype and cache rows are read from the model.",
+        "model's config.json; the dtype and cache rows are read from the model. A GGUF file "
+        "(llama.cpp) gets the keys and frequency divisors that make llama.cpp compute the "
+        "exact table (docs/gguf.md), every other key and tensor copied unchanged.",
     )
-    _model_args(p, "the ONNX model to patch (external data is kept, never read)")
+    _model_args(p, "the ONNX model to patch (external data is kept, never read), or model.gguf")
     p.add_argument("-o", "--output", required=True, help="where to write the patched model")
     p.add_argument(
         "--force",
@@ -833,9 +838,11 @@ def build_parser() -> argparse.ArgumentParser:
         "abs and ulp error, first differing row and column, and the likely cause; a site whose "
         "values the model does not hold is 'not checkable', with the reason. Exit 0: at least "
         "one site checked and every site exact; 8: differs, plug repairs it; 6: does not look "
-        "like this config; 9: some or all sites not checkable.",
+        "like this config; 9: some or all sites not checkable. A GGUF file (llama.cpp): the "
+        "table llama.cpp computes from it against the exact one within ggml's float32 bound "
+        "(docs/gguf.md), 0 exact, 8 a key or divisor tensor plug repairs, 6 not this model.",
     )
-    _model_args(p, "the ONNX model to check")
+    _model_args(p, "the ONNX model to check, or model.gguf")
     p.add_argument(
         "--json",
         action="store_true",
