@@ -260,7 +260,8 @@ def write(path: Path, arch: str, keys: Keys, tensors: dict[str, np.ndarray]) -> 
         writer.add_key_value(key, value, kind)
     writer.add_tensor("token_embd.weight", np.zeros((8, 16), np.float32))
     for name, value in tensors.items():
-        writer.add_tensor(name, np.ascontiguousarray(value, dtype=np.float32))
+        dtype = np.float16 if value.dtype == np.float16 else np.float32
+        writer.add_tensor(name, np.ascontiguousarray(value, dtype=dtype))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

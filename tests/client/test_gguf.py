@@ -191,6 +191,22 @@ def test_converter_llama3_context_quirk(
     _plug_then_verify(server, tmp_path, capsys, model, cfg)
 
 
+def _half(arch: str, keys: gf.Keys, tensors: dict[str, np.ndarray]) -> None:
+    tensors["rope_freqs.weight"] = tensors["rope_freqs.weight"].astype(np.float16)
+
+
+def test_half_precision_divisors(
+    server: ServerHandle, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Llama 3's divisors stored as float16 (ggml's RoPE asserts float32 divisors): exit 8
+    naming the tensor and its type; plug writes them in float32."""
+    model, cfg = _files(tmp_path, "llama3", _half)
+    code, report = _verify(server, tmp_path, capsys, model, cfg)
+    assert code == 8, report
+    assert "rope_freqs.weight is F16" in " ".join(report["tables"][0]["diagnosis"])
+    _plug_then_verify(server, tmp_path, capsys, model, cfg)
+
+
 def test_swapped_longrope_factors(
     server: ServerHandle, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

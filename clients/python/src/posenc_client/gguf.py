@@ -142,8 +142,8 @@ def read_gguf(path: str | os.PathLike[str]) -> GGUFModel:
     reader = gguf.GGUFReader(os.fspath(path), "r")
     values: dict[str, Any] = {}
     for name, reader_field in reader.fields.items():
-        if name.startswith("GGUF.") or not reader_field.types:
-            continue
+        if name.startswith(("GGUF.", "tokenizer.")) or not reader_field.types:
+            continue  # the vocabulary is no RoPE's (plug copies it from the file itself)
         values[name] = reader_field.contents()
     arch = values.get("general.architecture")
     if not isinstance(arch, str):
@@ -653,7 +653,8 @@ def _changes(model: GGUFModel, layout: Layout) -> Layout:
             out.keys[name] = (value, kind)
     for name, array in layout.tensors.items():
         current = model.tensors.get(name)
-        if current is None or not _same_divisors(current, array):
+        stored = model.tensor_types.get(name, "F32")
+        if current is None or stored != "F32" or not _same_divisors(current, array):
             out.tensors[name] = array
     if layout.keys.get(f"{prefix}rope.scaling.type", ("", ""))[0] == "longrope" and model.get(
         "rope.scaling.factor"
@@ -668,7 +669,8 @@ def _apply(model: GGUFModel, layout: Layout) -> GGUFModel:
     values.update({name: value for name, (value, _) in layout.keys.items()})
     tensors = dict(model.tensors)
     tensors.update(layout.tensors)
-    return replace(model, values=values, tensors=tensors)
+    types = {**model.tensor_types, **dict.fromkeys(layout.tensors, "F32")}
+    return replace(model, values=values, tensors=tensors, tensor_types=types)
 
 
 def _check_side(model: GGUFModel, side: RopeSide, needed_model: GGUFModel) -> GGUFReport:
@@ -685,6 +687,11 @@ def _check_side(model: GGUFModel, side: RopeSide, needed_model: GGUFModel) -> GG
             f"tensor {found.sources.get('freq_factors')}: {found.freq_factors.size} values, "
             f"ggml reads n_rot/2 = {half}"
         )
+        return GGUFReport(side.name, rows, math.inf, math.inf, (0, 0), "repair", tuple(diagnosis))
+    source = found.sources.get("freq_factors")
+    stored = model.tensor_types.get(source or "", "F32")
+    if found.freq_factors is not None and stored != "F32":
+        diagnosis.append(f"tensor {source} is {stored}: ggml's RoPE reads float32 divisors")
         return GGUFReport(side.name, rows, math.inf, math.inf, (0, 0), "repair", tuple(diagnosis))
     cos, sin = ggml_rope_table(found, rows)
     amp = float(side.table.meta.get("attention_scaling", 1.0))
@@ -817,6 +824,13 @@ def plug_gguf(
     check_structure(model, config)
     layout = _changes(model, exact_layout(model.arch, sides))
     changed = [*layout.keys, *layout.tensors]
+    applied = _apply(model, layout)
+    planned = [_check_side(applied, side, applied) for side in sides]
+    if outcome(planned) != "exact":
+        raise IncompatibleModelError(
+            "llama.cpp would not compute this config's RoPE exactly even from the repaired "
+            "file; nothing written: " + "; ".join(r.line() for r in planned if r.verdict != "exact")
+        )
     reader = gguf.GGUFReader(model.path, "r")
     out_path = os.fspath(output)
     if os.path.abspath(out_path) == os.path.abspath(model.path):
