@@ -151,7 +151,6 @@ def _set(key: str, value: Any) -> Any:
     [
         ("llama_default", _set("rope.freq_base", 500000.0), "rope.freq_base"),
         ("qwen2_yarn", _set("rope.freq_base", 10000.0), "rope.freq_base"),
-        ("gemma3_linear", _set("rope.freq_base_swa", 1000000.0), "rope.freq_base_swa"),
         ("deepseek2_yarn", _set("rope.scaling.factor", 4.0), "rope.scaling.factor"),
     ],
 )
@@ -255,19 +254,55 @@ def test_not_that_model(
     assert not out.exists()
 
 
+UNREPRESENTABLE = [
+    ("qwen2_yarn", ("rope_scaling", "truncate"), False, "truncate"),
+    ("qwen2_yarn", ("rope_scaling", "beta_fast"), 16.0, "beta_fast"),
+    ("gemma3_linear", ("rope_local_base_freq",), 20000.0, "base 10000"),
+]
+
+
+@pytest.mark.parametrize(("name", "path", "value", "named"), UNREPRESENTABLE)
 def test_unrepresentable_config_is_refused(
-    server: ServerHandle, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    server: ServerHandle,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    name: str,
+    path: tuple[str, ...],
+    value: Any,
+    named: str,
 ) -> None:
-    """A config llama.cpp cannot compute from any file (YaRN without truncation: ggml always
-    rounds the correction range): exit 6 naming the reason."""
-    model, _ = _files(tmp_path, "qwen2_yarn")
-    config = json.loads(json.dumps(gf.CONFIGS["qwen2_yarn"][1]))
-    config["rope_scaling"]["truncate"] = False
-    cfg = tmp_path / "notrunc.json"
+    """A config llama.cpp cannot compute from any file: YaRN without truncation (ggml always
+    rounds the correction range), YaRN betas other than 32, 1 (these loaders read no beta
+    keys), a Gemma 3 local base other than 10000 (fixed in its loader, the key ignored): exit
+    6 naming the reason, for verify and plug alike (plug writes nothing). The Gemma 3 file with
+    a wrong `freq_base_swa` key is exact: llama.cpp does not read it."""
+    model, _ = _files(tmp_path, name)
+    config = json.loads(json.dumps(gf.CONFIGS[name][1]))
+    target = config
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    cfg = tmp_path / "changed.json"
     cfg.write_text(json.dumps(config))
     code, _, err = _cli(server, tmp_path, capsys, "verify", str(model), "--hf-config", str(cfg))
     assert code == 6, err
-    assert "truncate" in err, err
+    assert named in err, err
+    out = tmp_path / "out.gguf"
+    code, _, err = _cli(
+        server, tmp_path, capsys, "plug", str(model), "--hf-config", str(cfg), "-o", str(out)
+    )
+    assert code == 6, err
+    assert not out.exists()
+
+
+def test_gemma3_local_base_key_is_ignored(
+    server: ServerHandle, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """llama.cpp's Gemma 3 loader fixes the local base at 10000: a `freq_base_swa` key of 1e6
+    changes nothing, the file verifies exact."""
+    model, cfg = _files(tmp_path, "gemma3_linear", _set("rope.freq_base_swa", 1000000.0))
+    code, report = _verify(server, tmp_path, capsys, model, cfg)
+    assert code == 0, report
 
 
 # --- the bound ---------------------------------------------------------------------------------
@@ -352,7 +387,7 @@ def test_bound_catches_one_frequency_off_by_1e5() -> None:
 def test_params_read_as_llama_cpp(tmp_path: Path) -> None:
     """The loader's defaults: no freq_base key is 10000, no dimension_count the head size, an
     absent scaling type with no factor no scaling; DeepSeek-V2's log multiplier /0.1 into the kq
-    multiplier; Gemma 3's local layers at 10000 without a freq_base_swa key."""
+    multiplier; Gemma 3's local layers at 10000 without scaling."""
     model = read_gguf(gf.write(tmp_path / "bare.gguf", "llama", {
         "llama.embedding_length": (256, gf.U32), "llama.attention.head_count": (4, gf.U32),
         "llama.context_length": (2048, gf.U32)}, {}))  # fmt: skip

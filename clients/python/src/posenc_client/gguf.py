@@ -5,18 +5,21 @@ model.gguf --hf-config config.json`), with the `gguf` package (`pip install
 llama.cpp computes RoPE itself, from the file's metadata and from per-pair frequency divisors
 the converter bakes in as tensors. This module transcribes what it computes, at pinned commits:
 
-- the loader (llama.cpp `src/llama-model.cpp` `load_hparams` and the per-arch loaders,
-  `src/llama-context.cpp` `llama_context::llama_context`, `src/llama-hparams.cpp`,
-  ggml-org/llama.cpp@01b77b5793989e0a1508a2fe3757d4e743a7bbd1): `{arch}.rope.freq_base`
+- the loader (llama.cpp `src/llama-model.cpp` `load_hparams` and the per-arch loaders, read
+  at ggml-org/llama.cpp@00342301d01add50835550e8a916f12097d94517; `src/llama-hparams.cpp` at
+  @01b77b5793989e0a1508a2fe3757d4e743a7bbd1; `src/llama-context.cpp`'s YaRN attention factor
+  and `src/models/deepseek2.cpp` as of llama.cpp PR 17945, [TAG_DEEPSEEK2_YARN_LOG_MUL_FIX]):
+  `{arch}.rope.freq_base`
   (default 10000), `{arch}.rope.dimension_count` (default the head size),
   `{arch}.rope.scaling.type` (default "linear"; "none" forces freq_scale 1),
   `{arch}.rope.scaling.factor` (freq_scale = 1/factor), `.original_context_length` (default
-  `{arch}.context_length`), `.yarn_beta_fast/slow` (32, 1), `.attn_factor` (1), YaRN's
-  ext_factor (1 for "yarn", else 0) and attention factor
+  `{arch}.context_length`), `.attn_factor` (1); YaRN's betas (32, 1: the `.yarn_beta_*`,
+  `.yarn_ext_factor` and `.yarn_attn_factor` keys are read by other architectures' loaders
+  only), ext_factor (1 for "yarn", else 0) and attention factor
   (`get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim) / (1 + 0.1 ln factor)`,
   times `.attn_factor`), DeepSeek-V2's `.yarn_log_multiplier` (divided by 0.1 on load, its
   `mscale^2` folded into the attention's kq_scale: `src/models/deepseek2.cpp`), Gemma 3's
-  local layers (`.freq_base_swa`, default 10000, no scaling), the divisors `rope_freqs` (Llama
+  local layers (base 10000 and no scaling, fixed in its loader), the divisors `rope_freqs` (Llama
   3) and `rope_factors_long/short` (LongRoPE: long when the context is longer than the original
   one);
 - ggml's RoPE (ggml-org/ggml@d99724f2b141fed9e1a9f402213506c081433465
@@ -217,11 +220,10 @@ def llama_params(model: GGUFModel, *, sliding: bool = False, long: bool = False)
     base_key = "rope.freq_base"
     base = _number(model, base_key)
     freq_base = DEFAULT_FREQ_BASE if base is None else base
-    if sliding:
-        base_key = "rope.freq_base_swa"
-        swa = _number(model, base_key)
-        freq_base = GEMMA3_SWA_BASE if swa is None else swa
-    src["freq_base"] = _key(arch, base_key)
+    if sliding:  # LLM_ARCH_GEMMA3: rope_freq_base_train_swa = 10000, no key read
+        base_key = "(Gemma 3's local base, fixed at 10000 by llama.cpp)"
+        freq_base = GEMMA3_SWA_BASE
+    src["freq_base"] = base_key if sliding else _key(arch, base_key)
     scaling = str(model.get("rope.scaling.type", "linear"))
     factor = _number(model, "rope.scaling.factor")
     if factor is None:
@@ -230,11 +232,9 @@ def llama_params(model: GGUFModel, *, sliding: bool = False, long: bool = False)
     if scaling == "none" or sliding:
         freq_scale = 1.0
     src["freq_scale"] = f"{_key(arch, 'rope.scaling.type')}, {_key(arch, 'rope.scaling.factor')}"
-    ext = _number(model, "rope.scaling.yarn_ext_factor")
-    if ext is None or ext < 0:
-        ext = 1.0 if scaling == "yarn" else 0.0
-    if sliding:
-        ext = 0.0
+    # the yarn_ext_factor / yarn_attn_factor / yarn_beta_* keys are read by other
+    # architectures' loaders only (grok, ...): these take llama_hparams' defaults
+    ext = 1.0 if scaling == "yarn" and not sliding else 0.0
     src["ext_factor"] = _key(arch, "rope.scaling.type")
     rope_attn = _number(model, "rope.scaling.attn_factor")
     rope_attn = 1.0 if rope_attn is None else rope_attn
@@ -251,18 +251,15 @@ def llama_params(model: GGUFModel, *, sliding: bool = False, long: bool = False)
             attn = _mscale(scale, 1.0)
         attn = _f32(F32(attn) * (F32(1.0) / (F32(1.0) + F32(0.1) * np.log(F32(scale)))))
     else:
-        yarn_attn = _number(model, "rope.scaling.yarn_attn_factor")
-        attn = 1.0 if yarn_attn is None else yarn_attn
+        attn = 1.0  # llama_hparams::yarn_attn_factor
     attn_factor = _f32(F32(attn) * F32(rope_attn))
     src["amplitude"] = _key(arch, "rope.scaling.attn_factor")
     n_ctx_train = _number(model, "context_length") or 0
     orig = _number(model, "rope.scaling.original_context_length")
     n_ctx_orig = int(orig if orig else n_ctx_train)
     src["n_ctx_orig"] = _key(arch, "rope.scaling.original_context_length")
-    beta_fast = _number(model, "rope.scaling.yarn_beta_fast") or YARN_BETA_FAST
-    beta_slow = _number(model, "rope.scaling.yarn_beta_slow") or YARN_BETA_SLOW
-    src["beta_fast"] = _key(arch, "rope.scaling.yarn_beta_fast")
-    src["beta_slow"] = _key(arch, "rope.scaling.yarn_beta_slow")
+    beta_fast, beta_slow = YARN_BETA_FAST, YARN_BETA_SLOW  # llama_hparams' defaults
+    src["beta_fast"] = src["beta_slow"] = "(llama.cpp's fixed YaRN betas 32, 1)"
     factors: Array | None = None
     if not sliding and arch in FACTOR_TENSORS:
         name = FACTOR_TENSORS[arch][1 if long else 0]
@@ -443,12 +440,12 @@ def exact_layout(arch: str, sides: Sequence[RopeSide]) -> Layout:
         amp = float(side.table.meta.get("attention_scaling", 1.0))
         inv_freq = np.asarray(side.table["inv_freq"], np.float64)
         if side.sliding:
-            if rope_type != "default":
+            if rope_type != "default" or theta != GEMMA3_SWA_BASE:
                 raise IncompatibleModelError(
-                    f"{side.name}: llama.cpp applies no scaling to Gemma 3's local layers "
-                    f"(the config's rope_type {rope_type!r})"
+                    f"{side.name}: llama.cpp computes Gemma 3's local layers at base 10000 "
+                    f"without scaling, whatever the file says (the config's rope_theta {theta:g}, "
+                    f"rope_type {rope_type!r})"
                 )
-            put("rope.freq_base_swa", theta, "float32")
             continue
         put("rope.freq_base", theta, "float32")
         put("rope.dimension_count", n_rot, "uint32")
@@ -464,6 +461,12 @@ def exact_layout(arch: str, sides: Sequence[RopeSide]) -> Layout:
                     f"{side.name}: llama.cpp always rounds YaRN's correction range "
                     "(ggml_rope_yarn_corr_dims: floor/ceil); the config sets truncate=false"
                 )
+            betas = (float(scaling.get("beta_fast", 32.0)), float(scaling.get("beta_slow", 1.0)))
+            if betas != (YARN_BETA_FAST, YARN_BETA_SLOW):
+                raise IncompatibleModelError(
+                    f"{side.name}: llama.cpp's {arch!r} takes YaRN's beta_fast, beta_slow as 32, "
+                    f"1 whatever the file says; the config's are {betas[0]:g}, {betas[1]:g}"
+                )
             f = factor
             put("rope.scaling.type", "yarn", "string")
             put("rope.scaling.factor", f, "float32")
@@ -472,8 +475,6 @@ def exact_layout(arch: str, sides: Sequence[RopeSide]) -> Layout:
                 int(scaling["original_max_position_embeddings"]),
                 "uint32",
             )
-            put("rope.scaling.yarn_beta_fast", float(scaling.get("beta_fast", 32.0)), "float32")
-            put("rope.scaling.yarn_beta_slow", float(scaling.get("beta_slow", 1.0)), "float32")
             if arch == "deepseek2":
                 # amplitude = rope.scaling.attn_factor; kq multiplier = (A (1 + 0.1 L ln f))^2
                 mult = float(side.table.meta.get("softmax_scale_multiplier", 1.0))
