@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import posenc_client
+import posenc_client.gguf as gguf_check
 import posenc_client.onnx as plug
 from posenc_client import _exceptions
 
@@ -19,7 +20,7 @@ SERVICE = Path(__file__).resolve().parents[2] / "service" / "posenc"
 
 
 def test_all_is_sorted_and_real() -> None:
-    for module in (posenc_client, plug):
+    for module in (posenc_client, plug, gguf_check):
         names = module.__all__
         assert names == sorted(names), module.__name__
         assert len(set(names)) == len(names)

@@ -2,13 +2,15 @@
 
 The ```python blocks run in order in one namespace; every `$ ` line of the ```console blocks runs
 in a shell and must exit 0. The working folder holds the files the examples name: `config.json`
-(Llama 3.1), `bloom.json`, `model.onnx` (a GroupQueryAttention block that reads cos/sin inputs)
-and `attention.onnx` (an ONNX Attention with an attn_mask input); the README's server URL is the
+(Llama 3.1), `bloom.json`, `model.onnx` (a GroupQueryAttention block that reads cos/sin inputs),
+`attention.onnx` (an ONNX Attention with an attn_mask input) and `model.gguf` (config.json's RoPE
+as llama.cpp's converter writes it: tests/client/gguf_files.py); the README's server URL is the
 test server's.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -19,7 +21,7 @@ from pathlib import Path
 import onnx
 import pytest
 
-from tests.client import blocks
+from tests.client import blocks, gguf_files
 from tests.conftest import ServerHandle
 
 README = Path(__file__).resolve().parents[2] / "clients" / "python" / "README.md"
@@ -37,6 +39,8 @@ def workdir(server: ServerHandle, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     shutil.copy(blocks.CONFIGS / "bigscience__bloom-560m.json", tmp_path / "bloom.json")
     onnx.save(blocks.gqa_block(128, 4, 2), tmp_path / "model.onnx")
     onnx.save(blocks.alibi_block(16, 64), tmp_path / "attention.onnx")
+    config = json.loads((tmp_path / "config.json").read_text())
+    gguf_files.write(tmp_path / "model.gguf", "llama", *gguf_files.convert_config("llama", config))
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("POSENC_URL", server.url)
     monkeypatch.setenv("POSENC_CACHE_DIR", str(tmp_path / "cache"))

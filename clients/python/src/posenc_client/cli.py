@@ -10,7 +10,9 @@ Commands (each has --help):
     onnx    [KIND] [FIELD=VALUE ...] | --spec JSON|@FILE | --hf-config config.json  --graph G
             [--opset N] -o out.onnx
     plug    model.onnx --hf-config config.json -o patched.onnx [--force]
+    plug    model.gguf --hf-config config.json -o fixed.gguf   (llama.cpp: docs/gguf.md)
     verify  model.onnx --hf-config config.json      how far the baked caches are from exact
+    verify  model.gguf --hf-config config.json      llama.cpp's RoPE from the file vs exact
     cache   verify [--remove] | clear              check the disk cache against the stored
                                                    digests (RFC 9530), or empty it
 
@@ -33,10 +35,11 @@ Exit codes (stable, for scripts):
     4  no answer: connection refused, DNS, TLS or timeout, after the retries
     5  offline (--offline) and the cache lacks what was asked
     6  the model cannot take the tables (plug: shape, dtype, pairing, consumer constraints;
-       its baked caches do not look like the config's, without --force); verify: they do not
+       its baked caches do not look like the config's, without --force); verify: they do not;
+       a GGUF file that is not the config's model, or a config llama.cpp cannot compute
     7  cache verify found files that do not match their digests (each one is printed)
-    8  verify: the model's caches differ from the config's in a way plug repairs (or are an
-       all-zero placeholder)
+    8  verify: the model's caches (a GGUF file's keys or divisor tensors) differ from the
+       config's in a way plug repairs (or are an all-zero placeholder)
     9  verify: some RoPE site could not be checked (its cos/sin are graph inputs, computed
        from the model's inputs, or in a pattern posenc does not know), or none was: each is
        reported "not checkable" with the reason; --allow-unchecked accepts unchecked sites
@@ -450,7 +453,96 @@ VERIFY_EXITS = {
 }
 
 
+def _gguf_module() -> Any:
+    try:
+        from posenc_client import gguf as gguf_check
+    except ImportError as err:
+        raise UsageError(f"needs gguf: pip install 'posenc-client[gguf]' ({err})") from err
+    return gguf_check
+
+
+def _gguf_plan(client: Client, args: argparse.Namespace) -> tuple[Any, Any, JSON, list[Any]]:
+    """The GGUF checker, the file, the config and posenc's exact tables to compare with."""
+    check = _gguf_module()
+    try:
+        model = check.read_gguf(args.model)
+    except IncompatibleModelError:
+        raise
+    except Exception as err:
+        raise UsageError(f"cannot read the GGUF file {args.model!r}: {err}") from err
+    config = _config(args.hf_config)
+    fields = parse_fields(args.fields)
+    resolved = client.resolve(config, kind="rope", **fields)
+    sides = check.rope_sides(
+        model,
+        config,
+        resolved,
+        client.table,
+        rows=args.max_positions,
+        layer_type=args.layer_type,
+    )
+    return check, model, config, sides
+
+
+def _gguf_json(path: str, result: str, code: int, reports: list[Any]) -> JSON:
+    return {
+        "model": path,
+        "format": "gguf",
+        "outcome": result,
+        "exit_code": code,
+        "tables": [{**report.__dict__, "line": report.line()} for report in reports],
+    }
+
+
+def cmd_verify_gguf(client: Client, args: argparse.Namespace) -> int:
+    check, model, config, sides = _gguf_plan(client, args)
+    reports = check.verify_gguf(model, config, sides)
+    result = check.outcome(reports)
+    code = VERIFY_EXITS[result]
+    if args.json:
+        _print_json(_gguf_json(args.model, result, code, reports))
+    else:
+        against = ", ".join(f"{s.table.key[:12]} ({s.name})" for s in sides)
+        print(f"{args.model} ({model.arch}) against {against}:")
+        _report(reports, sys.stdout)
+        print(f"outcome: {result}")
+    return code
+
+
+def cmd_plug_gguf(client: Client, args: argparse.Namespace) -> int:
+    check, model, config, sides = _gguf_plan(client, args)
+    before = check.verify_gguf(model, config, sides)
+    print("the file's RoPE against the config's:", file=sys.stderr)
+    _report(before, sys.stderr)
+    try:
+        changed, after = check.plug_gguf(model, config, sides, args.output)
+    except OSError as err:
+        raise UsageError(f"cannot write {args.output!r}: {err}") from err
+    result = check.outcome(after)
+    if result != "exact":
+        _report(after, sys.stderr)
+        raise IncompatibleModelError(
+            f"the written file is still not exact ({result}): llama.cpp cannot compute this "
+            "config's RoPE from a GGUF file"
+        )
+    what = ", ".join(changed) if changed else "nothing (the file was exact)"
+    print(f"plugged {what}; wrote {args.output}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _is_gguf(path: str) -> bool:
+    if path.lower().endswith(".gguf"):
+        return True
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(4) == b"GGUF"
+    except OSError:
+        return False
+
+
 def cmd_verify(client: Client, args: argparse.Namespace) -> int:
+    if _is_gguf(args.model):
+        return cmd_verify_gguf(client, args)
     plug = _plug_module()
     model = _load(plug, args.model)
     config = _config(args.hf_config)
@@ -492,6 +584,8 @@ def cmd_verify(client: Client, args: argparse.Namespace) -> int:
 
 
 def cmd_plug(client: Client, args: argparse.Namespace) -> int:
+    if _is_gguf(args.model):
+        return cmd_plug_gguf(client, args)
     plug = _plug_module()
     model = _load(plug, args.model)
     rope = plug.find_rope_consumers(model)
@@ -691,13 +785,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "plug",
-        help="plug a model's tables into model.onnx",
+        help="plug a model's tables into model.onnx (or repair model.gguf's RoPE)",
         description="Fill the cos/sin caches of RotaryEmbedding / GroupQueryAttention nodes "
         "(also LongRoPE's If), replace in-graph RoPE frequency constants, or insert the ALiBi "
         "bias subgraph before Attention nodes, with tables served for the "
-        "model's config.json; the dtype and cache rows are read from the model.",
+        "model's config.json; the dtype and cache rows are read from the model. A GGUF file "
+        "(llama.cpp) gets the keys and frequency divisors that make llama.cpp compute the "
+        "exact table (docs/gguf.md), every other key and tensor copied unchanged.",
     )
-    _model_args(p, "the ONNX model to patch (external data is kept, never read)")
+    _model_args(p, "the ONNX model to patch (external data is kept, never read), or model.gguf")
     p.add_argument("-o", "--output", required=True, help="where to write the patched model")
     p.add_argument(
         "--force",
@@ -742,9 +838,11 @@ def build_parser() -> argparse.ArgumentParser:
         "abs and ulp error, first differing row and column, and the likely cause; a site whose "
         "values the model does not hold is 'not checkable', with the reason. Exit 0: at least "
         "one site checked and every site exact; 8: differs, plug repairs it; 6: does not look "
-        "like this config; 9: some or all sites not checkable.",
+        "like this config; 9: some or all sites not checkable. A GGUF file (llama.cpp): the "
+        "table llama.cpp computes from it against the exact one within ggml's float32 bound "
+        "(docs/gguf.md), 0 exact, 8 a key or divisor tensor plug repairs, 6 not this model.",
     )
-    _model_args(p, "the ONNX model to check")
+    _model_args(p, "the ONNX model to check, or model.gguf")
     p.add_argument(
         "--json",
         action="store_true",
