@@ -203,6 +203,7 @@ class _Probe:
             start = time.perf_counter()
             status = self.client.get("/v2/health/live").status_code
             self.results.append((status, time.perf_counter() - start))
+            # the probe's own cadence (a liveness prober, 100 Hz), not a wait for a condition
             time.sleep(0.01)
 
     def __enter__(self) -> _Probe:

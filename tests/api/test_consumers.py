@@ -14,6 +14,8 @@ compares with what the reference computes:
   `RopeEmbeddingUtils.create_sinusoidal_positions_yarn(..., duplicate_data=True)`, transcribed
   below (TensorRT-LLM is CUDA only) from NVIDIA/TensorRT-LLM `tensorrt_llm/functional.py`
   (`TRTLLM_SOURCE`), against the (P, d, 2) table posenc serves.
+- profile `torchtune`: torchtune 0.6.1's own rotary modules (vendored byte for byte in
+  `tests/vendored`) fed the served tables.
 - profiles whose consumer reads one dtype (FlashInfer, TensorRT-LLM, torchtune) refuse another.
 """
 
@@ -36,6 +38,8 @@ import torch
 from tests.conftest import ServerHandle
 from tests.encodings.hf_config import rope_sweep as sweep
 from tests.tolerances import served_as_reference
+from tests.vendored.torchtune.position_embeddings import RotaryPositionalEmbeddings
+from tests.vendored.torchtune.qwen2_positional_embeddings import Qwen2RotaryPositionalEmbeddings
 
 SEQ = 40
 """Positions compared (0..SEQ-1)."""
@@ -446,62 +450,14 @@ def test_torchtune_on_half_split_llama_keeps_its_pairing(client: httpx.Client) -
 
 
 # ---------------------------------------------------------------------------------------------
-# torchtune (not in the lock: its two rotary modules transcribed, pure torch)
-
-TORCHTUNE_SOURCE = (
-    "pytorch/torchtune d1c6963e9070adbbf0602c7632c4a40de82a03d2: "
-    "torchtune/modules/position_embeddings.py (RotaryPositionalEmbeddings), "
-    "torchtune/models/qwen2/_positional_embeddings.py (Qwen2RotaryPositionalEmbeddings)"
-)
-"""Where the transcribed torchtune modules come from (pinned source commit)."""
+# torchtune (not in the lock: its two rotary modules as published, vendored in tests/vendored)
 
 
-def torchtune_theta(dim: int, base: float) -> torch.Tensor:
-    """`rope_init` of both torchtune modules (`TORCHTUNE_SOURCE`)."""
-    return 1.0 / (base ** (torch.arange(0, dim, 2)[: (dim // 2)].float() / dim))
-
-
-def torchtune_cache(dim: int, seq: int, base: float) -> torch.Tensor:
-    """`RotaryPositionalEmbeddings.build_rope_cache`: (P, d/2, 2) = stack(cos, sin)."""
-    theta = torchtune_theta(dim, base)
-    idx_theta = torch.einsum("i, j -> ij", torch.arange(seq, dtype=theta.dtype), theta).float()
-    return torch.stack([torch.cos(idx_theta), torch.sin(idx_theta)], dim=-1)
-
-
-def torchtune_forward(cache: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """`RotaryPositionalEmbeddings.forward` (x [b, s, n_h, h_d], input_pos None)."""
-    seq_len = x.size(1)
-    rope_cache = cache[:seq_len]
-    xshaped = x.float().reshape(*x.shape[:-1], -1, 2)
-    rope_cache = rope_cache.view(-1, xshaped.size(1), 1, xshaped.size(3), 2)
-    x_out = torch.stack(
-        [
-            xshaped[..., 0] * rope_cache[..., 0] - xshaped[..., 1] * rope_cache[..., 1],
-            xshaped[..., 1] * rope_cache[..., 0] + xshaped[..., 0] * rope_cache[..., 1],
-        ],
-        -1,
-    )
-    return x_out.flatten(3).type_as(x)
-
-
-def torchtune_qwen2_cache(dim: int, seq: int, base: float) -> torch.Tensor:
-    """`Qwen2RotaryPositionalEmbeddings.build_rope_cache`: (P, 2d) = cat(cos, sin) of
-    cat(idx_theta, idx_theta)."""
-    theta = torchtune_theta(dim, base)
-    idx_theta = torch.einsum("i, j -> ij", torch.arange(seq, dtype=theta.dtype), theta).float()
-    freqs = torch.cat([idx_theta, idx_theta], dim=-1)
-    return torch.cat([freqs.cos(), freqs.sin()], dim=-1)
-
-
-def torchtune_qwen2_forward(cache: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """`Qwen2RotaryPositionalEmbeddings.forward` (x [b, s, n_h, h_d], input_pos None)."""
-    seq_len, head_dim = x.size(1), x.size(-1)
-    rope_cache = cache[:seq_len].view(-1, seq_len, 1, head_dim * 2)
-    cos = rope_cache[..., :head_dim].to(x.dtype)
-    sin = rope_cache[..., head_dim:].to(x.dtype)
-    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]
-    rotated = torch.cat((-x2, x1), dim=-1)
-    return ((x * cos) + (rotated * sin)).type_as(x)
+def torchtune_on(module: torch.nn.Module, cache: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """A torchtune rotary module's forward on `x` with its `cache` buffer replaced by `cache`."""
+    module.cache = cache
+    out: torch.Tensor = module(x)
+    return out
 
 
 @pytest.mark.parametrize("model_type", ["llama", "qwen2"])
@@ -514,11 +470,13 @@ def test_torchtune_modules_read_the_served_tables(client: httpx.Client, model_ty
     spec = served["spec"]
     d, base = int(spec["rotary_dim"]), float(spec["rope_theta"])
     x = torch.randn(1, SEQ, 2, d, generator=torch.Generator().manual_seed(6))
-    want = torchtune_forward(torchtune_cache(d, SEQ, base), x)
-    got = torchtune_forward(served["pairs"], x)
+    llama_module = RotaryPositionalEmbeddings(d, max_seq_len=SEQ, base=base)
+    want = llama_module(x)
+    got = torchtune_on(llama_module, served["pairs"], x)
     assert _ulps(got, want) <= MAX_ULPS, _ulps(got, want)
     qwen2 = _served(client, data, packing="cos_sin", width="full")["cos_sin"]
     assert tuple(qwen2.shape) == (SEQ, 2 * d)
-    want = torchtune_qwen2_forward(torchtune_qwen2_cache(d, SEQ, base), x)
-    got = torchtune_qwen2_forward(qwen2, x)
+    qwen2_module = Qwen2RotaryPositionalEmbeddings(d, max_seq_len=SEQ, base=base)
+    want = qwen2_module(x)
+    got = torchtune_on(qwen2_module, qwen2, x)
     assert _ulps(got, want) <= MAX_ULPS, _ulps(got, want)

@@ -13,7 +13,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -35,6 +34,7 @@ from posenc.api.oip import EXTENSIONS, MODELS
 from posenc.encodings import SpecBase, Table, compute
 from tests.api.v2client import NP_DATATYPES, url
 from tests.conftest import ServerHandle, start_server, start_server_process
+from tests.waiting import Gate, wait_for
 
 W = (np.arange(64, dtype=np.float32).reshape(32, 2) / 64).astype(np.float32)
 Q, K = np.array([3, 9], np.int64), np.array([0, 4, 9], np.int64)
@@ -576,9 +576,7 @@ def test_body_limit_and_api_keys() -> None:
                 # the refusal can end the stream before the request is queued: tritonclient
                 # then raises here and reports the server's error through the callback
                 assert want == "refused"
-            deadline = time.monotonic() + 30
-            while not got and time.monotonic() < deadline:
-                time.sleep(0.01)
+            assert wait_for(lambda got=got: bool(got))
             stream.stop_stream()
             stream.close()
             (answer, error), *_ = got
@@ -600,9 +598,10 @@ def test_busy_is_unavailable_with_retry_after(monkeypatch: pytest.MonkeyPatch) -
 
     with start_server(grpc_port=0, max_concurrent_computations=1, retry_after_seconds=3) as srv:
         cache = srv.state.require_cache()
+        gate = Gate()
 
         def slow(spec: SpecBase, device: torch.device) -> Table:
-            time.sleep(0.6)
+            gate.pass_through()  # in flight until the second request has been refused
             return compute(spec, device)
 
         monkeypatch.setattr(cache, "_compute", slow)
@@ -619,9 +618,12 @@ def test_busy_is_unavailable_with_retry_after(monkeypatch: pytest.MonkeyPatch) -
             stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
             with ThreadPoolExecutor(2) as pool:
                 first = pool.submit(stub.ModelInfer, request(10))
-                time.sleep(0.2)
-                with pytest.raises(grpc.RpcError) as info:
-                    stub.ModelInfer(request(11))
+                try:
+                    assert gate.reached.wait(30), "the first computation never started"
+                    with pytest.raises(grpc.RpcError) as info:
+                        stub.ModelInfer(request(11))
+                finally:
+                    gate.open()
                 assert len(first.result().raw_output_contents) == 2
         assert info.value.code() == grpc.StatusCode.UNAVAILABLE
         assert info.value.details() == "1 computations already in flight; retry in 3s"
@@ -642,9 +644,7 @@ def test_stream_infer_keeps_order_and_reports_errors(server: ServerHandle) -> No
             request_id=f"r{i}",
             parameters=params,
         )
-    deadline = time.monotonic() + 30
-    while len(got) < 3 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_for(lambda: len(got) >= 3)
     client.stop_stream()
     client.close()
     assert len(got) == 3
@@ -744,14 +744,11 @@ def test_sigterm_drains_grpc_alongside_http() -> None:
     try:
         assert proc.grpc_url, "".join(proc.lines)
         client = tgrpc.InferenceServerClient(proc.grpc_url)
-        deadline = time.monotonic() + 60
-        while not client.is_server_ready():
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        assert wait_for(client.is_server_ready, timeout=60)
         small = _grpc_inputs([("position_ids", np.array([1, 2], np.int64))])
         proc.signal(signal.SIGTERM)
-        time.sleep(0.3)
-        assert client.is_server_ready() is False
+        # not ready as soon as the drain (3 s) begins, well before it ends
+        assert wait_for(lambda: client.is_server_ready() is False, timeout=2.5)
         assert client.is_model_ready("sinusoidal") is False
         assert client.is_server_live() is True
         result = client.infer("sinusoidal", small, parameters={"dim": 8, "max_positions": 4})

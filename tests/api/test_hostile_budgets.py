@@ -34,6 +34,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from posenc.runtime import InFlightBudget
+from tests import waiting
 from tests.api.metrics_util import scrape, value
 from tests.api.test_memory_budget import BIG, BIG2, OTHER
 from tests.conftest import ProcessHandle, ServerHandle, start_server, start_server_process
@@ -48,12 +49,8 @@ sin, 1 KiB per position in float32)."""
 
 
 def wait_for(condition: Callable[[], bool]) -> bool:
-    deadline = time.monotonic() + PATIENCE
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
+    """`tests.waiting.wait_for` with this module's patience."""
+    return waiting.wait_for(condition, PATIENCE)
 
 
 def infer_body(positions: int, start: int = 0) -> bytes:
@@ -453,6 +450,7 @@ def slow_reader(url: str, path: str, got: list[int]) -> threading.Thread:
                 if not chunk:
                     break
                 total += len(chunk)
+                # the pacing under test (a reader trickling ~200 KiB/s), not a wait
                 time.sleep(0.02)
         except OSError:
             pass

@@ -8,14 +8,15 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
 import pytest
 
+from tests.api.metrics_util import scrape, value
 from tests.conftest import start_server, start_server_process
+from tests.waiting import wait_for
 
 
 def test_ready_only_after_warm_up() -> None:
@@ -30,10 +31,7 @@ def test_ready_only_after_warm_up() -> None:
         assert r.status_code == 503, "warm-up finished before the first probe?"
         assert r.json()["error_type"] == "not_ready"
         assert r.headers["retry-after"] == "1"
-        deadline = time.monotonic() + 120
-        while c.get("/v2/health/ready").status_code != 200:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        assert wait_for(lambda: c.get("/v2/health/ready").status_code == 200, timeout=120)
         assert c.get("/v2/health/ready").json() == {"ready": True}
         for name in warm:
             for part in c.get(f"/v1/presets/{name}").json()["parts"]:
@@ -78,30 +76,38 @@ def _read_response(sock: socket.socket) -> tuple[int, bytes]:
     raise AssertionError("connection closed before a full response")
 
 
+def _refused(url: str) -> bool:
+    """Whether a connection to `url` is refused (any answer, or no answer in time, is not)."""
+    try:
+        httpx.get(url, timeout=2)
+    except httpx.ConnectError:
+        return True
+    except httpx.TimeoutException:
+        return False
+    return False
+
+
 def test_sigterm_drains_in_flight_requests() -> None:
     proc = start_server_process(
         "--device", "cpu", "--drain-seconds", "1.0", "--grace-seconds", "10"
     )
     try:
-        with httpx.Client(base_url=proc.url, timeout=10) as c:
-            deadline = time.monotonic() + 60
-            while c.get("/v2/health/ready").status_code != 200:
-                assert time.monotonic() < deadline
-                time.sleep(0.05)
         body = json.dumps({"kind": "alibi", "num_heads": 8}).encode()
-        sock = _slow_request(proc.url, body)
-        time.sleep(0.2)
-        proc.signal(signal.SIGTERM)
-        time.sleep(0.3)
-        # draining: still serving, but not ready
         with httpx.Client(base_url=proc.url, timeout=10) as c:
+            assert wait_for(lambda: c.get("/v2/health/ready").status_code == 200, timeout=60)
+            sock = _slow_request(proc.url, body)
+            # the half-sent request is in the app (the scrape itself is the other one in flight)
+            in_flight = "posenc_http_requests_in_flight"
+            assert wait_for(lambda: value(scrape(c), in_flight) >= 2)
+            proc.signal(signal.SIGTERM)
+            # draining (1 s): still serving, but not ready
+            assert wait_for(lambda: c.get("/v2/health/ready").status_code == 503, timeout=0.9)
             r = c.get("/v2/health/ready")
             assert r.status_code == 503
             assert r.json()["detail"]["draining"] is True
             assert c.get("/v2/health/live").status_code == 200
-        time.sleep(1.5)  # the drain is over: uvicorn has stopped accepting connections
-        with pytest.raises(httpx.ConnectError):
-            httpx.get(f"{proc.url}/v2/health/live", timeout=2)
+        # the drain is over: uvicorn has stopped accepting connections
+        assert wait_for(lambda: _refused(f"{proc.url}/v2/health/live"), timeout=9)
         assert proc.proc.poll() is None, "exited with a request still in flight"
         sock.sendall(body[len(body) // 2 :])
         status, payload = _read_response(sock)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import socket
-import time
 from collections.abc import Callable, Iterator
 
 import httpx
@@ -18,6 +17,7 @@ import pytest
 
 from posenc.api.middleware import BODY_COPIES
 from posenc.runtime import InFlightBudget
+from tests import waiting
 from tests.api.metrics_util import scrape, value
 from tests.conftest import ServerHandle, start_server
 
@@ -46,12 +46,8 @@ def budget_of(handle: ServerHandle) -> InFlightBudget:
 
 
 def wait_for(condition: Callable[[], bool]) -> bool:
-    deadline = time.monotonic() + PATIENCE
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
+    """`tests.waiting.wait_for` with this module's patience."""
+    return waiting.wait_for(condition, PATIENCE)
 
 
 def stalled_get(handle: ServerHandle, path: str) -> socket.socket:
@@ -94,8 +90,8 @@ def test_sends_are_charged_shared_and_refuse_work_beyond_the_budget(srv: ServerH
         second = stalled_get(srv, path)
         third = None
         try:
-            assert wait_for(lambda: budget.held > 0)
-            time.sleep(0.2)
+            # both sends have started (each holds its share) before the charge is read
+            assert wait_for(lambda: budget.holders == 2)
             # two sends of one cached body: one charge, its size
             assert size - 64 * 1024 < budget.held <= size
             third = stalled_get(srv, big2.headers["content-location"])
@@ -162,15 +158,15 @@ def test_budget_unit_rules() -> None:
     budget = InFlightBudget(10, retry_after=2)
     a = budget.acquire("a", 6)
     shared = budget.acquire("a", 6)  # joins: no new bytes
-    assert budget.held == 6
+    assert (budget.held, budget.holders) == (6, 2)
     with pytest.raises(Exception, match="in-flight budget of 10 bytes") as refused:
         budget.acquire("b", 5)
     assert refused.value.retry_after == 2  # type: ignore[attr-defined]
     a.release()
     a.release()  # idempotent
-    assert budget.held == 6
+    assert (budget.held, budget.holders) == (6, 1)
     shared.release()
-    assert budget.held == 0
+    assert (budget.held, budget.holders) == (0, 0)
     assert budget.acquire("b", 10) is not None
     assert (budget.peak, budget.refused) == (10, 1)
 

@@ -147,6 +147,7 @@ def _slow_read(url: str, started: threading.Event) -> tuple[int, int, str, float
             digest.update(chunk)
             size += len(chunk)
             started.set()
+            # the pacing under test (a slow reader still draining at SIGTERM), not a wait
             time.sleep(SLOW_PAUSE)
         return response.status_code, size, digest.hexdigest(), time.monotonic()
 

@@ -1,7 +1,9 @@
 """CoPE reference against the two published codes, transcribed below as golden functions:
 facebookresearch/RAM `projects/cope/src/cope/context_position.py` (`ContextPosSelfAttn.forward`
 with the default flags and with `--cope-nodiv`) and the paper's listing (`CoPE`, `SelfAttn`),
-bit for bit; plus the properties of positions and interpolation."""
+bit for bit; plus the properties of positions and interpolation. The RAM code is no package (nothing
+to install or vendor from PyPI): `ram_forward` was compared line by line with that file at commit
+5420e201 (the `key_cope` of its forward is `key` with `cope_sep_key` off)."""
 
 from __future__ import annotations
 

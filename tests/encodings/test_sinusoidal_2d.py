@@ -1,6 +1,8 @@
 """`sinusoidal_2d` family: transformers DETR / Deformable DETR / Grounding DINO and ViTMAE
-(bit-exact), timm `build_sincos2d_pos_embed` (bit-exact when timm is installed), goldens from the
-published DINO, MAE and timm code in float64 numpy, validation, canonical forms and properties.
+(bit-exact), timm `build_sincos2d_pos_embed` (bit-exact when timm is installed), GroundingDINO's
+per-axis-temperature forward transcribed in torch float32 and the MAE repository's builder (both
+bit-exact), goldens from the published DINO, MAE and timm code in float64 numpy, validation,
+canonical forms and properties.
 
 Tolerances as in test_sinusoidal.py: float64-computed tables within `ATOL["float32"]`,
 float32-computed ones within `ATOL["float32"] * max(1, max|angle|)`.
@@ -70,7 +72,11 @@ def golden_dino_hw(
 
 
 def golden_mae(embed_dim: int, grid_size: int, cls_token: bool) -> np.ndarray:
-    """facebookresearch/mae `util/pos_embed.py` get_2d_sincos_pos_embed (square grids)."""
+    """facebookresearch/mae `util/pos_embed.py` get_2d_sincos_pos_embed (square grids), as of
+    commit be47fef7 (omega `np.float`, float64: the code of the released checkpoints, and what
+    transformers' ViTMAE copies), compared line by line with that file. The repository's later
+    a9f5c701 computes omega in float32 numpy (`np.float` was removed from numpy): up to 6.7e-7
+    from this table, which posenc does not follow."""
 
     def one_d(dim: int, pos: np.ndarray) -> np.ndarray:
         omega = np.arange(dim // 2, dtype=np.float64)
@@ -182,6 +188,41 @@ def test_grounding_dino_temperature_20_bit_exact() -> None:
     assert torch.equal(table(**spec, valid_height=6, valid_width=10, temperature=20), ref)
 
 
+def torch32_dino_hw(
+    not_mask: torch.Tensor, feats: int, temperature_h: float, temperature_w: float, normalize: bool
+) -> torch.Tensor:
+    """IDEA-Research GroundingDINO `groundingdino/models/GroundingDINO/backbone/
+    position_encoding.py` `PositionEmbeddingSineHW.forward` (scale 2 pi), transcribed (no
+    installable package: it builds CUDA extensions), in torch float32: (B, 2F, H, W)."""
+    y_embed = not_mask.cumsum(1, dtype=torch.float32)
+    x_embed = not_mask.cumsum(2, dtype=torch.float32)
+    if normalize:
+        eps = 1e-6
+        y_embed = y_embed / (y_embed[:, -1:, :] + eps) * (2 * math.pi)
+        x_embed = x_embed / (x_embed[:, :, -1:] + eps) * (2 * math.pi)
+    dim_tx = torch.arange(feats, dtype=torch.float32)
+    dim_tx = temperature_w ** (2 * (torch.div(dim_tx, 2, rounding_mode="floor")) / feats)
+    pos_x = x_embed[:, :, :, None] / dim_tx
+    dim_ty = torch.arange(feats, dtype=torch.float32)
+    dim_ty = temperature_h ** (2 * (torch.div(dim_ty, 2, rounding_mode="floor")) / feats)
+    pos_y = y_embed[:, :, :, None] / dim_ty
+    pos_x = torch.stack((pos_x[:, :, :, 0::2].sin(), pos_x[:, :, :, 1::2].cos()), dim=4).flatten(3)
+    pos_y = torch.stack((pos_y[:, :, :, 0::2].sin(), pos_y[:, :, :, 1::2].cos()), dim=4).flatten(3)
+    return torch.cat((pos_y, pos_x), dim=3).permute(0, 3, 1, 2)
+
+
+@pytest.mark.parametrize("normalize", [True, False])
+def test_dino_per_axis_temperature_is_its_code_bit_for_bit(normalize: bool) -> None:
+    """DINO's per-axis temperatures (`temperatureH` 20, `temperatureW` 40), which transformers
+    has no module for: posenc's fp32 table is GroundingDINO's fp32 forward, bit for bit."""
+    spec = {"style": "detr", "num_pos_feats": 64, "height": 10, "width": 14}
+    spec |= {"valid_height": 7, "valid_width": 12, "temperature_h": 20, "temperature_w": 40}
+    if normalize:
+        spec["normalize"] = True
+    ref = torch32_dino_hw(pixel_mask(10, 14, 7, 12).bool(), 64, 20, 40, normalize)[0]
+    assert torch.equal(table(**spec), ref)
+
+
 def test_dino_per_axis_temperature_golden() -> None:
     not_mask = pixel_mask(10, 14, 7, 12)[0].double().numpy()
     golden = golden_dino_hw(not_mask, 64, 20.0, 40.0, normalize=True)
@@ -233,10 +274,12 @@ def test_vitmae_builder_non_square_bit_exact() -> None:
 
 
 @pytest.mark.parametrize(("dim", "grid", "cls_token"), [(768, 14, True), (64, 5, False)])
-def test_mae_repository_golden(dim: int, grid: int, cls_token: bool) -> None:
+def test_mae_repository_bit_for_bit(dim: int, grid: int, cls_token: bool) -> None:
+    """The MAE repository builds its table in float64 numpy and loads it with
+    `torch.from_numpy(pos_embed).float()`: posenc's table is that, bit for bit."""
     golden = golden_mae(dim, grid, cls_token)
     ours = table(style="mae", dim=dim, grid_height=grid, grid_width=grid, cls_token=cls_token)
-    assert_close(ours, golden, ATOL["float32"])
+    assert torch.equal(ours, torch.from_numpy(golden).float())
 
 
 # --- timm: bit-exact against the library when it imports, golden always ---------------------

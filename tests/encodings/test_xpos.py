@@ -1,6 +1,7 @@
-"""xPos against torchscale's published `XPOS` (transcribed below from torchscale 0.3.0
-`torchscale/component/xpos_relative_position.py`; identical to the PyPI package's module), bit for
-bit on CPU, plus layouts, the exact mode, validation and the centre/shift invariances."""
+"""xPos against torchscale's published `XPOS` (torchscale 0.3.0's
+`torchscale/component/xpos_relative_position.py`, vendored byte for byte in `tests/vendored` and
+held to the wheel's sha256: the package itself cannot join the lock), bit for bit on CPU, plus
+layouts, the exact mode, validation and the centre/shift invariances."""
 
 from __future__ import annotations
 
@@ -15,68 +16,7 @@ from posenc.encodings import SpecError, canonical_json, compute, content_key, pa
 from posenc.encodings.base import FAMILIES
 from posenc.encodings.xpos import XposSpec, xpos_rows
 from tests.tolerances import ATOL
-
-# --- torchscale 0.3.0, component/xpos_relative_position.py (golden, transcribed) ----------------
-
-
-def fixed_pos_embedding(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    seq_len, dim = x.shape
-    inv_freq = 1.0 / (10000 ** (torch.arange(0, dim) / dim))
-    sinusoid_inp = torch.einsum(
-        "i , j -> i j", torch.arange(0, seq_len, dtype=torch.float), inv_freq
-    ).to(x)
-    return torch.sin(sinusoid_inp), torch.cos(sinusoid_inp)
-
-
-def rotate_every_two(x: torch.Tensor) -> torch.Tensor:
-    x1 = x[:, :, ::2]
-    x2 = x[:, :, 1::2]
-    x = torch.stack((-x2, x1), dim=-1)
-    return x.flatten(-2)
-
-
-def duplicate_interleave(m: torch.Tensor) -> torch.Tensor:
-    dim0 = m.shape[0]
-    m = m.view(-1, 1)
-    m = m.repeat(1, 2)
-    return m.view(dim0, -1)
-
-
-def apply_rotary_pos_emb(
-    x: torch.Tensor, sin: torch.Tensor, cos: torch.Tensor, scale: torch.Tensor
-) -> torch.Tensor:
-    sin, cos = (duplicate_interleave(t * scale) for t in (sin, cos))
-    return (x * cos) + (rotate_every_two(x) * sin)
-
-
-class XPOS(torch.nn.Module):
-    scale: torch.Tensor
-
-    def __init__(self, head_dim: int, scale_base: int = 512) -> None:
-        super().__init__()
-        self.head_dim = head_dim
-        self.scale_base = scale_base
-        self.register_buffer(
-            "scale", (torch.arange(0, head_dim, 2) + 0.4 * head_dim) / (1.4 * head_dim)
-        )
-
-    def forward(self, x: torch.Tensor, offset: int = 0, downscale: bool = False) -> torch.Tensor:
-        length = x.shape[1]
-        min_pos = -(length + offset) // 2
-        max_pos = length + offset + min_pos
-        scale = (
-            self.scale
-            ** torch.arange(min_pos, max_pos, 1).to(self.scale).div(self.scale_base)[:, None]
-        )
-        sin, cos = fixed_pos_embedding(scale)
-        if scale.shape[0] > length:
-            scale = scale[-length:]
-            sin = sin[-length:]
-            cos = cos[-length:]
-        if downscale:
-            scale = 1 / scale
-        return apply_rotary_pos_emb(x, sin, cos, scale)
-
+from tests.vendored.torchscale.xpos_relative_position import XPOS, rotate_every_two
 
 # --- helpers ------------------------------------------------------------------------------------
 

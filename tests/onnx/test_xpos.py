@@ -1,5 +1,6 @@
 """xPos graphs: the tables (bit-identical in table mode, every layout), the rotation against
-torchscale's `apply_rotary_pos_emb` (transcribed, bit for bit in float32), RotaryEmbedding-23 and
+torchscale's own `apply_rotary_pos_emb` (torchscale 0.3.0's
+module, vendored byte for byte in `tests/vendored`; bit for bit in float32), RotaryEmbedding-23 and
 com.microsoft.RotaryEmbedding fed the pre-multiplied caches, the onnx reference evaluator, the
 centre cancelling in q.k, and the range check."""
 
@@ -16,33 +17,13 @@ from posenc.encodings.xpos import XposSpec
 from posenc.onnx import export, verify
 from tests.onnx.cases import assert_close, run
 from tests.tolerances import ATOL
+from tests.vendored.torchscale.xpos_relative_position import apply_rotary_pos_emb
 
 
 def xpos(**fields: Any) -> XposSpec:
     spec = parse_spec({"kind": "xpos", **fields})
     assert isinstance(spec, XposSpec)
     return spec
-
-
-def rotate_every_two(x: torch.Tensor) -> torch.Tensor:
-    """torchscale `xpos_relative_position.rotate_every_two` (transcribed)."""
-    x1 = x[:, :, ::2]
-    x2 = x[:, :, 1::2]
-    return torch.stack((-x2, x1), dim=-1).flatten(-2)
-
-
-def duplicate_interleave(m: torch.Tensor) -> torch.Tensor:
-    """torchscale `duplicate_interleave` (transcribed): [a0, a0, a1, a1, ...]."""
-    dim0 = m.shape[0]
-    return m.view(-1, 1).repeat(1, 2).view(dim0, -1)
-
-
-def torchscale_apply(
-    x: torch.Tensor, sin: torch.Tensor, cos: torch.Tensor, scale: torch.Tensor
-) -> torch.Tensor:
-    """torchscale `apply_rotary_pos_emb(x, sin, cos, scale)` (transcribed), x (B*N, S, d)."""
-    sin, cos = (duplicate_interleave(t * scale) for t in (sin, cos))
-    return (x * cos) + (rotate_every_two(x) * sin)
 
 
 @pytest.mark.parametrize(
@@ -80,7 +61,7 @@ def test_decomposed_rotation_is_torchscale_bit_for_bit(role: str) -> None:
     scale = factored.tensors["scale_q" if role == "query" else "scale_k"]
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(2, 3, 24, 16, generator=gen)
-    want = torchscale_apply(x.reshape(6, 24, 16), sin, cos, scale).reshape(2, 3, 24, 16)
+    want = apply_rotary_pos_emb(x.reshape(6, 24, 16), sin, cos, scale).reshape(2, 3, 24, 16)
     pos = torch.arange(8, 32).expand(2, 24)
     y = run(export(spec, "rotary", role=role), {"x": x, "position_ids": pos})["y"]
     assert torch.equal(y, want)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from typing import Any
 
 import pytest
@@ -12,6 +11,7 @@ import torch
 
 from posenc.encodings import SpecBase, Table, compute, content_key, parse_spec
 from posenc.runtime import Busy, CacheKey, TableCache
+from tests.waiting import Gate, async_wait_for
 
 
 def rope(positions: int = 16, **extra: Any) -> SpecBase:
@@ -19,18 +19,20 @@ def rope(positions: int = 16, **extra: Any) -> SpecBase:
 
 
 class CountingCompute:
-    """`encodings.compute` that counts calls and can be slowed down or made to fail."""
+    """`encodings.compute` that counts calls, can be held at a gate until the test opens it
+    (a computation in flight for exactly as long as the test needs) and can be made to fail."""
 
-    def __init__(self, delay: float = 0.0, fail: BaseException | None = None) -> None:
+    def __init__(self, gate: Gate | None = None, fail: BaseException | None = None) -> None:
         self.calls = 0
-        self.delay = delay
+        self.gate = gate
         self.fail = fail
         self.lock = threading.Lock()
 
     def __call__(self, spec: SpecBase, device: torch.device) -> Table:
         with self.lock:
             self.calls += 1
-        time.sleep(self.delay)
+        if self.gate is not None:
+            self.gate.pass_through()
         if self.fail is not None:
             raise self.fail
         return compute(spec, device)
@@ -76,11 +78,18 @@ def test_hit_returns_the_same_entry_without_recomputing() -> None:
 
 
 def test_single_flight_under_concurrency() -> None:
-    counting = CountingCompute(delay=0.2)
+    gate = Gate()
+    counting = CountingCompute(gate)
     cache = make_cache(compute=counting, max_concurrent=1)
 
     async def run() -> list[str]:
-        results = await asyncio.gather(*(cache.get(rope()) for _ in range(50)))
+        tasks = [asyncio.create_task(cache.get(rope())) for _ in range(50)]
+        try:
+            # every caller has asked while the one computation is held in flight
+            assert await async_wait_for(lambda: cache.stats.misses + cache.stats.coalesced == 50)
+        finally:
+            gate.open()
+        results = await asyncio.gather(*tasks)
         assert len({id(entry) for entry, _ in results}) == 1
         return [outcome for _, outcome in results]
 
@@ -93,16 +102,22 @@ def test_single_flight_under_concurrency() -> None:
 
 
 def test_busy_when_too_many_distinct_computations() -> None:
-    cache = make_cache(compute=CountingCompute(delay=0.3), max_concurrent=2, retry_after=2.0)
+    gate = Gate()
+    cache = make_cache(compute=CountingCompute(gate), max_concurrent=2, retry_after=2.0)
 
     async def run() -> None:
         tasks = [asyncio.create_task(cache.get(rope(16 + i))) for i in range(2)]
-        await asyncio.sleep(0.05)
-        with pytest.raises(Busy) as info:
-            await cache.get(rope(64))
-        assert info.value.retry_after == 2.0
-        # joining a computation already in flight is not refused
-        _entry, outcome = await cache.get(rope(16))
+        try:
+            assert await async_wait_for(lambda: cache.in_flight == 2)
+            with pytest.raises(Busy) as info:
+                await cache.get(rope(64))
+            assert info.value.retry_after == 2.0
+            # joining a computation already in flight is not refused
+            joined = asyncio.create_task(cache.get(rope(16)))
+            assert await async_wait_for(lambda: cache.stats.coalesced == 1)
+        finally:
+            gate.open()
+        _entry, outcome = await joined
         assert outcome == "coalesced"
         await asyncio.gather(*tasks)
 
@@ -157,17 +172,25 @@ def test_prepared_bytes_count_in_the_budget_and_are_built_once() -> None:
 def test_large_prepare_runs_once_for_concurrent_callers() -> None:
     cache = make_cache(max_bytes=64 << 20)
     builds = 0
+    gate = Gate()
 
     def build(table: Table) -> bytes:
         nonlocal builds
         builds += 1
-        time.sleep(0.1)
+        gate.pass_through()
         return b"y" * 10
 
     async def run() -> None:
         entry, _ = await cache.get(rope(32768))  # 2 MiB: built in a worker thread
         assert entry.table_bytes > (1 << 20)
-        results = await asyncio.gather(*(cache.prepare(entry, "v", build) for _ in range(10)))
+        tasks = [asyncio.create_task(cache.prepare(entry, "v", build)) for _ in range(10)]
+        try:
+            # the build task is queued behind the ten callers' first steps: once it runs, every
+            # caller has found it in flight, and it stays in flight until the gate opens
+            assert await async_wait_for(gate.reached.is_set)
+        finally:
+            gate.open()
+        results = await asyncio.gather(*tasks)
         assert all(r is results[0] for r in results)
 
     asyncio.run(run())
@@ -190,13 +213,17 @@ def test_entry_larger_than_the_budget_is_served_not_kept() -> None:
 
 
 def test_failure_propagates_to_every_waiter_and_is_not_cached() -> None:
-    failing = CountingCompute(delay=0.1, fail=RuntimeError("boom"))
+    gate = Gate()
+    failing = CountingCompute(gate, fail=RuntimeError("boom"))
     cache = make_cache(compute=failing)
 
     async def run() -> None:
-        results = await asyncio.gather(
-            *(cache.get(rope()) for _ in range(5)), return_exceptions=True
-        )
+        tasks = [asyncio.create_task(cache.get(rope())) for _ in range(5)]
+        try:
+            assert await async_wait_for(lambda: cache.stats.misses + cache.stats.coalesced == 5)
+        finally:
+            gate.open()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
         assert all(isinstance(r, RuntimeError) for r in results)
         assert cache.in_flight == 0
         assert len(cache) == 0
@@ -210,15 +237,23 @@ def test_failure_propagates_to_every_waiter_and_is_not_cached() -> None:
 
 
 def test_cancelled_caller_does_not_cancel_the_computation() -> None:
-    counting = CountingCompute(delay=0.2)
+    gate = Gate()
+    counting = CountingCompute(gate)
     cache = make_cache(compute=counting)
 
     async def run() -> None:
         first = asyncio.create_task(cache.get(rope()))
-        await asyncio.sleep(0.05)
-        second = asyncio.create_task(cache.get(rope()))
-        await asyncio.sleep(0.01)
-        first.cancel()
+        try:
+            assert await async_wait_for(lambda: cache.in_flight == 1)
+            second = asyncio.create_task(cache.get(rope()))
+            assert await async_wait_for(lambda: cache.stats.coalesced == 1)
+            first.cancel()
+            # the first caller is gone while the computation is still held in flight
+            assert await async_wait_for(first.done)
+            assert first.cancelled()
+            assert cache.in_flight == 1
+        finally:
+            gate.open()
         entry, outcome = await second
         assert outcome == "coalesced"
         assert cache.peek(entry.key) is entry

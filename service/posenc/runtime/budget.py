@@ -80,6 +80,11 @@ class InFlightBudget:
         """Bytes charged now."""
         return self._held
 
+    @property
+    def holders(self) -> int:
+        """Leases held now: a charge shared by several holders counts each of them."""
+        return sum(charge.holders for charge in self._charges.values())
+
     def acquire(self, name: Hashable, nbytes: int) -> Lease:
         """A share of the charge `name` of `nbytes` bytes: joins it when held already (its
         memory is shared), else charges `nbytes` or raises `Overloaded` when they do not fit."""
