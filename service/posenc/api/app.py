@@ -51,6 +51,7 @@ from posenc.api.routes import (
     uploads,
     version,
 )
+from posenc.api.serving.head import HeadRequests
 from posenc.api.settings import Settings
 from posenc.api.state import AppState, KeyIndex, Lifecycle
 from posenc.encodings.weights import TableStore
@@ -259,6 +260,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # the last added is the outermost: metrics see every request, refused ones included
     if settings.hot_routes:
         app.add_middleware(HotRoutes, routes=hot_routes(tables.router, oip_models))
+    app.add_middleware(HeadRequests)  # every GET route answers HEAD (serving/head.py)
     app.add_middleware(
         BodyLimitMiddleware,
         max_bytes=settings.max_body_bytes,

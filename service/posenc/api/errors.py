@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import orjson
@@ -28,7 +29,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette._utils import get_route_path
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
-from starlette.routing import Route, compile_path
+from starlette.routing import BaseRoute, Route, compile_path
 
 from posenc.encodings import PosencError, SpecError
 from posenc.encodings.weights import UnknownTableError
@@ -131,9 +132,23 @@ def spec_problems(err: SpecError) -> list[dict[str, Any]]:
     return [{"field": p.field, "message": p.message, "value": p.value} for p in err.problems]
 
 
+def _route_methods(routes: Iterable[BaseRoute], prefix: str) -> Iterator[tuple[str, set[str]]]:
+    """(path, methods) of every route, those of included routers too (FastAPI keeps them behind
+    an `_IncludedRouter` that holds the router and its include prefix), routes left out of the
+    OpenAPI document (`/ui`) included."""
+    for route in routes:
+        included = getattr(route, "original_router", None)
+        if included is not None:
+            context = getattr(route, "include_context", None)
+            yield from _route_methods(included.routes, prefix + getattr(context, "prefix", ""))
+        elif isinstance(route, Route):
+            yield prefix + route.path, set(route.methods or ())
+
+
 def allowed_methods(request: Request) -> list[str]:
     """Every method the app takes at this request's path (a 405's `Allow`): the OpenAPI
-    document's operations (and HEAD beside GET) plus Starlette's own routes (`/docs`...).
+    document's operations and every route's (`/docs`, `/ui`...), HEAD beside GET (`serving/head.py`
+    answers it).
     Starlette's 405 names only the first route matching the path, and `GET /v1/onnx` and
     `POST /v1/onnx` are two routes. Built once per app."""
     app = request.app
@@ -145,9 +160,10 @@ def allowed_methods(request: Request) -> list[str]:
             table.append(
                 (compile_path(template)[0], methods | ({"HEAD"} if "GET" in methods else set()))
             )
-        for route in app.router.routes:
-            if isinstance(route, Route):
-                table.append((route.path_regex, set(route.methods or ())))
+        for path, methods in _route_methods(app.router.routes, ""):
+            table.append(
+                (compile_path(path)[0], methods | ({"HEAD"} if "GET" in methods else set()))
+            )
         app.state.posenc_allow = table
     path = get_route_path(request.scope)
     return sorted({m for regex, methods in table if regex.match(path) for m in methods})

@@ -347,12 +347,6 @@ def build_openapi(app: FastAPI, settings: Settings, prefixes: tuple[str, ...]) -
     for path, item in doc.get("paths", {}).items():
         for method, op in item.items():
             _complete_operation(method, path, op, guarded_path(path, settings, prefixes))
-    for path in ("/v1/tables", "/v1/tables/{key}", "/v1/presets/{name}/{part}/table"):
-        for op in doc["paths"][path].values():
-            op["responses"]["206"] = {
-                "description": "Range of a raw table (Content-Range; Repr-Digest names the whole)",
-                "content": {"application/octet-stream": {}},
-            }
     body = doc["paths"]["/v1/tables"]["post"]["requestBody"]["content"]["application/json"]
     body["schema"] = {"$ref": REF.format(model="SpecObject")}
     onnx = doc["paths"]["/v1/onnx"]["post"]

@@ -32,7 +32,7 @@ from typing import TypeVar
 import torch
 
 from posenc.api.oip.codec import bad_request
-from posenc.api.serving import bind_tables
+from posenc.api.serving.bind import bind_tables
 from posenc.encodings import SpecBase, Table, compute
 from posenc.encodings.weights import TableStore
 from posenc.runtime import OFFLOAD_BYTES, Lease, TableCache, is_out_of_memory

@@ -51,7 +51,7 @@ from starlette.responses import Response
 from posenc.api.deps import app_state
 from posenc.api.errors import ApiError
 from posenc.api.jsonio import check_content_encoding
-from posenc.api.serving import check_size
+from posenc.api.serving.table import check_size
 from posenc.api.specs import canonical_spec
 from posenc.api.state import AppState
 from posenc.api.wire import TooManyEntries, count_graph_entries

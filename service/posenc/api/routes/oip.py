@@ -39,7 +39,7 @@ from posenc.api.oip.codec import (
 from posenc.api.oip.context import OipContext
 from posenc.api.oip.errors import INTERNAL_MESSAGE, as_oip_error
 from posenc.api.oip.models import VERSION, find_model
-from posenc.api.serving import SEND_CHUNK
+from posenc.api.serving.body import SEND_CHUNK
 from posenc.runtime import Lease
 from posenc.verified import VERIFIED_AGAINST
 

@@ -29,14 +29,9 @@ from starlette.responses import Response
 from posenc.api.deps import State
 from posenc.api.errors import ApiError
 from posenc.api.jsonio import json_response, read_json_object
-from posenc.api.serving import (
-    IMMUTABLE,
-    bind_tables,
-    etag_matches,
-    repr_digest,
-    stored_tables,
-    unbound,
-)
+from posenc.api.serving.bind import bind_tables, stored_tables, unbound
+from posenc.api.serving.conditional import IMMUTABLE, not_modified
+from posenc.api.serving.digest import repr_digest
 from posenc.api.specs import guarded, spec_from_object
 from posenc.api.state import AppState
 from posenc.encodings import FieldProblem, SpecBase, SpecError, content_key
@@ -216,8 +211,9 @@ async def _serve(
     }
     if cache_control:
         headers["Cache-Control"] = cache_control
-    if request.method == "GET" and etag_matches(request.headers.get("if-none-match"), f'"{key}"'):
-        return Response(status_code=304, headers=headers)
+    unchanged = not_modified(request, headers)
+    if unchanged is not None:
+        return unchanged
     size = resolved.spec.output_bytes()
     limit = state.settings.max_response_bytes
     if size > limit:

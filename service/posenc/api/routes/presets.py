@@ -17,13 +17,9 @@ from starlette.responses import Response
 from posenc.api.deps import State
 from posenc.api.errors import ApiError
 from posenc.api.jsonio import json_response
-from posenc.api.serving import (
-    TABLE_PARAMETERS,
-    TABLE_RESPONSES,
-    describe_spec,
-    serve_table,
-    table_params,
-)
+from posenc.api.serving.describe import describe_spec
+from posenc.api.serving.params import TABLE_PARAMETERS, TABLE_RESPONSES, table_params
+from posenc.api.serving.table import serve_table
 from posenc.api.state import AppState
 from posenc.api.tableurl import table_url
 from posenc.presets import Preset, PresetPart

@@ -15,7 +15,7 @@ from starlette.responses import Response
 
 from posenc.api.deps import State
 from posenc.api.jsonio import json_object_body, json_response, read_json_object
-from posenc.api.serving import describe_spec
+from posenc.api.serving.describe import describe_spec
 from posenc.api.specs import resolve_config_parts
 from posenc.encodings import content_key
 

@@ -25,16 +25,11 @@ from posenc.api.deps import app_state
 from posenc.api.errors import ApiError
 from posenc.api.jsonio import read_json_object
 from posenc.api.memo import JsonMemo
-from posenc.api.serving import (
-    IMMUTABLE,
-    PREVIEW_PARAMETERS,
-    TABLE_PARAMETERS,
-    TABLE_RESPONSES,
-    serve_preview,
-    serve_table,
-    table_params,
-    unbound,
-)
+from posenc.api.serving.bind import unbound
+from posenc.api.serving.conditional import IMMUTABLE
+from posenc.api.serving.params import TABLE_PARAMETERS, TABLE_RESPONSES, table_params
+from posenc.api.serving.preview import PREVIEW_PARAMETERS, serve_preview
+from posenc.api.serving.table import serve_table
 from posenc.api.specs import spec_from_object
 from posenc.api.state import AppState
 from posenc.api.tableurl import parse_segment

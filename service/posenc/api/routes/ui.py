@@ -24,7 +24,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from posenc.api.errors import ApiError
-from posenc.api.serving import etag_matches
+from posenc.api.serving.conditional import not_modified
 
 router = APIRouter(tags=["ui"], include_in_schema=False)
 
@@ -53,8 +53,9 @@ def _asset(name: str) -> tuple[bytes, str]:
 def _send(request: Request, name: str) -> Response:
     data, etag = _asset(name)
     headers = {"ETag": etag, "Cache-Control": "no-cache", **SECURITY_HEADERS}
-    if etag_matches(request.headers.get("if-none-match"), etag):
-        return Response(status_code=304, headers=headers)
+    unchanged = not_modified(request, headers)
+    if unchanged is not None:
+        return unchanged
     return Response(data, media_type=MEDIA_TYPES[name], headers=headers)
 
 
