@@ -23,9 +23,8 @@ import logging
 import re
 from collections.abc import AsyncIterator
 
-from fastapi import APIRouter, FastAPI, Request
+from fastapi import FastAPI, Request
 from fastapi.responses import RedirectResponse
-from fastapi.routing import APIRoute
 from starlette.middleware.cors import CORSMiddleware
 
 from posenc import __version__
@@ -33,7 +32,7 @@ from posenc.api.auth import DOCS_PREFIXES, PROTECTED_PREFIXES, ApiKeyMiddleware
 from posenc.api.deps import oip_context
 from posenc.api.errors import install_error_handlers
 from posenc.api.grpc import GrpcServer
-from posenc.api.hot import HotRoutes
+from posenc.api.hot import HotRoutes, hot_routes
 from posenc.api.metrics import Metrics, MetricsMiddleware
 from posenc.api.middleware import BodyLimitMiddleware, RouteLimit
 from posenc.api.openapi import install_openapi
@@ -66,18 +65,6 @@ CHECK_PATH = re.compile(r"/v1/check/onnx/?")
 INFER_PATH = re.compile(r"/v2/models/[^/]+(?:/versions/[^/]+)?/infer")
 
 
-HOT_ROUTES = frozenset(
-    {
-        ("GET", "/v1/tables/{key}"),
-        ("POST", "/v1/tables"),
-        ("POST", "/v2/models/{model}/infer"),
-        ("POST", "/v2/models/{model}/versions/{version}/infer"),
-    }
-)
-"""(method, path template) of the routes `HotRoutes` dispatches: those called once per table
-fetch or per decode step."""
-
-
 CORS_EXPOSED = [
     "ETag",
     "Retry-After",
@@ -86,20 +73,6 @@ CORS_EXPOSED = [
     "WWW-Authenticate",
 ]
 """Response headers a cross-origin page may read (CORS `Access-Control-Expose-Headers`)."""
-
-
-def hot_routes(*routers: APIRouter) -> list[APIRoute]:
-    """The routes of `routers` named in `HOT_ROUTES` (all of them, or ValueError)."""
-    found = [
-        route
-        for router in routers
-        for route in router.routes
-        if isinstance(route, APIRoute)
-        and any((method, route.path) in HOT_ROUTES for method in route.methods or ())
-    ]
-    if len(found) != len(HOT_ROUTES):
-        raise ValueError(f"hot routes {sorted(HOT_ROUTES)}: found {[r.path for r in found]}")
-    return found
 
 
 def body_limits(settings: Settings) -> list[RouteLimit]:

@@ -31,41 +31,40 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route, compile_path
 
+from posenc.api.error_types import (
+    BUSY,
+    BY_STATUS,
+    HTTP_ERROR,
+    INTERNAL_ERROR,
+    INVALID_REQUEST,
+    OVERLOADED,
+    ErrorType,
+)
 from posenc.encodings import PosencError, SpecError
 from posenc.encodings.weights import UnknownTableError
 from posenc.runtime import Busy, Overloaded
 
 log = logging.getLogger("posenc.api")
 
-_STATUS_TYPES = {
-    400: "bad_request",
-    401: "unauthorized",
-    403: "forbidden",
-    404: "not_found",
-    405: "method_not_allowed",
-    406: "not_acceptable",
-    413: "too_large",
-    415: "unsupported_media_type",
-    416: "range_not_satisfiable",
-    422: "invalid_request",
-    503: "unavailable",
-}
-
 
 class ApiError(Exception):
-    """An error the API itself raises: HTTP status, `error_type`, message and optional detail."""
+    """An error the API itself raises: its `error_type` record (`error_types.py`, which gives
+    the HTTP status; `status` picks another of the record's), message and optional detail."""
 
     def __init__(
         self,
-        status: int,
-        error_type: str,
+        error: ErrorType,
         message: str,
         detail: Any = None,
         headers: dict[str, str] | None = None,
+        *,
+        status: int | None = None,
     ) -> None:
         super().__init__(message)
-        self.status = status
-        self.error_type = error_type
+        if status is not None and status not in error.statuses:
+            raise ValueError(f"{error.name} is sent with {error.statuses}, not {status}")
+        self.status = error.status if status is None else status
+        self.error_type = error.name
         self.message = message
         self.detail = detail
         self.headers = headers or {}
@@ -182,16 +181,16 @@ def to_response(exc: Exception, request: Request | None = None) -> Response:
     if isinstance(exc, Busy):
         retry = str(max(1, math.ceil(exc.retry_after)))
         return error_response(
-            503,
-            "busy",
+            BUSY.status,
+            BUSY.name,
             str(exc),
             {"max_concurrent_computations": exc.limit},
             {"Retry-After": retry},
         )
     if isinstance(exc, Overloaded):
         return error_response(
-            503,
-            "overloaded",
+            OVERLOADED.status,
+            OVERLOADED.name,
             str(exc),
             {
                 "requested_bytes": exc.requested,
@@ -209,9 +208,12 @@ def to_response(exc: Exception, request: Request | None = None) -> Response:
             }
             for e in exc.errors()
         ]
-        return error_response(422, "invalid_request", "invalid request parameters", detail)
+        return error_response(
+            INVALID_REQUEST.status, INVALID_REQUEST.name, "invalid request parameters", detail
+        )
     if isinstance(exc, StarletteHTTPException):
-        error_type = _STATUS_TYPES.get(exc.status_code, "http_error")
+        generic = BY_STATUS.get(exc.status_code)
+        error_type = generic.name if generic is not None else HTTP_ERROR
         headers = dict(exc.headers or {})
         if exc.status_code == 405 and request is not None:
             allowed = allowed_methods(request)
@@ -220,7 +222,7 @@ def to_response(exc: Exception, request: Request | None = None) -> Response:
             return error_response(405, error_type, message, None, headers)
         return error_response(exc.status_code, error_type, str(exc.detail), None, headers)
     log.exception("unhandled error", exc_info=exc)
-    return error_response(500, "internal_error", "internal server error")
+    return error_response(INTERNAL_ERROR.status, INTERNAL_ERROR.name, "internal server error")
 
 
 async def _handle(request: Request, exc: Exception) -> Response:

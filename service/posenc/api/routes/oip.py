@@ -26,6 +26,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 import posenc
+from posenc.api.hot import hot
 from posenc.api.oip import EXTENSIONS
 from posenc.api.oip.codec import (
     HEADER_LENGTH,
@@ -148,6 +149,28 @@ def _bind(handler: Handler) -> tuple[Callable[..., Awaitable[Response]], ...]:
     return plain, versioned
 
 
+UNKNOWN_MODEL = {404: "Unknown model or version"}
+READY_ERRORS = {**UNKNOWN_MODEL, 503: "The server is not ready (warming up or draining)"}
+INFER_ERRORS = {
+    **UNKNOWN_MODEL,
+    400: "Malformed request, inputs or parameters (the message names them), or a body that "
+    "is not the gzip or deflate its Content-Encoding says (tritonclient's compression)",
+    413: "Body over max_infer_body_bytes, or the outputs over max_response_bytes",
+    503: "Too many computations in flight (Retry-After), or the server is starting",
+}
+"""Each /v2 model route's error statuses (`{"error"}` bodies, `oip/errors.py`: the protocol has
+no error_type)."""
+
+
+def oip_responses(errors: dict[int, str]) -> dict[int | str, dict[str, Any]]:
+    """A /v2 model route's error responses for its decorator, with the `OipError` body."""
+    schema = {"$ref": "#/components/schemas/OipError"}
+    return {
+        status: {"description": text, "content": {"application/json": {"schema": schema}}}
+        for status, text in errors.items()
+    }
+
+
 def build_router(context: ContextGetter) -> tuple[APIRouter, APIRouter]:
     """(server router: `GET /v2`, model router: `/v2/models/...`). API keys, when set, guard
     the model routes through the app's `ApiKeyMiddleware` (`/v2/models` prefix); `/v2` is open.
@@ -230,15 +253,27 @@ def build_router(context: ContextGetter) -> tuple[APIRouter, APIRouter]:
 
         return await _guarded(run)
 
-    for path, handler, method, summary in (
-        ("", metadata, "GET", "Model metadata"),
-        ("/ready", ready, "GET", "Model readiness"),
-        ("/config", config, "GET", "Model configuration, spec schema and limits"),
-        ("/infer", infer, "POST", "Inference: rows for the given positions"),
+    for path, handler, method, summary, errors, is_hot in (
+        ("", metadata, "GET", "Model metadata", UNKNOWN_MODEL, False),
+        ("/ready", ready, "GET", "Model readiness", READY_ERRORS, False),
+        (
+            "/config",
+            config,
+            "GET",
+            "Model configuration, spec schema and limits",
+            UNKNOWN_MODEL,
+            False,
+        ),
+        ("/infer", infer, "POST", "Inference: rows for the given positions", INFER_ERRORS, True),
     ):
-        plain, versioned = _bind(handler)
-        models.add_api_route("/{model}" + path, plain, methods=[method], summary=summary)
-        models.add_api_route(
-            "/{model}/versions/{version}" + path, versioned, methods=[method], summary=summary
-        )
+        for template, endpoint in zip(
+            ("/{model}", "/{model}/versions/{version}"), _bind(handler), strict=True
+        ):
+            models.add_api_route(
+                template + path,
+                hot(endpoint) if is_hot else endpoint,
+                methods=[method],
+                summary=summary,
+                responses=oip_responses(errors),
+            )
     return server, models

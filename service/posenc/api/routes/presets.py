@@ -15,6 +15,14 @@ from fastapi import APIRouter, Path, Request
 from starlette.responses import Response
 
 from posenc.api.deps import State
+from posenc.api.error_types import (
+    COMPUTE,
+    TABLE,
+    UNKNOWN_PRESET,
+    UNKNOWN_PRESET_PART,
+    UNKNOWN_TABLE,
+    responses,
+)
 from posenc.api.errors import ApiError
 from posenc.api.jsonio import json_response
 from posenc.api.serving.describe import describe_spec
@@ -54,8 +62,7 @@ def _preset(state: AppState, name: str) -> Preset:
     preset = state.presets.get(name)
     if preset is None:
         raise ApiError(
-            404,
-            "unknown_preset",
+            UNKNOWN_PRESET,
             f"no preset named {name!r}; GET /v1/presets lists them",
             {"name": name, "presets": sorted(state.presets)},
         )
@@ -68,8 +75,7 @@ def _preset_part(state: AppState, name: str, part_name: str) -> tuple[Preset, Pr
     if part is None:
         parts = [p.name for p in preset.parts]
         raise ApiError(
-            404,
-            "unknown_preset_part",
+            UNKNOWN_PRESET_PART,
             f"preset {name!r} has no part {part_name!r}; it has {parts}",
             {"name": name, "part": part_name, "parts": parts},
         )
@@ -86,7 +92,11 @@ async def list_presets(state: State) -> Response:
     return json_response({"presets": [_summary(p) for p in state.presets.values()]})
 
 
-@router.get("/presets/{name}", summary="One preset: its specs, keys, outputs and notes")
+@router.get(
+    "/presets/{name}",
+    summary="One preset: its specs, keys, outputs and notes",
+    responses=responses(UNKNOWN_PRESET),
+)
 async def get_preset(state: State, name: PresetName) -> Response:
     """The preset's model, source, notes and each part's canonical spec and URLs."""
     preset = _preset(state, name)
@@ -98,7 +108,11 @@ async def get_preset(state: State, name: PresetName) -> Response:
     return json_response(body)
 
 
-@router.get("/presets/{name}/{part}", summary="One table of a preset: its spec and URLs")
+@router.get(
+    "/presets/{name}/{part}",
+    summary="One table of a preset: its spec and URLs",
+    responses=responses(UNKNOWN_PRESET, UNKNOWN_PRESET_PART),
+)
 async def get_preset_part(state: State, name: PresetName, part: PartName) -> Response:
     """A single part (e.g. Gemma 3's `full_attention`) with its spec, key and table URLs."""
     preset, found = _preset_part(state, name, part)
@@ -108,7 +122,10 @@ async def get_preset_part(state: State, name: PresetName, part: PartName) -> Res
 @router.get(
     "/presets/{name}/{part}/table",
     summary="The table of one preset part (same formats as /v1/tables/{key})",
-    responses=TABLE_RESPONSES,
+    responses={
+        **TABLE_RESPONSES,
+        **responses(UNKNOWN_PRESET, UNKNOWN_PRESET_PART, UNKNOWN_TABLE, TABLE, COMPUTE),
+    },
     openapi_extra={"parameters": TABLE_PARAMETERS},
 )
 async def get_preset_table(

@@ -12,7 +12,8 @@
   `max_points` elements (`serving.serve_preview`): what the explorer (`/ui`) plots, so a
   131072-position table is looked at without sending it whole.
 
-Both are hot routes (`posenc.api.hot`: no FastAPI dependencies, the query read from the request);
+Both are hot routes, marked `@hot` (`posenc.api.hot`: no FastAPI dependencies, the query read
+from the request);
 sending a table (limits, format, ETags, 304, the cache) is `serving.serve_table`.
 """
 
@@ -22,13 +23,24 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from posenc.api.deps import app_state
+from posenc.api.error_types import (
+    BODY,
+    COMPUTE,
+    SPEC,
+    TABLE,
+    TABLE_URL,
+    UNKNOWN_KEY,
+    UNKNOWN_TABLE,
+    responses,
+)
 from posenc.api.errors import ApiError
+from posenc.api.hot import hot
 from posenc.api.jsonio import read_json_object
 from posenc.api.memo import JsonMemo
 from posenc.api.serving.bind import unbound
-from posenc.api.serving.conditional import IMMUTABLE
+from posenc.api.serving.conditional import IMMUTABLE, NOT_MODIFIED
 from posenc.api.serving.params import TABLE_PARAMETERS, TABLE_RESPONSES, table_params
-from posenc.api.serving.preview import PREVIEW_PARAMETERS, serve_preview
+from posenc.api.serving.preview import PREVIEW_ERRORS, PREVIEW_PARAMETERS, serve_preview
 from posenc.api.serving.table import serve_table
 from posenc.api.specs import spec_from_object
 from posenc.api.state import AppState
@@ -86,9 +98,10 @@ SPEC_BODY = {
 @router.post(
     "/tables",
     summary="Compute (or fetch from the cache) the table for a spec or a config.json",
-    responses=TABLE_RESPONSES,
+    responses={**TABLE_RESPONSES, **responses(BODY, SPEC, TABLE, COMPUTE)},
     openapi_extra={"requestBody": SPEC_BODY, "parameters": TABLE_PARAMETERS},
 )
+@hot
 async def post_table(request: Request) -> Response:
     """The table for the spec in the body; its stable URL is in `Content-Location`."""
     state = app_state(request)
@@ -101,7 +114,11 @@ async def post_table(request: Request) -> Response:
 @router.get(
     "/tables/{key}",
     summary="A table by URL: {key}.{spec} (any replica), or a content key this server resolved",
-    responses={**TABLE_RESPONSES, 304: {"description": "Not modified (If-None-Match)"}},
+    responses={
+        **TABLE_RESPONSES,
+        304: NOT_MODIFIED,
+        **responses(TABLE_URL, TABLE, UNKNOWN_TABLE, COMPUTE),
+    },
     openapi_extra={
         "parameters": [
             {
@@ -118,6 +135,7 @@ async def post_table(request: Request) -> Response:
         ]
     },
 )
+@hot
 async def get_table(request: Request) -> Response:
     """The table the URL names: immutable, so cacheable forever; 304 on a matching
     If-None-Match."""
@@ -140,8 +158,7 @@ def _known(state: AppState, segment: str) -> tuple[str, SpecBase]:
         return key, carried
     if spec is None:
         raise ApiError(
-            404,
-            "unknown_key",
+            UNKNOWN_KEY,
             f"no table with key {key!r} is known here: GET the URL the server handed out "
             "(Content-Location, or the `url` of /v1/resolve: /v1/tables/{key}.{spec}), which any "
             "replica answers, or POST the spec to /v1/tables",
@@ -158,10 +175,8 @@ def _known(state: AppState, segment: str) -> tuple[str, SpecBase]:
             "description": '{"key", "kind", "tensor", "dtype", "shape", "row_axis", '
             '"axes": [{"start", "step", "count"}], "data"}'
         },
-        304: {"description": "Not modified (If-None-Match)"},
-        400: {"description": "Bad tensor, rows or max_points"},
-        404: {"description": "Unknown key"},
-        413: {"description": "Table over the limit"},
+        304: NOT_MODIFIED,
+        **responses(TABLE_URL, PREVIEW_ERRORS, UNKNOWN_TABLE, COMPUTE),
     },
     openapi_extra={
         "parameters": [

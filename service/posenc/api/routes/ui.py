@@ -23,6 +23,7 @@ from importlib import resources
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from posenc.api.error_types import NOT_FOUND
 from posenc.api.errors import ApiError
 from posenc.api.serving.conditional import not_modified
 
@@ -70,8 +71,7 @@ async def asset(request: Request, name: str) -> Response:
     """One of the page's files (`MEDIA_TYPES`); 404 `not_found` otherwise."""
     if name not in MEDIA_TYPES or name == "index.html":
         raise ApiError(
-            404,
-            "not_found",
+            NOT_FOUND,
             f"the explorer has no file {name!r}",
             [{"field": "name", "message": "one of explorer.js, explorer.css", "value": name}],
         )

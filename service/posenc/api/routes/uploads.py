@@ -33,6 +33,19 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from posenc.api.deps import State
+from posenc.api.error_types import (
+    BODY_TOO_LARGE,
+    INVALID_TABLE,
+    STARTING,
+    TENSOR_REQUIRED,
+    TOO_LARGE,
+    TOO_MANY_TENSORS,
+    UNKNOWN_FORMAT,
+    UNKNOWN_TABLE,
+    UNKNOWN_TENSOR,
+    UNSUPPORTED_MEDIA_TYPE,
+    responses,
+)
 from posenc.api.errors import ApiError, spec_problems
 from posenc.api.jsonio import check_content_encoding, json_response
 from posenc.api.serving.bind import unknown_table
@@ -56,8 +69,7 @@ def upload_format(param: str | None, content_type: str | None, body: bytes) -> F
         fmt = UPLOADS.get(param)
         if fmt is None:
             raise ApiError(
-                400,
-                "unknown_format",
+                UNKNOWN_FORMAT,
                 f"unknown upload format {param!r}",
                 [{"field": "format", "message": f"one of {sorted(UPLOADS)}", "value": param}],
             )
@@ -86,8 +98,7 @@ def ingest(
     stored_bytes = table.numel() * 4
     if stored_bytes > store.max_bytes:
         raise ApiError(
-            413,
-            "too_large",
+            TOO_LARGE,
             f"the table takes {stored_bytes} bytes as float32, more than the table store's "
             f"{store.max_bytes}",
             {"size_bytes": stored_bytes, "max_bytes": store.max_bytes},
@@ -96,7 +107,7 @@ def ingest(
         key = store.put(table)
     except SpecError as err:
         message = "invalid table: " + "; ".join(p.describe() for p in err.problems)
-        raise ApiError(400, "invalid_table", message, spec_problems(err)) from None
+        raise ApiError(INVALID_TABLE, message, spec_problems(err)) from None
     return key, list(table.shape[-2:])
 
 
@@ -117,8 +128,17 @@ def describe_upload(key: str, shape: list[int]) -> dict[str, Any]:
     summary="Upload a weight table (learned positions, relative_index bias; safetensors or .npy)",
     responses={
         201: {"description": '{"table_key", "shape", "dtype", "nbytes", "url"}'},
-        400: {"description": "Not one real (N, D) table (error_type invalid_table, ...)"},
-        413: {"description": "Body over max_upload_bytes, or table over the table store"},
+        **responses(
+            BODY_TOO_LARGE,
+            UNSUPPORTED_MEDIA_TYPE,
+            INVALID_TABLE,
+            UNKNOWN_FORMAT,
+            UNKNOWN_TENSOR,
+            TENSOR_REQUIRED,
+            TOO_LARGE,
+            TOO_MANY_TENSORS,
+            STARTING,
+        ),
     },
     openapi_extra={
         "requestBody": {
@@ -169,7 +189,7 @@ async def post_upload(request: Request, state: State) -> Response:
 @router.get(
     "/uploads/{table_key}",
     summary="An uploaded table's description (404 when the store does not hold it)",
-    responses={404: {"description": "error_type unknown_table"}},
+    responses=responses(UNKNOWN_TABLE, STARTING),
 )
 async def get_upload(state: State, table_key: str) -> Response:
     """Shape, dtype and size of a stored table."""

@@ -17,6 +17,9 @@ IMMUTABLE = "public, max-age=31536000, immutable"
 """`Cache-Control` of content-addressed resources (`/v1/tables/{key}[.{spec}]`, previews,
 `/v1/onnx/{key}`)."""
 
+NOT_MODIFIED = {"description": "Not modified (If-None-Match); no body, the 200's validators"}
+"""The OpenAPI response of a route answering 304."""
+
 
 def etag_matches(header: str | None, etag: str) -> bool:
     """True when an `If-None-Match` header lists `etag` (quoted; compared weakly, as RFC 9110

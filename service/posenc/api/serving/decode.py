@@ -17,6 +17,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load as safetensors_load
 
+from posenc.api.error_types import INVALID_TABLE, TENSOR_REQUIRED, TOO_MANY_TENSORS, UNKNOWN_TENSOR
 from posenc.api.errors import ApiError
 
 NPY_MAGIC = b"\x93NUMPY"
@@ -26,9 +27,7 @@ NPY_DTYPES = frozenset({"float16", "float32", "float64", "int32", "int64"})
 
 def invalid_table(message: str, field: str = "(body)", value: Any = None) -> ApiError:
     """400 `invalid_table`: an upload that is not one readable table."""
-    return ApiError(
-        400, "invalid_table", message, [{"field": field, "message": message, "value": value}]
-    )
+    return ApiError(INVALID_TABLE, message, [{"field": field, "message": message, "value": value}])
 
 
 def decode_npy(body: bytes, tensor: str | None, max_tensors: int) -> torch.Tensor:
@@ -98,8 +97,7 @@ def _count_tensors(body: bytes, max_tensors: int) -> None:
             return
     declared = f"declares {count} tensors" if count is not None else f"has a {size}-byte header"
     raise ApiError(
-        413,
-        "too_many_tensors",
+        TOO_MANY_TENSORS,
         f"the safetensors file {declared}; an upload may declare at most {max_tensors} tensors "
         f"in a header of at most {max_header} bytes",
         {"max_tensors": max_tensors, "max_header_bytes": max_header, "tensors": count},
@@ -118,8 +116,7 @@ def decode_safetensors(body: bytes, tensor: str | None, max_tensors: int) -> tor
     if tensor is not None:
         if tensor not in tensors:
             raise ApiError(
-                400,
-                "unknown_tensor",
+                UNKNOWN_TENSOR,
                 f"the file has no tensor {tensor!r}; it has {names[:20]}",
                 [{"field": "tensor", "message": f"one of {names[:20]}", "value": tensor}],
             )
@@ -128,8 +125,7 @@ def decode_safetensors(body: bytes, tensor: str | None, max_tensors: int) -> tor
         if not names:
             raise invalid_table("the safetensors file holds no tensor")
         raise ApiError(
-            400,
-            "tensor_required",
+            TENSOR_REQUIRED,
             f"the file holds {len(names)} tensors: name the table with tensor=NAME, one of "
             f"{names[:20]}",
             [{"field": "tensor", "message": f"required, one of {names[:20]}", "value": None}],

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
+from posenc.api.error_types import NOT_ACCEPTABLE, UNKNOWN_FORMAT
 from posenc.api.errors import ApiError
 from posenc.api.serving.decode import (
     decode_npy,
@@ -142,8 +143,7 @@ def negotiate(format_param: str | None, accept: str | None) -> Format:
         fmt = FORMATS.get(format_param.strip().lower())
         if fmt is None:
             raise ApiError(
-                400,
-                "unknown_format",
+                UNKNOWN_FORMAT,
                 f"unknown format {format_param!r}",
                 [{"field": "format", "message": f"must be one of {sorted(FORMATS)}"}],
             )
@@ -171,8 +171,7 @@ def negotiate(format_param: str | None, accept: str | None) -> Format:
     if not choices:
         offered = sorted(f.media_type for f in FORMATS.values())
         raise ApiError(
-            406,
-            "not_acceptable",
+            NOT_ACCEPTABLE,
             f"none of the media types in Accept are served; offered: {', '.join(offered)}",
             {"accept": accept, "offered": offered},
         )

@@ -57,11 +57,4 @@ TABLE_RESPONSES: dict[int | str, dict[str, Any]] = {
         "description": "Range of a raw table (Content-Range; Repr-Digest names the whole)",
         "content": {f.media_type: {} for f in FORMATS.values() if f.ranges},
     },
-    400: {"description": "Bad request (malformed JSON, unknown format/tensor, bad rows)"},
-    413: {"description": "Table or body over the limit (detail names size and maximum)"},
-    422: {"description": "Invalid spec: detail lists [{field, message, value}]"},
-    503: {
-        "description": "Too many computations in flight (`busy`), or the in-flight byte budget "
-        "is spent (`overloaded`); Retry-After"
-    },
 }

@@ -11,6 +11,15 @@ import torch
 from starlette.requests import Request
 from starlette.responses import Response
 
+from posenc.api.error_types import (
+    INVALID_MAX_POINTS,
+    INVALID_ROWS,
+    ROWS_UNSUPPORTED,
+    TENSOR_REQUIRED,
+    TOO_LARGE,
+    UNKNOWN_TENSOR,
+    ErrorType,
+)
 from posenc.api.errors import ApiError
 from posenc.api.serving.bind import bind_tables
 from posenc.api.serving.conditional import IMMUTABLE, device_etag, not_modified
@@ -21,6 +30,15 @@ from posenc.api.serving.table import check_size
 from posenc.api.state import AppState
 from posenc.encodings import SpecBase
 from posenc.runtime.rows import preview_steps
+
+PREVIEW_ERRORS: tuple[ErrorType, ...] = (
+    INVALID_MAX_POINTS,
+    UNKNOWN_TENSOR,
+    TENSOR_REQUIRED,
+    INVALID_ROWS,
+)
+PREVIEW_ERRORS += (ROWS_UNSUPPORTED, TOO_LARGE)
+"""What a preview refuses beyond naming its table."""
 
 PREVIEW_FORMAT = FORMATS["json"]
 """What a preview is: a JSON body (its tensors selected as for `format=json`)."""
@@ -59,8 +77,7 @@ def parse_max_points(text: str | None, limit: int) -> int:
         value = int(text) if text.isascii() and text.isdigit() else None
     if value is None or not 1 <= value <= limit:
         raise ApiError(
-            400,
-            "invalid_max_points",
+            INVALID_MAX_POINTS,
             f"max_points must be an integer from 1 to {limit}, got {text!r}",
             [{"field": "max_points", "message": f"need 1 <= max_points <= {limit}", "value": text}],
         )
@@ -93,8 +110,7 @@ async def serve_preview(
     if tensor is None:
         if len(names) != 1:
             raise ApiError(
-                400,
-                "tensor_required",
+                TENSOR_REQUIRED,
                 f"a preview shows one tensor: add tensor=NAME, one of {names}",
                 [{"field": "tensor", "message": f"required, one of {names}", "value": None}],
             )

@@ -10,6 +10,7 @@ import re
 
 from starlette.requests import Request
 
+from posenc.api.error_types import RANGE_NOT_SATISFIABLE
 from posenc.api.errors import ApiError
 from posenc.runtime import Buffer
 
@@ -58,8 +59,7 @@ def apply_range(
         return body, 200
     if span is False:
         raise ApiError(
-            416,
-            "range_not_satisfiable",
+            RANGE_NOT_SATISFIABLE,
             f"the range is outside the {size}-byte body",
             {"size_bytes": size},
             {"Content-Range": f"bytes */{size}"},

@@ -10,6 +10,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from posenc.api.error_types import (
+    INVALID_ROWS,
+    ROWS_UNSUPPORTED,
+    TENSOR_REQUIRED,
+    UNKNOWN_TENSOR,
+    UNSUPPORTED_DTYPE,
+)
 from posenc.api.errors import ApiError
 from posenc.encodings import TensorInfo
 
@@ -44,8 +51,7 @@ def parse_rows(text: str | None) -> tuple[int, int] | None:
     match = ROWS_PATTERN.fullmatch(text)
     if match is None:
         raise ApiError(
-            400,
-            "invalid_rows",
+            INVALID_ROWS,
             f"rows must be START:END with non-negative integers in ASCII digits, got {text!r}",
             [{"field": "rows", "message": "expected START:END ([0-9]*:[0-9]*)", "value": text}],
         )
@@ -65,16 +71,14 @@ def select(
     if tensor is not None:
         if tensor not in outputs:
             raise ApiError(
-                400,
-                "unknown_tensor",
+                UNKNOWN_TENSOR,
                 f"this table has no tensor {tensor!r}; it has {list(names)}",
                 [{"field": "tensor", "message": f"must be one of {list(names)}", "value": tensor}],
             )
         names = (tensor,)
     elif fmt.single and len(names) > 1:
         raise ApiError(
-            400,
-            "tensor_required",
+            TENSOR_REQUIRED,
             f"format {fmt.name} carries one tensor: add tensor=NAME, one of {list(names)}",
             [{"field": "tensor", "message": f"required, one of {list(names)}", "value": None}],
         )
@@ -82,8 +86,7 @@ def select(
         bad = [n for n in names if outputs[n].dtype not in NUMPY_DTYPES]
         if bad:
             raise ApiError(
-                400,
-                "unsupported_dtype",
+                UNSUPPORTED_DTYPE,
                 f"numpy has no {outputs[bad[0]].dtype}: fetch {bad} as safetensors or raw",
                 [{"field": "format", "message": "no numpy dtype for " + ", ".join(bad)}],
             )
@@ -93,8 +96,7 @@ def select(
     lengths = {outputs[n].shape[a] for n, a in zip(names, axes, strict=True) if a is not None}
     if len(lengths) != 1:
         raise ApiError(
-            400,
-            "rows_unsupported",
+            ROWS_UNSUPPORTED,
             f"rows= needs a tensor with a position axis; {list(names)} of kind {kind} have none",
             [{"field": "rows", "message": "no position axis in the selected tensors"}],
         )
@@ -103,8 +105,7 @@ def select(
     end = total if end == -1 else end
     if not start < end <= total:
         raise ApiError(
-            400,
-            "invalid_rows",
+            INVALID_ROWS,
             f"rows {start}:{end} outside the table's {total} positions "
             f"(need START < END <= {total})",
             [{"field": "rows", "message": f"need 0 <= START < END <= {total}", "value": rows}],

@@ -33,6 +33,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from posenc.api.error_types import TOO_LARGE, TOO_LARGE_FOR_JSON
 from posenc.api.errors import ApiError
 from posenc.api.serving.bind import bind_tables
 from posenc.api.serving.body import BodyResponse, acquire
@@ -114,8 +115,7 @@ def check_size(state: AppState, outputs: dict[str, TensorInfo]) -> None:
     limit = state.settings.max_response_bytes
     if size > limit:
         raise ApiError(
-            413,
-            "too_large",
+            TOO_LARGE,
             f"the table is {size} bytes, over the limit of {limit} bytes; ask for fewer "
             "positions or a smaller dtype",
             {"size_bytes": size, "max_bytes": limit},
@@ -186,8 +186,7 @@ async def serve_table(
         limit = state.settings.json_max_elements
         if elements > limit:
             raise ApiError(
-                413,
-                "too_large_for_json",
+                TOO_LARGE_FOR_JSON,
                 f"{elements} elements exceed the JSON limit of {limit}: use a binary format "
                 "(safetensors, npy, raw) or fewer rows",
                 {"elements": elements, "max_elements": limit},
