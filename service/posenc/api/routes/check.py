@@ -48,6 +48,7 @@ import torch
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from posenc.api.caps import body_cap
 from posenc.api.deps import app_state
 from posenc.api.error_types import (
     BODY_TOO_LARGE,
@@ -343,6 +344,7 @@ def _answer(key: str, plan: _Plan, exact: dict[TableRequest, tuple[_Exact, str]]
         },
     },
 )
+@body_cap("max_upload_bytes")
 async def check_onnx(request: Request) -> Response:
     """Check every RoPE site of the uploaded model against the table of `?key=`: parse, find and
     read in a worker thread, the exact tables through the cache, then compare, map and

@@ -26,6 +26,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 import posenc
+from posenc.api.caps import body_cap
 from posenc.api.hot import hot
 from posenc.api.oip import EXTENSIONS
 from posenc.api.oip.codec import (
@@ -171,6 +172,11 @@ def oip_responses(errors: dict[int, str]) -> dict[int | str, dict[str, Any]]:
     }
 
 
+def infer_route(endpoint: Callable[..., Awaitable[Response]]) -> Callable[..., Awaitable[Response]]:
+    """An infer endpoint: a hot route (`@hot`), its body capped by `max_infer_body_bytes`."""
+    return body_cap("max_infer_body_bytes")(hot(endpoint))
+
+
 def build_router(context: ContextGetter) -> tuple[APIRouter, APIRouter]:
     """(server router: `GET /v2`, model router: `/v2/models/...`). API keys, when set, guard
     the model routes through the app's `ApiKeyMiddleware` (`/v2/models` prefix); `/v2` is open.
@@ -271,7 +277,7 @@ def build_router(context: ContextGetter) -> tuple[APIRouter, APIRouter]:
         ):
             models.add_api_route(
                 template + path,
-                hot(endpoint) if is_hot else endpoint,
+                infer_route(endpoint) if is_hot else endpoint,
                 methods=[method],
                 summary=summary,
                 responses=oip_responses(errors),

@@ -26,7 +26,8 @@ from posenc.api.error_types import (
 from posenc.api.errors import ApiError
 from posenc.api.jsonio import json_response
 from posenc.api.serving.describe import describe_spec
-from posenc.api.serving.params import TABLE_PARAMETERS, TABLE_RESPONSES, table_params
+from posenc.api.serving.params import TABLE_PARAMETERS, TABLE_RESPONSES
+from posenc.api.serving.query import TableQuery
 from posenc.api.serving.table import serve_table
 from posenc.api.state import AppState
 from posenc.api.tableurl import table_url
@@ -138,6 +139,6 @@ async def get_preset_table(
         state,
         found.spec,
         found.key,
-        *table_params(request),
+        TableQuery.from_request(request),
         cache_control=PRESET_CACHE_CONTROL,
     )

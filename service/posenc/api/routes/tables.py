@@ -39,8 +39,14 @@ from posenc.api.jsonio import read_json_object
 from posenc.api.memo import JsonMemo
 from posenc.api.serving.bind import unbound
 from posenc.api.serving.conditional import IMMUTABLE, NOT_MODIFIED
-from posenc.api.serving.params import TABLE_PARAMETERS, TABLE_RESPONSES, table_params
-from posenc.api.serving.preview import PREVIEW_ERRORS, PREVIEW_PARAMETERS, serve_preview
+from posenc.api.serving.params import TABLE_PARAMETERS, TABLE_RESPONSES
+from posenc.api.serving.preview import (
+    PREVIEW_ERRORS,
+    PREVIEW_PARAMETERS,
+    PreviewQuery,
+    serve_preview,
+)
+from posenc.api.serving.query import TableQuery
 from posenc.api.serving.table import serve_table
 from posenc.api.specs import spec_from_object
 from posenc.api.state import AppState
@@ -108,7 +114,9 @@ async def post_table(request: Request) -> Response:
     body = await read_json_object(request)
     spec, key = SPECS.get(body, lambda: spec_from_object(body))
     state.index.remember(key, unbound(spec))
-    return await serve_table(request, state, spec, key, *table_params(request), cache_control=None)
+    return await serve_table(
+        request, state, spec, key, TableQuery.from_request(request), cache_control=None
+    )
 
 
 @router.get(
@@ -142,7 +150,7 @@ async def get_table(request: Request) -> Response:
     state = app_state(request)
     key, spec = _known(state, request.path_params["key"])
     return await serve_table(
-        request, state, spec, key, *table_params(request), cache_control=IMMUTABLE
+        request, state, spec, key, TableQuery.from_request(request), cache_control=IMMUTABLE
     )
 
 
@@ -196,13 +204,4 @@ async def get_preview(request: Request) -> Response:
     every k-th along each axis: a large table explored without sending it whole."""
     state = app_state(request)
     key, spec = _known(state, request.path_params["key"])
-    query = request.query_params
-    return await serve_preview(
-        request,
-        state,
-        spec,
-        key,
-        query.get("tensor"),
-        query.get("rows"),
-        query.get("max_points"),
-    )
+    return await serve_preview(request, state, spec, key, PreviewQuery.from_request(request))

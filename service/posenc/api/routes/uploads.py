@@ -32,6 +32,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from posenc.api.caps import body_cap
 from posenc.api.deps import State
 from posenc.api.error_types import (
     BODY_TOO_LARGE,
@@ -166,6 +167,7 @@ def describe_upload(key: str, shape: list[int]) -> dict[str, Any]:
         ],
     },
 )
+@body_cap("max_upload_bytes")
 async def post_upload(request: Request, state: State) -> Response:
     """Store one table under its content key (idempotent: the same values, the same key)."""
     store = state.require_tables()

@@ -4,7 +4,7 @@ strides are `runtime.rows.preview_steps`."""
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
 
 import orjson
 import torch
@@ -24,7 +24,7 @@ from posenc.api.errors import ApiError
 from posenc.api.serving.bind import bind_tables
 from posenc.api.serving.conditional import IMMUTABLE, device_etag, not_modified
 from posenc.api.serving.formats import FORMATS
-from posenc.api.serving.params import ROWS_PARAMETER
+from posenc.api.serving.query import ROWS_DOC, ROWS_SCHEMA, QueryRecord, param
 from posenc.api.serving.selection import parse_rows, select, selected_infos
 from posenc.api.serving.table import check_size
 from posenc.api.state import AppState
@@ -46,24 +46,22 @@ PREVIEW_FORMAT = FORMATS["json"]
 PREVIEW_POINTS = 65536
 """`max_points` of a preview when the request names none (capped by `json_max_elements`)."""
 
-PREVIEW_PARAMETERS: list[dict[str, Any]] = [
-    {
-        "name": "tensor",
-        "in": "query",
-        "required": False,
-        "schema": {"type": "string"},
-        "description": "the tensor to preview (required when the table has several)",
-    },
-    ROWS_PARAMETER,
-    {
-        "name": "max_points",
-        "in": "query",
-        "required": False,
-        "schema": {"type": "integer", "minimum": 1},
-        "description": f"at most this many elements (default {PREVIEW_POINTS}, at most the "
-        "server's json_max_elements)",
-    },
-]
+
+@dataclass(frozen=True)
+class PreviewQuery(QueryRecord):
+    """The query of a preview: the tensor, a row range, the most elements sampled."""
+
+    tensor: str | None = param("the tensor to preview (required when the table has several)")
+    rows: str | None = param(ROWS_DOC, **ROWS_SCHEMA)
+    max_points: str | None = param(
+        f"at most this many elements (default {PREVIEW_POINTS}, at most the server's "
+        "json_max_elements)",
+        type="integer",
+        minimum=1,
+    )
+
+
+PREVIEW_PARAMETERS = PreviewQuery.parameters()
 
 
 def parse_max_points(text: str | None, limit: int) -> int:
@@ -89,9 +87,7 @@ async def serve_preview(
     state: AppState,
     spec: SpecBase,
     key: str,
-    tensor: str | None,
-    rows: str | None,
-    max_points_text: str | None,
+    query: PreviewQuery,
 ) -> Response:
     """`{"key", "kind", "tensor", "dtype", "shape", "row_axis", "axes", "data"}`: one tensor of
     the table, rows `rows` (its position axis) sampled with `preview_steps` to at most
@@ -105,7 +101,8 @@ async def serve_preview(
     """
     outputs = state.index.outputs(key, spec)
     check_size(state, outputs)
-    max_points = parse_max_points(max_points_text, state.settings.json_max_elements)
+    max_points = parse_max_points(query.max_points, state.settings.json_max_elements)
+    tensor = query.tensor
     names = list(outputs)
     if tensor is None:
         if len(names) != 1:
@@ -115,7 +112,7 @@ async def serve_preview(
                 [{"field": "tensor", "message": f"required, one of {names}", "value": None}],
             )
         tensor = names[0]
-    selection = select(spec.kind, outputs, PREVIEW_FORMAT, tensor, parse_rows(rows))
+    selection = select(spec.kind, outputs, PREVIEW_FORMAT, tensor, parse_rows(query.rows))
     info = selected_infos(outputs, selection)[tensor]
     steps = preview_steps(info.shape, max_points)
     whole = outputs[tensor]

@@ -41,6 +41,7 @@ from posenc.api.serving.conditional import device_etag, not_modified
 from posenc.api.serving.digest import entry_digest
 from posenc.api.serving.encode import Encoding
 from posenc.api.serving.formats import DEFAULT, Format, negotiate
+from posenc.api.serving.query import TableQuery
 from posenc.api.serving.ranges import apply_range
 from posenc.api.serving.selection import Selection, parse_rows, select, selected_infos
 from posenc.api.state import AppState
@@ -169,17 +170,15 @@ async def serve_table(
     state: AppState,
     spec: SpecBase,
     key: str,
-    format: str | None,
-    tensor: str | None,
-    rows: str | None,
+    query: TableQuery,
     *,
     cache_control: str | None,
 ) -> Response:
     """Negotiate, check limits, look up (or compute) and send the table for a canonical spec."""
-    fmt = negotiate(format, request.headers.get("accept"))
+    fmt = negotiate(query.format, request.headers.get("accept"))
     outputs = state.index.outputs(key, spec)  # shapes only: nothing allocated before the check
     check_size(state, outputs)
-    selection = select(spec.kind, outputs, fmt, tensor, parse_rows(rows))
+    selection = select(spec.kind, outputs, fmt, query.tensor, parse_rows(query.rows))
     infos = selected_infos(outputs, selection)
     if fmt.text:
         elements = sum(i.numel for i in infos.values())
@@ -203,7 +202,7 @@ async def serve_table(
         "X-Posenc-Key": key,
         "X-Posenc-Kind": spec.kind,
     }
-    if format is None:
+    if query.format is None:
         headers["Vary"] = "Accept"
     if cache_control:
         headers["Cache-Control"] = cache_control
