@@ -138,7 +138,7 @@ class OipContext:
 
     def bind(self, spec: SpecBase, key: str) -> SpecBase:
         """`spec` (content key `key`) ready to compute: the uploaded weight table it names bound
-        from the store (`serving.bind_tables`; 404 `unknown_table` when it holds none)."""
+        from the store (`serving.bind.bind_tables`; 404 `unknown_table` when it holds none)."""
         return bind_tables(self.cache, self.tables, spec, key)
 
     async def table(self, spec: SpecBase, key: str) -> tuple[Table, str]:

@@ -3,7 +3,7 @@
 - `GET /v1/presets`: every preset with its parts' keys and table URLs;
 - `GET /v1/presets/{name}`, `GET /v1/presets/{name}/{part}`: canonical specs, keys, outputs;
 - `GET /v1/presets/{name}/{part}/table`: that part's table at a stable URL, sent like
-  `/v1/tables/{key}` (`serving.serve_table`) but cacheable for an hour only: the table changes
+  `/v1/tables/{key}` (`serving.table.serve_table`) but cacheable for an hour only: the table changes
   when the algorithm version does.
 """
 

@@ -9,12 +9,12 @@
 - `GET /v1/tables/{key}`: the table of any key this process resolved, or a preset's (kept for
   compatibility: another replica, or this one after a restart, answers 404 `unknown_key`).
 - `GET /v1/tables/{key}[.{spec}]/preview`: a strided sample of one tensor as JSON, at most
-  `max_points` elements (`serving.serve_preview`): what the explorer (`/ui`) plots, so a
+  `max_points` elements (`serving.preview.serve_preview`): what the explorer (`/ui`) plots, so a
   131072-position table is looked at without sending it whole.
 
 Both are hot routes, marked `@hot` (`posenc.api.hot`: no FastAPI dependencies, the query read
 from the request);
-sending a table (limits, format, ETags, 304, the cache) is `serving.serve_table`.
+sending a table (limits, format, ETags, 304, the cache) is `serving.table.serve_table`.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ the lifespan, `table_store_bytes`, least recently used dropped first) under
 uploading the same values again gives the same key and keeps one copy. A spec then names the
 table by key and shape (`learned`: `table_key`, `table_shape`; `relative_index`:
 `relative_position_bias_table_key`, `relative_position_bias_table_shape`);
-`serving.bind_tables` binds the stored table to it before anything is computed (an inline table
+`serving.bind.bind_tables` binds the stored table to it before anything is computed (an inline table
 is stored on the way, so that its canonical, key-only spec works afterwards). A key the store
 does not hold is 404 `unknown_table` naming the spec's key field. Bodies are capped by
 `max_upload_bytes`: from `Content-Length` before any of the body is read, and while it streams
