@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from posenc.encodings import FAMILIES, compute, content_key, parse_spec
+from posenc.encodings.rope import PROFILES
 from posenc.presets import load_presets
 from tests.api.wire import decode, table_url_parts
 from tests.conftest import ServerHandle
@@ -129,6 +130,36 @@ def test_kinds(client: httpx.Client) -> None:
     for kind in kinds.values():
         assert kind["summary"]
         assert kind["description"]
+
+
+def test_kinds_list_the_consumer_profiles(client: httpx.Client) -> None:
+    """`profiles` lists every consumer record in order, the default first, and the spec's
+    `profile` values are exactly those records' names."""
+    body = client.get("/v1/kinds").json()
+    profiles = body["profiles"]
+    assert [p["name"] for p in profiles] == list(PROFILES)
+    assert profiles[0] == {
+        "name": "hf",
+        "label": "transformers (default)",
+        "consumer": PROFILES["hf"].consumer,
+        "source": PROFILES["hf"].source,
+    }
+    for profile in profiles:
+        assert set(profile) == {"name", "label", "consumer", "source"}
+        assert all(isinstance(v, str) and v for v in profile.values()), profile
+    labels = [p["label"] for p in profiles]
+    assert len(set(labels)) == len(labels)
+    rope = next(k for k in body["kinds"] if k["kind"] == "rope")
+    assert rope["valid_values"]["profile"]["enum"] == list(PROFILES)
+    for name, record in PROFILES.items():
+        spec = parse_spec({"kind": "rope", "head_dim": 64, "max_positions": 4, "profile": name})
+        canon = spec.canonical()
+        assert (canon.interleaved, canon.width, canon.packing, canon.dtype) == (
+            record.interleaved,
+            record.width,
+            record.packing,
+            record.dtype,
+        ), name
 
 
 def test_resolve_names_keys_urls_and_notes(client: httpx.Client) -> None:

@@ -10,8 +10,9 @@ from typing import Any
 import httpx
 import pytest
 
-from posenc.api.formats import negotiate, parse_rows, select
-from posenc.api.serving import representation_etag
+from posenc.api.serving.formats import negotiate
+from posenc.api.serving.selection import parse_rows, select
+from posenc.api.serving.table import representation_etag
 from posenc.encodings import parse_spec
 
 SPEC = {"kind": "rope", "head_dim": 32, "max_positions": 40, "rope_theta": 4321.0}

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from posenc.api.formats import build_safetensors
 from posenc.api.oip.codec import PINNED_MIN_BYTES, host_bytes
+from posenc.api.serving.encode import build_safetensors
 from posenc.encodings import compute, parse_spec
 from tests.conftest import start_server
 

@@ -1,4 +1,4 @@
-"""The in-flight byte budget (runtime/budget.py, api/serving.py): bodies being sent and tables
+"""The in-flight byte budget (runtime/budget.py, api/serving/body.py): bodies being sent and tables
 being computed are charged to it, sends of one cached body share a charge, new work beyond it is
 503 `overloaded` with `Retry-After`, and the charges come back when the sends end.
 

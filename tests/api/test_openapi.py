@@ -13,6 +13,7 @@ import pytest
 from pydantic import ValidationError
 
 from posenc.api import Settings
+from posenc.api.error_types import ERROR_TYPES
 from posenc.encodings import FAMILIES
 from tests.conftest import ServerHandle, start_server
 
@@ -57,6 +58,40 @@ def test_document_of_an_open_server(client: httpx.Client) -> None:
     onnx = paths["/v1/onnx"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert onnx == {"$ref": "#/components/schemas/OnnxRequest"}
     assert "llama-3.1-8b" in schemas["SpecFromPreset"]["properties"]["preset"]["enum"]
+
+
+def test_every_route_declares_its_errors_from_the_catalog(client: httpx.Client) -> None:
+    """Each documented error status names the catalog's error_types it carries (the route's own
+    declaration); the 413 of POST /v1/tables names every cause: the body cap, the table and the
+    JSON limit."""
+    paths = client.get("/openapi.json").json()["paths"]
+    for path, item in paths.items():
+        for method, op in item.items():
+            for status, response in op["responses"].items():
+                if int(status) < 400 or path.startswith("/v2/models"):
+                    continue
+                named = [part.split(":")[0] for part in response["description"].split("; ")]
+                for name in named:
+                    assert name in ERROR_TYPES, (method, path, status, name)
+                    assert int(status) in ERROR_TYPES[name].statuses, (method, path, name)
+    too_large = paths["/v1/tables"]["post"]["responses"]["413"]["description"]
+    for cause in ("body_too_large", "too_large", "too_large_for_json"):
+        assert f"{cause}: {ERROR_TYPES[cause].summary}" in too_large.split("; ")
+
+
+def test_domain_error_types_are_in_the_catalog() -> None:
+    """Every error class of the core and the exporters sends an error_type of the catalog."""
+    import posenc.onnx  # noqa: F401  (registers its error classes)
+    from posenc.encodings import PosencError
+
+    found: set[str] = set()
+    todo = [PosencError]
+    while todo:
+        cls = todo.pop()
+        found.add(cls.error_type)
+        todo.extend(cls.__subclasses__())
+    assert found - {"posenc_error"} <= set(ERROR_TYPES)
+    assert len(found) > 5
 
 
 def test_allow_names_every_method_of_the_path(client: httpx.Client) -> None:

@@ -15,7 +15,7 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
 from posenc_client import DecodeError, Tables, dump_safetensors, parse_safetensors
-from posenc_client._models import onnx_metadata
+from posenc_client._onnx_model import onnx_metadata
 
 TORCH_TENSORS = {
     "f32": torch.randn(3, 5),

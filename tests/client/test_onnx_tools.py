@@ -14,7 +14,7 @@ from onnx import TensorProto
 from onnx import helper as h
 
 from posenc_client import Client, IncompatibleModelError, OnnxModel, Tables
-from posenc_client._models import onnx_metadata
+from posenc_client._onnx_model import onnx_metadata
 from posenc_client.onnx import (
     attach_alibi_bias,
     attach_rope_caches,

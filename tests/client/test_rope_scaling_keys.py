@@ -5,7 +5,7 @@ also writes at its top level). A new variant's keys fail this test until the cli
 from __future__ import annotations
 
 from posenc.encodings.rope.variants import CONFIG_LEVEL_KEYS, VARIANTS, flat_scaling_keys
-from posenc_client._models import LENGTH_SCALED_TYPES, ROPE_SCALING_KEYS
+from posenc_client._options import LENGTH_SCALED_TYPES, ROPE_SCALING_KEYS
 
 
 def test_client_scaling_keys_equal_the_registry() -> None:

@@ -1,6 +1,7 @@
 """`rows=(start, end)`: partial tables against a real server, the disk cache (whole tables only,
-sliced locally without a request), client-side validation, the async twin, and the client's
-table of position axes against the server's declarations (`TensorInfo.row_axis`)."""
+sliced locally without a request), client-side validation, the async twin, and the position axes
+every served table declares in its metadata (`meta["row_axes"]`, `TensorInfo.row_axis`), which
+the client slices by."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from posenc_client import (
     InvalidRowsError,
     Tables,
 )
-from posenc_client._models import ROW_AXES, slice_rows
+from posenc_client._rows import slice_rows
 from tests.conftest import ServerHandle
 from tests.onnx.cases import BASE
 
@@ -255,26 +256,36 @@ def _row_axis_specs() -> list[dict[str, Any]]:
     return specs
 
 
-def test_row_axes_match_the_server() -> None:
-    """The client slices cached tables on the axes the server declares, for every family."""
+def test_served_tables_declare_their_row_axes(server: ServerHandle) -> None:
+    """Every family's served table carries each tensor's position axis in its metadata, as the
+    spec declares it, and the client slices that table as the server does."""
     seen: set[str] = set()
-    for data in _row_axis_specs():
-        spec = parse_spec(data).canonical()
-        for name, info in spec.outputs().items():
-            axis = ROW_AXES[spec.kind][name]
-            if axis is not None:
-                axis %= len(info.shape)
-            assert axis == info.row_axis, (spec.kind, name)
+    with Client(server.url, retries=0) as client:
+        for data in _row_axis_specs():
+            spec = parse_spec(data).canonical()
+            declared = {name: info.row_axis for name, info in spec.outputs().items()}
+            whole = client.table(data)
+            assert whole.meta["row_axes"] == declared, spec.kind
             seen.add(spec.kind)
-    assert seen == set(FAMILIES) == set(ROW_AXES)
+            if any(axis is not None for axis in declared.values()):
+                local = slice_rows(whole, 1, 3)
+                served = client.table(data, rows=(1, 3))
+                assert local is not None, spec.kind
+                assert set(local) == set(served), spec.kind
+                for name in served:
+                    assert _bits(local[name], served[name]), (spec.kind, name)
+    assert seen == set(FAMILIES)
 
 
 def test_unknown_layouts_are_left_to_the_server() -> None:
     arrays = {"x": np.arange(6, dtype=np.float32).reshape(3, 2)}
     key = "ab" * 32
-    assert slice_rows(Tables(key, "future_kind", {}, {}, arrays), 0, 1) is None
-    assert slice_rows(Tables(key, "rope", {}, {}, {"new_tensor": arrays["x"]}), 0, 1) is None
-    rope = Tables(key, "rope", {}, {"device": "cuda:0"}, {"cos": arrays["x"]})
+    axes = {"row_axes": {"x": 0}}
+    assert slice_rows(Tables(key, "rope", {}, {}, arrays), 0, 1) is None  # an older server
+    assert slice_rows(Tables(key, "rope", {}, axes, {"new_tensor": arrays["x"]}), 0, 1) is None
+    assert slice_rows(Tables(key, "rope", {}, {"row_axes": {"x": 2}}, arrays), 0, 1) is None
+    meta = {"device": "cuda:0", "row_axes": {"cos": 0}}
+    rope = Tables(key, "rope", {}, meta, {"cos": arrays["x"]})
     part = slice_rows(rope, 1, 3)
     assert part is not None
     assert part["cos"].tolist() == [[2.0, 3.0], [4.0, 5.0]]

@@ -8,7 +8,8 @@ one place, from the route modules (`posenc.api.routes`: `/v1`, `/v2`, health and
 explorer page at `/ui`);
 `ApiKeyMiddleware` guards `/v1` and `/v2/models` (and `/metrics` and the OpenAPI pages with
 `protect_docs_and_metrics`); `api/openapi.py` completes the OpenAPI document;
-`BodyLimitMiddleware` caps request bodies per route (`body_limits`); `GET /` redirects to the
+`BodyLimitMiddleware` caps request bodies per route (`caps.body_limits`: the caps the routes
+declare, `@body_cap`); `GET /` redirects to the
 explorer (`/ui`); with `cors_origins`, Starlette's `CORSMiddleware` is the outermost layer (a
 browser's preflight never meets the key check). Behind `root_path`, every middleware matches the
 path without the prefix (`starlette._utils.get_route_path`).
@@ -20,22 +21,21 @@ import asyncio
 import contextlib
 import difflib
 import logging
-import re
 from collections.abc import AsyncIterator
 
-from fastapi import APIRouter, FastAPI, Request
+from fastapi import FastAPI, Request
 from fastapi.responses import RedirectResponse
-from fastapi.routing import APIRoute
 from starlette.middleware.cors import CORSMiddleware
 
 from posenc import __version__
 from posenc.api.auth import DOCS_PREFIXES, PROTECTED_PREFIXES, ApiKeyMiddleware
+from posenc.api.caps import body_limits
 from posenc.api.deps import oip_context
 from posenc.api.errors import install_error_handlers
 from posenc.api.grpc import GrpcServer
-from posenc.api.hot import HotRoutes
+from posenc.api.hot import HotRoutes, hot_routes
 from posenc.api.metrics import Metrics, MetricsMiddleware
-from posenc.api.middleware import BodyLimitMiddleware, RouteLimit
+from posenc.api.middleware import BodyLimitMiddleware
 from posenc.api.openapi import install_openapi
 from posenc.api.routes import (
     check,
@@ -51,6 +51,7 @@ from posenc.api.routes import (
     uploads,
     version,
 )
+from posenc.api.serving.head import HeadRequests
 from posenc.api.settings import Settings
 from posenc.api.state import AppState, KeyIndex, Lifecycle
 from posenc.encodings.weights import TableStore
@@ -58,23 +59,6 @@ from posenc.presets import load_presets
 from posenc.runtime import InFlightBudget, TableCache, describe, resolve_device
 
 log = logging.getLogger("posenc.api")
-
-
-UPLOAD_PATH = re.compile(r"/v1/uploads/?")
-CHECK_PATH = re.compile(r"/v1/check/onnx/?")
-INFER_PATH = re.compile(r"/v2/models/[^/]+(?:/versions/[^/]+)?/infer")
-
-
-HOT_ROUTES = frozenset(
-    {
-        ("GET", "/v1/tables/{key}"),
-        ("POST", "/v1/tables"),
-        ("POST", "/v2/models/{model}/infer"),
-        ("POST", "/v2/models/{model}/versions/{version}/infer"),
-    }
-)
-"""(method, path template) of the routes `HotRoutes` dispatches: those called once per table
-fetch or per decode step."""
 
 
 CORS_EXPOSED = [
@@ -85,31 +69,6 @@ CORS_EXPOSED = [
     "WWW-Authenticate",
 ]
 """Response headers a cross-origin page may read (CORS `Access-Control-Expose-Headers`)."""
-
-
-def hot_routes(*routers: APIRouter) -> list[APIRoute]:
-    """The routes of `routers` named in `HOT_ROUTES` (all of them, or ValueError)."""
-    found = [
-        route
-        for router in routers
-        for route in router.routes
-        if isinstance(route, APIRoute)
-        and any((method, route.path) in HOT_ROUTES for method in route.methods or ())
-    ]
-    if len(found) != len(HOT_ROUTES):
-        raise ValueError(f"hot routes {sorted(HOT_ROUTES)}: found {[r.path for r in found]}")
-    return found
-
-
-def body_limits(settings: Settings) -> list[RouteLimit]:
-    """Body caps beyond `max_body_bytes`: table uploads, models sent to /v1/check/onnx and /v2
-    infer requests (positions as tensors: 131072 INT64 positions are 1 MiB in binary, several as
-    JSON)."""
-    return [
-        (UPLOAD_PATH, settings.max_upload_bytes),
-        (CHECK_PATH, settings.max_upload_bytes),
-        (INFER_PATH, settings.max_infer_body_bytes),
-    ]
 
 
 def warm_list(settings: Settings, names: list[str]) -> list[str]:
@@ -240,7 +199,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     # routes are matched router by router, in this order: the hot ones first
     oip_server, oip_models = oip.build_router(oip_context)
-    for router in (
+    routers = (
         tables.router,
         health.router,
         uploads.router,
@@ -254,15 +213,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         check.router,
         version.router,
         ui.router,
-    ):
+    )
+    for router in routers:
         app.include_router(router)
     # the last added is the outermost: metrics see every request, refused ones included
     if settings.hot_routes:
         app.add_middleware(HotRoutes, routes=hot_routes(tables.router, oip_models))
+    app.add_middleware(HeadRequests)  # every GET route answers HEAD (serving/head.py)
     app.add_middleware(
         BodyLimitMiddleware,
         max_bytes=settings.max_body_bytes,
-        routes=body_limits(settings),
+        routes=body_limits(settings, routers),
         budget=state.budget,
     )
     keys = [k.get_secret_value() for k in settings.api_keys]

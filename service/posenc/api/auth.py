@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from starlette._utils import get_route_path
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from posenc.api.error_types import UNAUTHORIZED
 from posenc.api.errors import error_response
 
 PROTECTED_PREFIXES = ("/v1/", "/v2/models")
@@ -78,8 +79,8 @@ class ApiKeyMiddleware:
         else:
             message, challenge = INVALID_MESSAGE, ', error="invalid_token"'
         response = error_response(
-            401,
-            "unauthorized",
+            UNAUTHORIZED.status,
+            UNAUTHORIZED.name,
             message,
             None,
             {"WWW-Authenticate": f'Bearer realm="posenc"{challenge}'},

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import orjson
@@ -28,43 +29,42 @@ from fastapi.exceptions import RequestValidationError
 from starlette._utils import get_route_path
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
-from starlette.routing import Route, compile_path
+from starlette.routing import BaseRoute, Route, compile_path
 
+from posenc.api.error_types import (
+    BUSY,
+    BY_STATUS,
+    HTTP_ERROR,
+    INTERNAL_ERROR,
+    INVALID_REQUEST,
+    OVERLOADED,
+    ErrorType,
+)
 from posenc.encodings import PosencError, SpecError
 from posenc.encodings.weights import UnknownTableError
 from posenc.runtime import Busy, Overloaded
 
 log = logging.getLogger("posenc.api")
 
-_STATUS_TYPES = {
-    400: "bad_request",
-    401: "unauthorized",
-    403: "forbidden",
-    404: "not_found",
-    405: "method_not_allowed",
-    406: "not_acceptable",
-    413: "too_large",
-    415: "unsupported_media_type",
-    416: "range_not_satisfiable",
-    422: "invalid_request",
-    503: "unavailable",
-}
-
 
 class ApiError(Exception):
-    """An error the API itself raises: HTTP status, `error_type`, message and optional detail."""
+    """An error the API itself raises: its `error_type` record (`error_types.py`, which gives
+    the HTTP status; `status` picks another of the record's), message and optional detail."""
 
     def __init__(
         self,
-        status: int,
-        error_type: str,
+        error: ErrorType,
         message: str,
         detail: Any = None,
         headers: dict[str, str] | None = None,
+        *,
+        status: int | None = None,
     ) -> None:
         super().__init__(message)
-        self.status = status
-        self.error_type = error_type
+        if status is not None and status not in error.statuses:
+            raise ValueError(f"{error.name} is sent with {error.statuses}, not {status}")
+        self.status = error.status if status is None else status
+        self.error_type = error.name
         self.message = message
         self.detail = detail
         self.headers = headers or {}
@@ -131,9 +131,23 @@ def spec_problems(err: SpecError) -> list[dict[str, Any]]:
     return [{"field": p.field, "message": p.message, "value": p.value} for p in err.problems]
 
 
+def _route_methods(routes: Iterable[BaseRoute], prefix: str) -> Iterator[tuple[str, set[str]]]:
+    """(path, methods) of every route, those of included routers too (FastAPI keeps them behind
+    an `_IncludedRouter` that holds the router and its include prefix), routes left out of the
+    OpenAPI document (`/ui`) included."""
+    for route in routes:
+        included = getattr(route, "original_router", None)
+        if included is not None:
+            context = getattr(route, "include_context", None)
+            yield from _route_methods(included.routes, prefix + getattr(context, "prefix", ""))
+        elif isinstance(route, Route):
+            yield prefix + route.path, set(route.methods or ())
+
+
 def allowed_methods(request: Request) -> list[str]:
     """Every method the app takes at this request's path (a 405's `Allow`): the OpenAPI
-    document's operations (and HEAD beside GET) plus Starlette's own routes (`/docs`...).
+    document's operations and every route's (`/docs`, `/ui`...), HEAD beside GET (`serving/head.py`
+    answers it).
     Starlette's 405 names only the first route matching the path, and `GET /v1/onnx` and
     `POST /v1/onnx` are two routes. Built once per app."""
     app = request.app
@@ -145,9 +159,10 @@ def allowed_methods(request: Request) -> list[str]:
             table.append(
                 (compile_path(template)[0], methods | ({"HEAD"} if "GET" in methods else set()))
             )
-        for route in app.router.routes:
-            if isinstance(route, Route):
-                table.append((route.path_regex, set(route.methods or ())))
+        for path, methods in _route_methods(app.router.routes, ""):
+            table.append(
+                (compile_path(path)[0], methods | ({"HEAD"} if "GET" in methods else set()))
+            )
         app.state.posenc_allow = table
     path = get_route_path(request.scope)
     return sorted({m for regex, methods in table if regex.match(path) for m in methods})
@@ -166,16 +181,16 @@ def to_response(exc: Exception, request: Request | None = None) -> Response:
     if isinstance(exc, Busy):
         retry = str(max(1, math.ceil(exc.retry_after)))
         return error_response(
-            503,
-            "busy",
+            BUSY.status,
+            BUSY.name,
             str(exc),
             {"max_concurrent_computations": exc.limit},
             {"Retry-After": retry},
         )
     if isinstance(exc, Overloaded):
         return error_response(
-            503,
-            "overloaded",
+            OVERLOADED.status,
+            OVERLOADED.name,
             str(exc),
             {
                 "requested_bytes": exc.requested,
@@ -193,9 +208,12 @@ def to_response(exc: Exception, request: Request | None = None) -> Response:
             }
             for e in exc.errors()
         ]
-        return error_response(422, "invalid_request", "invalid request parameters", detail)
+        return error_response(
+            INVALID_REQUEST.status, INVALID_REQUEST.name, "invalid request parameters", detail
+        )
     if isinstance(exc, StarletteHTTPException):
-        error_type = _STATUS_TYPES.get(exc.status_code, "http_error")
+        generic = BY_STATUS.get(exc.status_code)
+        error_type = generic.name if generic is not None else HTTP_ERROR
         headers = dict(exc.headers or {})
         if exc.status_code == 405 and request is not None:
             allowed = allowed_methods(request)
@@ -204,7 +222,7 @@ def to_response(exc: Exception, request: Request | None = None) -> Response:
             return error_response(405, error_type, message, None, headers)
         return error_response(exc.status_code, error_type, str(exc.detail), None, headers)
     log.exception("unhandled error", exc_info=exc)
-    return error_response(500, "internal_error", "internal server error")
+    return error_response(INTERNAL_ERROR.status, INTERNAL_ERROR.name, "internal server error")
 
 
 async def _handle(request: Request, exc: Exception) -> Response:

@@ -9,7 +9,8 @@ innermost of the app's own, that matches the few routes every client calls per r
 itself and calls their endpoints directly; every other request goes on to FastAPI.
 
 The routes stay declared once, as FastAPI routes (they are what OpenAPI documents and what the
-dispatcher reads: path regex, methods, endpoint), and the dispatcher only accepts routes that
+dispatcher reads: path regex, methods, endpoint), each marked hot on itself (`@hot` on its
+endpoint; `hot_routes` collects the marked ones), and the dispatcher only accepts routes that
 need nothing from FastAPI: no dependencies, an endpoint taking the `Request` and the path
 parameters as strings, returning a `Response`. The route's metrics template (`scope["route"]`),
 path parameters and the error contract (`errors.to_response` for any exception raised before a
@@ -21,8 +22,9 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
+from fastapi import APIRouter
 from fastapi.routing import APIRoute
 from starlette._utils import get_route_path
 from starlette.convertors import StringConvertor
@@ -33,6 +35,28 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from posenc.api.errors import to_response
 
 Endpoint = Callable[..., Awaitable[Response]]
+E = TypeVar("E", bound=Endpoint)
+
+HOT = "__posenc_hot__"
+"""The attribute `hot` sets on an endpoint."""
+
+
+def hot(endpoint: E) -> E:
+    """Mark `endpoint` as a hot route's: called once per table fetch or decode step, it is
+    dispatched by `HotRoutes` without FastAPI's per-request machinery (so it must take
+    `(request, <path parameters>)` and no dependencies: `_arguments` checks)."""
+    setattr(endpoint, HOT, True)
+    return endpoint
+
+
+def hot_routes(*routers: APIRouter) -> list[APIRoute]:
+    """The routes of `routers` whose endpoint is marked `hot`."""
+    return [
+        route
+        for router in routers
+        for route in router.routes
+        if isinstance(route, APIRoute) and getattr(route.endpoint, HOT, False)
+    ]
 
 
 def _arguments(route: APIRoute) -> tuple[str, ...]:

@@ -10,6 +10,7 @@ import orjson
 from fastapi import Request
 from starlette.responses import Response
 
+from posenc.api.error_types import INVALID_JSON, UNSUPPORTED_MEDIA_TYPE
 from posenc.api.errors import ApiError
 
 
@@ -32,8 +33,7 @@ def check_content_encoding(request: Request) -> None:
     encoding = request.headers.get("content-encoding")
     if encoding is not None and encoding.strip().lower() not in ("", "identity"):
         raise ApiError(
-            415,
-            "unsupported_media_type",
+            UNSUPPORTED_MEDIA_TYPE,
             f"Content-Encoding {encoding!r} is not supported: send the body uncompressed",
             [{"field": "Content-Encoding", "message": "only identity", "value": encoding}],
         )
@@ -49,20 +49,18 @@ async def read_json_object(request: Request) -> dict[str, Any]:
     check_content_encoding(request)
     raw = await request.body()
     if not raw.strip():
-        raise ApiError(400, "invalid_json", "the request body is empty; send a JSON object")
+        raise ApiError(INVALID_JSON, "the request body is empty; send a JSON object")
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as err:
         raise ApiError(
-            400,
-            "invalid_json",
+            INVALID_JSON,
             f"the request body is not valid JSON: {err}",
             [{"field": "(body)", "message": str(err), "value": None}],
         ) from None
     if not isinstance(data, dict):
         raise ApiError(
-            400,
-            "invalid_json",
+            INVALID_JSON,
             f"the request body must be a JSON object, got {type(data).__name__}",
             [{"field": "(body)", "message": "expected an object", "value": type(data).__name__}],
         )

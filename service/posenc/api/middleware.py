@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from starlette._utils import get_route_path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from posenc.api.error_types import BODY_TOO_LARGE
 from posenc.api.errors import ApiError, error_response, to_response
 from posenc.runtime import InFlightBudget, Lease, Overloaded
 
@@ -61,8 +62,8 @@ class BodyLimitMiddleware:
     @staticmethod
     def _reject(size: int, limit: int) -> ASGIApp:
         return error_response(
-            413,
-            "body_too_large",
+            BODY_TOO_LARGE.status,
+            BODY_TOO_LARGE.name,
             f"request body of {size} bytes exceeds the limit of {limit} bytes",
             {"max_bytes": limit, "size_bytes": size},
         )
@@ -101,8 +102,7 @@ class BodyLimitMiddleware:
                 received += len(message.get("body", b""))
                 if received > limit:
                     raise ApiError(
-                        413,
-                        "body_too_large",
+                        BODY_TOO_LARGE,
                         f"request body exceeds the limit of {limit} bytes",
                         {"max_bytes": limit, "size_bytes": None},
                     )

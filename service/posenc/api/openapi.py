@@ -7,10 +7,12 @@ FastAPI's generated document is completed here, once per app (`install_openapi`)
   family's pydantic model, `GET /v1/kinds`), or `SpecFromConfig` (`hf_config` plus overrides), or
   `SpecFromPreset` (a preset name plus overrides). `POST /v1/tables` takes one, `POST /v1/onnx`
   one under `spec` (or a config or preset at the top level) with the export options;
-- every error a route can answer, per route (`ROUTE_ERRORS`), with the error model: `Error`
-  (`{"error", "error_type", "detail"}`, `api/errors.py`) on `/v1`, `OipError` (`{"error"}`) on
-  the `/v2` models, where tritonclient reads it; FastAPI's `HTTPValidationError` (never sent:
-  `api/errors.py` maps validation errors to `Error`) is removed;
+- the error models every route's declared errors refer to: `Error` (`{"error", "error_type",
+  "detail"}`, `api/errors.py`) on `/v1`, `OipError` (`{"error"}`) on the `/v2` models, where
+  tritonclient reads it. Each route declares its errors itself, from the typed catalog
+  (`api/error_types.py`: `responses(...)` in its decorator, each status described by every
+  error_type it may carry); FastAPI's `HTTPValidationError` (never sent: `api/errors.py` maps
+  validation errors to `Error`) is removed;
 - path parameters declared on every templated path (some handlers read `request.path_params`);
 - the Bearer scheme (`bearer`), required by every route `ApiKeyMiddleware` guards when
   `api_keys` is set (each then documents its 401), `/metrics` included with
@@ -28,6 +30,8 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
+from posenc.api.error_types import UNAUTHORIZED
+from posenc.api.error_types import responses as error_responses
 from posenc.api.settings import Settings
 from posenc.encodings import FAMILIES
 from posenc.presets import load_presets
@@ -56,107 +60,6 @@ OIP_ERROR_SCHEMA: dict[str, Any] = {
     "description": "Open Inference Protocol error (what tritonclient decodes)",
     "properties": {"error": {"type": "string"}},
     "required": ["error"],
-}
-
-BODY_ERRORS = {
-    413: "Request body over its cap (body_too_large)",
-    415: "A Content-Encoding other than identity (unsupported_media_type)",
-}
-TABLE_ERRORS = {
-    400: "Malformed JSON, an unknown format or tensor, bad rows, an ambiguous config or preset",
-    404: "Unknown key, preset, preset part or uploaded table",
-    406: "Accept names no format served (not_acceptable)",
-    413: "Table over max_response_bytes, or JSON over json_max_elements (detail: sizes)",
-    416: "Range outside the raw body (Content-Range: bytes */size)",
-    503: "Too many computations in flight (busy, Retry-After), or the server is starting",
-}
-OIP_ERRORS = {
-    404: "Unknown model or version",
-}
-
-ROUTE_ERRORS: dict[tuple[str, str], dict[int, str]] = {
-    ("post", "/v1/tables"): {
-        **TABLE_ERRORS,
-        **BODY_ERRORS,
-        422: "Invalid spec or config: detail lists [{field, message, value}]",
-    },
-    ("get", "/v1/tables/{key}"): {
-        **TABLE_ERRORS,
-        400: TABLE_ERRORS[400] + "; a table URL's malformed key or spec (invalid_table_url), "
-        "or a spec whose content key is not the URL's (key_mismatch)",
-        404: "A bare key this server never resolved (unknown_key), or an unknown uploaded table",
-        414: "A table URL's spec part over 4096 characters (invalid_table_url)",
-        422: "The spec a table URL carries is invalid: detail lists [{field, message, value}]",
-    },
-    ("get", "/v1/tables/{key}/preview"): {
-        400: "Bad tensor, rows or max_points (invalid_max_points); a malformed table URL "
-        "(invalid_table_url) or a spec not of the URL's key (key_mismatch)",
-        404: "Unknown key, or uploaded table",
-        413: "Table over max_response_bytes",
-        414: "A table URL's spec part over 4096 characters (invalid_table_url)",
-        422: "The spec a table URL carries is invalid: detail lists [{field, message, value}]",
-        503: "Too many computations in flight, or the in-flight budget is full (Retry-After)",
-    },
-    ("get", "/v1/presets/{name}/{part}/table"): TABLE_ERRORS,
-    ("get", "/v1/presets/{name}"): {404: "Unknown preset"},
-    ("get", "/v1/presets/{name}/{part}"): {404: "Unknown preset or part"},
-    ("post", "/v1/uploads"): {
-        **BODY_ERRORS,
-        400: "Not one real (N, D) table, or an unknown format or tensor",
-        413: "Body over max_upload_bytes, or a table larger than the table store",
-    },
-    ("get", "/v1/uploads/{table_key}"): {404: "No uploaded table with this key (unknown_table)"},
-    ("post", "/v1/resolve"): {
-        **BODY_ERRORS,
-        400: "Malformed JSON, or not an object",
-        422: "A config of which nothing can be served (detail names each part's key), or invalid "
-        "overrides; a config served in part answers 200 with `unserved`",
-    },
-    ("post", "/v1/mrope/position_ids"): {
-        **BODY_ERRORS,
-        400: "Malformed JSON, or not an object",
-        422: "An unknown or unserved model_type, a bad layout or a layout over json_max_elements "
-        "/ 3 tokens (detail names the field)",
-    },
-    ("post", "/v1/onnx"): {
-        **BODY_ERRORS,
-        400: "Malformed JSON, an ambiguous config or preset",
-        404: "Unknown preset, preset part or uploaded table",
-        413: "The spec's table over max_response_bytes, or the body over its cap",
-        422: "Invalid spec or export options (detail names the field)",
-        500: "error_type export: the graph failed verification (logged; never sent)",
-        503: "Too many computations in flight (busy, Retry-After)",
-    },
-    ("get", "/v1/onnx/{key}"): {
-        404: "Unknown export key: POST the request to /v1/onnx first",
-        413: "The spec's table over max_response_bytes",
-        500: "error_type export: the graph failed verification",
-        503: "Too many computations in flight (busy, Retry-After)",
-    },
-    ("post", "/v1/check/onnx"): {
-        **BODY_ERRORS,
-        400: "Not an ONNX model, or a cache that is not a (P, d/2) table (invalid_model)",
-        404: "Unknown key: resolve its config or preset first",
-        413: "Body over max_upload_bytes, or the exact table over max_response_bytes",
-        422: "key missing or not a rope table; no RoPE cache baked in (no_rope_caches); the "
-        "caches' rows or dtype out of a spec's range",
-        503: "Too many computations in flight (busy, Retry-After)",
-    },
-    ("get", "/v2/health/ready"): {503: "Warming up or draining (not_ready)"},
-}
-"""Per operation: every error status it can answer and when. Unlisted operations answer none
-(beyond 401 where keys guard them, and 405)."""
-
-OIP_ROUTE_ERRORS: dict[str, dict[int, str]] = {
-    "get": {**OIP_ERRORS},
-    "ready": {**OIP_ERRORS, 503: "The server is not ready (warming up or draining)"},
-    "infer": {
-        **OIP_ERRORS,
-        400: "Malformed request, inputs or parameters (the message names them), or a body that "
-        "is not the gzip or deflate its Content-Encoding says (tritonclient's compression)",
-        413: "Body over max_infer_body_bytes, or the outputs over max_response_bytes",
-        503: "Too many computations in flight (Retry-After), or the server is starting",
-    },
 }
 
 PATH_PARAMETER = re.compile(r"{([^}]+)}")
@@ -268,33 +171,18 @@ def _spec_schemas(components: dict[str, Any]) -> None:
     }
 
 
-def _error_response(description: str, model: str) -> dict[str, Any]:
-    return {
-        "description": description,
-        "content": {"application/json": {"schema": {"$ref": REF.format(model=model)}}},
-    }
-
-
 def _complete_operation(
     method: str, path: str, op: dict[str, Any], guarded: bool
 ) -> dict[str, Any]:
+    """Security and undeclared path parameters added; FastAPI's own 422 (`HTTPValidationError`,
+    never sent: `errors.py` answers `invalid_request` with the `Error` body) removed. The errors
+    themselves are each route's declaration (`error_types.responses`)."""
     responses: dict[str, Any] = op.setdefault("responses", {})
-    responses.pop("422", None)  # FastAPI's HTTPValidationError, never sent as such
-    oip = path.startswith("/v2/models/")
-    if oip:
-        leaf = path.rsplit("/", 1)[-1]
-        errors = OIP_ROUTE_ERRORS.get(leaf if leaf in ("ready", "infer") else method, {})
-    else:
-        errors = ROUTE_ERRORS.get((method, path), {})
-    model = "OipError" if oip else "Error"
-    for code in list(responses):
-        if code.isdigit() and int(code) >= 400 and int(code) not in errors:
-            del responses[code]  # a hand-written entry this table does not vouch for
-    for status, description in sorted(errors.items()):
-        responses[str(status)] = _error_response(description, model)
+    if "HTTPValidationError" in str(responses.get("422", "")):
+        del responses["422"]
     if guarded:
         op["security"] = [{"bearer": []}]
-        responses["401"] = _error_response("Missing or invalid bearer key (unauthorized)", "Error")
+        responses["401"] = error_responses(UNAUTHORIZED)[401]
     declared = {p["name"] for p in op.get("parameters", []) if p.get("in") == "path"}
     for name in PATH_PARAMETER.findall(path):
         if name in declared:
@@ -347,12 +235,6 @@ def build_openapi(app: FastAPI, settings: Settings, prefixes: tuple[str, ...]) -
     for path, item in doc.get("paths", {}).items():
         for method, op in item.items():
             _complete_operation(method, path, op, guarded_path(path, settings, prefixes))
-    for path in ("/v1/tables", "/v1/tables/{key}", "/v1/presets/{name}/{part}/table"):
-        for op in doc["paths"][path].values():
-            op["responses"]["206"] = {
-                "description": "Range of a raw table (Content-Range; Repr-Digest names the whole)",
-                "content": {"application/octet-stream": {}},
-            }
     body = doc["paths"]["/v1/tables"]["post"]["requestBody"]["content"]["application/json"]
     body["schema"] = {"$ref": REF.format(model="SpecObject")}
     onnx = doc["paths"]["/v1/onnx"]["post"]

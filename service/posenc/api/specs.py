@@ -21,6 +21,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from posenc.api.error_types import AMBIGUOUS_CONFIG, UNKNOWN_PRESET, UNKNOWN_PRESET_PART
 from posenc.api.errors import ApiError
 from posenc.encodings import (
     ConfigError,
@@ -129,8 +130,7 @@ def resolve_config_parts(body: dict[str, Any]) -> Resolution:
 
 def _ambiguous(what: str, field: str, names: list[str], hint: str) -> ApiError:
     return ApiError(
-        400,
-        "ambiguous_config",
+        AMBIGUOUS_CONFIG,
         f"this {what} needs {len(names)} tables ({', '.join(names)}): pick one with {field}" + hint,
         [{"field": field, "message": f"one of {names}", "value": None}],
     )
@@ -146,8 +146,7 @@ def _preset_fields(body: Mapping[str, Any]) -> dict[str, Any]:
     preset = presets.get(name or "")
     if preset is None:
         raise ApiError(
-            404,
-            "unknown_preset",
+            UNKNOWN_PRESET,
             f"no preset {name!r}: GET /v1/presets lists them",
             [{"field": "preset", "message": f"one of {sorted(presets)}", "value": name}],
         )
@@ -160,8 +159,7 @@ def _preset_fields(body: Mapping[str, Any]) -> dict[str, Any]:
         if found is None:
             names = [p.name for p in preset.parts]
             raise ApiError(
-                404,
-                "unknown_preset_part",
+                UNKNOWN_PRESET_PART,
                 f"preset {preset.name!r} has no part {part_name!r}; it has {names}",
                 [{"field": "part", "message": f"one of {names}", "value": part_name}],
             )

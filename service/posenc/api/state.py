@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from posenc.api.error_types import STARTING
 from posenc.api.errors import ApiError
 from posenc.api.metrics import Metrics
 from posenc.api.settings import Settings
@@ -115,6 +116,4 @@ class AppState:
 
 
 def _starting() -> ApiError:
-    return ApiError(
-        503, "starting", "the server is starting or stopping", None, {"Retry-After": "1"}
-    )
+    return ApiError(STARTING, "the server is starting or stopping", None, {"Retry-After": "1"})

@@ -37,6 +37,7 @@ from typing import Any
 
 import orjson
 
+from posenc.api.error_types import INVALID_TABLE_URL, KEY_MISMATCH
 from posenc.api.errors import ApiError
 from posenc.api.specs import canonical_spec
 from posenc.encodings import SpecBase, canonical_json
@@ -82,10 +83,10 @@ def table_url(spec: SpecBase, key: str) -> str:
 
 def _bad(field: str, message: str, value: Any, status: int = 400) -> ApiError:
     return ApiError(
-        status,
-        "invalid_table_url",
+        INVALID_TABLE_URL,
         f"the table URL's {field} part is invalid: {message}",
         [{"field": field, "message": message, "value": value}],
+        status=status,
     )
 
 
@@ -124,8 +125,7 @@ def decode_spec(key: str, token: str) -> SpecBase:
     spec, found = canonical_spec(data)
     if found != key:
         raise ApiError(
-            400,
-            "key_mismatch",
+            KEY_MISMATCH,
             f"the spec in the URL has content key {found}, not the URL's key {key}",
             [{"field": "spec", "message": "its content key is not the URL's key", "value": found}],
         )

@@ -263,6 +263,9 @@ def compute(spec: SpecBase, device: str | torch.device = "cpu") -> Table:
         "device": str(dev),
         "shapes": {name: list(t.shape) for name, t in tensors.items()},
         "dtypes": {name: str(t.dtype).removeprefix("torch.") for name, t in tensors.items()},
+        # each tensor's position axis (`TensorInfo.row_axis`, None: sent whole), so a client
+        # slices rows of a table it holds without its own copy of every family's layout
+        "row_axes": {name: info.row_axis for name, info in canon.outputs().items()},
         **facts,
     }
     return Table(tensors=tensors, meta=meta)

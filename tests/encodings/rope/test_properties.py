@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from posenc.encodings import canonical_dict, compute, content_key, parse_spec
 from posenc.encodings.rope import PROFILES, RopeSpec, layout
-from posenc.encodings.rope.spec import CONSUMER_DTYPES
+from posenc.encodings.rope.profiles import CONSUMER_DTYPES
 from posenc.encodings.rope.variants import VARIANTS, RopeInputs
 from tests.tolerances import ATOL
 
@@ -140,7 +140,7 @@ def rope_specs(draw: st.DrawFn) -> dict[str, Any]:
     packing = draw(st.none() | st.sampled_from(["separate", "cos_sin", "pairs"]))
     if packing:
         spec["packing"] = packing
-    resolved_packing = packing or PROFILES[profile or "hf"]["packing"]
+    resolved_packing = packing or PROFILES[profile or "hf"].packing
     if resolved_packing == "separate" and draw(st.booleans()):
         spec["width"] = draw(st.sampled_from(["half", "full"]))
     if draw(st.booleans()):

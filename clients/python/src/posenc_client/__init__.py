@@ -41,16 +41,16 @@ from posenc_client._exceptions import (
     UnsupportedExportError,
 )
 from posenc_client._formats import dump_safetensors, parse_safetensors
-from posenc_client._models import (
+from posenc_client._onnx_model import OnnxModel
+from posenc_client._results import (
     MRopePositions,
-    OnnxModel,
     Preset,
     PresetPart,
     ResolvedSpec,
     ResolvedSpecs,
-    Tables,
     UnservedPart,
 )
+from posenc_client._tables import Tables
 from posenc_client._version import __version__
 
 __all__ = [

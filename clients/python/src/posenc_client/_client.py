@@ -6,7 +6,7 @@ runs it (`_run`): every `Call` the flow yields is sent through httpx by `_send`,
 the core decides (connection errors and 503s, exponential backoff, a server's Retry-After wins)
 and the body streamed through `progress`; a `TransportError` left after the retries is thrown into
 the flow, which may fall back to its cache. The methods' keywords are declared once, in
-`_models.py` (`RopeOptions`, `AlibiOptions`, ...), and spelled out here with `typing.Unpack`.
+`_options.py` (`RopeOptions`, `AlibiOptions`, ...), and spelled out here with `typing.Unpack`.
 """
 
 from __future__ import annotations
@@ -31,20 +31,18 @@ from posenc_client._core import (
     transport_error,
 )
 from posenc_client._exceptions import DecodeError, TransportError
-from posenc_client._models import (
+from posenc_client._onnx_model import OnnxModel
+from posenc_client._options import (
     JSON,
     AlibiOptions,
-    MRopePositions,
-    OnnxModel,
     OnnxOptions,
-    Preset,
-    ResolvedSpecs,
     RopeOptions,
-    Rows,
     SinusoidalOptions,
     T5BiasOptions,
-    Tables,
 )
+from posenc_client._results import MRopePositions, Preset, ResolvedSpecs
+from posenc_client._rows import Rows
+from posenc_client._tables import Tables
 
 log = logging.getLogger("posenc_client")
 

@@ -55,30 +55,28 @@ from posenc_client._exceptions import (
     error_class,
     parse_retry_after,
 )
-from posenc_client._models import (
+from posenc_client._onnx_model import OnnxModel, onnx_metadata
+from posenc_client._options import (
     JSON,
     AlibiOptions,
-    MRopePositions,
-    OnnxModel,
     OnnxOptions,
-    Preset,
-    ResolvedSpec,
-    ResolvedSpecs,
     RopeOptions,
-    Rows,
     SinusoidalOptions,
     T5BiasOptions,
-    Tables,
-    UnservedPart,
     family_spec,
     load_config,
     onnx_body,
-    onnx_metadata,
     rope_spec,
-    rows_arg,
-    rows_param,
-    slice_rows,
 )
+from posenc_client._results import (
+    MRopePositions,
+    Preset,
+    ResolvedSpec,
+    ResolvedSpecs,
+    UnservedPart,
+)
+from posenc_client._rows import Rows, rows_arg, rows_param, slice_rows
+from posenc_client._tables import Tables
 from posenc_client._version import __version__
 
 log = logging.getLogger("posenc_client")

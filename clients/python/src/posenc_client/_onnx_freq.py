@@ -13,7 +13,6 @@ from onnx import numpy_helper
 from posenc_check.freq import LENGTH_DEPENDENT, FrequencyConstant
 from posenc_check.freq import find_frequency_constants as _find
 from posenc_client._exceptions import IncompatibleModelError
-from posenc_client._models import Tables
 from posenc_client._onnx_patch import (
     GraphSources,
     ModelLike,
@@ -23,6 +22,7 @@ from posenc_client._onnx_patch import (
     patch,
     record_metadata,
 )
+from posenc_client._tables import Tables
 
 __all__ = ["FrequencyConstant", "attach_inv_freq", "find_frequency_constants"]
 

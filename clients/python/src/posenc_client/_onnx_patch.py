@@ -28,8 +28,8 @@ from onnx import numpy_helper
 from posenc_check.graph import ELEMENT_TYPES, label
 from posenc_client._exceptions import IncompatibleModelError
 from posenc_client._formats import Array
-from posenc_client._models import OnnxModel
 from posenc_client._onnx_files import load_graph
+from posenc_client._onnx_model import OnnxModel
 
 ModelLike = onnx.ModelProto | bytes | str | os.PathLike[str] | OnnxModel
 

@@ -15,7 +15,6 @@ from posenc_check.graph import MICROSOFT, attribute, domain, label, node_input, 
 from posenc_check.rope import BranchValue, LengthSwitch, RopeSlots, length_switch, rope_readers
 from posenc_client._exceptions import IncompatibleModelError
 from posenc_client._formats import Array, dtype_name
-from posenc_client._models import Tables
 from posenc_client._onnx_patch import (
     GraphSources,
     ModelLike,
@@ -27,6 +26,7 @@ from posenc_client._onnx_patch import (
     place_initializer,
     record_metadata,
 )
+from posenc_client._tables import Tables
 
 
 @dataclass(frozen=True)

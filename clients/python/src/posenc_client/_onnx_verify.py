@@ -21,8 +21,8 @@ from posenc_check.verify import NOT_CHECKABLE, CacheReport, check_frequencies, o
 from posenc_check.verify import verify_model as _verify_model
 from posenc_check.verify import verify_rope_caches as _verify_rope_caches
 from posenc_client._exceptions import IncompatibleModelError
-from posenc_client._models import Tables
 from posenc_client._onnx_patch import ModelLike, load_model
+from posenc_client._tables import Tables
 
 __all__ = [
     "NOT_CHECKABLE",

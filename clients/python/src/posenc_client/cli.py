@@ -65,7 +65,8 @@ from posenc_client._exceptions import (
     IncompatibleModelError,
     TransportError,
 )
-from posenc_client._models import JSON, Tables, family_spec, load_config, rope_spec
+from posenc_client._options import JSON, family_spec, load_config, rope_spec
+from posenc_client._tables import Tables
 from posenc_client._version import __version__
 
 EXIT_OK = 0

@@ -32,7 +32,7 @@ from typing import TypeVar
 import torch
 
 from posenc.api.oip.codec import bad_request
-from posenc.api.serving import bind_tables
+from posenc.api.serving.bind import bind_tables
 from posenc.encodings import SpecBase, Table, compute
 from posenc.encodings.weights import TableStore
 from posenc.runtime import OFFLOAD_BYTES, Lease, TableCache, is_out_of_memory
@@ -138,7 +138,7 @@ class OipContext:
 
     def bind(self, spec: SpecBase, key: str) -> SpecBase:
         """`spec` (content key `key`) ready to compute: the uploaded weight table it names bound
-        from the store (`serving.bind_tables`; 404 `unknown_table` when it holds none)."""
+        from the store (`serving.bind.bind_tables`; 404 `unknown_table` when it holds none)."""
         return bind_tables(self.cache, self.tables, spec, key)
 
     async def table(self, spec: SpecBase, key: str) -> tuple[Table, str]:

@@ -16,7 +16,8 @@
 | `ui`      | `GET /ui`, `GET /ui/{name}`: the explorer page and its assets        |
 
 Route modules never import each other (an import-linter contract): what several need is in
-`posenc.api.serving` (sending tables, ETags, uploaded weight tables), `posenc.api.deps` (the
+`posenc.api.serving` (representations: formats, ETags and 304, HEAD, Range, sending tables,
+uploaded weight tables), `posenc.api.deps` (the
 FastAPI dependencies) and `posenc.api.specs` (wire JSON -> specs). Hot routes are served by
 `posenc.api.hot` and take no dependencies.
 """

@@ -48,10 +48,25 @@ import torch
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from posenc.api.caps import body_cap
 from posenc.api.deps import app_state
+from posenc.api.error_types import (
+    BODY_TOO_LARGE,
+    COMPUTE,
+    INVALID_MODEL,
+    INVALID_REQUEST,
+    INVALID_SPEC,
+    NO_ROPE_CACHES,
+    SITE_LIMIT,
+    TOO_LARGE,
+    TOO_MANY_ENTRIES,
+    UNKNOWN_KEY,
+    UNSUPPORTED_MEDIA_TYPE,
+    responses,
+)
 from posenc.api.errors import ApiError
 from posenc.api.jsonio import check_content_encoding
-from posenc.api.serving import check_size
+from posenc.api.serving.table import check_size
 from posenc.api.specs import canonical_spec
 from posenc.api.state import AppState
 from posenc.api.wire import TooManyEntries, count_graph_entries
@@ -105,23 +120,22 @@ def _key(state: AppState, request: Request) -> tuple[str, SpecBase]:
     key = request.query_params.get("key")
     if not key:
         message = "key: the content key of the rope table to compare with (X-Posenc-Key)"
-        raise ApiError(422, "invalid_request", message, [{"field": "key", "message": message}])
+        raise ApiError(INVALID_REQUEST, message, [{"field": "key", "message": message}])
     spec = state.index.get(key)
     if spec is None:
         raise ApiError(
-            404,
-            "unknown_key",
+            UNKNOWN_KEY,
             f"no table with key {key!r} is known here: resolve its config or preset first",
             {"key": key},
         )
     if spec.kind != "rope":
         message = f"key names a {spec.kind} table; the check compares RoPE caches (a rope table)"
-        raise ApiError(422, "invalid_request", message, [{"field": "key", "message": message}])
+        raise ApiError(INVALID_REQUEST, message, [{"field": "key", "message": message}])
     return key, spec
 
 
 def _invalid(message: str) -> ApiError:
-    return ApiError(400, "invalid_model", message, [{"field": "(body)", "message": message}])
+    return ApiError(INVALID_MODEL, message, [{"field": "(body)", "message": message}])
 
 
 def _parse(body: bytes, max_entries: int) -> onnx.ModelProto:
@@ -134,8 +148,7 @@ def _parse(body: bytes, max_entries: int) -> onnx.ModelProto:
         count_graph_entries(body, max_entries)
     except TooManyEntries as err:
         raise ApiError(
-            413,
-            "too_many_entries",
+            TOO_MANY_ENTRIES,
             f"the model holds {err}: a model sent here may hold at most {max_entries} nodes, "
             "initializers, attributes and other graph entries",
             {"max_entries": max_entries},
@@ -171,16 +184,14 @@ def _plan(body: bytes, max_entries: int) -> _Plan:
         sites = _find(model)
     except SiteLimitError as err:
         message = str(err)
-        raise ApiError(
-            422, "site_limit", message, [{"field": "(body)", "message": message}]
-        ) from None
+        raise ApiError(SITE_LIMIT, message, [{"field": "(body)", "message": message}]) from None
     if not sites:
         message = (
             "no RoPE site in the model: no RotaryEmbedding, com.microsoft.RotaryEmbedding or "
             "GroupQueryAttention (do_rotary=1) reading cos/sin, no folded cos/sin constant and "
             "no RoPE frequency constant"
         )
-        raise ApiError(422, "no_rope_caches", message, [{"field": "(body)", "message": message}])
+        raise ApiError(NO_ROPE_CACHES, message, [{"field": "(body)", "message": message}])
     planned: list[tuple[Site, Any, TableRequest | None]] = []
     external: list[dict[str, Any]] = []
     for site in sites:
@@ -308,6 +319,19 @@ def _answer(key: str, plan: _Plan, exact: dict[TableRequest, tuple[_Exact, str]]
             '"dtype", "rows", "max_abs", "max_ulp", "first", "verdict", "diagnosis", "kind", '
             '"line", "exact_key", "map"}], "external": [{"name", "location"}]}'
         },
+        **responses(
+            BODY_TOO_LARGE,
+            UNSUPPORTED_MEDIA_TYPE,
+            INVALID_MODEL,
+            TOO_MANY_ENTRIES,
+            INVALID_REQUEST,
+            UNKNOWN_KEY,
+            TOO_LARGE,
+            NO_ROPE_CACHES,
+            SITE_LIMIT,
+            INVALID_SPEC,
+            COMPUTE,
+        ),
     },
     openapi_extra={
         "parameters": [
@@ -325,6 +349,7 @@ def _answer(key: str, plan: _Plan, exact: dict[TableRequest, tuple[_Exact, str]]
         },
     },
 )
+@body_cap("max_upload_bytes")
 async def check_onnx(request: Request) -> Response:
     """Check every RoPE site of the uploaded model against the table of `?key=`: parse, find and
     read in a worker thread, the exact tables through the cache, then compare, map and

@@ -12,6 +12,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.responses import Response
 
 from posenc.api.deps import State
+from posenc.api.error_types import NOT_READY, responses
 from posenc.api.errors import error_response
 from posenc.api.jsonio import json_response
 
@@ -27,7 +28,7 @@ async def live() -> Response:
 @router.get(
     "/v2/health/ready",
     summary="Readiness (Open Inference Protocol)",
-    responses={503: {"description": "warming up or draining"}},
+    responses=responses(NOT_READY),
 )
 async def ready(state: State) -> Response:
     """200 once warm-up is done; 503 before that and while draining after SIGTERM."""
@@ -36,8 +37,8 @@ async def ready(state: State) -> Response:
         return json_response({"ready": True})
     reason = "draining" if lifecycle.draining else "warming up"
     return error_response(
-        503,
-        "not_ready",
+        NOT_READY.status,
+        NOT_READY.name,
         f"not ready: {reason}",
         {"draining": lifecycle.draining, "warm": lifecycle.ready},
         {"Retry-After": "1"},

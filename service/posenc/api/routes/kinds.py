@@ -1,4 +1,5 @@
-"""`/v1/kinds`: the encoding families, their JSON schemas and each field's valid values."""
+"""`/v1/kinds`: the encoding families, their JSON schemas, each field's valid values and the RoPE
+consumer profiles."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from fastapi import APIRouter
 from starlette.responses import Response
 
 from posenc.encodings import FAMILIES
+from posenc.encodings.rope import PROFILES
 
 router = APIRouter(prefix="/v1", tags=["catalog"])
 
@@ -81,10 +83,13 @@ def _kinds_body() -> bytes:
                 "schema": schema,
             }
         )
-    return orjson.dumps({"kinds": kinds})
+    profiles = [profile.describe() for profile in PROFILES.values()]
+    return orjson.dumps({"kinds": kinds, "profiles": profiles})
 
 
 @router.get("/kinds", summary="Encoding families, their JSON schemas and valid values")
 async def get_kinds() -> Response:
-    """Every registered family: summary, JSON schema and each field's valid values."""
+    """Every registered family (summary, JSON schema, each field's valid values) and the RoPE
+    consumer profiles (`profiles`: name, label, consumer entry point and source, in the order
+    people pick them, the default first)."""
     return Response(_kinds_body(), media_type="application/json")

@@ -16,6 +16,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from posenc.api.deps import State
+from posenc.api.error_types import BODY, SPEC, TOO_LARGE_FOR_JSON, responses
 from posenc.api.jsonio import json_object_body, json_response, read_json_object
 from posenc.api.specs import guarded
 from posenc.encodings import ConfigError, FieldProblem, SpecError
@@ -58,6 +59,7 @@ def _model(body: dict[str, Any]) -> tuple[str, dict[str, Any] | None, str]:
 @router.post(
     "/mrope/position_ids",
     summary="A token layout (text, image and video grids) -> M-RoPE position ids (get_rope_index)",
+    responses=responses(BODY, SPEC, TOO_LARGE_FOR_JSON),
     openapi_extra={
         "requestBody": json_object_body(
             '{"model_type" | "hf_config", "layout": [{"text": n} | '

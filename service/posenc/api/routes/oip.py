@@ -26,6 +26,8 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 import posenc
+from posenc.api.caps import body_cap
+from posenc.api.hot import hot
 from posenc.api.oip import EXTENSIONS
 from posenc.api.oip.codec import (
     HEADER_LENGTH,
@@ -39,7 +41,7 @@ from posenc.api.oip.codec import (
 from posenc.api.oip.context import OipContext
 from posenc.api.oip.errors import INTERNAL_MESSAGE, as_oip_error
 from posenc.api.oip.models import VERSION, find_model
-from posenc.api.serving import SEND_CHUNK
+from posenc.api.serving.body import SEND_CHUNK
 from posenc.runtime import Lease
 from posenc.verified import VERIFIED_AGAINST
 
@@ -148,6 +150,33 @@ def _bind(handler: Handler) -> tuple[Callable[..., Awaitable[Response]], ...]:
     return plain, versioned
 
 
+UNKNOWN_MODEL = {404: "Unknown model or version"}
+READY_ERRORS = {**UNKNOWN_MODEL, 503: "The server is not ready (warming up or draining)"}
+INFER_ERRORS = {
+    **UNKNOWN_MODEL,
+    400: "Malformed request, inputs or parameters (the message names them), or a body that "
+    "is not the gzip or deflate its Content-Encoding says (tritonclient's compression)",
+    413: "Body over max_infer_body_bytes, or the outputs over max_response_bytes",
+    503: "Too many computations in flight (Retry-After), or the server is starting",
+}
+"""Each /v2 model route's error statuses (`{"error"}` bodies, `oip/errors.py`: the protocol has
+no error_type)."""
+
+
+def oip_responses(errors: dict[int, str]) -> dict[int | str, dict[str, Any]]:
+    """A /v2 model route's error responses for its decorator, with the `OipError` body."""
+    schema = {"$ref": "#/components/schemas/OipError"}
+    return {
+        status: {"description": text, "content": {"application/json": {"schema": schema}}}
+        for status, text in errors.items()
+    }
+
+
+def infer_route(endpoint: Callable[..., Awaitable[Response]]) -> Callable[..., Awaitable[Response]]:
+    """An infer endpoint: a hot route (`@hot`), its body capped by `max_infer_body_bytes`."""
+    return body_cap("max_infer_body_bytes")(hot(endpoint))
+
+
 def build_router(context: ContextGetter) -> tuple[APIRouter, APIRouter]:
     """(server router: `GET /v2`, model router: `/v2/models/...`). API keys, when set, guard
     the model routes through the app's `ApiKeyMiddleware` (`/v2/models` prefix); `/v2` is open.
@@ -230,15 +259,27 @@ def build_router(context: ContextGetter) -> tuple[APIRouter, APIRouter]:
 
         return await _guarded(run)
 
-    for path, handler, method, summary in (
-        ("", metadata, "GET", "Model metadata"),
-        ("/ready", ready, "GET", "Model readiness"),
-        ("/config", config, "GET", "Model configuration, spec schema and limits"),
-        ("/infer", infer, "POST", "Inference: rows for the given positions"),
+    for path, handler, method, summary, errors, is_hot in (
+        ("", metadata, "GET", "Model metadata", UNKNOWN_MODEL, False),
+        ("/ready", ready, "GET", "Model readiness", READY_ERRORS, False),
+        (
+            "/config",
+            config,
+            "GET",
+            "Model configuration, spec schema and limits",
+            UNKNOWN_MODEL,
+            False,
+        ),
+        ("/infer", infer, "POST", "Inference: rows for the given positions", INFER_ERRORS, True),
     ):
-        plain, versioned = _bind(handler)
-        models.add_api_route("/{model}" + path, plain, methods=[method], summary=summary)
-        models.add_api_route(
-            "/{model}/versions/{version}" + path, versioned, methods=[method], summary=summary
-        )
+        for template, endpoint in zip(
+            ("/{model}", "/{model}/versions/{version}"), _bind(handler), strict=True
+        ):
+            models.add_api_route(
+                template + path,
+                infer_route(endpoint) if is_hot else endpoint,
+                methods=[method],
+                summary=summary,
+                responses=oip_responses(errors),
+            )
     return server, models

@@ -27,16 +27,22 @@ from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 
 from posenc.api.deps import State
+from posenc.api.error_types import (
+    BODY,
+    COMPUTE,
+    EXPORT,
+    SPEC,
+    TOO_LARGE,
+    UNKNOWN_KEY,
+    UNKNOWN_TABLE,
+    UNSUPPORTED_EXPORT,
+    responses,
+)
 from posenc.api.errors import ApiError
 from posenc.api.jsonio import json_response, read_json_object
-from posenc.api.serving import (
-    IMMUTABLE,
-    bind_tables,
-    etag_matches,
-    repr_digest,
-    stored_tables,
-    unbound,
-)
+from posenc.api.serving.bind import bind_tables, stored_tables, unbound
+from posenc.api.serving.conditional import IMMUTABLE, NOT_MODIFIED, not_modified
+from posenc.api.serving.digest import repr_digest
 from posenc.api.specs import guarded, spec_from_object
 from posenc.api.state import AppState
 from posenc.encodings import FieldProblem, SpecBase, SpecError, content_key
@@ -190,7 +196,7 @@ async def _built(index: OnnxIndex, request: Resolved) -> tuple[tuple[bytes, str]
         data = await asyncio.shield(flight)
     except ExportError as err:
         log.error("ONNX export %s failed verification: %s %s", request.key, err, err.detail)
-        raise ApiError(500, err.error_type, str(err), err.detail) from None
+        raise ApiError(EXPORT, str(err), err.detail) from None
     return data, outcome
 
 
@@ -216,14 +222,14 @@ async def _serve(
     }
     if cache_control:
         headers["Cache-Control"] = cache_control
-    if request.method == "GET" and etag_matches(request.headers.get("if-none-match"), f'"{key}"'):
-        return Response(status_code=304, headers=headers)
+    unchanged = not_modified(request, headers)
+    if unchanged is not None:
+        return unchanged
     size = resolved.spec.output_bytes()
     limit = state.settings.max_response_bytes
     if size > limit:
         raise ApiError(
-            413,
-            "too_large",
+            TOO_LARGE,
             f"the spec's table is {size} bytes, over the limit of {limit} bytes; ask for fewer "
             "positions (mode compute reads max_positions as its verification range only)",
             {"size_bytes": size, "max_bytes": limit},
@@ -248,11 +254,7 @@ async def list_graphs() -> Response:
     summary="A verified ONNX subgraph for a spec or a config.json",
     responses={
         200: {"description": "The model (ONNX protobuf)", "content": {MEDIA_TYPE: {}}},
-        400: {"description": "Malformed JSON or an ambiguous config"},
-        413: {"description": "The spec's table is over the response limit"},
-        422: {"description": "Invalid spec or export options (detail names the field)"},
-        500: {"description": "error_type export: the graph failed verification (logged)"},
-        503: {"description": "Too many computations in flight (Retry-After)"},
+        **responses(BODY, SPEC, UNSUPPORTED_EXPORT, TOO_LARGE, EXPORT, COMPUTE),
     },
 )
 async def post_onnx(request: Request, state: State, index: Models) -> Response:
@@ -267,8 +269,8 @@ async def post_onnx(request: Request, state: State, index: Models) -> Response:
     summary="An ONNX model by export key (any key this server built)",
     responses={
         200: {"description": "The model (ONNX protobuf)", "content": {MEDIA_TYPE: {}}},
-        304: {"description": "Not modified (If-None-Match)"},
-        404: {"description": "Unknown key: POST the request to /v1/onnx first"},
+        304: NOT_MODIFIED,
+        **responses(UNKNOWN_KEY, UNKNOWN_TABLE, TOO_LARGE, EXPORT, COMPUTE),
     },
 )
 async def get_onnx(request: Request, state: State, index: Models) -> Response:
@@ -277,8 +279,7 @@ async def get_onnx(request: Request, state: State, index: Models) -> Response:
     resolved = index.recent.get(key)
     if resolved is None:
         raise ApiError(
-            404,
-            "unknown_key",
+            UNKNOWN_KEY,
             f"no ONNX model with key {key!r} is known here: POST its request to /v1/onnx first",
             {"key": key},
         )

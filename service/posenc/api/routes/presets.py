@@ -3,7 +3,7 @@
 - `GET /v1/presets`: every preset with its parts' keys and table URLs;
 - `GET /v1/presets/{name}`, `GET /v1/presets/{name}/{part}`: canonical specs, keys, outputs;
 - `GET /v1/presets/{name}/{part}/table`: that part's table at a stable URL, sent like
-  `/v1/tables/{key}` (`serving.serve_table`) but cacheable for an hour only: the table changes
+  `/v1/tables/{key}` (`serving.table.serve_table`) but cacheable for an hour only: the table changes
   when the algorithm version does.
 """
 
@@ -15,15 +15,20 @@ from fastapi import APIRouter, Path, Request
 from starlette.responses import Response
 
 from posenc.api.deps import State
+from posenc.api.error_types import (
+    COMPUTE,
+    TABLE,
+    UNKNOWN_PRESET,
+    UNKNOWN_PRESET_PART,
+    UNKNOWN_TABLE,
+    responses,
+)
 from posenc.api.errors import ApiError
 from posenc.api.jsonio import json_response
-from posenc.api.serving import (
-    TABLE_PARAMETERS,
-    TABLE_RESPONSES,
-    describe_spec,
-    serve_table,
-    table_params,
-)
+from posenc.api.serving.describe import describe_spec
+from posenc.api.serving.params import TABLE_PARAMETERS, TABLE_RESPONSES
+from posenc.api.serving.query import TableQuery
+from posenc.api.serving.table import serve_table
 from posenc.api.state import AppState
 from posenc.api.tableurl import table_url
 from posenc.presets import Preset, PresetPart
@@ -58,8 +63,7 @@ def _preset(state: AppState, name: str) -> Preset:
     preset = state.presets.get(name)
     if preset is None:
         raise ApiError(
-            404,
-            "unknown_preset",
+            UNKNOWN_PRESET,
             f"no preset named {name!r}; GET /v1/presets lists them",
             {"name": name, "presets": sorted(state.presets)},
         )
@@ -72,8 +76,7 @@ def _preset_part(state: AppState, name: str, part_name: str) -> tuple[Preset, Pr
     if part is None:
         parts = [p.name for p in preset.parts]
         raise ApiError(
-            404,
-            "unknown_preset_part",
+            UNKNOWN_PRESET_PART,
             f"preset {name!r} has no part {part_name!r}; it has {parts}",
             {"name": name, "part": part_name, "parts": parts},
         )
@@ -90,7 +93,11 @@ async def list_presets(state: State) -> Response:
     return json_response({"presets": [_summary(p) for p in state.presets.values()]})
 
 
-@router.get("/presets/{name}", summary="One preset: its specs, keys, outputs and notes")
+@router.get(
+    "/presets/{name}",
+    summary="One preset: its specs, keys, outputs and notes",
+    responses=responses(UNKNOWN_PRESET),
+)
 async def get_preset(state: State, name: PresetName) -> Response:
     """The preset's model, source, notes and each part's canonical spec and URLs."""
     preset = _preset(state, name)
@@ -102,7 +109,11 @@ async def get_preset(state: State, name: PresetName) -> Response:
     return json_response(body)
 
 
-@router.get("/presets/{name}/{part}", summary="One table of a preset: its spec and URLs")
+@router.get(
+    "/presets/{name}/{part}",
+    summary="One table of a preset: its spec and URLs",
+    responses=responses(UNKNOWN_PRESET, UNKNOWN_PRESET_PART),
+)
 async def get_preset_part(state: State, name: PresetName, part: PartName) -> Response:
     """A single part (e.g. Gemma 3's `full_attention`) with its spec, key and table URLs."""
     preset, found = _preset_part(state, name, part)
@@ -112,7 +123,10 @@ async def get_preset_part(state: State, name: PresetName, part: PartName) -> Res
 @router.get(
     "/presets/{name}/{part}/table",
     summary="The table of one preset part (same formats as /v1/tables/{key})",
-    responses=TABLE_RESPONSES,
+    responses={
+        **TABLE_RESPONSES,
+        **responses(UNKNOWN_PRESET, UNKNOWN_PRESET_PART, UNKNOWN_TABLE, TABLE, COMPUTE),
+    },
     openapi_extra={"parameters": TABLE_PARAMETERS},
 )
 async def get_preset_table(
@@ -125,6 +139,6 @@ async def get_preset_table(
         state,
         found.spec,
         found.key,
-        *table_params(request),
+        TableQuery.from_request(request),
         cache_control=PRESET_CACHE_CONTROL,
     )

@@ -14,8 +14,9 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from posenc.api.deps import State
+from posenc.api.error_types import BODY, COMPUTE, SPEC, responses
 from posenc.api.jsonio import json_object_body, json_response, read_json_object
-from posenc.api.serving import describe_spec
+from posenc.api.serving.describe import describe_spec
 from posenc.api.specs import resolve_config_parts
 from posenc.encodings import content_key
 
@@ -25,6 +26,7 @@ router = APIRouter(prefix="/v1", tags=["catalog"])
 @router.post(
     "/resolve",
     summary="A transformers config.json -> the specs, keys and URLs the model needs",
+    responses=responses(BODY, SPEC, COMPUTE),
     openapi_extra={
         "requestBody": json_object_body(
             'a config.json, or {"hf_config": {...}, "kind"?, "layer_type"?, ...overrides}'

@@ -9,11 +9,12 @@
 - `GET /v1/tables/{key}`: the table of any key this process resolved, or a preset's (kept for
   compatibility: another replica, or this one after a restart, answers 404 `unknown_key`).
 - `GET /v1/tables/{key}[.{spec}]/preview`: a strided sample of one tensor as JSON, at most
-  `max_points` elements (`serving.serve_preview`): what the explorer (`/ui`) plots, so a
+  `max_points` elements (`serving.preview.serve_preview`): what the explorer (`/ui`) plots, so a
   131072-position table is looked at without sending it whole.
 
-Both are hot routes (`posenc.api.hot`: no FastAPI dependencies, the query read from the request);
-sending a table (limits, format, ETags, 304, the cache) is `serving.serve_table`.
+Both are hot routes, marked `@hot` (`posenc.api.hot`: no FastAPI dependencies, the query read
+from the request);
+sending a table (limits, format, ETags, 304, the cache) is `serving.table.serve_table`.
 """
 
 from __future__ import annotations
@@ -22,19 +23,31 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from posenc.api.deps import app_state
+from posenc.api.error_types import (
+    BODY,
+    COMPUTE,
+    SPEC,
+    TABLE,
+    TABLE_URL,
+    UNKNOWN_KEY,
+    UNKNOWN_TABLE,
+    responses,
+)
 from posenc.api.errors import ApiError
+from posenc.api.hot import hot
 from posenc.api.jsonio import read_json_object
 from posenc.api.memo import JsonMemo
-from posenc.api.serving import (
-    IMMUTABLE,
+from posenc.api.serving.bind import unbound
+from posenc.api.serving.conditional import IMMUTABLE, NOT_MODIFIED
+from posenc.api.serving.params import TABLE_PARAMETERS, TABLE_RESPONSES
+from posenc.api.serving.preview import (
+    PREVIEW_ERRORS,
     PREVIEW_PARAMETERS,
-    TABLE_PARAMETERS,
-    TABLE_RESPONSES,
+    PreviewQuery,
     serve_preview,
-    serve_table,
-    table_params,
-    unbound,
 )
+from posenc.api.serving.query import TableQuery
+from posenc.api.serving.table import serve_table
 from posenc.api.specs import spec_from_object
 from posenc.api.state import AppState
 from posenc.api.tableurl import parse_segment
@@ -91,22 +104,29 @@ SPEC_BODY = {
 @router.post(
     "/tables",
     summary="Compute (or fetch from the cache) the table for a spec or a config.json",
-    responses=TABLE_RESPONSES,
+    responses={**TABLE_RESPONSES, **responses(BODY, SPEC, TABLE, COMPUTE)},
     openapi_extra={"requestBody": SPEC_BODY, "parameters": TABLE_PARAMETERS},
 )
+@hot
 async def post_table(request: Request) -> Response:
     """The table for the spec in the body; its stable URL is in `Content-Location`."""
     state = app_state(request)
     body = await read_json_object(request)
     spec, key = SPECS.get(body, lambda: spec_from_object(body))
     state.index.remember(key, unbound(spec))
-    return await serve_table(request, state, spec, key, *table_params(request), cache_control=None)
+    return await serve_table(
+        request, state, spec, key, TableQuery.from_request(request), cache_control=None
+    )
 
 
 @router.get(
     "/tables/{key}",
     summary="A table by URL: {key}.{spec} (any replica), or a content key this server resolved",
-    responses={**TABLE_RESPONSES, 304: {"description": "Not modified (If-None-Match)"}},
+    responses={
+        **TABLE_RESPONSES,
+        304: NOT_MODIFIED,
+        **responses(TABLE_URL, TABLE, UNKNOWN_TABLE, COMPUTE),
+    },
     openapi_extra={
         "parameters": [
             {
@@ -123,13 +143,14 @@ async def post_table(request: Request) -> Response:
         ]
     },
 )
+@hot
 async def get_table(request: Request) -> Response:
     """The table the URL names: immutable, so cacheable forever; 304 on a matching
     If-None-Match."""
     state = app_state(request)
     key, spec = _known(state, request.path_params["key"])
     return await serve_table(
-        request, state, spec, key, *table_params(request), cache_control=IMMUTABLE
+        request, state, spec, key, TableQuery.from_request(request), cache_control=IMMUTABLE
     )
 
 
@@ -145,8 +166,7 @@ def _known(state: AppState, segment: str) -> tuple[str, SpecBase]:
         return key, carried
     if spec is None:
         raise ApiError(
-            404,
-            "unknown_key",
+            UNKNOWN_KEY,
             f"no table with key {key!r} is known here: GET the URL the server handed out "
             "(Content-Location, or the `url` of /v1/resolve: /v1/tables/{key}.{spec}), which any "
             "replica answers, or POST the spec to /v1/tables",
@@ -163,10 +183,8 @@ def _known(state: AppState, segment: str) -> tuple[str, SpecBase]:
             "description": '{"key", "kind", "tensor", "dtype", "shape", "row_axis", '
             '"axes": [{"start", "step", "count"}], "data"}'
         },
-        304: {"description": "Not modified (If-None-Match)"},
-        400: {"description": "Bad tensor, rows or max_points"},
-        404: {"description": "Unknown key"},
-        413: {"description": "Table over the limit"},
+        304: NOT_MODIFIED,
+        **responses(TABLE_URL, PREVIEW_ERRORS, UNKNOWN_TABLE, COMPUTE),
     },
     openapi_extra={
         "parameters": [
@@ -186,13 +204,4 @@ async def get_preview(request: Request) -> Response:
     every k-th along each axis: a large table explored without sending it whole."""
     state = app_state(request)
     key, spec = _known(state, request.path_params["key"])
-    query = request.query_params
-    return await serve_preview(
-        request,
-        state,
-        spec,
-        key,
-        query.get("tensor"),
-        query.get("rows"),
-        query.get("max_points"),
-    )
+    return await serve_preview(request, state, spec, key, PreviewQuery.from_request(request))

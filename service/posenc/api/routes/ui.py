@@ -23,8 +23,9 @@ from importlib import resources
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from posenc.api.error_types import NOT_FOUND
 from posenc.api.errors import ApiError
-from posenc.api.serving import etag_matches
+from posenc.api.serving.conditional import not_modified
 
 router = APIRouter(tags=["ui"], include_in_schema=False)
 
@@ -53,8 +54,9 @@ def _asset(name: str) -> tuple[bytes, str]:
 def _send(request: Request, name: str) -> Response:
     data, etag = _asset(name)
     headers = {"ETag": etag, "Cache-Control": "no-cache", **SECURITY_HEADERS}
-    if etag_matches(request.headers.get("if-none-match"), etag):
-        return Response(status_code=304, headers=headers)
+    unchanged = not_modified(request, headers)
+    if unchanged is not None:
+        return unchanged
     return Response(data, media_type=MEDIA_TYPES[name], headers=headers)
 
 
@@ -69,8 +71,7 @@ async def asset(request: Request, name: str) -> Response:
     """One of the page's files (`MEDIA_TYPES`); 404 `not_found` otherwise."""
     if name not in MEDIA_TYPES or name == "index.html":
         raise ApiError(
-            404,
-            "not_found",
+            NOT_FOUND,
             f"the explorer has no file {name!r}",
             [{"field": "name", "message": "one of explorer.js, explorer.css", "value": name}],
         )

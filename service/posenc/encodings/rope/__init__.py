@@ -7,12 +7,14 @@ from posenc.encodings.rope.compute import (
     rope_inv_freq,
     tables,
 )
-from posenc.encodings.rope.spec import PROFILES, RopeSpec
+from posenc.encodings.rope.profiles import PROFILES, ConsumerProfile
+from posenc.encodings.rope.spec import RopeSpec
 from posenc.encodings.rope.variants import VARIANTS
 
 __all__ = [
     "PROFILES",
     "VARIANTS",
+    "ConsumerProfile",
     "RopeSpec",
     "compute_rope",
     "half_cos_sin",

@@ -3,7 +3,8 @@
 Key names follow transformers' config keys (`rope_theta`, `partial_rotary_factor`,
 `rope_scaling.rope_type`, `factor`, `original_max_position_embeddings`, ...). Layout, pairing,
 width, dtype and precision are explicit fields; a `profile` fills those left unset with the
-defaults of one consumer (see `PROFILES`, from the consumer table in the field guide).
+defaults of one consumer (`profiles.PROFILES`, one record per consumer, from the consumer table
+in the field guide), and the consumer's checks refuse what it cannot read.
 """
 
 from __future__ import annotations
@@ -15,6 +16,15 @@ import torch
 from pydantic import Field, field_validator, model_validator
 
 from posenc.encodings.base import SpecBase, TensorInfo
+from posenc.encodings.rope.profiles import (
+    DEFAULT_PROFILE,
+    PROFILES,
+    FloatDtype,
+    Layout,
+    Packing,
+    Profile,
+    Width,
+)
 from posenc.encodings.rope.scaling import DefaultScaling, RopeScaling
 from posenc.encodings.rope.variants import VARIANTS
 from posenc.encodings.rope.variants._common import Issue, RopeInputs, field_error
@@ -23,60 +33,8 @@ MAX_HEAD_DIM = 8192
 MAX_POSITIONS = 1 << 24
 _SPANS_HEAD_DIM = "RoPE always spans head_dim: put partial_rotary_factor in rope_scaling"
 
-Width = Literal["half", "full"]
 FullLayout = Literal["cat", "repeat_interleave"]
-Packing = Literal["separate", "cos_sin", "pairs"]
-FloatDtype = Literal["float32", "float16", "bfloat16"]
 Precision = Literal["reference", "exact"]
-Profile = Literal[
-    "hf", "onnx", "ort_gqa", "vllm", "flashinfer", "trtllm", "flash_attn", "torchtune"
-]
-
-
-def _profile(interleaved: bool, width: Width, packing: Packing) -> dict[str, Any]:
-    return {"interleaved": interleaved, "width": width, "packing": packing, "dtype": "float32"}
-
-
-PROFILES: dict[str, dict[str, Any]] = {
-    # transformers forward: full-width cat(c, c), cast to the activation dtype.
-    "hf": _profile(False, "full", "separate"),
-    # ONNX RotaryEmbedding-23: (P, d/2) caches, same dtype as X, pairing is an attribute.
-    "onnx": _profile(False, "half", "separate"),
-    # onnxruntime GroupQueryAttention(do_rotary=1): (max_seq, d/2), d/2 a multiple of 8.
-    "ort_gqa": _profile(False, "half", "separate"),
-    # vLLM cos_sin_cache: (P, d) = cat(cos_half, sin_half), model dtype.
-    "vllm": _profile(False, "half", "cos_sin"),
-    # FlashInfer: the same packing, fp32.
-    "flashinfer": _profile(False, "half", "cos_sin"),
-    # TensorRT-LLM rotary_cos_sin: (P, d/2, 2) float2 (cos, sin), fp32.
-    "trtllm": _profile(False, "half", "pairs"),
-    # flash-attn apply_rotary_emb: (S, d/2), dtype must equal x.
-    "flash_attn": _profile(False, "half", "separate"),
-    # torchtune RotaryPositionalEmbeddings cache: (P, d/2, 2), fp32, interleaved pairs.
-    "torchtune": _profile(True, "half", "pairs"),
-}
-
-
-CONSUMER_DTYPES: dict[str, tuple[frozenset[str], str]] = {
-    "flashinfer": (
-        frozenset({"float32"}),
-        "FlashInfer's apply_rope_with_cos_sin_cache raises 'cos_sin_cache should be float32' "
-        "(flashinfer/rope.py) for any other dtype",
-    ),
-    "trtllm": (
-        frozenset({"float32"}),
-        "TensorRT-LLM's attention plugin reads rotary_cos_sin as float2 (float32 cos, sin "
-        "pairs; RopeEmbeddingUtils.create_sinusoidal_positions_for_attention_plugin, "
-        "tensorrt_llm/functional.py)",
-    ),
-    "torchtune": (
-        frozenset({"float32"}),
-        "torchtune's RotaryPositionalEmbeddings builds its cache in float32 (theta.float()) and "
-        "rotates in float32 (x.float()), torchtune/modules/position_embeddings.py",
-    ),
-}
-"""Profiles whose consumer reads one dtype only: (dtypes it reads, its rule with the source);
-another `dtype` with that profile is refused, as `ort_gqa` refuses an odd rotary width."""
 
 
 class RopeSpec(SpecBase):
@@ -181,36 +139,11 @@ class RopeSpec(SpecBase):
                 issues.append(Issue(dim_loc, issue.message, dim_value) if at_dim else issue)
             if not issues:
                 issues += self.rope_scaling.check_frequencies(self._inputs(d))
-        _, width, packing, dtype = self._layout()
-        if packing == "cos_sin" and width != "half" and self.profile in ("vllm", "flashinfer"):
-            issues.append(
-                Issue(
-                    ("width",),
-                    f"profile {self.profile!r} reads cos_sin_cache as cat(cos_half, sin_half), "
-                    "(P, d): width must be 'half' (full width is torchtune's Qwen2/Phi-3 cache)",
-                    width,
-                )
-            )
-        issues += self._consumer_issues(dtype)
-        if self.profile == "ort_gqa" and (d // 2) % 8:
-            issues.append(
-                Issue(
-                    ("profile",),
-                    f"ort_gqa (GroupQueryAttention do_rotary) needs rotary_dim/2 to be a multiple "
-                    f"of 8, got rotary dim {d}",
-                    self.profile,
-                )
-            )
+        if self.profile is not None:
+            issues += PROFILES[self.profile].issues(d, self._layout())
         if issues:
             raise field_error(issues)
         return self
-
-    def _consumer_issues(self, dtype: FloatDtype) -> list[Issue]:
-        """A dtype the profile's consumer does not read (`CONSUMER_DTYPES`), named at `dtype`."""
-        rule = CONSUMER_DTYPES.get(self.profile or "")
-        if rule is None or dtype in rule[0]:
-            return []
-        return [Issue(("dtype",), f"profile {self.profile!r}: {rule[1]}", dtype)]
 
     def _inputs(self, dim: int) -> RopeInputs:
         """The variant inputs `compute` builds for this spec (CPU, the precision's dtype)."""
@@ -232,18 +165,16 @@ class RopeSpec(SpecBase):
                 return ("partial_rotary_factor",), self.partial_rotary_factor
         return ("head_dim",), self.head_dim
 
-    def _layout(self) -> tuple[bool, Width, Packing, FloatDtype]:
+    def _layout(self) -> Layout:
         """(interleaved, width, packing, dtype): explicit fields, else the profile's, else `hf`'s.
         A packed layout implies half width unless `width` says otherwise (`pairs` at full width is
         TensorRT-LLM's duplicated MLA table, `cos_sin` torchtune's Qwen2/Phi-3 cache)."""
-        defaults = PROFILES[self.profile or "hf"]
-        packing: Packing = self.packing or defaults["packing"]
-        width: Width = self.width or ("half" if packing != "separate" else defaults["width"])
-        interleaved: bool = (
-            defaults["interleaved"] if self.interleaved is None else self.interleaved
-        )
-        dtype: FloatDtype = self.dtype or defaults["dtype"]
-        return interleaved, width, packing, dtype
+        defaults = PROFILES[self.profile] if self.profile is not None else DEFAULT_PROFILE
+        packing: Packing = self.packing or defaults.packing
+        width: Width = self.width or ("half" if packing != "separate" else defaults.width)
+        interleaved = defaults.interleaved if self.interleaved is None else self.interleaved
+        dtype: FloatDtype = self.dtype or defaults.dtype
+        return Layout(interleaved, width, packing, dtype)
 
     def resolved_rotary_dim(self) -> int:
         """d: the number of rotated channels (the table width at full width)."""

@@ -1,0 +1,89 @@
+"""Sending a body: `BodyResponse` hands a buffer to the server in views, holding its in-flight
+byte charges (`runtime.budget`) until the last byte is handed over, however the send ends;
+`acquire` takes those charges, all or none."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from posenc.runtime import Buffer, Lease, TableCache
+
+SEND_CHUNK = 1 << 20
+"""Bytes handed to the server per `http.response.body` message of a table body."""
+
+
+class BodyResponse(Response):
+    """A table body sent as views of its buffer, `SEND_CHUNK` bytes at a time, holding its
+    in-flight `leases` until the send ends, however it ends (completed, client gone, cancelled).
+
+    Each view is handed to uvicorn, which waits for the transport to drain before the next one:
+    a slow client is paced by flow control instead of having the rest of a large body copied
+    into the transport's buffer, and nothing is copied from the cached buffer.
+    """
+
+    def __init__(
+        self,
+        body: Buffer,
+        status_code: int,
+        headers: dict[str, str],
+        media_type: str,
+        leases: list[Lease],
+        keep: object = None,
+    ) -> None:
+        super().__init__(None, status_code, headers, media_type)
+        view = memoryview(body)
+        self.view = view if view.format == "B" and view.ndim == 1 else view.cast("B")
+        self.leases = leases
+        self.keep = keep  # what the charges name (the entry) stays alive while they are held
+        self.headers["content-length"] = str(self.view.nbytes)
+
+    def release(self) -> None:
+        """Give the in-flight charges back (idempotent)."""
+        for lease in getattr(self, "leases", ()):
+            lease.release()
+
+    def __del__(self) -> None:
+        # a response dropped unsent (the request cancelled before it was called) must not keep
+        # its charges for the life of the process
+        self.release()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": self.status_code,
+                    "headers": self.raw_headers,
+                }
+            )
+            view, size = self.view, self.view.nbytes
+            start = 0
+            while True:
+                end = min(start + SEND_CHUNK, size)
+                await send(
+                    {"type": "http.response.body", "body": view[start:end], "more_body": end < size}
+                )
+                if end >= size:
+                    break
+                start = end
+        finally:
+            self.release()
+
+
+def acquire(cache: TableCache, charges: list[tuple[Hashable, int]]) -> list[Lease]:
+    """Leases for every charge, or none (`Overloaded` raised, those taken given back)."""
+    budget = cache.budget
+    leases: list[Lease] = []
+    if budget is None:
+        return leases
+    try:
+        for name, size in charges:
+            leases.append(budget.acquire(name, size))
+    except BaseException:
+        for lease in leases:
+            lease.release()
+        raise
+    return leases
