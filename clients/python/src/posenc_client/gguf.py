@@ -55,7 +55,8 @@ import numpy as np
 import numpy.typing as npt
 
 from posenc_client._exceptions import IncompatibleModelError
-from posenc_client._models import JSON, Tables
+from posenc_client._options import JSON
+from posenc_client._tables import Tables
 
 __all__ = [
     "ARCH_MODEL_TYPES",
