@@ -90,7 +90,7 @@ from posenc.encodings.weights import (
     resolve_tables,
 )
 from posenc.runtime import OFFLOAD_BYTES, Buffer, CacheEntry, Lease, TableCache
-from posenc.runtime.rows import preview_steps
+from posenc.runtime.rows import block_pool, preview_steps
 from posenc.verified import VERIFIED_AGAINST_TEXT
 
 IMMUTABLE = "public, max-age=31536000, immutable"
@@ -590,6 +590,14 @@ PREVIEW_PARAMETERS: list[dict[str, Any]] = [
         "description": f"at most this many elements (default {PREVIEW_POINTS}, at most the "
         "server's json_max_elements)",
     },
+    {
+        "name": "pool",
+        "in": "query",
+        "required": False,
+        "schema": {"type": "string", "enum": ["none", "block"], "default": "none"},
+        "description": "block: add `pooled` {min, max, mean}, each of the sample's shape, over "
+        "the block of elements each sampled element stands for (runtime.rows.block_pool)",
+    },
 ]
 
 
@@ -620,10 +628,13 @@ async def serve_preview(
     tensor: str | None,
     rows: str | None,
     max_points_text: str | None,
+    pool_text: str | None = None,
 ) -> Response:
     """`{"key", "kind", "tensor", "dtype", "shape", "row_axis", "axes", "data"}`: one tensor of
     the table, rows `rows` (its position axis) sampled with `preview_steps` to at most
-    `max_points` elements, as JSON (bfloat16 as float).
+    `max_points` elements, as JSON (bfloat16 as float). With `pool=block`, also `"pooled":
+    {"min", "max", "mean"}` over each sampled element's block (`block_pool`; what the explorer's
+    heatmaps draw, so a column faster than the stride is not aliased).
 
     `shape` is the whole tensor's; `axes[i]` = `{"start", "step", "count"}` says which indices of
     axis i the sample holds (`start + k*step`, k < count); `data` is the sample, flat, row-major.
@@ -634,6 +645,14 @@ async def serve_preview(
     outputs = state.index.outputs(key, spec)
     check_size(state, outputs)
     max_points = parse_max_points(max_points_text, state.settings.json_max_elements)
+    if pool_text not in (None, "none", "block"):
+        raise ApiError(
+            400,
+            "invalid_pool",
+            f"pool must be none or block, got {pool_text!r}",
+            [{"field": "pool", "message": "one of none, block", "value": pool_text}],
+        )
+    pooled = pool_text == "block"
     names = list(outputs)
     if tensor is None:
         if len(names) != 1:
@@ -653,7 +672,7 @@ async def serve_preview(
     resident = cache.peek(cache.key_for(spec, key))
     device = resident.device if resident is not None else str(cache.device)
     span = f".{first}-{last}" if selection.rows is not None else ""
-    tag = f"{key}.preview.{tensor}{span}.{max_points}"
+    tag = f"{key}.preview.{tensor}{span}.{max_points}{'.pooled' if pooled else ''}"
 
     def etag(device: str) -> str:  # as representation_etag: off the CPU the device follows
         return f'"{tag}"' if device == "cpu" else f'"{tag}@{device}"'
@@ -693,6 +712,9 @@ async def serve_preview(
         "axes": axes,
         "data": sample.contiguous().reshape(-1).numpy(),
     }
+    if pooled:
+        blocks = block_pool(t.to("cpu"), steps)
+        body["pooled"] = {name: v.reshape(-1).numpy() for name, v in blocks.items()}
     headers["X-Posenc-Cache"] = outcome
     headers["X-Posenc-Device"] = entry.device
     return Response(

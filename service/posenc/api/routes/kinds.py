@@ -1,4 +1,7 @@
-"""`/v1/kinds`: the encoding families, their JSON schemas and each field's valid values."""
+"""`/v1/kinds`: the encoding families, their JSON schemas and each field's valid values; the rope
+consumer profiles (`profiles`, in the explorer's order), the comparison tolerance per dtype
+(`tolerances`, `posenc.onnx._registry.ATOL`) and this server's size limits (`limits`): the facts
+the explorer (`/ui`) reads instead of keeping its own copies."""
 
 from __future__ import annotations
 
@@ -9,7 +12,9 @@ import orjson
 from fastapi import APIRouter
 from starlette.responses import Response
 
+from posenc.api.deps import State
 from posenc.encodings import FAMILIES
+from posenc.onnx._registry import ATOL
 
 router = APIRouter(prefix="/v1", tags=["catalog"])
 
@@ -66,8 +71,62 @@ def valid_values(schema: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
+PROFILE_OPTIONS: tuple[dict[str, str], ...] = (
+    {
+        "name": "hf",
+        "label": "transformers (default)",
+        "consumer": "transformers apply_rotary_pos_emb",
+        "source": "transformers/models/llama/modeling_llama.py",
+    },
+    {
+        "name": "onnx",
+        "label": "ONNX RotaryEmbedding",
+        "consumer": "ONNX RotaryEmbedding-23",
+        "source": "onnx/defs/nn/defs.cc",
+    },
+    {
+        "name": "ort_gqa",
+        "label": "onnxruntime GQA",
+        "consumer": "onnxruntime GroupQueryAttention(do_rotary=1)",
+        "source": "onnxruntime/core/graph/contrib_ops/bert_defs.cc",
+    },
+    {
+        "name": "vllm",
+        "label": "vLLM",
+        "consumer": "vLLM RotaryEmbedding.cos_sin_cache",
+        "source": "vllm/model_executor/layers/rotary_embedding.py",
+    },
+    {
+        "name": "flashinfer",
+        "label": "FlashInfer",
+        "consumer": "flashinfer.apply_rope_with_cos_sin_cache",
+        "source": "flashinfer/rope.py",
+    },
+    {
+        "name": "trtllm",
+        "label": "TensorRT-LLM",
+        "consumer": "RopeEmbeddingUtils.create_sinusoidal_positions_for_attention_plugin",
+        "source": "tensorrt_llm/functional.py",
+    },
+    {
+        "name": "flash_attn",
+        "label": "flash-attn",
+        "consumer": "flash_attn.layers.rotary.apply_rotary_emb",
+        "source": "flash_attn/layers/rotary.py",
+    },
+    {
+        "name": "torchtune",
+        "label": "torchtune",
+        "consumer": "torchtune RotaryPositionalEmbeddings",
+        "source": "torchtune/modules/position_embeddings.py",
+    },
+)
+"""The rope spec's `profile` values as the explorer offers them (a minimal list until the
+profile records own it: issue 38 item 3 derives it from them)."""
+
+
 @cache
-def _kinds_body() -> bytes:
+def _kinds() -> dict[str, Any]:
     kinds = []
     for kind, family in sorted(FAMILIES.items()):
         schema = family.spec_type.model_json_schema()
@@ -81,10 +140,16 @@ def _kinds_body() -> bytes:
                 "schema": schema,
             }
         )
-    return orjson.dumps({"kinds": kinds})
+    return {"kinds": kinds, "profiles": list(PROFILE_OPTIONS), "tolerances": dict(ATOL)}
 
 
 @router.get("/kinds", summary="Encoding families, their JSON schemas and valid values")
-async def get_kinds() -> Response:
-    """Every registered family: summary, JSON schema and each field's valid values."""
-    return Response(_kinds_body(), media_type="application/json")
+async def get_kinds(state: State) -> Response:
+    """Every registered family: summary, JSON schema and each field's valid values; the rope
+    profiles, the tolerance per dtype, and `limits`: `max_response_bytes` (a larger table is
+    refused with 413) and `json_max_elements` (the largest preview)."""
+    limits = {
+        "max_response_bytes": state.settings.max_response_bytes,
+        "json_max_elements": state.settings.json_max_elements,
+    }
+    return Response(orjson.dumps({**_kinds(), "limits": limits}), media_type="application/json")

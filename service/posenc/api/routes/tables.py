@@ -195,4 +195,5 @@ async def get_preview(request: Request) -> Response:
         query.get("tensor"),
         query.get("rows"),
         query.get("max_points"),
+        query.get("pool"),
     )
