@@ -188,7 +188,7 @@ def test_ui_page_and_assets_are_served(client: httpx.Client) -> None:
     assert page.status_code == 200
     assert page.headers["content-type"].startswith("text/html")
     assert "default-src 'self'" in page.headers["Content-Security-Policy"]
-    for name, media in (("explorer.js", "text/javascript"), ("explorer.css", "text/css")):
+    for name, media in (("main.js", "text/javascript"), ("explorer.css", "text/css")):
         assert f'src="ui/{name}"' in page.text or f'href="ui/{name}"' in page.text
         asset = client.get(f"/ui/{name}")
         assert asset.status_code == 200
@@ -196,7 +196,7 @@ def test_ui_page_and_assets_are_served(client: httpx.Client) -> None:
         again = client.get(f"/ui/{name}", headers={"If-None-Match": asset.headers["ETag"]})
         assert again.status_code == 304
     # nothing but the page's own files: no other name, no path out of the package
-    for path in ("/ui/index.htm", "/ui/..%2F__init__.py", "/ui/explorer.js.map"):
+    for path in ("/ui/index.htm", "/ui/..%2F__init__.py", "/ui/main.js.map"):
         response = client.get(path)
         assert response.status_code == 404, path
         assert response.json()["error_type"] == "not_found"
@@ -206,7 +206,7 @@ def test_ui_page_and_assets_are_served(client: httpx.Client) -> None:
 def test_ui_is_open_and_its_api_calls_need_the_key() -> None:
     with start_server(api_keys=["ui-key-0123456789"]) as srv, srv.client() as c:
         assert c.get("/ui").status_code == 200
-        assert c.get("/ui/explorer.js").status_code == 200
+        assert c.get("/ui/main.js").status_code == 200
         key = "0" * 64
         assert c.get(f"/v1/tables/{key}/preview").status_code == 401
         authed = c.get(
