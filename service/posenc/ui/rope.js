@@ -148,7 +148,7 @@ export function wavelengthPanel(entry) {
             xLabel: "rotary pair i",
             yLabel: lists ? "per-pair factor (wavelength ÷ unscaled)" : "wavelength ÷ unscaled",
             bands: summary.bands,
-            yInclude: [1],
+            hlines: [{ y: 1, label: "unscaled" }],
             height: 200,
             title: "scaling per pair",
             name: "scaling",
