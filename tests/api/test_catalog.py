@@ -5,15 +5,18 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import get_args
 
 import httpx
 import pytest
 import torch
 
 from posenc.encodings import FAMILIES, compute, content_key, parse_spec
+from posenc.encodings.rope.spec import PROFILES, Profile
+from posenc.onnx._registry import ATOL
 from posenc.presets import load_presets
 from tests.api.wire import decode, table_url_parts
-from tests.conftest import ServerHandle
+from tests.conftest import ServerHandle, start_server
 
 CONFIGS = Path(__file__).parents[1] / "data" / "configs"
 
@@ -129,6 +132,22 @@ def test_kinds(client: httpx.Client) -> None:
     for kind in kinds.values():
         assert kind["summary"]
         assert kind["description"]
+
+
+def test_kinds_publish_the_explorers_facts(client: httpx.Client) -> None:
+    """`profiles` (the rope spec's profile values, each with a label, consumer and source),
+    `tolerances` (the ONNX verifier's, per dtype) and `limits` (this server's settings)."""
+    body = client.get("/v1/kinds").json()
+    assert [p["name"] for p in body["profiles"]] == list(get_args(Profile))
+    assert set(PROFILES) == set(get_args(Profile))
+    for profile in body["profiles"]:
+        assert set(profile) == {"name", "label", "consumer", "source"}
+        assert all(profile.values())
+    assert body["tolerances"] == ATOL
+    assert set(body["limits"]) == {"max_response_bytes", "json_max_elements"}
+    with start_server(max_response_bytes=12345, json_max_elements=777) as srv, srv.client() as c:
+        limits = c.get("/v1/kinds").json()["limits"]
+    assert limits == {"max_response_bytes": 12345, "json_max_elements": 777}
 
 
 def test_resolve_names_keys_urls_and_notes(client: httpx.Client) -> None:

@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 import torch
 
@@ -79,6 +80,37 @@ def test_preview_is_a_strided_sample_of_the_exact_table(
         headers={"If-None-Match": response.headers["ETag"]},
     )
     assert again.status_code == 304
+
+
+@pytest.mark.parametrize(("tensor", "rows"), [("cos", None), ("sin", "7:2999")])
+def test_pooled_preview_holds_each_blocks_min_max_mean(
+    server: ServerHandle, client: httpx.Client, tensor: str, rows: str | None
+) -> None:
+    """`pool=block`: beside the strided sample, each sampled element's block (the elements it
+    stands for, the last block along an axis shorter) as min, max and mean, computed here from
+    the exact table block by block."""
+    key = key_of(client, ROPE)
+    params = {"tensor": tensor, "max_points": 1000, "pool": "block"}
+    if rows:
+        params["rows"] = rows
+    body = client.get(f"/v1/tables/{key}/preview", params=params).json()
+    full = exact(server, ROPE, tensor).double().numpy()
+    first, last = (int(v) for v in rows.split(":")) if rows else (0, full.shape[0])
+    full = full[first:last]
+    (r_step, c_step) = (a["step"] for a in body["axes"])
+    (r_count, c_count) = (a["count"] for a in body["axes"])
+    assert r_step > 1
+    assert full.shape[0] % r_step != 0  # a shorter last block is part of the test
+    pooled = {name: np.asarray(v).reshape(r_count, c_count) for name, v in body["pooled"].items()}
+    for i in range(r_count):
+        for j in range(c_count):
+            block = full[i * r_step : (i + 1) * r_step, j * c_step : (j + 1) * c_step]
+            assert pooled["min"][i, j] == block.min()
+            assert pooled["max"][i, j] == block.max()
+            assert pooled["mean"][i, j] == pytest.approx(block.mean(), rel=1e-12, abs=1e-15)
+    assert np.float32(body["data"][0]) == np.float32(full[0, 0])  # the sample: the first row
+    bad = client.get(f"/v1/tables/{key}/preview", params={"tensor": "cos", "pool": "max"})
+    assert_error(bad, 400, "invalid_pool", "pool")
 
 
 def test_preview_rows_zoom_into_a_range(server: ServerHandle, client: httpx.Client) -> None:

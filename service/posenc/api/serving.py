@@ -702,7 +702,7 @@ async def serve_preview(
         }
         for axis, step in enumerate(steps)
     ]
-    body = {
+    body: dict[str, Any] = {
         "key": key,
         "kind": spec.kind,
         "tensor": tensor,

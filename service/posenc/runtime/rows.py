@@ -181,6 +181,21 @@ def preview_steps(shape: Sequence[int], max_points: int) -> tuple[int, ...]:
     return tuple(steps)
 
 
+def _blocks(v: torch.Tensor, axis: int, step: int, fill: float) -> torch.Tensor:
+    """`v` with axis `axis` padded with `fill` to a multiple of `step` and split into
+    (count, step)."""
+    n = v.shape[axis]
+    count = -(-n // step)
+    pad = count * step - n
+    if pad:
+        shape = list(v.shape)
+        shape[axis] = pad
+        v = torch.cat([v, v.new_full(shape, fill)], dim=axis)
+    shape = list(v.shape)
+    shape[axis : axis + 1] = [count, step]
+    return v.reshape(shape)
+
+
 def block_pool(t: torch.Tensor, steps: Sequence[int]) -> dict[str, torch.Tensor]:
     """{"min", "max", "mean"} of `t` over the blocks that `preview_steps`' strides tile it into.
 
@@ -199,22 +214,11 @@ def block_pool(t: torch.Tensor, steps: Sequence[int]) -> dict[str, torch.Tensor]
         if step <= 1 or n == 0:
             continue
         count = -(-n // step)
-        pad = count * step - n
-
-        def blocks(v: torch.Tensor, fill: float, axis: int = axis, step: int = step) -> torch.Tensor:
-            if pad:
-                shape = list(v.shape)
-                shape[axis] = pad
-                v = torch.cat([v, v.new_full(shape, fill)], dim=axis)
-            shape = list(v.shape)
-            shape[axis : axis + 1] = [count, step]
-            return v.reshape(shape)
-
-        lo = blocks(lo, math.inf).amin(dim=axis + 1)
-        hi = blocks(hi, -math.inf).amax(dim=axis + 1)
+        lo = _blocks(lo, axis, step, math.inf).amin(dim=axis + 1)
+        hi = _blocks(hi, axis, step, -math.inf).amax(dim=axis + 1)
         sizes = torch.full((count,), float(step), dtype=torch.float64)
         sizes[-1] = n - (count - 1) * step
         view = [1] * mean.dim()
         view[axis] = count
-        mean = blocks(mean, 0.0).sum(dim=axis + 1) / sizes.reshape(view)
+        mean = _blocks(mean, axis, step, 0.0).sum(dim=axis + 1) / sizes.reshape(view)
     return {"min": lo, "max": hi, "mean": mean}
