@@ -290,3 +290,49 @@ def test_profiles_come_from_the_server(
         p["name"] for p in profiles[1:]
     ]
     assert watched.problems == []
+
+
+def test_a_ten_million_position_table_is_explored_from_sampled_rows(
+    server: ServerHandle, client: httpx.Client, watched: Watched
+) -> None:
+    """A 10M-context config (10 GiB of cos/sin, over the response limit): no download, but its
+    heatmap draws rows computed at sampled positions by /v2 (equal to the API's rows there),
+    and its wavelengths are drawn; nothing the page asks for is refused."""
+    config = {
+        "model_type": "llama",
+        "hidden_size": 4096,
+        "num_attention_heads": 32,
+        "rope_theta": 500000.0,
+        "max_position_embeddings": 10485760,
+    }
+    resolve(watched, server.url, config)
+    no_error_shown(watched)
+    page = watched.page
+    assert page.locator(".card .downloads a").count() == 0
+    assert "over this server's response limit" in page.locator(".card").inner_text()
+    heat = page.locator(".plot").filter(has_text="cos/sin by position")
+    caption = heat.locator("figcaption").inner_text()
+    assert (
+        "rows are computed directly (POST /v2/models/rope/infer), one every 20480 positions"
+        in caption
+    )
+    heat.locator("canvas").focus()
+    page.keyboard.press("ArrowDown")
+    page.keyboard.press("ArrowRight")
+    readout = heat.locator(".readout").inner_text()
+    assert readout.startswith("position 20480, dimension 1: "), readout
+    spec = client.post("/v1/resolve", json=config).json()["specs"][0]["spec"]
+    want = client.post(
+        "/v2/models/rope/infer",
+        json={
+            "parameters": {"spec": json.dumps(spec)},
+            "inputs": [
+                {"name": "position_ids", "shape": [1], "datatype": "INT64", "data": [20480]}
+            ],
+        },
+    ).json()
+    cos = next(o for o in want["outputs"] if o["name"] == "cos")["data"]
+    assert float(readout.rsplit(": ", 1)[1]) == pytest.approx(cos[1], rel=1e-4, abs=1e-7)
+    wave = page.locator(".plot").filter(has_text="Wavelength per dimension")
+    assert "table length (10485760 rows)" in wave.inner_text()
+    assert watched.problems == []

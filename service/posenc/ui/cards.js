@@ -90,7 +90,7 @@ function downloads(entry) {
     return el(
       "p",
       { class: "over-limit" },
-      `${fmtBytes(entry.bytes)}: over this server's response limit (${limit}), so it is not served whole: no download here; rows=a:b (the API, the client) fetches a slice that fits.`,
+      `${fmtBytes(entry.bytes)}: over this server's response limit (${limit}), so it is not served whole: no download here (rows=a:b through the API or the client fetches a slice that fits); its plots are drawn from rows computed at sampled positions.`,
     );
   }
   const outputs = Object.entries(entry.outputs);

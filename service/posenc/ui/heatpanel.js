@@ -7,9 +7,11 @@ import { el, shapeText } from "./dom.js";
 import { heatmap } from "./heatmap.js";
 import { multiples, POOLS, previewMatrix, sampled } from "./matrix.js";
 import { take, writeView } from "./permalink.js";
+import { sampledRows } from "./sampled.js";
 import { working } from "./status.js";
 
-// target: {key, outputs, label, only (one tensor), rowName (what a row is), main (in the URL)}
+// target: {key, outputs, label, only (one tensor), rowName (what a row is), main (in the URL),
+// sampled (over the response limit: rows computed by /v2 for `entry`)}
 export function heatmapPanel(target, title) {
   const names = Object.entries(target.outputs)
     .filter(([n, o]) => o.shape.length >= 2 && (!target.only || n === target.only))
@@ -60,7 +62,9 @@ export function heatmapPanel(target, title) {
     await working(
       "Sampling the table",
       async () => {
-        const p = await preview(target.key, tensorSel.value, rows);
+        const p = target.sampled
+          ? await sampledRows(target.entry, tensorSel.value, rows)
+          : await preview(target.key, tensorSel.value, rows);
         last = p;
         rowsShown = rows;
         const n = total();
@@ -127,7 +131,9 @@ export function heatmapPanel(target, title) {
     const m = previewMatrix(p, fixed, axisNames, mode, rowWord);
     const blocks = p.axes.map((a) => a.step).join(" × ");
     let note = `${p.tensor} ${shapeText(p.shape)} ${p.dtype}, every element.`;
-    if (sampled(p)) {
+    if (p.computed && sampled(p)) {
+      note = `${p.tensor} ${shapeText(p.shape)} ${p.dtype}: over the server's response limit, so rows are computed directly (POST /v2/models/${p.kind}/infer), one every ${p.axes[0].step} positions (zoom to see every row).`;
+    } else if (sampled(p)) {
       note =
         mode === "sample"
           ? `${p.tensor} ${shapeText(p.shape)} ${p.dtype}, sampled every ${blocks} elements (at most ${PREVIEW_POINTS} points; zoom to see every row).`

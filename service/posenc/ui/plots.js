@@ -1,7 +1,7 @@
 // The plots of one table. PLOTS maps each family (kind) to the panels drawn for it; a family not
 // in it gets the generic ones (a heatmap of every tensor of two or more axes, a line per 1-D
 // tensor).
-import { session } from "./api.js";
+import { overLimit, session } from "./api.js";
 import { checkTargetChanged } from "./check.js";
 import { $, el } from "./dom.js";
 import {
@@ -17,12 +17,17 @@ import {
 import { heatmapPanel } from "./heatpanel.js";
 import { writeView } from "./permalink.js";
 import { comparePanel, wavelengthPanel } from "./rope.js";
+import { SAMPLED_KINDS } from "./sampled.js";
 
+// What a heatmap panel draws: the table's previews, or, over the response limit, rows computed
+// directly at sampled positions (sampled.js).
 const target = (entry, extra = {}) => ({
   key: entry.key,
   outputs: entry.outputs,
   label: entry.name,
   main: true,
+  entry,
+  sampled: overLimit(entry.bytes) && SAMPLED_KINDS.has(entry.kind),
   ...extra,
 });
 
@@ -38,7 +43,7 @@ export const PLOTS = {
   rope: (entry) => [
     heatmapPanel(target(entry), "cos/sin by position and dimension"),
     entry.outputs.inv_freq ? wavelengthPanel(entry) : null,
-    comparePanel(entry),
+    overLimit(entry.bytes) ? null : comparePanel(entry),
   ],
   alibi: (entry) => [
     slopesPanel(entry),

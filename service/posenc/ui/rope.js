@@ -1,6 +1,6 @@
 // RoPE plots: wavelength per rotary pair against the context (scaled, unscaled, and another
 // model's overlaid), and a difference heatmap against another config.
-import { getJSON, postSpec, preview, session, tensorJSON } from "./api.js";
+import { getJSON, overLimit, postSpec, preview, session, tensorJSON } from "./api.js";
 import { lineChart, panel, valuesTable } from "./chart.js";
 import { el, fmt, shapeText } from "./dom.js";
 import { heatmap } from "./heatmap.js";
@@ -65,6 +65,14 @@ async function presetWavelengths(name) {
   return { label: `${name} ${part.name}`, y: wavelengths(t.data) };
 }
 
+// The table's inv_freq; over the response limit, from the same spec with one row (inv_freq does
+// not depend on the row count; the canonical spec keeps any seq_len the scaling reads).
+async function invFreq(entry) {
+  if (!overLimit(entry.bytes)) return tensorJSON(entry.key, "inv_freq");
+  const small = await postSpec({ ...entry.spec, max_positions: 1 }, "inv_freq");
+  return { ...small.tensor, meta: small.meta };
+}
+
 // wavelength 2*pi/inv_freq of each rotary pair, scaled and unscaled, against the original and
 // extended context; a ramp where the scaling factor varies smoothly between two values.
 export function wavelengthPanel(entry) {
@@ -82,7 +90,7 @@ export function wavelengthPanel(entry) {
   working(
     "Fetching frequencies",
     async () => {
-      const mine = await tensorJSON(entry.key, "inv_freq");
+      const mine = await invFreq(entry);
       const pairs = mine.data.map((_, i) => i);
       const wl = wavelengths(mine.data);
       const series = [{ name: scaling ? `${scaling.rope_type} (this table)` : "this table", x: pairs, y: wl }];
