@@ -21,7 +21,7 @@ import pytest
 from posenc.encodings.rope.spec import Profile
 from tests.conftest import ServerHandle, start_server
 from tests.ui.conftest import Watched
-from tests.ui.test_explorer import CONFIGS, no_error_shown, open_preset
+from tests.ui.test_explorer import CONFIGS, no_error_shown, open_preset, shot
 
 pytestmark = pytest.mark.xdist_group("ui")
 
@@ -63,6 +63,7 @@ def test_longrope_length_factors_and_facts(
     assert wave.locator("svg rect.band").count() == 0  # no ramp band anywhere
     assert "longrope_factors: long" in wave.locator(".meta-facts").inner_text()
     assert "-∞" not in page.locator("#plot-area").inner_text()
+    shot(watched, "longrope", ".plot:has-text('Wavelength per dimension')")
     assert watched.problems == []
 
 
