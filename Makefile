@@ -165,4 +165,4 @@ models-data: $(STAMP)
 	$(BIN)/python -m tests.encodings.hf_config.class_data --write
 
 clean:
-	rm -rf $(VENV) .venv-drift $(OPTIMUM_VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-drift $(OPTIMUM_VENV) .pytest_cache .mypy_cache .ruff_cache node_modules

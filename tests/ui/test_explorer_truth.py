@@ -105,7 +105,7 @@ def test_colour_bar_is_centred_on_zero(server: ServerHandle, watched: Watched, p
 
 
 def test_errors_beside_their_control_and_stale_plots_cleared(
-    server: ServerHandle, watched: Watched
+    server: ServerHandle, client: httpx.Client, watched: Watched
 ) -> None:
     page = watched.page
     open_preset(watched, server.url, "llama-3.1-8b")
@@ -117,7 +117,12 @@ def test_errors_beside_their_control_and_stale_plots_cleared(
     watched.idle()
     error = page.locator("#config-form + .error-near[role=alert]")
     assert error.count() == 1
-    assert "head_dim" in error.inner_text()
+    # the server's message once, and every field it named (none cut off)
+    refused = client.post("/v1/resolve", json={"model_type": "llama", "head_dim": -4}).json()
+    text = error.inner_text()
+    assert text.count(refused["error"]) == 1, text
+    for detail in refused["detail"]:
+        assert detail["field"] in text
     assert page.locator("#error").is_hidden()
     assert page.locator("#plots").is_hidden()
     assert page.locator("#tables").is_hidden()
