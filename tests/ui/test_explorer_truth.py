@@ -292,6 +292,9 @@ def test_profiles_come_from_the_server(
     watched.idle()
     options = page.locator("select[name=profile] option")
     assert options.all_inner_texts() == [p["label"] for p in profiles]
+    # built from the server's records: each option names its consumer and source
+    titles = [options.nth(i).get_attribute("title") for i in range(len(profiles))]
+    assert titles == [f"{p['consumer']} ({p['source']})" for p in profiles]
     assert [options.nth(i).get_attribute("value") for i in range(1, len(profiles))] == [
         p["name"] for p in profiles[1:]
     ]
