@@ -13,7 +13,7 @@ PORT ?= 8000
 TORCH_INDEX ?=
 TORCH_INDEX_ARG := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
 
-.PHONY: dist venv lock drift optimum-check grpc-stubs nginx chromium wrk container-tools image image-test serve test check bench screenshots models-doc models-data clean
+.PHONY: dist venv lock drift optimum-check grpc-stubs nginx chromium biome wrk container-tools image image-test serve test check bench screenshots models-doc models-data clean
 
 venv: $(STAMP)
 
@@ -113,6 +113,15 @@ chromium:
 	@test -x $(CHROMIUM) || \
 	  { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium; }
 
+# The explorer's formatter and linter (service/posenc/ui: native ES modules and CSS, no build
+# step): Biome, installed by npm from the committed package-lock.json (`npm ci`: the lock's
+# versions and integrity hashes only) into node_modules; biome.json holds its settings.
+BIOME := node_modules/.bin/biome
+biome: $(BIOME)
+$(BIOME): package.json package-lock.json
+	npm ci --no-audit --no-fund
+	touch $@
+
 # bench.serve's throughput client for small bodies (Debian's wrk); without it the bench falls back
 # to Python socket clients, so a failed install only says so.
 wrk:
@@ -145,7 +154,8 @@ test: $(STAMP) nginx chromium
 	$(MAKE) --no-print-directory check
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
-check: $(STAMP)
+check: $(STAMP) $(BIOME)
+	$(BIOME) ci service/posenc/ui
 	$(BIN)/ruff format --check service tests bench deploy tools clients/python
 	$(BIN)/ruff check service tests bench deploy tools clients/python
 	$(BIN)/hadolint --config .hadolint.yaml Dockerfile
@@ -175,4 +185,4 @@ models-data: $(STAMP)
 	$(BIN)/python -m tests.encodings.hf_config.class_data --write
 
 clean:
-	rm -rf $(VENV) .venv-drift $(OPTIMUM_VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-drift $(OPTIMUM_VENV) .pytest_cache .mypy_cache .ruff_cache node_modules

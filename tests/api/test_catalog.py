@@ -12,9 +12,10 @@ import torch
 
 from posenc.encodings import FAMILIES, compute, content_key, parse_spec
 from posenc.encodings.rope import PROFILES
+from posenc.onnx._registry import ATOL
 from posenc.presets import load_presets
 from tests.api.wire import decode, table_url_parts
-from tests.conftest import ServerHandle
+from tests.conftest import ServerHandle, start_server
 
 CONFIGS = Path(__file__).parents[1] / "data" / "configs"
 
@@ -160,6 +161,17 @@ def test_kinds_list_the_consumer_profiles(client: httpx.Client) -> None:
             record.packing,
             record.dtype,
         ), name
+
+
+def test_kinds_publish_the_explorers_facts(client: httpx.Client) -> None:
+    """`tolerances` (the ONNX verifier's, per dtype) and `limits` (this server's settings), as
+    the explorer reads them (the profiles: test_kinds_list_the_consumer_profiles)."""
+    body = client.get("/v1/kinds").json()
+    assert body["tolerances"] == ATOL
+    assert set(body["limits"]) == {"max_response_bytes", "json_max_elements"}
+    with start_server(max_response_bytes=12345, json_max_elements=777) as srv, srv.client() as c:
+        limits = c.get("/v1/kinds").json()["limits"]
+    assert limits == {"max_response_bytes": 12345, "json_max_elements": 777}
 
 
 def test_resolve_names_keys_urls_and_notes(client: httpx.Client) -> None:

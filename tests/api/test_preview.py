@@ -4,12 +4,16 @@ through httpx against the real server."""
 from __future__ import annotations
 
 import math
+import re
+from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 import torch
 
+import posenc
 from posenc.encodings import compute, parse_spec
 from posenc.runtime.rows import preview_steps
 from tests.conftest import ServerHandle, start_server
@@ -79,6 +83,37 @@ def test_preview_is_a_strided_sample_of_the_exact_table(
         headers={"If-None-Match": response.headers["ETag"]},
     )
     assert again.status_code == 304
+
+
+@pytest.mark.parametrize(("tensor", "rows"), [("cos", None), ("sin", "7:2999")])
+def test_pooled_preview_holds_each_blocks_min_max_mean(
+    server: ServerHandle, client: httpx.Client, tensor: str, rows: str | None
+) -> None:
+    """`pool=block`: beside the strided sample, each sampled element's block (the elements it
+    stands for, the last block along an axis shorter) as min, max and mean, computed here from
+    the exact table block by block."""
+    key = key_of(client, ROPE)
+    params = {"tensor": tensor, "max_points": 1000, "pool": "block"}
+    if rows:
+        params["rows"] = rows
+    body = client.get(f"/v1/tables/{key}/preview", params=params).json()
+    full = exact(server, ROPE, tensor).double().numpy()
+    first, last = (int(v) for v in rows.split(":")) if rows else (0, full.shape[0])
+    full = full[first:last]
+    (r_step, c_step) = (a["step"] for a in body["axes"])
+    (r_count, c_count) = (a["count"] for a in body["axes"])
+    assert r_step > 1
+    assert full.shape[0] % r_step != 0  # a shorter last block is part of the test
+    pooled = {name: np.asarray(v).reshape(r_count, c_count) for name, v in body["pooled"].items()}
+    for i in range(r_count):
+        for j in range(c_count):
+            block = full[i * r_step : (i + 1) * r_step, j * c_step : (j + 1) * c_step]
+            assert pooled["min"][i, j] == block.min()
+            assert pooled["max"][i, j] == block.max()
+            assert pooled["mean"][i, j] == pytest.approx(block.mean(), rel=1e-12, abs=1e-15)
+    assert np.float32(body["data"][0]) == np.float32(full[0, 0])  # the sample: the first row
+    bad = client.get(f"/v1/tables/{key}/preview", params={"tensor": "cos", "pool": "max"})
+    assert_error(bad, 400, "invalid_pool", "pool")
 
 
 def test_preview_rows_zoom_into_a_range(server: ServerHandle, client: httpx.Client) -> None:
@@ -188,7 +223,7 @@ def test_ui_page_and_assets_are_served(client: httpx.Client) -> None:
     assert page.status_code == 200
     assert page.headers["content-type"].startswith("text/html")
     assert "default-src 'self'" in page.headers["Content-Security-Policy"]
-    for name, media in (("explorer.js", "text/javascript"), ("explorer.css", "text/css")):
+    for name, media in (("main.js", "text/javascript"), ("explorer.css", "text/css")):
         assert f'src="ui/{name}"' in page.text or f'href="ui/{name}"' in page.text
         asset = client.get(f"/ui/{name}")
         assert asset.status_code == 200
@@ -196,7 +231,7 @@ def test_ui_page_and_assets_are_served(client: httpx.Client) -> None:
         again = client.get(f"/ui/{name}", headers={"If-None-Match": asset.headers["ETag"]})
         assert again.status_code == 304
     # nothing but the page's own files: no other name, no path out of the package
-    for path in ("/ui/index.htm", "/ui/..%2F__init__.py", "/ui/explorer.js.map"):
+    for path in ("/ui/index.htm", "/ui/..%2F__init__.py", "/ui/main.js.map"):
         response = client.get(path)
         assert response.status_code == 404, path
         assert response.json()["error_type"] == "not_found"
@@ -206,10 +241,26 @@ def test_ui_page_and_assets_are_served(client: httpx.Client) -> None:
 def test_ui_is_open_and_its_api_calls_need_the_key() -> None:
     with start_server(api_keys=["ui-key-0123456789"]) as srv, srv.client() as c:
         assert c.get("/ui").status_code == 200
-        assert c.get("/ui/explorer.js").status_code == 200
+        assert c.get("/ui/main.js").status_code == 200
         key = "0" * 64
         assert c.get(f"/v1/tables/{key}/preview").status_code == 401
         authed = c.get(
             f"/v1/tables/{key}/preview", headers={"Authorization": "Bearer ui-key-0123456789"}
         )
         assert authed.status_code == 404
+
+
+def test_ui_modules_are_small_and_all_served(client: httpx.Client) -> None:
+    """The explorer's native ES modules: none over 400 lines (issue 38), and every module one
+    imports is a file `/ui/{name}` serves as JavaScript."""
+    ui = Path(posenc.__file__).parent / "ui"
+    modules = sorted(ui.glob("*.js"))
+    assert "main.js" in {m.name for m in modules}
+    for module in modules:
+        text = module.read_text()
+        assert len(text.splitlines()) <= 400, module.name
+        for name in re.findall(r'from "\./([\w.-]+\.js)"', text):
+            assert (ui / name).is_file(), (module.name, name)
+            served = client.get(f"/ui/{name}")
+            assert served.status_code == 200, name
+            assert served.headers["content-type"].startswith("text/javascript")

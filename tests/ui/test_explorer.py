@@ -72,10 +72,28 @@ def test_preset_plots_zoom_compare_download(
     card = page.locator(f".card[data-key='{key}']")
     assert "(131072, 128)" in card.inner_text()
     assert "pairing: half split" in card.inner_text()
-    # the 131072-position table arrives as a preview: every 256th position, all 128 dimensions
+    # the 131072-position table arrives as a preview of 512 blocks of 256 positions, all 128
+    # dimensions: each pixel is its block's mean (pooled on the server), not one row of it, so a
+    # column turning faster than 256 positions is not aliased: dimension 0 (one radian per
+    # position) averages to about 0 over its first block, where its row 0 reads 1
     heat = page.locator(".plot").filter(has_text="cos/sin by position")
-    assert "sampled every 256 × 1 elements" in heat.inner_text()
+    assert "each pixel is the mean of a block of 256 × 1 elements" in heat.inner_text()
     assert heat.locator("canvas").count() == 1
+    first_block = np.load(
+        io.BytesIO(
+            client.get(
+                f"/v1/tables/{key}", params={"format": "npy", "tensor": "cos", "rows": "0:256"}
+            ).content
+        )
+    )
+    heat.locator("canvas").focus()  # the cursor starts at the first block, dimension 0
+    shown = re.fullmatch(r"position 0, dimension 0: (\S+)", heat.locator(".readout").inner_text())
+    assert shown, heat.locator(".readout").inner_text()
+    assert float(shown.group(1)) == pytest.approx(first_block[:, 0].mean(), rel=1e-4, abs=1e-6)
+    assert abs(float(shown.group(1))) < 0.05
+    # cos has both signs: the colour bar runs -1..1 with 0 at its middle
+    assert heat.locator("canvas").get_attribute("data-scale") == "-1,0,1"
+    assert "Colour scale -1 to 1, 0 at its middle." in heat.inner_text()
     # Llama 3.1: pairs 0..28 unscaled, 29..34 on the ramp, 35..63 divided by 8 (field guide)
     wave = page.locator(".plot").filter(has_text="Wavelength per dimension")
     assert "on the ramp: pairs 29–34" in wave.inner_text()
@@ -119,7 +137,8 @@ def test_preset_plots_zoom_compare_download(
     want = client.get(f"/v1/tables/{key}", params={"format": "npy", "tensor": "cos"})
     assert want.status_code == 200
     assert got == want.content
-    assert download.value.suggested_filename == f"{key}.npy"  # the server names it
+    # named after the model, the table and the tensor (not the server's content key)
+    assert download.value.suggested_filename == "llama-3.1-8b_rope_cos.npy"
     assert watched.problems == []
 
 

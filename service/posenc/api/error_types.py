@@ -60,6 +60,7 @@ ROWS_UNSUPPORTED = _error("rows_unsupported", 400, "`rows` on tensors without a 
 INVALID_MAX_POINTS = _error(
     "invalid_max_points", 400, "`max_points` not an integer from 1 to json_max_elements"
 )
+INVALID_POOL = _error("invalid_pool", 400, "`pool` of a preview neither `none` nor `block`")
 INVALID_TABLE_URL = _error(
     "invalid_table_url",
     (400, 414),

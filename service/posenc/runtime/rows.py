@@ -179,3 +179,46 @@ def preview_steps(shape: Sequence[int], max_points: int) -> tuple[int, ...]:
         steps[axis] = min(steps[axis] * 2, shape[axis])
         current = counts()
     return tuple(steps)
+
+
+def _blocks(v: torch.Tensor, axis: int, step: int, fill: float) -> torch.Tensor:
+    """`v` with axis `axis` padded with `fill` to a multiple of `step` and split into
+    (count, step)."""
+    n = v.shape[axis]
+    count = -(-n // step)
+    pad = count * step - n
+    if pad:
+        shape = list(v.shape)
+        shape[axis] = pad
+        v = torch.cat([v, v.new_full(shape, fill)], dim=axis)
+    shape = list(v.shape)
+    shape[axis : axis + 1] = [count, step]
+    return v.reshape(shape)
+
+
+def block_pool(t: torch.Tensor, steps: Sequence[int]) -> dict[str, torch.Tensor]:
+    """{"min", "max", "mean"} of `t` over the blocks that `preview_steps`' strides tile it into.
+
+    Block k of axis i covers indices [k*step_i, (k+1)*step_i) (the last one shorter), so each
+    pooled element stands for every element its strided sample skips: a heatmap pixel drawn
+    from it shows what the rows it covers hold, where a stride shows one row of them (and
+    aliases a column whose period is shorter than the stride). Each output has the strided
+    sample's shape, `ceil(n_i / step_i)` per axis; the mean is computed in float64. Values are
+    combined here (unlike `preview_steps`' selection): the pooled arrays describe blocks, they
+    are not table values.
+    """
+    x = t.to(torch.float64)
+    lo, hi, mean = x, x, x
+    for axis, step in enumerate(steps):
+        n = x.shape[axis]
+        if step <= 1 or n == 0:
+            continue
+        count = -(-n // step)
+        lo = _blocks(lo, axis, step, math.inf).amin(dim=axis + 1)
+        hi = _blocks(hi, axis, step, -math.inf).amax(dim=axis + 1)
+        sizes = torch.full((count,), float(step), dtype=torch.float64)
+        sizes[-1] = n - (count - 1) * step
+        view = [1] * mean.dim()
+        view[axis] = count
+        mean = _blocks(mean, axis, step, 0.0).sum(dim=axis + 1) / sizes.reshape(view)
+    return {"min": lo, "max": hi, "mean": mean}

@@ -1,5 +1,7 @@
-"""`/v1/kinds`: the encoding families, their JSON schemas, each field's valid values and the RoPE
-consumer profiles."""
+"""`/v1/kinds`: the encoding families, their JSON schemas and each field's valid values; the RoPE
+consumer profiles (`profiles`, from the profile records, in the explorer's order), the comparison
+tolerance per dtype (`tolerances`, `posenc.onnx._registry.ATOL`) and this server's size limits
+(`limits`): the facts the explorer (`/ui`) reads instead of keeping its own copies."""
 
 from __future__ import annotations
 
@@ -10,8 +12,10 @@ import orjson
 from fastapi import APIRouter
 from starlette.responses import Response
 
+from posenc.api.deps import State
 from posenc.encodings import FAMILIES
 from posenc.encodings.rope import PROFILES
+from posenc.onnx._registry import ATOL
 
 router = APIRouter(prefix="/v1", tags=["catalog"])
 
@@ -69,7 +73,7 @@ def valid_values(schema: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 @cache
-def _kinds_body() -> bytes:
+def _kinds() -> dict[str, Any]:
     kinds = []
     for kind, family in sorted(FAMILIES.items()):
         schema = family.spec_type.model_json_schema()
@@ -84,12 +88,18 @@ def _kinds_body() -> bytes:
             }
         )
     profiles = [profile.describe() for profile in PROFILES.values()]
-    return orjson.dumps({"kinds": kinds, "profiles": profiles})
+    return {"kinds": kinds, "profiles": profiles, "tolerances": dict(ATOL)}
 
 
 @router.get("/kinds", summary="Encoding families, their JSON schemas and valid values")
-async def get_kinds() -> Response:
-    """Every registered family (summary, JSON schema, each field's valid values) and the RoPE
+async def get_kinds(state: State) -> Response:
+    """Every registered family (summary, JSON schema, each field's valid values); the RoPE
     consumer profiles (`profiles`: name, label, consumer entry point and source, in the order
-    people pick them, the default first)."""
-    return Response(_kinds_body(), media_type="application/json")
+    people pick them, the default first); the tolerance per dtype; and `limits`:
+    `max_response_bytes` (a larger table is refused with 413) and `json_max_elements` (the
+    largest preview)."""
+    limits = {
+        "max_response_bytes": state.settings.max_response_bytes,
+        "json_max_elements": state.settings.json_max_elements,
+    }
+    return Response(orjson.dumps({**_kinds(), "limits": limits}), media_type="application/json")

@@ -1,7 +1,8 @@
 """`/ui`: the explorer, a static page that shows, compares, checks and downloads tables.
 
-The page (`posenc/ui/`: `index.html`, `explorer.js`, `explorer.css`, shipped as package data)
-is plain HTML, CSS and JavaScript with no build step and no third-party code: it calls the `/v1`
+The page (`posenc/ui/`: `index.html`, `explorer.css` and the native ES modules `*.js`, `main.js`
+first, shipped as package data) is plain HTML, CSS and JavaScript with no build step and no
+third-party code: it calls the `/v1`
 API from the browser (same origin, so the same API keys: the page sends the key typed into it as
 `Authorization: Bearer`), and draws its plots itself on canvas and SVG. Nothing is fetched from
 anywhere else (a Content-Security-Policy of `'self'` says so), so it works offline.
@@ -19,6 +20,7 @@ from __future__ import annotations
 import hashlib
 from functools import cache
 from importlib import resources
+from pathlib import Path
 
 from fastapi import APIRouter, Request
 from starlette.responses import Response
@@ -29,12 +31,19 @@ from posenc.api.serving.conditional import not_modified
 
 router = APIRouter(tags=["ui"], include_in_schema=False)
 
-MEDIA_TYPES = {
-    "index.html": "text/html; charset=utf-8",
-    "explorer.js": "text/javascript; charset=utf-8",
-    "explorer.css": "text/css; charset=utf-8",
+_SUFFIX_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
 }
-"""Every file of the page and its media type: the only names `/ui/{name}` serves."""
+MEDIA_TYPES = {
+    f.name: _SUFFIX_TYPES[Path(f.name).suffix]
+    for f in (resources.files("posenc") / "ui").iterdir()
+    if Path(f.name).suffix in _SUFFIX_TYPES
+}
+"""Every file of the page (`posenc/ui/*.html, *.js, *.css`) and its media type: the only names
+`/ui/{name}` serves."""
+_ASSETS = ", ".join(sorted(n for n in MEDIA_TYPES if n != "index.html"))
 
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data: blob:; "
@@ -73,6 +82,6 @@ async def asset(request: Request, name: str) -> Response:
         raise ApiError(
             NOT_FOUND,
             f"the explorer has no file {name!r}",
-            [{"field": "name", "message": "one of explorer.js, explorer.css", "value": name}],
+            [{"field": "name", "message": f"one of {_ASSETS}", "value": name}],
         )
     return _send(request, name)

@@ -5,6 +5,7 @@ strides are `runtime.rows.preview_steps`."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 import torch
@@ -13,6 +14,7 @@ from starlette.responses import Response
 
 from posenc.api.error_types import (
     INVALID_MAX_POINTS,
+    INVALID_POOL,
     INVALID_ROWS,
     ROWS_UNSUPPORTED,
     TENSOR_REQUIRED,
@@ -29,7 +31,7 @@ from posenc.api.serving.selection import parse_rows, select, selected_infos
 from posenc.api.serving.table import check_size
 from posenc.api.state import AppState
 from posenc.encodings import SpecBase
-from posenc.runtime.rows import preview_steps
+from posenc.runtime.rows import block_pool, preview_steps
 
 PREVIEW_ERRORS: tuple[ErrorType, ...] = (
     INVALID_MAX_POINTS,
@@ -37,7 +39,7 @@ PREVIEW_ERRORS: tuple[ErrorType, ...] = (
     TENSOR_REQUIRED,
     INVALID_ROWS,
 )
-PREVIEW_ERRORS += (ROWS_UNSUPPORTED, TOO_LARGE)
+PREVIEW_ERRORS += (ROWS_UNSUPPORTED, TOO_LARGE, INVALID_POOL)
 """What a preview refuses beyond naming its table."""
 
 PREVIEW_FORMAT = FORMATS["json"]
@@ -58,6 +60,12 @@ class PreviewQuery(QueryRecord):
         "json_max_elements)",
         type="integer",
         minimum=1,
+    )
+    pool: str | None = param(
+        "block: add `pooled` {min, max, mean}, each of the sample's shape, over the block of "
+        "elements each sampled element stands for (runtime.rows.block_pool)",
+        enum=["none", "block"],
+        default="none",
     )
 
 
@@ -91,7 +99,9 @@ async def serve_preview(
 ) -> Response:
     """`{"key", "kind", "tensor", "dtype", "shape", "row_axis", "axes", "data"}`: one tensor of
     the table, rows `rows` (its position axis) sampled with `preview_steps` to at most
-    `max_points` elements, as JSON (bfloat16 as float).
+    `max_points` elements, as JSON (bfloat16 as float). With `pool=block`, also `"pooled":
+    {"min", "max", "mean"}` over each sampled element's block (`block_pool`; what the explorer's
+    heatmaps draw, so a column faster than the stride is not aliased).
 
     `shape` is the whole tensor's; `axes[i]` = `{"start", "step", "count"}` says which indices of
     axis i the sample holds (`start + k*step`, k < count); `data` is the sample, flat, row-major.
@@ -102,6 +112,13 @@ async def serve_preview(
     outputs = state.index.outputs(key, spec)
     check_size(state, outputs)
     max_points = parse_max_points(query.max_points, state.settings.json_max_elements)
+    if query.pool not in (None, "none", "block"):
+        raise ApiError(
+            INVALID_POOL,
+            f"pool must be none or block, got {query.pool!r}",
+            [{"field": "pool", "message": "one of none, block", "value": query.pool}],
+        )
+    pooled = query.pool == "block"
     tensor = query.tensor
     names = list(outputs)
     if tensor is None:
@@ -121,7 +138,7 @@ async def serve_preview(
     resident = cache.peek(cache.key_for(spec, key))
     device = resident.device if resident is not None else str(cache.device)
     span = f".{first}-{last}" if selection.rows is not None else ""
-    tag = f"{key}.preview.{tensor}{span}.{max_points}"
+    tag = f"{key}.preview.{tensor}{span}.{max_points}{'.pooled' if pooled else ''}"
 
     headers = {
         "ETag": device_etag(tag, device),
@@ -149,7 +166,7 @@ async def serve_preview(
         }
         for axis, step in enumerate(steps)
     ]
-    body = {
+    body: dict[str, Any] = {
         "key": key,
         "kind": spec.kind,
         "tensor": tensor,
@@ -159,6 +176,9 @@ async def serve_preview(
         "axes": axes,
         "data": sample.contiguous().reshape(-1).numpy(),
     }
+    if pooled:
+        blocks = block_pool(t.to("cpu"), steps)
+        body["pooled"] = {name: v.reshape(-1).numpy() for name, v in blocks.items()}
     headers["X-Posenc-Cache"] = outcome
     headers["X-Posenc-Device"] = entry.device
     return Response(
