@@ -711,6 +711,8 @@ def test_one_peer_holds_at_most_its_share_of_the_budget(peer_srv: ServerHandle) 
             reader.join(PATIENCE)
     assert wait_for(lambda: budget.held == 0), budget.held
     assert budget.peer_held("127.0.0.1") == 0
+    with peer_srv.client() as client:
+        assert value(scrape(client), "posenc_in_flight_refused_per_peer_total") >= 1
 
 
 def test_peer_share_rules() -> None:
