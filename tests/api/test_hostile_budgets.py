@@ -9,7 +9,10 @@ against the documented bound: the RSS of the ready server + cache budget + in-fl
 (`bench/load.py`'s bound, with no further slack).
 
 Slow readers are real loopback sockets with a 4 KiB receive buffer: their responses, larger than
-what the kernel's socket buffers absorb, stay in flight until they read.
+what the kernel's socket buffers absorb, stay in flight until they read. One address holds at
+most its share of the budget (`in_flight_bytes_per_peer`): other addresses are 127.0.0.2 on
+loopback. Large gRPC answers are built off the event loop while health probes keep answering.
+The default budgets under mixed load are tests/api/test_load_budget.py.
 """
 
 from __future__ import annotations
