@@ -6,8 +6,9 @@ RSS against its two memory budgets.
                          [--cache-mib 256] [--in-flight-mib 256] [--malloc image|default]
 
 Per client count, a fresh server (`posenc serve --device cpu`, one uvicorn worker, the stated
-`--cache-bytes` and `--in-flight-bytes`, `--max-response-bytes` 96 MiB; glibc's mmap threshold as
-the images set it unless `--malloc default`) is warmed (the hot tables computed, then fetched
+`--cache-bytes` and `--in-flight-bytes`, `--max-response-bytes` 96 MiB, the other settings at
+their defaults; `MALLOC_MMAP_THRESHOLD_` as the images set it, or with `--malloc default` none,
+and `posenc serve` fixes the same threshold itself) is warmed (the hot tables computed, then fetched
 twice over `--clients` connections), its RSS read (the baseline: interpreter, torch, the app, the
 hot tables, the connections), then `--clients` asyncio tasks (httpx, one connection each, idle
 connections expiring after 1 s) run until `--requests` requests are done or `--seconds` pass. Each

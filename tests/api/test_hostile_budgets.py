@@ -9,7 +9,10 @@ against the documented bound: the RSS of the ready server + cache budget + in-fl
 (`bench/load.py`'s bound, with no further slack).
 
 Slow readers are real loopback sockets with a 4 KiB receive buffer: their responses, larger than
-what the kernel's socket buffers absorb, stay in flight until they read.
+what the kernel's socket buffers absorb, stay in flight until they read. One address holds at
+most its share of the budget (`in_flight_bytes_per_peer`): other addresses are 127.0.0.2 on
+loopback. Large gRPC answers are built off the event loop while health probes keep answering.
+The default budgets under mixed load are tests/api/test_load_budget.py.
 """
 
 from __future__ import annotations
@@ -20,20 +23,26 @@ import logging
 import os
 import select
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import grpc
 import httpx
 import numpy as np
 import pytest
+import torch
 import tritonclient.grpc as tgrpc
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from posenc.runtime import InFlightBudget
+from posenc.api.grpc import convert
+from posenc.api.grpc.proto import grpc_service_pb2 as pb
+from posenc.runtime import InFlightBudget, Overloaded, for_peer
 from tests import waiting
 from tests.api.metrics_util import scrape, value
 from tests.api.test_memory_budget import BIG, BIG2, OTHER
@@ -278,6 +287,151 @@ def run_all(fn: Callable[[int], Any]) -> None:
         raise errors[0]
 
 
+@pytest.fixture(scope="module")
+def big_grpc_proc() -> Iterator[ProcessHandle]:
+    """`posenc serve` in a process of its own: the test's gRPC clients decode 64 MiB answers
+    with protobuf, which holds this process's interpreter lock, and would stall a server here."""
+    env = {
+        "POSENC_CACHE_BYTES": str(4 * MiB),
+        "POSENC_MAX_RESPONSE_BYTES": str(64 * MiB),
+        "POSENC_IN_FLIGHT_BYTES": str(1024 * MiB),
+        "POSENC_IN_FLIGHT_BYTES_PER_PEER": str(1024 * MiB),
+        "POSENC_LOG_LEVEL": "warning",
+    }
+    handle = start_server_process("--grpc-port", "0", env=env)
+    try:
+        yield handle
+    finally:
+        handle.stop()
+
+
+PROBE_BOUND = 1.0
+"""Seconds a health probe may take while two 64 MiB gRPC answers are built. On the shared 2-core
+test machine at load 11-12, the slowest probe took 1.6-1.7 s while protobuf serialised the answers
+(and torch.unique found their positions) on the event loop, 0.76-0.93 s since; what remains is
+grpc's copy of each answer into its core and the machine's own scheduling."""
+
+
+GRPC_CALLER = """
+import json, sys, threading
+import grpc, numpy as np
+from tritonclient.grpc import service_pb2
+
+url, spec, positions, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+
+
+def request(start, count):
+    message = service_pb2.ModelInferRequest(model_name="rope")
+    message.parameters["spec"].string_param = spec
+    message.inputs.add(name="position_ids", datatype="INT64", shape=[count])
+    message.raw_input_contents.append(np.arange(start, start + count, dtype="<i8").tobytes())
+    return message
+
+
+options = [("grpc.max_receive_message_length", -1)]
+with grpc.insecure_channel(url, options=options) as channel:
+    infer = channel.unary_unary(
+        "/inference.GRPCInferenceService/ModelInfer",
+        request_serializer=service_pb2.ModelInferRequest.SerializeToString,
+        response_deserializer=None,
+    )
+    infer(request(0, 16), timeout=60)
+    print("ready", flush=True)
+    sys.stdin.readline()
+
+    def run(i):
+        with open(f"{out}.{i}", "wb") as f:
+            f.write(infer(request(i, positions), timeout=120))
+
+    workers = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+"""
+"""Two concurrent ModelInfer calls from a process of their own (protobuf and grpc hold their
+process's interpreter lock while they copy an answer: a client thread here would delay this
+process's probes); the answers are written to `<out>.0` and `<out>.1` as received."""
+
+
+def test_health_answers_while_large_grpc_answers_are_built(
+    big_grpc_proc: ProcessHandle, tmp_path: Path
+) -> None:
+    """Two concurrent 64 MiB gRPC answers (65,536 positions of cos and sin, computed rows): the
+    rows' distinct positions, the rows and the answers' bytes are all made off the event loop,
+    the bytes in steps that let it run (`convert.infer_response_bytes`), so liveness probes sent
+    meanwhile keep answering within `PROBE_BOUND` each; the answers are exact (equal to the
+    rows /v1 serves)."""
+    positions = 65536
+    out = tmp_path / "answer"
+    caller = subprocess.Popen(
+        [sys.executable, "-c", GRPC_CALLER, big_grpc_proc.grpc_url, json.dumps(ROPE),
+         str(positions), str(out)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    latencies: list[float] = []
+    try:
+        assert caller.stdout is not None
+        assert caller.stdin is not None
+        assert caller.stdout.readline().strip() == "ready"
+        with httpx.Client(base_url=big_grpc_proc.url, timeout=PATIENCE) as client:
+            client.get("/v2/health/live")
+            caller.stdin.write("go\n")
+            caller.stdin.flush()
+            while caller.poll() is None:
+                t0 = time.perf_counter()
+                assert client.get("/v2/health/live").status_code == 200
+                latencies.append(time.perf_counter() - t0)
+                time.sleep(0.01)
+        assert caller.wait(PATIENCE * 3) == 0
+    finally:
+        if caller.poll() is None:
+            caller.kill()
+            caller.wait()
+    assert len(latencies) > 5
+    assert max(latencies) < PROBE_BOUND, sorted(latencies)[-5:]
+    # the rows as /v1 serves the table of the first 8 positions (RoPE rows do not depend on
+    # max_positions)
+    with httpx.Client(base_url=big_grpc_proc.url, timeout=PATIENCE) as client:
+        first = client.post(
+            "/v1/tables",
+            json={"kind": "rope", "head_dim": 128, "max_positions": 8},
+            params={"format": "npz"},
+        )
+    table = np.load(io.BytesIO(first.content))
+    for i in range(2):
+        response = service_pb2.ModelInferResponse.FromString(out.with_suffix(f".{i}").read_bytes())
+        assert [o.name for o in response.outputs] == ["cos", "sin"]
+        for output, raw in zip(response.outputs, response.raw_output_contents, strict=True):
+            assert list(output.shape) == [positions, 128]
+            rows = np.frombuffer(raw, dtype="<f4").reshape(positions, 128)
+            np.testing.assert_array_equal(rows[:4], table[output.name][i : i + 4])
+
+
+def test_answer_bytes_are_the_message_protobuf_writes() -> None:
+    """`convert.infer_response_bytes` (the answer written without protobuf's serialiser) parses,
+    with protobuf, into the message `convert.infer_response` builds with it, alone and inside a
+    `ModelStreamInferResponse`; outputs of several dtypes, one larger than `WIRE_CHUNK`, one
+    empty, parameters and an id."""
+    tensors = {
+        "cos": torch.linspace(-1, 1, 3 * convert.WIRE_CHUNK // 4 + 5).reshape(-1, 1),
+        "bf": torch.arange(12, dtype=torch.bfloat16).reshape(3, 4),
+        "ids": torch.arange(7, dtype=torch.int64),
+        "empty": torch.zeros((0, 4), dtype=torch.float16),
+    }
+    parameters = {"posenc_key": "ab" * 32, "posenc_source": "computed", "n": 3, "ok": True}
+    message = convert.infer_response("rope", "1", "req-7", tensors, parameters)
+    unary = convert.infer_response_bytes("rope", "1", "req-7", tensors, parameters)
+    assert pb.ModelInferResponse.FromString(unary) == message
+    stream = convert.infer_response_bytes("rope", "1", "req-7", tensors, parameters, stream=True)
+    assert pb.ModelStreamInferResponse.FromString(stream) == pb.ModelStreamInferResponse(
+        infer_response=message
+    )
+    assert pb.ModelInferResponse.FromString(
+        convert.infer_response_bytes("rope", "1", None, {}, {})
+    ) == convert.infer_response("rope", "1", None, {}, {})
+
+
 # --- 2. request bodies inside a budget; counts checked before allocation --------------------
 
 
@@ -430,10 +584,12 @@ def rate_srv() -> Iterator[ServerHandle]:
         yield handle
 
 
-def slow_reader(url: str, path: str, got: list[int]) -> threading.Thread:
+def slow_reader(
+    url: str, path: str, got: list[int], stop: threading.Event | None = None
+) -> threading.Thread:
     """A thread GETting `path` from a socket with a 4 KiB window that reads 4 KiB every 20 ms
     (about 200 KiB/s: bytes keep moving, so the send timeout never fires) until the server
-    closes the connection; the bytes it got are appended to `got`."""
+    closes the connection (or `stop` is set); the bytes it got are appended to `got`."""
     host, port = url.removeprefix("http://").split(":")
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
@@ -445,7 +601,7 @@ def slow_reader(url: str, path: str, got: list[int]) -> threading.Thread:
         total = 0
         deadline = time.monotonic() + PATIENCE * 2
         try:
-            while time.monotonic() < deadline:
+            while time.monotonic() < deadline and not (stop is not None and stop.is_set()):
                 chunk = sock.recv(4096)
                 if not chunk:
                     break
@@ -494,6 +650,102 @@ def test_slow_readers_are_cut_and_others_get_through(rate_srv: ServerHandle) -> 
     assert all(n < 6 * MiB for n in got), got
     assert elapsed < PATIENCE, elapsed
     assert wait_for(lambda: budget.held == 0), budget.held
+
+
+@pytest.fixture(scope="module")
+def peer_srv() -> Iterator[ServerHandle]:
+    """A 24 MiB budget, 12 MiB of it per peer, and no minimum send rate: only the share stands
+    between slow readers and the budget."""
+    with start_server(
+        cache_bytes=160 * MiB,
+        max_response_bytes=12 * MiB + 4096,
+        in_flight_bytes=24 * MiB + 8192,
+        in_flight_bytes_per_peer=12 * MiB + 4096,
+        send_timeout_seconds=PATIENCE,
+        min_send_rate_bytes=0,
+    ) as handle:
+        yield handle
+
+
+def test_one_peer_holds_at_most_its_share_of_the_budget(peer_srv: ServerHandle) -> None:
+    """Two slow readers of one address (127.0.0.1) trickling 12 MiB answers: the first holds its
+    12 MiB, the second, which would take the address past its 12 MiB share, is 503 `overloaded`
+    naming the share; a normal client of another address (127.0.0.2) gets its 8 MiB table while
+    the first reader still trickles (before the share, the two readers held the whole budget
+    and it got 503 for as long as they read), and so does the table the first address was
+    refused; the budget comes back when the readers go."""
+    budget = budget_of(peer_srv)
+    other = httpx.HTTPTransport(local_address="127.0.0.2")
+    with peer_srv.client() as client:
+        paths = [client.post("/v1/tables", json=s).headers["content-location"] for s in (BIG, BIG2)]
+        other_path = client.post("/v1/tables", json=OTHER).headers["content-location"]
+    assert wait_for(lambda: budget.held == 0)
+    stop = threading.Event()
+    got: list[int] = []
+    readers = [slow_reader(peer_srv.url, paths[0], got, stop)]
+    try:
+        assert wait_for(lambda: budget.peer_held("127.0.0.1") >= 12 * MiB), budget.held
+        with peer_srv.client() as client:
+            refused = client.get(paths[1])
+        assert refused.status_code == 503, refused.status_code
+        assert refused.headers["retry-after"] == "1"
+        error = refused.json()
+        assert error["error_type"] == "overloaded"
+        assert "share of the in-flight budget" in error["error"]
+        assert error["detail"]["max_in_flight_bytes_per_peer"] == 12 * MiB + 4096
+        assert error["detail"]["peer_in_flight_bytes"] >= 12 * MiB
+        # a second slow reader of the same address is refused the same way: it holds nothing
+        readers.append(slow_reader(peer_srv.url, paths[1], got, stop))
+        time.sleep(0.5)
+        assert budget.held < 13 * MiB, budget.held
+        with httpx.Client(base_url=peer_srv.url, transport=other, timeout=PATIENCE) as client:
+            served = client.get(other_path)
+            assert served.status_code == 200, served.text[:300]
+            assert len(served.content) > 8 * MiB
+            # the table its peer was refused: this address holds nothing else
+            assert client.get(paths[1]).status_code == 200
+        assert all(reader.is_alive() for reader in readers[:1])  # still trickling
+        assert budget.peak <= 24 * MiB + 8192
+    finally:
+        stop.set()
+        for reader in readers:
+            reader.join(PATIENCE)
+    assert wait_for(lambda: budget.held == 0), budget.held
+    assert budget.peer_held("127.0.0.1") == 0
+    with peer_srv.client() as client:
+        assert value(scrape(client), "posenc_in_flight_refused_per_peer_total") >= 1
+
+
+def test_peer_share_rules() -> None:
+    """The share counts a peer's other requests: one request alone may exceed it (as one may
+    take the whole budget), another request of that peer may not add to it past the share,
+    another peer may; a shared charge counts toward the request that made it until its last
+    holder goes; charges outside any request count toward no peer."""
+    budget = InFlightBudget(100, max_peer_bytes=30)
+    with for_peer("a") as first:
+        big = budget.acquire("big", 40)  # alone: above the share, admitted
+        more = budget.acquire(object(), 10)  # the same request adds to it
+    assert (first.held, budget.peer_held("a")) == (50, 50)
+    with for_peer("a"):
+        with pytest.raises(Overloaded) as refused:
+            budget.acquire(object(), 1)
+        assert refused.value.peer == "a"
+        assert (refused.value.held, refused.value.limit) == (50, 30)
+        joined = budget.acquire("big", 40)  # joins a charge: no new bytes, no check
+    with for_peer("b"):
+        other = budget.acquire(object(), 30)
+        shared = budget.acquire("big", 40)
+    assert (budget.held, budget.peer_held("a"), budget.peer_held("b")) == (80, 50, 30)
+    unscoped = budget.acquire(object(), 5)
+    assert budget.peer_held("a") == 50
+    for lease in (big, more, joined):
+        lease.release()
+    assert budget.peer_held("a") == 40  # "big" still held by b's send
+    shared.release()
+    for lease in (other, unscoped):
+        lease.release()
+    assert (budget.held, budget.peer_held("a"), budget.peer_held("b")) == (0, 0, 0)
+    assert (budget.refused, budget.refused_peer) == (1, 1)
 
 
 # --- 4. the gRPC port has a connection cap; HTTP health answers through the HTTP cap ----------

@@ -31,6 +31,7 @@ def test_metrics_parse_and_cover_the_service(client: httpx.Client) -> None:
         "posenc_cache_entries": "gauge",
         "posenc_computations_in_flight": "gauge",
         "posenc_in_flight_refused": "counter",
+        "posenc_in_flight_refused_per_peer": "counter",
         "posenc_in_flight_bytes": "gauge",
         "posenc_in_flight_peak_bytes": "gauge",
         "posenc_in_flight_max_bytes": "gauge",

@@ -180,7 +180,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     state = AppState(settings, metrics, curated, Lifecycle(), index)
     # one in-flight budget for the app's life: request bodies (`BodyLimitMiddleware`), tables
     # computed, answers being sent, over HTTP and gRPC
-    state.budget = InFlightBudget(settings.in_flight_bytes, settings.retry_after_seconds)
+    state.budget = InFlightBudget(
+        settings.in_flight_bytes, settings.retry_after_seconds, settings.in_flight_bytes_per_peer
+    )
 
     app = FastAPI(
         title="posenc",

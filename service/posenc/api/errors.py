@@ -188,15 +188,16 @@ def to_response(exc: Exception, request: Request | None = None) -> Response:
             {"Retry-After": retry},
         )
     if isinstance(exc, Overloaded):
+        held, limit = (
+            ("in_flight_bytes", "max_in_flight_bytes")
+            if exc.peer is None
+            else ("peer_in_flight_bytes", "max_in_flight_bytes_per_peer")
+        )
         return error_response(
             OVERLOADED.status,
             OVERLOADED.name,
             str(exc),
-            {
-                "requested_bytes": exc.requested,
-                "in_flight_bytes": exc.held,
-                "max_in_flight_bytes": exc.limit,
-            },
+            {"requested_bytes": exc.requested, held: exc.held, limit: exc.limit},
             {"Retry-After": str(max(1, math.ceil(exc.retry_after)))},
         )
     if isinstance(exc, RequestValidationError):

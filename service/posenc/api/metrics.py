@@ -17,6 +17,7 @@ observed by the cache's `on_compute` hook.
 | posenc_cache_{hits,misses,coalesced}_total    | counter   |                       |
 | posenc_cache_evictions_total                  | counter   |                       |
 | posenc_compute_{rejected,fallbacks}_total     | counter   |                       |
+| posenc_in_flight_refused[_per_peer]_total     | counter   |                       |
 | posenc_cache_{bytes,max_bytes,entries}        | gauge     |                       |
 | posenc_computations_in_flight                 | gauge     |                       |
 """
@@ -134,8 +135,13 @@ class CacheCollector(Collector):
             counters += (
                 (
                     "posenc_in_flight_refused",
-                    "Work refused: in-flight byte budget spent",
+                    "Work refused: in-flight byte budget spent (or a client address's share)",
                     b.refused,
+                ),
+                (
+                    "posenc_in_flight_refused_per_peer",
+                    "Work refused: a client address's share of the in-flight budget spent",
+                    b.refused_peer,
                 ),
             )
         for name, doc, value in counters:

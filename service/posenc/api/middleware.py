@@ -12,6 +12,10 @@ least `BODY_STEP` (`Overloaded` raised from `receive`, answered 503 by the error
 charge is held until the request's response is sent. A body's charge is capped at the whole
 budget, as a computation's is: a body larger than that is still taken, alone. So however many
 clients upload at once, the bodies held stay inside the budget.
+
+Every request is served inside `runtime.for_peer(host)` (the client's address, from the ASGI
+scope): the charges it makes, its body's and those of the routes it reaches (computations,
+bodies being sent), count toward its peer's share of the budget (`in_flight_bytes_per_peer`).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from posenc.api.error_types import BODY_TOO_LARGE
 from posenc.api.errors import ApiError, error_response, to_response
-from posenc.runtime import InFlightBudget, Lease, Overloaded
+from posenc.runtime import InFlightBudget, Lease, Overloaded, for_peer
 
 BODY_COPIES = 2
 """What a request body is charged, in multiples of its bytes: the chunks as received and the
@@ -72,6 +76,11 @@ class BodyLimitMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        client = scope.get("client")
+        with for_peer(str(client[0]) if client else ""):
+            await self._limited(scope, receive, send)
+
+    async def _limited(self, scope: Scope, receive: Receive, send: Send) -> None:
         limit = self.limit_for(get_route_path(scope))
         budget = self.budget
         leases: list[Lease] = []

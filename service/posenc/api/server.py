@@ -60,6 +60,7 @@ from uvicorn.server import ServerState
 from posenc.api.app import create_app
 from posenc.api.settings import Settings
 from posenc.api.state import AppState
+from posenc.runtime.budget import fix_mmap_threshold
 
 
 class JsonFormatter(logging.Formatter):
@@ -555,7 +556,10 @@ class DrainingServer(uvicorn.Server):
 
 
 def serve(settings: Settings) -> int:
-    """Run posenc until shut down; 0 after a clean stop, 3 when start-up failed."""
+    """Run posenc until shut down; 0 after a clean stop, 3 when start-up failed. glibc's mmap
+    threshold is fixed first (`runtime.budget.fix_mmap_threshold`), so that freed work leaves
+    the process and the memory budgets hold without the images' environment."""
+    fix_mmap_threshold()
     configure_logging(settings)
     app = create_app(settings)
     config = server_config(

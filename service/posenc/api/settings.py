@@ -7,7 +7,8 @@ Sizes are bytes. Request bodies have three caps: `max_body_bytes` (specs, config
 bounds the uploaded tables kept.
 Memory has two budgets: `cache_bytes` (resident tables and prepared bodies) and `in_flight_bytes`
 (request bodies, tables and rows being computed, and bodies being sent outside the cache, over
-`/v1`, `/v2` and gRPC; new work beyond it is a 503); the parsers of uploads are bounded by counts
+`/v1`, `/v2` and gRPC; new work beyond it is a 503; the requests of one client address hold at
+most `in_flight_bytes_per_peer` of it); the parsers of uploads are bounded by counts
 read before they allocate (`max_upload_tensors`, `max_onnx_entries`).
 Connections have caps (`max_connections`, `max_connections_per_peer`, `grpc_max_connections`),
 timeouts (`*_timeout_seconds`) and a minimum send rate (`min_send_rate_bytes`): api/server.py and
@@ -140,6 +141,13 @@ class Settings(BaseSettings):
         1 * GiB,
         description="tables being computed plus response bodies being sent outside the cache; "
         "at least twice max_response_bytes; more answer 503 (Retry-After)",
+    )
+    in_flight_bytes_per_peer: Annotated[Bytes, Field(ge=1)] = Field(
+        256 * MiB,
+        description="one client address's share of in_flight_bytes: a request adding to what "
+        "its address's other requests hold beyond it answers 503 (one request alone may exceed "
+        "it; raise it to in_flight_bytes behind a proxy that funnels every client through a few "
+        "addresses)",
     )
     max_response_bytes: Annotated[Bytes, Field(ge=1)] = Field(
         512 * MiB, description="largest table served; larger ones answer 413"

@@ -4,7 +4,7 @@ byte budget beside it.
 Imports only `posenc.encodings` and torch; `device.py` is the only module touching CUDA.
 """
 
-from posenc.runtime.budget import InFlightBudget, Lease, Overloaded
+from posenc.runtime.budget import InFlightBudget, Lease, Overloaded, for_peer
 from posenc.runtime.cache import (
     OFFLOAD_BYTES,
     Buffer,
@@ -29,6 +29,7 @@ __all__ = [
     "Overloaded",
     "TableCache",
     "describe",
+    "for_peer",
     "is_out_of_memory",
     "resolve_device",
 ]

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import logging
 import time
+import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -52,7 +53,7 @@ from posenc.api.oip.codec import OipError
 from posenc.api.oip.errors import INTERNAL_MESSAGE, as_oip_error
 from posenc.api.oip.models import VERSION, find_model
 from posenc.api.state import AppState
-from posenc.runtime import Lease
+from posenc.runtime import Lease, for_peer
 
 log = logging.getLogger("posenc.api.grpc")
 
@@ -73,6 +74,14 @@ SERVICE_NAME = "inference.GRPCInferenceService"
 
 def _version(value: str) -> str | None:
     return value or None
+
+
+def peer_host(peer: str) -> str:
+    """The address of a gRPC peer (`ipv4:127.0.0.1:5000`, `ipv6:%5B::1%5D:5000`) as HTTP's ASGI
+    scope names a client (`127.0.0.1`, `::1`), so both protocols share a peer's budget."""
+    _, _, address = urllib.parse.unquote(peer).partition(":")
+    host = address.rsplit(":", 1)[0] if address.count(":") >= 1 else address
+    return host.removeprefix("[").removesuffix("]") if host else peer
 
 
 class CallError(Exception):
@@ -208,29 +217,34 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         return await self._call("ModelConfig", context, run, protected=True)
 
     async def _infer(
-        self, request: pb.ModelInferRequest, held: list[Lease]
-    ) -> pb.ModelInferResponse:
-        """One inference, as `POST /v2/models/{model}/infer` runs it; the in-flight charges of
-        its outputs and their copies (`OipContext`) are appended to `held`, for the caller to
-        release once the response is sent (on a failure they are released here)."""
+        self, request: pb.ModelInferRequest, peer: str, held: list[Lease], stream: bool = False
+    ) -> bytes:
+        """One inference, as `POST /v2/models/{model}/infer` runs it, answered as the bytes of
+        its `ModelInferResponse` (of a `ModelStreamInferResponse` holding it when `stream`),
+        built off the event loop (`convert.infer_response_bytes`; the two calls' responses go
+        out unserialised, `register`); the in-flight charges of its outputs and their copies
+        (`OipContext`) are appended to `held`, for the caller to release once the response is
+        sent (on a failure they are released here); they count toward `peer`'s share of the
+        budget (`runtime.for_peer`)."""
         model = find_model(request.model_name, _version(request.model_version))
         service = context_for(self.state, grpc=True)
-        try:
-            parsed = convert.infer_request(request)
+        with for_peer(peer):
             try:
-                result = await model.infer(service, parsed)
-            finally:
-                service.release_work()
-            work = sum(t.numel() * t.element_size() for t in result.tensors.values())
-            response = await service.offload(
-                lambda: convert.infer_response(
-                    model.name, VERSION, parsed.id, result.tensors, result.parameters
-                ),
-                work,
-            )
-        except BaseException:
-            service.release()
-            raise
+                parsed = convert.infer_request(request)
+                try:
+                    result = await model.infer(service, parsed)
+                finally:
+                    service.release_work()
+                work = sum(t.numel() * t.element_size() for t in result.tensors.values())
+                response = await service.offload(
+                    lambda: convert.infer_response_bytes(
+                        model.name, VERSION, parsed.id, result.tensors, result.parameters, stream
+                    ),
+                    work,
+                )
+            except BaseException:
+                service.release()
+                raise
         held.extend(service.take_held())
         if service.observe is not None:
             service.observe(model.name, str(result.parameters.get("posenc_source", "")))
@@ -238,7 +252,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
 
     async def ModelInfer(  # noqa: N802
         self, request: pb.ModelInferRequest, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> pb.ModelInferResponse:
+    ) -> bytes:
         held: list[Lease] = []
 
         def release(_: object = None) -> None:
@@ -250,7 +264,10 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         context.add_done_callback(release)
         try:
             return await self._call(
-                "ModelInfer", context, lambda: self._infer(request, held), protected=True
+                "ModelInfer",
+                context,
+                lambda: self._infer(request, peer_host(context.peer()), held),
+                protected=True,
             )
         except BaseException:
             release()
@@ -260,7 +277,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         self,
         request_iterator: AsyncIterator[pb.ModelInferRequest],
         context: grpc.aio.ServicerContext[Any, Any],
-    ) -> AsyncIterator[pb.ModelStreamInferResponse]:
+    ) -> AsyncIterator[bytes]:
         """Each request's response (or its failure as `error_message`) in request order."""
 
         async def opened() -> None:
@@ -268,11 +285,12 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
 
         # the key check (and its metric) once per stream; then each request's outcome
         await self._call("ModelStreamInfer", context, opened, protected=True)
+        peer = peer_host(context.peer())
         async for request in request_iterator:
             start = time.perf_counter()
             held: list[Lease] = []
             try:
-                response = await self._infer(request, held)
+                response = await self._infer(request, peer, held, stream=True)
             except Exception as exc:
                 err = failure(exc)
                 self.state.metrics.observe_grpc(
@@ -285,14 +303,14 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
                         model_version=request.model_version,
                         id=request.id,
                     ),
-                )
+                ).SerializeToString()
                 continue
             self.state.metrics.observe_grpc(
                 "ModelStreamInfer/request", "OK", time.perf_counter() - start
             )
             try:
                 # resumed once gRPC has taken the message: its charges are released then
-                yield pb.ModelStreamInferResponse(infer_response=response)
+                yield response
             finally:
                 del response
                 for lease in held:
@@ -335,6 +353,38 @@ for _name in UNIMPLEMENTED:
     setattr(InferenceService, _name, _unimplemented(_name))
 
 
+SERIALISED = ("ModelInfer", "ModelStreamInfer")
+"""The calls whose handlers return their responses serialised (`InferenceService._infer`)."""
+
+
+class _Handlers:
+    """Takes the method handlers the generated `add_..._to_server` registers."""
+
+    handlers: dict[str, grpc.RpcMethodHandler]
+
+    def add_generic_rpc_handlers(self, _: object) -> None:
+        pass
+
+    def add_registered_method_handlers(
+        self, _: str, handlers: dict[str, grpc.RpcMethodHandler]
+    ) -> None:
+        self.handlers = dict(handlers)
+
+
+def register(servicer: InferenceService, server: grpc.aio.Server) -> None:
+    """Serve `servicer` on `server` as the generated `add_GRPCInferenceServiceServicer_to_server`
+    does, except that `SERIALISED` calls send their handlers' bytes as they are (no response
+    serializer): grpc.aio serialises a returned message on the event loop, where protobuf holds
+    the interpreter lock for the whole copy (hundreds of milliseconds for a large answer)."""
+    taken = _Handlers()
+    pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, taken)  # type: ignore[no-untyped-call]
+    handlers = taken.handlers
+    for name in SERIALISED:
+        handlers[name] = handlers[name]._replace(response_serializer=None)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
+    server.add_registered_method_handlers(SERVICE_NAME, handlers)
+
+
 def _ms(seconds: float) -> int:
     return max(1, round(seconds * 1000))
 
@@ -363,10 +413,7 @@ class GrpcServer:
                 ("grpc.max_concurrent_streams", settings.grpc_max_concurrent_streams),
             ]
         )
-        servicer = InferenceService(state)
-        pb_grpc.add_GRPCInferenceServiceServicer_to_server(  # type: ignore[no-untyped-call]
-            servicer, self.server
-        )
+        register(InferenceService(state), self.server)
 
     async def start(self, host: str, port: int) -> int:
         """Listen on `host:port` (0: a free port) and serve; returns the bound port."""

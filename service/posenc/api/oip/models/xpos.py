@@ -132,15 +132,20 @@ async def infer(ctx: OipContext, request: InferRequest) -> InferResult:
     if cached and index is not None:
         table, source = await ctx.table(spec, info.key)
         src = table.tensors
+        picked = index
     else:
-        uniq, index = unique_rows(positions)
-        src = await ctx.rows(lambda: xpos_rows(spec, uniq, ctx.device), nbytes)
+
+        def computed() -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+            uniq, inverse = unique_rows(positions)  # off the event loop too (rope.py)
+            return inverse, xpos_rows(spec, uniq, ctx.device)
+
+        picked, src = await ctx.rows(computed, nbytes)
         source = "computed"
     device = str(next(iter(src.values())).device)
 
     def gather() -> dict[str, torch.Tensor]:
-        run = consecutive(index.reshape(-1))
-        return {n: gather_rows(src[n], index, run) for n in names}
+        run = consecutive(picked.reshape(-1))
+        return {n: gather_rows(src[n], picked, run) for n in names}
 
     tensors = await ctx.offload(gather, nbytes)
     return InferResult(tensors, spec_parameters(info, source, device))
