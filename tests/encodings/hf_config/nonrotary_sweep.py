@@ -53,6 +53,8 @@ MARKERS: dict[str, tuple[str, ...]] = {
         "EncoderRelPositionalEncoding",  # Parakeet, Nemotron ASR
         "ConformerRelPositionalEncoding",  # FastSpeech2-Conformer
         "class PatchTSTPositionalEncoding",  # normalised sincos
+        "ConformerRelPositionalEmbedding",  # wav2vec2-Conformer, SeamlessM4T (ESPnet)
+        "class Gemma4AudioRelPositionalEncoding",  # Gemma 4's audio encoder
     ),
     "sinusoidal_2d": (
         "SinePositionEmbedding",
@@ -105,6 +107,8 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
             "decoder_num_attention_heads": 5,
         },
     ),
+    # google/gemma-4-E2B, -E4B: an audio encoder (audio_config; the class default is None).
+    "gemma4+audio": ("gemma4", {"audio_config": {"model_type": "gemma4_audio"}}),
     # Time-series checkpoints set prediction_length (the class default is None).
     **{
         f"{t}+prediction_length": (t, {"prediction_length": 24})
@@ -118,6 +122,9 @@ ALTERNATIVES: dict[str, str] = {
     "swin+absolute": "learned",  # the learned table next to the index
     # The text sub-config of a multimodal model: its 2-D table is the vision tower's.
     "granite_docling_text": "rope",
+    # Gemma 4: the text model's rotary, the vision tower's 2-D rotary (issue 17's sweeps).
+    **dict.fromkeys(("gemma4", "gemma4+audio", "gemma4_text"), "rope"),
+    "gemma4_vision": "vision_rope",
 }
 """case -> a family the config chooses instead of (or beside) the marked one."""
 
@@ -141,8 +148,8 @@ NOT_SERVED: dict[str, dict[str, str]] = {
     "tipsv2": {"vision_config": "learned positions"},
     "clap": {"text_config": "learned absolute position embeddings"},
     "aimv2+native": {"text_config": "learned absolute position embeddings"},
-    "seamless_m4t": {"speech_encoder": "Transformer-XL"},
     "speecht5": {"speech_encoder_conv_positions": "pos_conv_embed"},
+    "wav2vec2-conformer": {"conv_positions": "pos_conv_embed"},
     "seamless_m4t_v2": {"speech_encoder": "distance_embedding"},
     "omdet-turbo": {
         "text_config": "learned absolute position embeddings",
@@ -188,6 +195,13 @@ EXCLUDED: dict[str, dict[str, str]] = {
     "granite_docling_text": {
         "sinusoidal_2d": "the text sub-config alone: the 2-D tables are the vision connector's "
         "(granite_docling, granite_docling_vision serve them)"
+    },
+    **{
+        t: {
+            "sinusoidal": "Gemma4AudioRelPositionalEncoding is the audio encoder's "
+            "(modeling_gemma4.py): this config has none (gemma4_audio, gemma4+audio serve it)"
+        }
+        for t in ("gemma4", "gemma4_text", "gemma4_vision")
     },
     "maskformer-swin": {
         "sinusoidal_2d": "MaskFormer's pixel-decoder sine table (modeling_maskformer.py): this "
@@ -462,6 +476,12 @@ def _sinusoidal(model_type: str, cfg: Any, named: NamedSpec) -> Pair:
     elif model_type in ("tipsv2", "tipsv2_text_model"):
         text = getattr(cfg, "text_config", cfg)
         theirs = mod.Tipsv2SinusoidalPositionalEmbedding(text).weights
+    elif model_type == "wav2vec2-conformer" or role == "speech_encoder":
+        # <Model>ConformerRelPositionalEmbedding(config).pe: the module's whole buffer.
+        cls = next(
+            getattr(mod, n) for n in sorted(dir(mod)) if n.endswith("ConformerRelPositionalEmbedding")
+        )
+        theirs = cls(cfg).pe[0]
     elif model_type in ("seamless_m4t", "seamless_m4t_v2"):
         cls = next(
             getattr(mod, n) for n in sorted(dir(mod)) if n.endswith("SinusoidalPositionalEmbedding")
@@ -498,6 +518,28 @@ def _sinusoidal(model_type: str, cfg: Any, named: NamedSpec) -> Pair:
         model = mod.VideoMAEForPreTraining(_rebuilt(model_type, cfg, small))
         encoder = model.videomae.embeddings.position_embeddings
         theirs = (encoder if role == "encoder" else model.position_embeddings)[0]
+    elif model_type == "ctrl":
+        theirs = mod.positional_encoding(cfg.n_positions, cfg.n_embd, torch.float)
+    elif model_type == "xlnet":
+        # XLNetModel.relative_positional_encoding(qlen, klen) without memory, batch axis dropped.
+        qlen = named.spec.model_dump()["position_offset"]
+        model = mod.XLNetModel(_rebuilt(model_type, cfg, {"n_layer": 1, "vocab_size": 32}))
+        theirs = model.relative_positional_encoding(qlen, qlen)[:, 0]
+    elif model_type in PARAKEET:
+        # <Encoder>RelPositionalEncoding(encoder config) on an input of L frames.
+        encoder = getattr(cfg, "encoder_config", cfg)
+        module = getattr(mod, PARAKEET[model_type])(encoder)
+        length = encoder.max_position_embeddings
+        theirs = module(torch.zeros(1, length, 1))[0]
+    elif model_type in ("fastspeech2_conformer", "fastspeech2_conformer_with_hifigan"):
+        model_cfg = getattr(cfg, "model_config", cfg)
+        module = mod.FastSpeech2ConformerRelPositionalEncoding(
+            model_cfg, model_cfg.encoder_config
+        )
+        theirs = module.pos_enc[0]
+    elif model_type in ("gemma4", "gemma4_audio"):
+        audio = getattr(cfg, "audio_config", None) or cfg
+        theirs = mod.Gemma4AudioRelPositionalEncoding(audio)(torch.zeros(1, 1, 1))[0]
     elif model_type == "fsmt":
         pad = cfg.pad_token_id
         rows = cfg.max_position_embeddings + pad + 1
@@ -509,6 +551,19 @@ def _sinusoidal(model_type: str, cfg: Any, named: NamedSpec) -> Pair:
     else:
         raise AssertionError(f"{model_type}: resolved a sinusoidal table no reference checks")
     return ours, theirs
+
+
+PARAKEET: dict[str, str] = {
+    **dict.fromkeys(
+        ("parakeet_encoder", "parakeet_ctc", "parakeet_rnnt", "parakeet_tdt"),
+        "ParakeetEncoderRelPositionalEncoding",
+    ),
+    **dict.fromkeys(
+        ("nemotron_asr_streaming", "nemotron_asr_streaming_encoder"),
+        "NemotronAsrStreamingEncoderRelPositionalEncoding",
+    ),
+}
+"""Parakeet-family model types -> their relative-position module."""
 
 
 def _relative_index(model_type: str, cfg: Any, named: NamedSpec) -> Pair:

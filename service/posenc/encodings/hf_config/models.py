@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 from posenc.encodings.config_values import check_number, fail
 from posenc.encodings.errors import ConfigError, FieldProblem
-from posenc.encodings.hf_config import mrope, text, unmapped, vision, vision_rope
+from posenc.encodings.hf_config import audio, mrope, text, unmapped, vision, vision_rope
 from posenc.encodings.hf_config.classes import config_class
 from posenc.encodings.hf_config.rope import GENERIC_ROPE, RopeModel
 from posenc.encodings.hf_config.view import ConfigView, Entry, head_dim
@@ -689,6 +689,14 @@ MAPPERS: dict[str, Mapper] = {
     "pix2struct_text_model": text.pix2struct_text,
     **dict.fromkeys(("seamless_m4t", "seamless_m4t_v2"), text.seamless_m4t),
     "speecht5": text.speecht5,
+    "ctrl": text.ctrl,
+    "xlnet": text.xlnet,
+    **dict.fromkeys((*audio.PARAKEET_ENCODERS, *audio.PARAKEET_MODELS), audio.parakeet),
+    **dict.fromkeys(
+        ("fastspeech2_conformer", "fastspeech2_conformer_with_hifigan"), audio.fastspeech2_conformer
+    ),
+    "wav2vec2-conformer": audio.wav2vec2_conformer,
+    "gemma4_audio": audio.gemma4_audio,
     **dict.fromkeys(vision.DETR_MODELS, vision.detr),
     **dict.fromkeys(("mask2former", "oneformer"), vision.mask2former),
     "maskformer": vision.maskformer,

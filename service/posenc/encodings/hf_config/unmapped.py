@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from posenc.encodings.config_values import fail
-from posenc.encodings.hf_config import vision
+from posenc.encodings.hf_config import audio, vision
 from posenc.encodings.hf_config.view import ConfigView, Entry
 
 _SAM = (
@@ -89,33 +89,7 @@ REFUSED: dict[str, str] = {
     "kosmos_2_vision_model": "learned absolute positions (CLIP vision; checkpoint weights)",
     "kosmos_2_5_vision_model": "learned row/column patch embeddings (checkpoint weights)",
     "speecht5_hifigan": "a vocoder: no position encoding",
-    **{
-        t: "Transformer-XL relative sinusoids (ParakeetEncoderRelPositionalEncoding: interleaved "
-        "sin/cos of the distances L-1..-(L-1) of each input length L, inv_freq = 1 / 10000 ** "
-        "(2k / hidden_size) in float32, fed through the attention's learned relative_k_proj with "
-        "bias_u/bias_v): no position table of fixed rows, and a float32 op order no posenc "
-        "convention reproduces; not served"
-        for t in ("parakeet_encoder", "parakeet_ctc", "parakeet_rnnt", "parakeet_tdt")
-    },
-    **{
-        t: "Transformer-XL relative sinusoids (NemotronAsrStreamingEncoderRelPositionalEncoding, "
-        "Parakeet's: interleaved sin/cos of the distances L-1..-(L-1), inv_freq = 1 / 10000 ** "
-        "(2k / hidden_size) in float32, fed through learned projections with bias_u/bias_v): no "
-        "position table of fixed rows; not served"
-        for t in ("nemotron_asr_streaming", "nemotron_asr_streaming_encoder")
-    },
-    **{
-        t: "ESPnet relative positional encoding (FastSpeech2ConformerRelPositionalEncoding: "
-        "sin/cos of the relative distances +-(L-1) of each input, consumed through the attention's "
-        "learned linear_pos with pos_bias_u/pos_bias_v, Transformer-XL style): no position table "
-        "of fixed rows; not served"
-        for t in ("fastspeech2_conformer", "fastspeech2_conformer_with_hifigan")
-    },
     "fastspeech2_conformer_hifigan": "a vocoder: no position encoding",
-    "xlnet": "Transformer-XL relative sinusoids (XLNetModel.relative_positional_encoding: "
-    "[sin | cos] of the distances klen..-qlen (attn_type, bi_data, clamp_len), inv_freq = 1 / "
-    "torch.pow(10000, 2k / d_model) in float32, projected per layer by learned weights with "
-    "r_w_bias/r_r_bias): no position table of fixed rows; not served",
     "patchtst": "positional_encoding_type 'sincos' (the class default): "
     "PatchTSTPositionalEncoding._init_pe's interleaved sin/cos table over the patches, then "
     "normalised by its own mean and 10x its standard deviation (float32 reductions over the "
@@ -126,10 +100,6 @@ REFUSED: dict[str, str] = {
     "segments (the prompt, the text and padding of every input) bucket num_buckets + "
     "query_segment * segment_types + key_segment, so the bucket table depends on the input; "
     "not served",
-    "ctrl": "fixed sinusoids (modeling_ctrl.positional_encoding(n_positions, n_embd): [sin | cos] "
-    "of pos * 1 / torch.pow(10000, 2 * (i // 2) / n_embd), all in float32): that float32 op order "
-    "is no posenc sinusoidal convention (the nearest differ by up to 1.8e-5), so no table is "
-    "served rather than one a few ulp off",
     "tipsv2_vision_model": "learned absolute positions (checkpoint weights)",
 }
 """model_type -> why `/v1/resolve` serves no table for it."""
@@ -219,22 +189,20 @@ LEFT_OUT: dict[str, tuple[tuple[str, str, str], ...]] = {
             "vision_config",
         ),
     ),
-    "seamless_m4t": (
-        (
-            "speech_encoder",
-            "the conformer speech encoder's positions are not served: position_embeddings_type "
-            "'relative' is Transformer-XL's relative sinusoids "
-            "(SeamlessM4TConformerRelPositionalEmbedding, with learned pos_bias_u/v), 'rotary' "
-            "a rotary table",
-            "position_embeddings_type",
-        ),
-    ),
     "seamless_m4t_v2": (
         (
             "speech_encoder",
             "the conformer speech encoder's relative_key positions (distance_embedding: learned "
             "checkpoint weights over left/right_max_position_embeddings) are not served",
             "position_embeddings_type",
+        ),
+    ),
+    "wav2vec2-conformer": (
+        (
+            "conv_positions",
+            "the encoder's convolutional positions (pos_conv_embed: checkpoint weights) are not "
+            "served; only its relative sinusoids are",
+            "num_conv_pos_embeddings",
         ),
     ),
     "speecht5": (
@@ -313,6 +281,7 @@ COMPOSITES: dict[str, Callable[[Mapping[str, Any]], list[Entry]]] = {
     "omdet-turbo": vision.omdet_turbo,
     "granite_docling": vision.granite_docling,
     "aimv2": vision.aimv2,
+    "gemma4": audio.gemma4,
 }
 """Composite model_type -> the mapper of its parts outside `text_config` (given the whole
 config); a refused `text_config` is then an unserved part beside them."""
