@@ -37,6 +37,10 @@ descending, positions `position_offset - r`: the relative distances of Transform
 encoders, whose row r is the distance L - 1 - r (`parakeet`, `espnet`: offset L - 1 and 2L - 1
 rows for an input of L; XLNet: offset klen, klen + qlen rows).
 
+`standardize: "patchtst"` then centres the whole table on its mean and divides it by 10 times its
+(unbiased) standard deviation, as PatchTST's `PatchTSTPositionalEncoding._init_pe` does to its
+espnet table (the reductions run on the CPU, in the reference's order).
+
 Rows are positions `position_offset + r` for r < max_positions, or the explicit (possibly
 fractional) `positions` (diffusers timesteps). `padding_idx` is a position id whose row is all
 zero (fairseq, and transformers' M2M100/Speech2Text/FSMT, whose table rows are indexed by position
@@ -266,6 +270,7 @@ class SinusoidalSpec(SpecBase):
     dtype: FloatDtype | None = None
     frequencies: Frequencies | None = None
     position_step: Literal[1, -1] | None = None
+    standardize: Literal["patchtst"] | None = None
 
     def _get(self, name: str) -> Any:
         value = getattr(self, name)
@@ -508,6 +513,15 @@ def _zero_padding_rows(spec: SinusoidalSpec, table: torch.Tensor) -> None:
     table.masked_fill_(pos.eq(int(spec.padding_idx or 0))[:, None], 0.0)
 
 
+def _patchtst_standardized(table: torch.Tensor) -> torch.Tensor:
+    """PatchTST `PatchTSTPositionalEncoding._init_pe` ('sincos'): `t = t - t.mean(); t = t /
+    (t.std() * 10)` over the whole table (torch's unbiased std), on the CPU: the reductions'
+    summation order is the CPU kernels' there, which the reference's table is built with."""
+    cpu = table.cpu()
+    centred = cpu - cpu.mean()
+    return (centred / (centred.std() * 10)).to(table.device)
+
+
 @register_family(
     "sinusoidal",
     SinusoidalSpec,
@@ -520,6 +534,8 @@ def compute_sinusoidal(
     table = arrange(spec, sinusoidal_angles(spec, device))
     if spec.padding_idx is not None:
         _zero_padding_rows(spec, table)
+    if spec.standardize == "patchtst":
+        table = _patchtst_standardized(table)
     embedding = table.to(DTYPES[str(spec.dtype)])
     facts = {"num_frequencies": spec.num_frequencies(), "freq_denominator": spec.denominator()}
     return {"embedding": embedding}, facts

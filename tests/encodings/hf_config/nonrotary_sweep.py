@@ -109,6 +109,12 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     ),
     # google/gemma-4-E2B, -E4B: an audio encoder (audio_config; the class default is None).
     "gemma4+audio": ("gemma4", {"audio_config": {"model_type": "gemma4_audio"}}),
+    # ibm-granite/granite-timeseries-patchtst sizes (context 512, patches of 12 every 12), with the
+    # class token on (its extra first row).
+    "patchtst+size": (
+        "patchtst",
+        {"context_length": 512, "patch_length": 12, "patch_stride": 12, "use_cls_token": True},
+    ),
     # Time-series checkpoints set prediction_length (the class default is None).
     **{
         f"{t}+prediction_length": (t, {"prediction_length": 24})
@@ -540,6 +546,11 @@ def _sinusoidal(model_type: str, cfg: Any, named: NamedSpec) -> Pair:
     elif model_type in ("gemma4", "gemma4_audio"):
         audio = getattr(cfg, "audio_config", None) or cfg
         theirs = mod.Gemma4AudioRelPositionalEncoding(audio)(torch.zeros(1, 1, 1))[0]
+    elif model_type == "patchtst":
+        patches = (max(cfg.context_length, cfg.patch_length) - cfg.patch_length) // (
+            cfg.patch_stride
+        ) + 1
+        theirs = mod.PatchTSTPositionalEncoding(cfg, patches).position_enc.detach()
     elif model_type == "fsmt":
         pad = cfg.pad_token_id
         rows = cfg.max_position_embeddings + pad + 1
@@ -594,6 +605,13 @@ def _relative_index(model_type: str, cfg: Any, named: NamedSpec) -> Pair:
         grid = (cfg.image_size // cfg.patch_size,) * 2
         bias = mod.Data2VecVisionRelativePositionBias(cfg, window_size=grid)
         return ours, bias.generate_relative_position_index(grid)
+    if model_type == "levit":
+        # LevitEncoder as built: every attention_bias_idxs of the index's shape (all equal).
+        encoder = mod.LevitEncoder(_rebuilt(model_type, cfg, {}))
+        built = [m.attention_bias_idxs for m in encoder.modules() if hasattr(m, "attention_bias_idxs")]
+        same_shape = [b for b in built if b.shape == ours.shape]
+        assert same_shape and all(torch.equal(b, same_shape[0]) for b in same_shape), named.name
+        return ours, same_shape[0]
     if model_type == "speecht5":
         # SpeechT5RelativePositionalEncoding itself, its pe_k rows holding their own numbers: the
         # output is the index each (query, key) pair reads.

@@ -691,6 +691,7 @@ MAPPERS: dict[str, Mapper] = {
     "speecht5": text.speecht5,
     "ctrl": text.ctrl,
     "xlnet": text.xlnet,
+    "patchtst": text.patchtst,
     **dict.fromkeys((*audio.PARAKEET_ENCODERS, *audio.PARAKEET_MODELS), audio.parakeet),
     **dict.fromkeys(
         ("fastspeech2_conformer", "fastspeech2_conformer_with_hifigan"), audio.fastspeech2_conformer
@@ -705,6 +706,7 @@ MAPPERS: dict[str, Mapper] = {
     "granite_docling_vision": vision.granite_docling_vision,
     "aimv2_vision_model": vision.aimv2_vision,
     "donut-swin": vision.swin_copy,
+    "levit": vision.levit,
     "maskformer-swin": vision.swin_copy,
     # Vision-only towers with rotary positions: their tables are vision_rope entries.
     **dict.fromkeys(vision_rope.VISION_ONLY, vision_rope.no_text),

@@ -668,6 +668,42 @@ def time_series(view: ConfigView) -> list[Entry]:
     return [Entry("sinusoidal", None, data, notes)]
 
 
+def patchtst(view: ConfigView) -> list[Entry]:
+    """PatchTST with positional_encoding_type 'sincos' (the class default):
+    `PatchTSTPositionalEncoding._init_pe(config, num_patches)`, the espnet table of d_model over
+    num_patches rows (+ 1 with use_cls_token, row 0 then the class token's), standardised over
+    the whole table (`standardize: "patchtst"`); num_patches = (max(context_length,
+    patch_length) - patch_length) // patch_stride + 1 (`PatchTSTPatchify`). 'random' is a
+    learned table: refused."""
+    kind = view.get("positional_encoding_type", "sincos")
+    if kind != "sincos":
+        fail(
+            view.key("positional_encoding_type"),
+            f"{kind!r}: a randomly initialised, trained table (checkpoint weights), not a "
+            "formula; 'sincos' serves its fixed table",
+            kind,
+        )
+    context = int(view.number("context_length"))
+    patch = int(view.number("patch_length"))
+    stride = int(view.number("patch_stride"))
+    patches = (max(context, patch) - patch) // stride + 1
+    cls = bool(view.get("use_cls_token", False))
+    data = {
+        "kind": "sinusoidal",
+        "dim": int(view.number("d_model")),
+        "max_positions": patches + int(cls),
+        "convention": "espnet",
+        "standardize": "patchtst",
+    }
+    notes = {
+        "transformers": "PatchTSTPositionalEncoding.position_enc (_init_pe, 'sincos'): a "
+        "parameter with requires_grad=False, saved in checkpoints with these values",
+        "rows": f"num_patches = {patches}"
+        + ("; use_cls_token: row 0 is added to the class token, rows 1.. to the patches" if cls else ""),
+    }
+    return [Entry("sinusoidal", None, data, notes)]
+
+
 def kosmos2_text(view: ConfigView) -> list[Entry]:
     """Kosmos-2's text model (`Kosmos2TextSinusoidalPositionalEmbedding(max_position_embeddings,
     embed_dim, pad_token_id)`, M2M100's module): the fairseq table, offset 2."""

@@ -77,8 +77,6 @@ REFUSED: dict[str, str] = {
     "checkpoint weights), not a formula",
     "data2vec-text": "learned absolute position embeddings (RoBERTa-like; checkpoint weights), "
     "not a formula",
-    "levit": "per-stage attention offsets (LevitAttention.attention_bias_idxs over the stage's "
-    "resolution, with strided queries in the subsample blocks); not mapped",
     "aimv2_text_model": "learned absolute position embeddings (checkpoint weights), not a formula",
     # T5 buckets with extra parts.
     "udop": "T5 buckets plus 2-D layout biases (RelativePositionBiasHorizontal/Vertical over "
@@ -90,11 +88,6 @@ REFUSED: dict[str, str] = {
     "kosmos_2_5_vision_model": "learned row/column patch embeddings (checkpoint weights)",
     "speecht5_hifigan": "a vocoder: no position encoding",
     "fastspeech2_conformer_hifigan": "a vocoder: no position encoding",
-    "patchtst": "positional_encoding_type 'sincos' (the class default): "
-    "PatchTSTPositionalEncoding._init_pe's interleaved sin/cos table over the patches, then "
-    "normalised by its own mean and 10x its standard deviation (float32 reductions over the "
-    "whole table), which no posenc table reproduces; 'random' is a learned table (checkpoint "
-    "weights); not served",
     "cpmant": "T5 bidirectional buckets (position_bias_num_buckets, position_bias_max_distance) "
     "only between tokens of one segment: CpmAntSegmentPositionEmbedding gives pairs across "
     "segments (the prompt, the text and padding of every input) bucket num_buckets + "

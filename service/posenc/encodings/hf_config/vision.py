@@ -148,6 +148,44 @@ def swin(view: ConfigView) -> list[Entry]:
     return entries
 
 
+def levit(view: ConfigView) -> list[Entry]:
+    """LeViT (`modeling_levit.LevitEncoder`): stage i attends over an R_i x R_i grid (R_0 =
+    image_size // patch_size) through `LevitAttention.attention_bias_idxs` (stride 1), and a
+    `down_ops[i]` "Subsample" block through `LevitAttentionSubsample.attention_bias_idxs` (stride
+    down_ops[i][5], queries on the strided grid, R_{i+1} = (R_i - 1) // stride + 1): one
+    `levit` index per distinct (R, stride), named `stage<i>` and `subsample<i>`."""
+    side = int(view.number("image_size")) // int(view.number("patch_size"))
+    depths = view.get("depths")
+    down_ops = view.get("down_ops")
+    if not isinstance(depths, list) or not isinstance(down_ops, list):
+        fail(view.key("depths"), "required: LeViT's depths and down_ops lists", depths)
+    entries = []
+    for i, depth in enumerate(depths):
+        if depth:
+            entries.append(_levit_entry(f"stage{i}", side, 1, f"the {depth} LevitAttention "
+                                        f"layers of stage {i}"))
+        op = down_ops[i] if i < len(down_ops) else None
+        if isinstance(op, list) and op and op[0] == "Subsample":
+            stride = int(op[5])
+            entries.append(_levit_entry(f"subsample{i}", side, stride, "LevitAttentionSubsample "
+                                        f"after stage {i} (down_ops[{i}])"))
+            side = (side - 1) // stride + 1
+    return entries
+
+
+def _levit_entry(role: str, side: int, stride: int, where: str) -> Entry:
+    data = {"kind": "relative_index", "scheme": "levit", "window_size": [side, side]}
+    if stride != 1:
+        data["stride"] = stride
+    notes = {
+        "transformers": f"{where}: attention_bias_idxs over a {side} x {side} grid"
+        + (f", queries every {stride}-th token" if stride != 1 else ""),
+        "bias": "each layer has its own attention_biases (num_heads, num_relative_distance): "
+        "pass its transpose as relative_position_bias_table for that layer's (H, Q, K) bias",
+    }
+    return Entry("relative_index", role, data, notes)
+
+
 def swin_copy(view: ConfigView) -> list[Entry]:
     """Donut's and MaskFormer's Swin encoders (`DonutSwinSelfAttention`,
     `MaskFormerSwinSelfAttention`): Swin's window index under their own model_type."""

@@ -125,6 +125,15 @@ class SinusoidalEmbedding(GraphExporter):
                     f"{len(spec.positions)} positions",
                 )
             )
+        elif options.mode == "compute" and spec.standardize is not None:
+            problems.append(
+                FieldProblem(
+                    "mode",
+                    "standardize divides by statistics of the whole table: no row is computed "
+                    "from its position alone; use 'table'",
+                    options.mode,
+                )
+            )
         elif options.mode == "table" and spec.output_bytes() > MAX_TABLE_BYTES:
             problems.append(
                 FieldProblem(
