@@ -149,6 +149,9 @@ NOT_SERVED: dict[str, dict[str, str]] = {
     "granite_docling": {"vision_config": "learned position_embedding"},
     "granite_docling_vision": {"position_embedding": "learned position_embedding"},
     "kosmos-2": {"vision_config": "vision model"},
+    "sam2": {"prompt_encoder_config": "random Fourier", "backbone_config": "Hiera"},
+    "sam2_vision_model": {"backbone_config": "Hiera"},
+    "edgetam": {"prompt_encoder_config": "random Fourier"},
     "kosmos-2.5": {"vision_config": "row/column"},
     "pix2struct": {"vision_config": "row/column"},
     "tipsv2": {"vision_config": "learned positions"},
@@ -684,6 +687,17 @@ def _sinusoidal_2d(model_type: str, cfg: Any, named: NamedSpec) -> Pair:
         module = cls(cfg.d_model // 2, normalize=True)
         shape = torch.Size((1, cfg.d_model, size["height"], size["width"]))
         return ours, module(shape=shape, device="cpu", dtype=torch.float32, mask=mask)[0]
+    if model_type in ("sam2", "sam2_vision_model", "edgetam", "edgetam_vision_model"):
+        # <Model>VisionNeck's module on the level's feature map (no mask), float32.
+        vision = getattr(cfg, "vision_config", cfg)
+        mod = _modeling(model_type)
+        cls = next(
+            getattr(mod, n) for n in sorted(dir(mod)) if n.endswith("SinePositionEmbedding")
+        )
+        module = cls(num_position_features=vision.fpn_hidden_size // 2, normalize=True)
+        height, width = vision.backbone_feature_sizes[int(named.name[-1])]
+        shape = torch.Size((1, vision.fpn_hidden_size, height, width))
+        return ours, module(shape, "cpu", torch.float32)[0]
     if model_type in ("aimv2", "aimv2_vision_model"):
         # Aimv2VisionEmbeddings.forward on the config's image size: the builder, halves swapped.
         vision = getattr(cfg, "vision_config", cfg)

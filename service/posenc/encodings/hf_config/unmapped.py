@@ -37,18 +37,6 @@ REFUSED: dict[str, str] = {
         }.items()
     },
     **{
-        t: f"the vision neck's sine tables per FPN level ({m}SinePositionEmbedding(fpn_hidden_size "
-        "// 2, normalize=True)) are not mapped yet; the prompt encoder's positions are random "
-        f"Fourier features ({m}PositionalEmbedding.positional_embedding: a Gaussian matrix in "
-        "the checkpoint), not a formula"
-        for t, m in {
-            "sam2": "Sam2",
-            "sam2_vision_model": "Sam2",
-            "edgetam": "EdgeTam",
-            "edgetam_vision_model": "EdgeTam",
-        }.items()
-    },
-    **{
         t: f"random Fourier features ({m}PositionalEmbedding.positional_embedding: a Gaussian "
         "projection matrix in the checkpoint), not a formula"
         for t, m in {"sam2_prompt_encoder": "Sam2", "edgetam_prompt_encoder": "EdgeTam"}.items()
@@ -166,6 +154,18 @@ LEFT_OUT: dict[str, tuple[tuple[str, str, str], ...]] = {
             ("granite_docling_vision", "position_embedding", "image_size"),
         )
     },
+    **{
+        t: (
+            (
+                "prompt_encoder_config",
+                "the prompt encoder's positions are random Fourier features "
+                f"({m}PositionalEmbedding.positional_embedding: a Gaussian projection matrix in the "
+                "checkpoint), not a formula",
+                "prompt_encoder_config",
+            ),
+        )
+        for t, m in (("sam2", "Sam2"), ("edgetam", "EdgeTam"))
+    },
     "kosmos-2": (
         (
             "vision_config",
@@ -261,10 +261,55 @@ serves the others: listed in `unserved`, and noted as `not_served` on every tabl
 `left_out` adds the backbone where it has position tables (`backbone_part`)."""
 
 
+SAM2_DEFAULT_BACKBONES: dict[str, tuple[str, str | None]] = {
+    **dict.fromkeys(("sam2", "sam2_vision_model"), ("sam2_hiera_det_model", None)),
+    # EdgeTamVisionConfig builds timm resnet50 (its default dict also carries a misspelt
+    # "archirecture": "repvit_m1", which transformers does not read).
+    **dict.fromkeys(("edgetam", "edgetam_vision_model"), ("timm_wrapper", "resnet50")),
+}
+"""SAM 2 / EdgeTAM model types -> (backbone model_type, timm architecture) when the vision
+config omits `backbone_config` (transformers 5.24 `Sam2VisionConfig` / `EdgeTamVisionConfig`)."""
+
+CONVOLUTIONAL_TIMM = ("resnet", "repvit")
+"""timm architecture name prefixes without position tables (EdgeTAM's RepViT, ResNets)."""
+
+
+def sam2_backbone_part(config: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    """(part, why, config key) of a SAM 2 / EdgeTAM vision backbone with positions of its own
+    (Hiera's learned pos_embed), None for a convolutional timm backbone (EdgeTAM's)."""
+    model_type = str(config.get("model_type"))
+    if model_type not in SAM2_DEFAULT_BACKBONES:
+        return None
+    vision = config.get("vision_config", config)
+    vision = vision if isinstance(vision, Mapping) else config
+    backbone = vision.get("backbone_config")
+    kind, arch = SAM2_DEFAULT_BACKBONES[model_type]
+    if isinstance(backbone, Mapping):
+        kind = str(backbone.get("model_type") or kind)
+        arch = backbone.get("architecture", arch) if kind == "timm_wrapper" else None
+    key = "vision_config.backbone_config" if vision is not config else "backbone_config"
+    if kind == "sam2_hiera_det_model":
+        why = (
+            "the Hiera backbone's learned absolute positions (pos_embed and pos_embed_window: "
+            "checkpoint weights) are not a formula; the neck's sine tables are served"
+        )
+        return ("backbone_config", why, key)
+    if kind == "timm_wrapper" and str(arch).startswith(CONVOLUTIONAL_TIMM):
+        return None
+    return (
+        "backbone_config",
+        f"the {kind} backbone {arch or ''}'s position tables (if any) are not served".replace(
+            " 's", "'s"
+        ),
+        key,
+    )
+
+
 def left_out(config: Mapping[str, Any]) -> tuple[tuple[str, str, str], ...]:
-    """`LEFT_OUT` of the config's model_type, then its backbone's part (`backbone_part`)."""
+    """`LEFT_OUT` of the config's model_type, then its backbone's part (`backbone_part`,
+    `sam2_backbone_part`)."""
     parts = LEFT_OUT.get(str(config.get("model_type")), ())
-    backbone = backbone_part(config)
+    backbone = backbone_part(config) or sam2_backbone_part(config)
     return parts if backbone is None else (*parts, backbone)
 
 

@@ -148,6 +148,55 @@ def swin(view: ConfigView) -> list[Entry]:
     return entries
 
 
+SAM2_NECKS: dict[str, str] = {
+    **dict.fromkeys(("sam2", "sam2_vision_model"), "Sam2"),
+    **dict.fromkeys(("edgetam", "edgetam_vision_model"), "EdgeTam"),
+}
+"""Model types whose vision neck is SAM 2's FPN -> the class prefix of its modules."""
+
+
+def sam2_neck(view: ConfigView) -> list[Entry]:
+    """SAM 2 and EdgeTAM (`<Model>VisionNeck`): a `<Model>SinePositionEmbedding(fpn_hidden_size //
+    2, normalize=True)` table per FPN level, without a mask; the model keeps the last
+    `num_feature_levels` levels, high resolution first, at `backbone_feature_sizes` (the
+    backbone's feature maps of an `image_size` input): one DETR-style table per level,
+    `sinusoidal_2d:level<i>`. The prompt encoder's random Fourier features and a Hiera
+    backbone's learned positions are listed unserved (`unmapped.LEFT_OUT`)."""
+    vision = view
+    if isinstance(view.data.get("vision_config"), Mapping):
+        vision = ConfigView(view.data["vision_config"], view.key("vision_config."), view.model_type, None)
+    prefix = SAM2_NECKS[view.model_type]
+    features = int(vision.number("fpn_hidden_size")) // 2
+    sizes = vision.get("backbone_feature_sizes")
+    levels = int(vision.number("num_feature_levels"))
+    if not isinstance(sizes, list) or len(sizes) < levels:
+        fail(
+            vision.key("backbone_feature_sizes"),
+            f"required: the [height, width] of each of the num_feature_levels={levels} levels",
+            sizes,
+        )
+    entries = []
+    for i, size in enumerate(sizes[:levels]):
+        height, width = (int(v) for v in size)
+        data = {
+            "kind": "sinusoidal_2d",
+            "style": "detr",
+            "num_pos_feats": features,
+            "normalize": True,
+            "height": height,
+            "width": width,
+        }
+        notes = {
+            "transformers": f"{prefix}VisionNeck.position_encoding({prefix}SinePositionEmbedding("
+            f"fpn_hidden_size // 2, normalize=True)) of FPN level {i} (fpn_position_encoding[{i}] "
+            "after the model keeps the last num_feature_levels, high resolution first), "
+            "computed in the features' dtype",
+            "size": f"backbone_feature_sizes[{i}] = [{height}, {width}]: an image_size input",
+        }
+        entries.append(Entry("sinusoidal_2d", f"level{i}", data, notes))
+    return entries
+
+
 def levit(view: ConfigView) -> list[Entry]:
     """LeViT (`modeling_levit.LevitEncoder`): stage i attends over an R_i x R_i grid (R_0 =
     image_size // patch_size) through `LevitAttention.attention_bias_idxs` (stride 1), and a
