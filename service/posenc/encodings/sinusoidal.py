@@ -21,7 +21,7 @@ every field can also be set directly (explicit fields override the convention):
 | espnet           | 0     | interleaved | error     | float32 | ESPnet `RelPositionalEncoding` |
 | ctrl             | 0     | sin_cos     | extra_sin | f32 pow | HF CTRL `positional_encoding`  |
 | transformer_xl   | 0     | sin_cos     | error     | f32 pow | HF XLNet `positional_embedding`|
-| parakeet         | 0     | interleaved | error     | f32 pow | HF Parakeet `RelPositionalEncoding` |
+| parakeet         | 0     | interleaved | error     | f32 pow | HF Parakeet rel. positions     |
 
 All use base 10000, scale 1, position_offset 0; only fairseq sets padding_idx (1). `espnet` is
 the vaswani point under the name of its relative-position users (transformers'

@@ -606,7 +606,9 @@ def _sinusoidal(model_type: str, cfg: Any, named: NamedSpec) -> Pair:
     elif model_type == "wav2vec2-conformer" or role == "speech_encoder":
         # <Model>ConformerRelPositionalEmbedding(config).pe: the module's whole buffer.
         cls = next(
-            getattr(mod, n) for n in sorted(dir(mod)) if n.endswith("ConformerRelPositionalEmbedding")
+            getattr(mod, n)
+            for n in sorted(dir(mod))
+            if n.endswith("ConformerRelPositionalEmbedding")
         )
         theirs = cls(cfg).pe[0]
     elif model_type in ("seamless_m4t", "seamless_m4t_v2"):
@@ -660,9 +662,7 @@ def _sinusoidal(model_type: str, cfg: Any, named: NamedSpec) -> Pair:
         theirs = module(torch.zeros(1, length, 1))[0]
     elif model_type in ("fastspeech2_conformer", "fastspeech2_conformer_with_hifigan"):
         model_cfg = getattr(cfg, "model_config", cfg)
-        module = mod.FastSpeech2ConformerRelPositionalEncoding(
-            model_cfg, model_cfg.encoder_config
-        )
+        module = mod.FastSpeech2ConformerRelPositionalEncoding(model_cfg, model_cfg.encoder_config)
         theirs = module.pos_enc[0]
     elif model_type in ("gemma4", "gemma4_audio"):
         audio = getattr(cfg, "audio_config", None) or cfg
@@ -729,9 +729,12 @@ def _relative_index(model_type: str, cfg: Any, named: NamedSpec) -> Pair:
     if model_type == "levit":
         # LevitEncoder as built: every attention_bias_idxs of the index's shape (all equal).
         encoder = mod.LevitEncoder(_rebuilt(model_type, cfg, {}))
-        built = [m.attention_bias_idxs for m in encoder.modules() if hasattr(m, "attention_bias_idxs")]
+        built = [
+            m.attention_bias_idxs for m in encoder.modules() if hasattr(m, "attention_bias_idxs")
+        ]
         same_shape = [b for b in built if b.shape == ours.shape]
-        assert same_shape and all(torch.equal(b, same_shape[0]) for b in same_shape), named.name
+        assert same_shape, named.name
+        assert all(torch.equal(b, same_shape[0]) for b in same_shape), named.name
         return ours, same_shape[0]
     if model_type == "speecht5":
         # SpeechT5RelativePositionalEncoding itself, its pe_k rows holding their own numbers: the
@@ -809,9 +812,7 @@ def _sinusoidal_2d(model_type: str, cfg: Any, named: NamedSpec) -> Pair:
         # <Model>VisionNeck's module on the level's feature map (no mask), float32.
         vision = getattr(cfg, "vision_config", cfg)
         mod = _modeling(model_type)
-        cls = next(
-            getattr(mod, n) for n in sorted(dir(mod)) if n.endswith("SinePositionEmbedding")
-        )
+        cls = next(getattr(mod, n) for n in sorted(dir(mod)) if n.endswith("SinePositionEmbedding"))
         module = cls(num_position_features=vision.fpn_hidden_size // 2, normalize=True)
         height, width = vision.backbone_feature_sizes[int(named.name[-1])]
         shape = torch.Size((1, vision.fpn_hidden_size, height, width))
@@ -867,6 +868,84 @@ def _rtol(spec: Any) -> float:
 
 # ---------------------------------------------------------------------------------------------
 # docs/models.md: the non-rotary section
+
+FAMILY_SOURCES: tuple[tuple[str, str, str], ...] = (
+    (
+        "`alibi`",
+        "BLOOM, MPT, Falcon (`alibi: true`)",
+        "`modeling_bloom.build_alibi_tensor`, "
+        "`modeling_mpt.build_mpt_alibi_tensor`, `modeling_falcon.build_alibi_tensor` (bfloat16 "
+        "slopes and products: `slope_rounding`, `bias_rounding`)",
+    ),
+    (
+        "`t5_bias`",
+        "T5, mT5, UMT5, LongT5, Switch, Pop2Piano, Pix2Struct, MPNet, ProphetNet, LayoutLMv2/v3",
+        "`T5Attention._relative_position_bucket` and each model's copy "
+        "(`compute_all_stream_relative_buckets`, `MPNetEncoder.relative_position_bucket`, the "
+        "LayoutLM encoders' 1-D `rel_pos_bias` lookup)",
+    ),
+    (
+        "`sinusoidal` fairseq / marian / whisper / vaswani",
+        "M2M100, NLLB-MoE, XGLM, FSMT, "
+        "Speech2Text, TrOCR, SpeechT5, SeamlessM4T text, Marian, PEGASUS(-X), time series, "
+        "Whisper, MusicGen, Kosmos-2(.5), TIPSv2, XLM / FlauBERT / DistilBERT, VideoMAE",
+        "each model's `*SinusoidalPositionalEmbedding` / `create_weight` / `sinusoids` / "
+        "`create_sinusoidal_embeddings` / `get_sinusoid_encoding_table`",
+    ),
+    ("`sinusoidal` ctrl", "CTRL", "`modeling_ctrl.positional_encoding` (`frequencies: pow`)"),
+    (
+        "`sinusoidal` transformer_xl, descending rows",
+        "XLNet",
+        "`XLNetModel.relative_positional_encoding` (`position_step: -1`)",
+    ),
+    (
+        "`sinusoidal` parakeet, descending rows",
+        "Parakeet (encoder, CTC, RNN-T, TDT), Nemotron ASR streaming",
+        "`ParakeetEncoderRelPositionalEncoding`, "
+        "`NemotronAsrStreamingEncoderRelPositionalEncoding`",
+    ),
+    (
+        "`sinusoidal` espnet, descending rows",
+        "FastSpeech2-Conformer, wav2vec2-Conformer, SeamlessM4T speech encoder",
+        "`FastSpeech2ConformerRelPositionalEncoding.pos_enc`, "
+        "`Wav2Vec2ConformerRelPositionalEmbedding.pe`, "
+        "`SeamlessM4TConformerRelPositionalEmbedding.pe`",
+    ),
+    (
+        "`sinusoidal` tensor2tensor, descending rows",
+        "Gemma 4 audio encoder",
+        "`Gemma4AudioRelPositionalEncoding`",
+    ),
+    (
+        "`sinusoidal` espnet, `standardize: patchtst`",
+        "PatchTST",
+        "`PatchTSTPositionalEncoding._init_pe` ('sincos')",
+    ),
+    (
+        "`sinusoidal_2d` detr",
+        "DETR family, Mask2Former, MaskFormer, OneFormer, DAB-DETR, "
+        "Grounding DINO, RT-DETR family, OmDet-Turbo, SAM 2 / EdgeTAM necks",
+        "each model's `*SinePositionEmbedding` / `build_2d_sincos_position_embedding`",
+    ),
+    (
+        "`sinusoidal_2d` mae / timm",
+        "ViTMAE, AIMv2 (native), granite_docling",
+        "`build_2d_sinusoidal_position_embedding`, `GraniteDoclingPositionEmbedding`",
+    ),
+    (
+        "`relative_index` swin / beit",
+        "Swin, Donut, MaskFormer-Swin, CLAP audio, BEiT, data2vec-vision",
+        "`relative_position_index` of each model's window attention",
+    ),
+    (
+        "`relative_index` levit",
+        "LeViT",
+        "`LevitAttention` / `LevitAttentionSubsample.attention_bias_idxs`",
+    ),
+    ("`relative_index` speecht5", "SpeechT5 encoder", "`SpeechT5RelativePositionalEncoding`"),
+)
+"""(posenc family and convention, the model types served with it, the reference code their
+tables are compared with): docs/models.md's table of families and sources."""
 
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "models.md"
 HEADING = "## Non-rotary model types"
@@ -934,6 +1013,12 @@ def render(results: dict[str, tuple[str, str, list[str]]]) -> str:
         f"Cases: {len(results)}; "
         + ", ".join(f"{k} {counts[k]}" for k in order if k in counts)
         + ".",
+        "",
+        "Families and their sources:",
+        "",
+        "| posenc family | served for | compared with (transformers " + version + ") |",
+        "|---|---|---|",
+        *(f"| {family} | {models} | {source} |" for family, models, source in FAMILY_SOURCES),
         "",
         "| case | families | served tables | status | reason / parts not served "
         "| verified against |",

@@ -47,7 +47,9 @@ _RELATIVE_USE = (
 )
 
 
-def _relative(dim: int, length: int, convention: str, role: str | None, notes: dict[str, Any]) -> Entry:
+def _relative(
+    dim: int, length: int, convention: str, role: str | None, notes: dict[str, Any]
+) -> Entry:
     """A descending table of the distances length-1 .. -(length-1) (2 * length - 1 rows)."""
     data = {
         "kind": "sinusoidal",

@@ -699,7 +699,11 @@ def patchtst(view: ConfigView) -> list[Entry]:
         "transformers": "PatchTSTPositionalEncoding.position_enc (_init_pe, 'sincos'): a "
         "parameter with requires_grad=False, saved in checkpoints with these values",
         "rows": f"num_patches = {patches}"
-        + ("; use_cls_token: row 0 is added to the class token, rows 1.. to the patches" if cls else ""),
+        + (
+            "; use_cls_token: row 0 is added to the class token, rows 1.. to the patches"
+            if cls
+            else ""
+        ),
     }
     return [Entry("sinusoidal", None, data, notes)]
 
@@ -825,7 +829,8 @@ def _seamless_speech_encoder(view: ConfigView) -> list[Entry]:
     if kind == "rotary":
         problem = FieldProblem(
             view.key("position_embeddings_type"),
-            "'rotary': the conformer speech encoder's SeamlessM4TConformerRotaryPositionalEmbedding "
+            "'rotary': the conformer speech encoder's "
+            "SeamlessM4TConformerRotaryPositionalEmbedding "
             "(hidden_size // speech_encoder_attention_heads wide, rotary_embedding_base, applied "
             "by its own self-attention) is not mapped",
             kind,

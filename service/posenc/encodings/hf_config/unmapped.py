@@ -159,7 +159,8 @@ LEFT_OUT: dict[str, tuple[tuple[str, str, str], ...]] = {
             (
                 "prompt_encoder_config",
                 "the prompt encoder's positions are random Fourier features "
-                f"({m}PositionalEmbedding.positional_embedding: a Gaussian projection matrix in the "
+                f"({m}PositionalEmbedding.positional_embedding: a Gaussian projection matrix in "
+                "the "
                 "checkpoint), not a formula",
                 "prompt_encoder_config",
             ),

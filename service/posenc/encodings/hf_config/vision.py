@@ -164,7 +164,9 @@ def sam2_neck(view: ConfigView) -> list[Entry]:
     backbone's learned positions are listed unserved (`unmapped.LEFT_OUT`)."""
     vision = view
     if isinstance(view.data.get("vision_config"), Mapping):
-        vision = ConfigView(view.data["vision_config"], view.key("vision_config."), view.model_type, None)
+        vision = ConfigView(
+            view.data["vision_config"], view.key("vision_config."), view.model_type, None
+        )
     prefix = SAM2_NECKS[view.model_type]
     features = int(vision.number("fpn_hidden_size")) // 2
     sizes = vision.get("backbone_feature_sizes")
@@ -211,19 +213,28 @@ def levit(view: ConfigView) -> list[Entry]:
     entries = []
     for i, depth in enumerate(depths):
         if depth:
-            entries.append(_levit_entry(f"stage{i}", side, 1, f"the {depth} LevitAttention "
-                                        f"layers of stage {i}"))
+            entries.append(
+                _levit_entry(
+                    f"stage{i}", side, 1, f"the {depth} LevitAttention layers of stage {i}"
+                )
+            )
         op = down_ops[i] if i < len(down_ops) else None
         if isinstance(op, list) and op and op[0] == "Subsample":
             stride = int(op[5])
-            entries.append(_levit_entry(f"subsample{i}", side, stride, "LevitAttentionSubsample "
-                                        f"after stage {i} (down_ops[{i}])"))
+            entries.append(
+                _levit_entry(
+                    f"subsample{i}",
+                    side,
+                    stride,
+                    f"LevitAttentionSubsample after stage {i} (down_ops[{i}])",
+                )
+            )
             side = (side - 1) // stride + 1
     return entries
 
 
 def _levit_entry(role: str, side: int, stride: int, where: str) -> Entry:
-    data = {"kind": "relative_index", "scheme": "levit", "window_size": [side, side]}
+    data: dict[str, Any] = {"kind": "relative_index", "scheme": "levit", "window_size": [side, side]}
     if stride != 1:
         data["stride"] = stride
     notes = {

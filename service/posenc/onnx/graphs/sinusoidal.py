@@ -3,7 +3,8 @@
 position_ids are position values (the table's rows are positions position_offset + r).
 
 - mode `table`: Gather from the core's table (bit-identical; row position_offset - id for
-  descending rows, `position_step` -1); positions outside the table's fail in onnxruntime with a message naming the range.
+  descending rows, `position_step` -1); positions outside the table's fail in onnxruntime
+  with a message naming the range.
 - mode `compute`: `posenc.encodings.sinusoidal` op for op with no length limit: float32 angles
   `position * inv` (inv from the core, bit-identical), or float64 `position / base ** (k / den)`
   (Marian/XLM); `scale * angle`; sin/cos laid out as the spec says (interleaved, sin_cos,
