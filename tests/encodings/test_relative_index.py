@@ -498,3 +498,44 @@ def test_shaw_depends_on_the_clipped_distance_only(
         for j in range(k):
             rel = j - (i + offset)
             assert int(index[i, j]) == max(-clip, min(clip, rel)) + clip
+
+
+@pytest.mark.parametrize(("side", "stride"), [(14, 1), (14, 2), (7, 2), (5, 3), (4, 1), (1, 1)])
+def test_levit_index_is_levits_attention_bias_idxs(side: int, stride: int) -> None:
+    """scheme levit equals transformers' LevitAttention (stride 1) and LevitAttentionSubsample
+    attention_bias_idxs, and num_relative_distance is the width of their attention_biases."""
+    from transformers.models.levit.modeling_levit import LevitAttention, LevitAttentionSubsample
+
+    fields: dict[str, Any] = {"kind": "relative_index", "scheme": "levit", "window_size": side}
+    if stride != 1:
+        fields["stride"] = stride
+    spec = parse_spec(fields)
+    out = (side - 1) // stride + 1
+    module = (
+        LevitAttention(16, 4, 2, 2, side)
+        if stride == 1
+        else LevitAttentionSubsample(16, 32, 4, 2, 2, stride, side, out)
+    )
+    assert torch.equal(compute(spec).tensors["index"], module.attention_bias_idxs)
+    assert isinstance(spec, RelativeIndexSpec)
+    assert spec.num_relative_distance() == module.attention_biases.shape[1]
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"scheme": "swin", "window_size": 7, "stride": 2}, "stride"),
+        ({"scheme": "shaw", "max_relative_position": 4, "key_length": 8, "stride": 2}, "stride"),
+        ({"scheme": "levit", "window_size": [4, 5]}, "window_size"),
+        ({"scheme": "levit", "window_size": 65}, "window_size"),
+    ],
+)
+def test_levit_fields_are_validated(fields: dict[str, Any], field: str) -> None:
+    with pytest.raises(SpecError) as info:
+        parse_spec({"kind": "relative_index", **fields})
+    assert field in [p.field for p in info.value.problems], info.value
+
+
+def test_levit_stride_one_is_the_default() -> None:
+    base = {"kind": "relative_index", "scheme": "levit", "window_size": 7}
+    assert content_key(parse_spec({**base, "stride": 1})) == content_key(parse_spec(base))
