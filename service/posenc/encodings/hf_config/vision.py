@@ -234,7 +234,11 @@ def levit(view: ConfigView) -> list[Entry]:
 
 
 def _levit_entry(role: str, side: int, stride: int, where: str) -> Entry:
-    data: dict[str, Any] = {"kind": "relative_index", "scheme": "levit", "window_size": [side, side]}
+    data: dict[str, Any] = {
+        "kind": "relative_index",
+        "scheme": "levit",
+        "window_size": [side, side],
+    }
     if stride != 1:
         data["stride"] = stride
     notes = {
