@@ -60,9 +60,9 @@ def test_unmapped_models_are_refused_with_their_encoding(client: httpx.Client) -
     assert set(body) >= {"error", "error_type", "detail"}
     assert "random Fourier features" in r.text
     assert "model_type" in r.text
-    r = client.post("/v1/resolve", json=_config("swinv2"))
+    r = client.post("/v1/resolve", json=_config("cpmant"))
     assert r.status_code == 422
-    assert "relative_coords_table" in r.text
+    assert "CpmAntSegmentPositionEmbedding" in r.text
 
 
 def test_detr_needs_the_feature_map_size_from_the_request(client: httpx.Client) -> None:

@@ -15,6 +15,14 @@ Schemes (`scheme`), each an integer table `index` whose entries address rows of 
   table rows: `index[0, 1:] = D` (class token attending to patches), `index[1:, 0] = D + 1`
   (patches attending to the class token), `index[0, 0] = D + 2`, D = (2 Wh - 1)(2 Ww - 1).
   Shape (N + 1, N + 1); num_relative_distance = D + 3.
+- `swinv2` (Liu et al. 2022, "Swin Transformer V2"; transformers
+  `Swinv2SelfAttention.create_coords_table_and_index`, `Swin2SRSelfAttention`'s copy): Swin's index
+  and, as `coords` (num_relative_distance, 2) float32, the log-spaced relative coordinates the
+  continuous position bias MLP reads: (dh, dw) for dh in -(Wh - 1)..Wh - 1 (rows) and dw likewise
+  (columns), divided by `pretrained_window_size` - 1 (or by the window's - 1 when it is unset or
+  0, and Wh > 1), times 8, then `sign(t) * log2(|t| + 1) / log2(8)`, in the reference's float32
+  ops. The bias table is the checkpoint's MLP applied to `coords` (pass its output as the bias
+  table); the model adds 16 * sigmoid of the gathered bias.
 - `levit` (Graham et al. 2021, "LeViT"; transformers `LevitAttention` and
   `LevitAttentionSubsample.attention_bias_idxs`, timm `levit.py`): a square grid of R x R
   tokens (`window_size` [R, R]), queries every `stride`-th token of it (R' = (R - 1) // stride + 1
@@ -51,6 +59,7 @@ a BEiT-base spec (732 x 12 weights) is a hash of a few hundred bytes of JSON.
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, ClassVar, Literal, NoReturn, Self
 
 import numpy as np
@@ -77,10 +86,10 @@ MAX_HEADS = 4096
 MAX_WEIGHTS = 1 << 20
 """Cap on num_relative_distance * H entries of the bias table (inline or by key)."""
 
-Scheme = Literal["swin", "beit", "levit", "shaw", "speecht5"]
+Scheme = Literal["swin", "beit", "swinv2", "levit", "shaw", "speecht5"]
 FloatDtype = Literal["float32", "float16", "bfloat16"]
 
-WINDOW_SCHEMES = frozenset({"swin", "beit", "levit"})
+WINDOW_SCHEMES = frozenset({"swin", "beit", "swinv2", "levit"})
 MAX_LEVIT_SIDE = 64
 """R of a LeViT grid: the (R'^2, R^2) index stays below 17M entries."""
 MAX_STRIDE = 64
@@ -114,6 +123,10 @@ class RelativeIndexSpec(WeightTableSpec):
     key_length: Annotated[int | None, Field(ge=1, le=MAX_POSITIONS)] = None
     query_offset: Annotated[int, Field(ge=0, lt=MAX_POSITIONS)] = 0
     stride: Annotated[int | None, Field(ge=1, le=MAX_STRIDE)] = None
+    pretrained_window_size: (
+        Annotated[list[Annotated[int, Field(ge=0, le=MAX_SIDE)]], Field(min_length=2, max_length=2)]
+        | None
+    ) = None
     relative_position_bias_table: list[list[float]] | None = None
     relative_position_bias_table_key: TableKeyField = None
     relative_position_bias_table_shape: TableShapeField = None
@@ -155,6 +168,14 @@ class RelativeIndexSpec(WeightTableSpec):
         wh, ww = self.window()
         if self.scheme != "levit" and self.stride is not None:
             _bad("stride", f"only for scheme 'levit', not {self.scheme!r}", self.stride)
+        if self.scheme == "swinv2":
+            self._check_swinv2(wh, ww)
+        elif self.pretrained_window_size is not None:
+            _bad(
+                "pretrained_window_size",
+                f"only for scheme 'swinv2', not {self.scheme!r}",
+                self.pretrained_window_size,
+            )
         if self.scheme == "levit" and (wh != ww or wh > MAX_LEVIT_SIDE):
             _bad(
                 "window_size",
@@ -165,9 +186,31 @@ class RelativeIndexSpec(WeightTableSpec):
         if wh * ww > MAX_WINDOW_AREA:
             _bad("window_size", f"window area Wh*Ww must be <= {MAX_WINDOW_AREA}", [wh, ww])
 
+    def _check_swinv2(self, wh: int, ww: int) -> None:
+        """Swin V2 divides the coordinates by pretrained - 1 (or window - 1): a divisor of 0 on
+        an axis with other coordinates than 0 gives the model inf / nan, refused here."""
+        pre = self.pretrained_window_size or [0, 0]
+        if pre[0] > 0:
+            if min(pre) < 2:
+                _bad(
+                    "pretrained_window_size",
+                    "each side must be >= 2 when set (Swin V2 divides by it - 1)",
+                    pre,
+                )
+        elif pre[1] > 0:
+            _bad(
+                "pretrained_window_size",
+                "Swin V2 reads pretrained_window_size[0] > 0 to use it: [0, w] is not applied",
+                pre,
+            )
+        elif wh > 1 and ww < 2:
+            _bad("window_size", "Swin V2 divides by Ww - 1: Ww must be >= 2 when Wh > 1", [wh, ww])
+
     def _check_sequence(self) -> None:
         if self.window_size is not None:
-            _bad("window_size", "only for scheme 'swin', 'beit' or 'levit'", self.window_size)
+            _bad("window_size", "only for the window schemes", self.window_size)
+        if self.pretrained_window_size is not None:
+            _bad("pretrained_window_size", "only for scheme 'swinv2'", self.pretrained_window_size)
         if self.stride is not None:
             _bad("stride", f"only for scheme 'levit', not {self.scheme!r}", self.stride)
         k = self.max_relative_position
@@ -316,6 +359,8 @@ class RelativeIndexSpec(WeightTableSpec):
         update: dict[str, Any] = {}
         if self.stride == 1:
             update["stride"] = None
+        if self.pretrained_window_size == [0, 0]:
+            update["pretrained_window_size"] = None
         if self.scheme not in WINDOW_SCHEMES:
             q, k = self.shape()
             if (self.query_length, self.key_length) != (q, k):
@@ -327,6 +372,8 @@ class RelativeIndexSpec(WeightTableSpec):
     def outputs(self) -> dict[str, TensorInfo]:
         shape = self.shape()
         out = {"index": TensorInfo(shape, "int64", row_axis=0)}
+        if self.scheme == "swinv2":
+            out["coords"] = TensorInfo((self.num_relative_distance(), 2), "float32", row_axis=0)
         if self.num_heads is not None:
             out["bias"] = TensorInfo((self.num_heads, *shape), self.dtype, row_axis=1)
         return out
@@ -368,6 +415,24 @@ def class_token_index(wh: int, ww: int, device: torch.device | str = "cpu") -> t
     out[1:, 0] = d + 1
     out[0, 0] = d + 2
     return out
+
+
+def swinv2_coords(wh: int, ww: int, pretrained: list[int] | None) -> torch.Tensor:
+    """Swin V2's `relative_coords_table` ((2 Wh - 1) (2 Ww - 1), 2) float32, op for op as
+    `Swinv2SelfAttention.create_coords_table_and_index` (rows (dh, dw), dh outer)."""
+    h = torch.arange(-(wh - 1), wh, dtype=torch.int64).float()
+    w = torch.arange(-(ww - 1), ww, dtype=torch.int64).float()
+    table = torch.stack(torch.meshgrid([h, w], indexing="ij")).permute(1, 2, 0).contiguous()
+    pre = pretrained or [0, 0]
+    if pre[0] > 0:
+        table[:, :, 0] /= pre[0] - 1
+        table[:, :, 1] /= pre[1] - 1
+    elif wh > 1:
+        table[:, :, 0] /= wh - 1
+        table[:, :, 1] /= ww - 1
+    table *= 8
+    table = torch.sign(table) * torch.log2(torch.abs(table) + 1.0) / math.log2(8)
+    return table.reshape(-1, 2)
 
 
 def levit_axis_offsets(side: int, stride: int) -> list[int]:
@@ -428,7 +493,7 @@ def relative_index(spec: RelativeIndexSpec, device: torch.device | str = "cpu") 
 @register_family(
     "relative_index",
     RelativeIndexSpec,
-    "Swin/BEiT windowed, LeViT offset and Shaw/SpeechT5 clipped relative indices and their "
+    "Swin/BEiT/Swin V2 windowed, LeViT offset and Shaw/SpeechT5 clipped relative indices and their "
     "learned bias",
 )
 def compute_relative_index(
@@ -442,6 +507,9 @@ def compute_relative_index(
     never bound raises `UnknownTableError`."""
     index = relative_index(spec, device)
     tensors = {"index": index}
+    if spec.scheme == "swinv2":
+        wh, ww = spec.window()
+        tensors["coords"] = swinv2_coords(wh, ww, spec.pretrained_window_size).to(device)
     if spec.named_table_shape() is not None:
         table = spec.require_bound().tensor.to(device)  # (num_relative_distance, H) float32
         heads = table.shape[1]

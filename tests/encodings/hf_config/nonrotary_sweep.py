@@ -233,6 +233,19 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
         "musicgen_decoder",
         {"hidden_size": 2048, "num_attention_heads": 32, "ffn_dim": 8192},
     ),
+    # microsoft/swinv2-base-patch4-window12to16-192to256-22kto1k-ft: window 16 at 256 px,
+    # fine-tuned from windows of 12 (the last stage's 8 from 6).
+    "swinv2+window16": (
+        "swinv2",
+        {
+            "image_size": 256,
+            "window_size": 16,
+            "pretrained_window_sizes": [12, 12, 12, 6],
+            "embed_dim": 128,
+            "depths": [2, 2, 18, 2],
+            "num_heads": [4, 8, 16, 32],
+        },
+    ),
     # Time-series checkpoints set prediction_length (the class default is None).
     **{
         f"{t}+prediction_length": (t, {"prediction_length": 24})
@@ -726,6 +739,27 @@ def _relative_index(model_type: str, cfg: Any, named: NamedSpec) -> Pair:
         grid = (cfg.image_size // cfg.patch_size,) * 2
         bias = mod.Data2VecVisionRelativePositionBias(cfg, window_size=grid)
         return ours, bias.generate_relative_position_index(grid)
+    if model_type in ("swinv2", "swin2sr"):
+        # The model as built (one layer per stage): every self-attention's index and coords table
+        # of this window, as one exact float64 vector (int64 index values, float32 coordinates).
+        small = {"depths": [1] * len(cfg.depths)} if model_type == "swinv2" else {"depths": [1]}
+        cls = "Swinv2Model" if model_type == "swinv2" else "Swin2SRModel"
+        model = getattr(mod, cls)(_rebuilt(model_type, cfg, small))
+        tables = compute(named.spec).tensors
+        mine = torch.cat([ours.double().flatten(), tables["coords"].double().flatten()])
+        built = [
+            torch.cat(
+                [
+                    m.relative_position_index.double().flatten(),
+                    m.relative_coords_table.double().flatten(),
+                ]
+            )
+            for m in model.modules()
+            if hasattr(m, "relative_coords_table") and m.relative_position_index.shape == ours.shape
+        ]
+        assert built, named.name
+        assert all(torch.equal(b, built[0]) for b in built), named.name
+        return mine, built[0]
     if model_type == "levit":
         # LevitEncoder as built: every attention_bias_idxs of the index's shape (all equal).
         encoder = mod.LevitEncoder(_rebuilt(model_type, cfg, {}))

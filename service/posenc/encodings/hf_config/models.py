@@ -707,6 +707,7 @@ MAPPERS: dict[str, Mapper] = {
     "aimv2_vision_model": vision.aimv2_vision,
     "donut-swin": vision.swin_copy,
     "levit": vision.levit,
+    **dict.fromkeys(("swinv2", "swin2sr"), vision.swinv2),
     **dict.fromkeys(vision.SAM2_NECKS, vision.sam2_neck),
     "maskformer-swin": vision.swin_copy,
     # Vision-only towers with rotary positions: their tables are vision_rope entries.

@@ -49,14 +49,6 @@ REFUSED: dict[str, str] = {
     "sam2_hiera_det_model": "learned absolute positions (Sam2HieraDetModel pos_embed and "
     "pos_embed_window: checkpoint weights), not a formula",
     "sam3_lite_text_text_model": "SAM 3 Lite's text encoder: its positions are not mapped",
-    # Relative indices posenc's schemes do not reproduce.
-    "swinv2": "learned continuous position bias: Swinv2SelfAttention feeds the log-spaced "
-    "relative_coords_table through an MLP (continuous_position_bias_mlp: checkpoint weights) and "
-    "16 * sigmoid of its output is the bias; not a table posenc can compute (its window index is "
-    "Swin's)",
-    "swin2sr": "learned continuous position bias: Swin2SRSelfAttention feeds the log-spaced "
-    "relative_coords_table through an MLP (continuous_position_bias_mlp: checkpoint weights); not "
-    "a table posenc can compute",
     "clap_text_model": "learned absolute position embeddings (RoBERTa-like; checkpoint "
     "weights), not a formula",
     "rt_detr_resnet": "a ResNet backbone: no position encoding (RT-DETR's sine tables are "

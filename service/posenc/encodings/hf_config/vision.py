@@ -250,6 +250,58 @@ def _levit_entry(role: str, side: int, stride: int, where: str) -> Entry:
     return Entry("relative_index", role, data, notes)
 
 
+def swinv2(view: ConfigView) -> list[Entry]:
+    """Swin V2 and Swin2SR (`Swinv2SelfAttention` / `Swin2SRSelfAttention.
+    create_coords_table_and_index`): per stage, the window min(resolution, window_size) (the
+    layers' `_compute_window_shift`) and the stage's `pretrained_window_sizes` entry (Swin2SR:
+    one resolution, pretrained 0): one `swinv2` index with its log-spaced `coords` per distinct
+    (window, pretrained), named `stages<i>+<j>...` when the stages differ. The bias is each
+    layer's continuous_position_bias_mlp (checkpoint weights) applied to `coords`, gathered by
+    the index, then 16 * sigmoid: the notes say so."""
+    grid = _patch_grid(view)
+    window = int(view.number("window_size"))
+    if view.model_type == "swin2sr":
+        stages = [(min(grid[0], window), 0)]
+    else:
+        depths = view.get("depths")
+        if not isinstance(depths, list):
+            fail(view.key("depths"), "required: a list of stage depths", depths)
+        pretrained = view.get("pretrained_window_sizes") or [0] * len(depths)
+        stages = [
+            (min(grid[0] // 2**i, window), int(pretrained[i]))
+            for i in range(len(depths))
+            if depths[i]
+        ]
+    distinct: dict[tuple[int, int], list[str]] = {}
+    for i, key in enumerate(stages):
+        distinct.setdefault(key, []).append(str(i))
+    module = "Swin2SRSelfAttention" if view.model_type == "swin2sr" else "Swinv2SelfAttention"
+    entries = []
+    for (win, pre), which in distinct.items():
+        data: dict[str, Any] = {
+            "kind": "relative_index",
+            "scheme": "swinv2",
+            "window_size": [win, win],
+        }
+        if pre:
+            data["pretrained_window_size"] = [pre, pre]
+        notes = {
+            "transformers": f"{module}.relative_position_index and relative_coords_table (as "
+            "`coords`, (num_relative_distance, 2)) of stage(s) " + ", ".join(which),
+            "bias": "each layer's continuous_position_bias_mlp (checkpoint weights) applied to "
+            "coords gives its (num_relative_distance, num_heads) table: pass that as "
+            "relative_position_bias_table for the gathered bias; the model adds 16 * "
+            "sigmoid(bias) to its cosine-attention scores",
+        }
+        role = None if len(distinct) == 1 else "stages" + "+".join(which)
+        entries.append(Entry("relative_index", role, data, notes))
+    if view.get("use_absolute_embeddings"):
+        dim = int(view.number("embed_dim"))
+        extra = {"transformers": f"{view.model_type} embeddings.position_embeddings"}
+        entries.append(_learned_entry(view, grid, dim, 0, "embeddings.position_embeddings", extra))
+    return entries
+
+
 def swin_copy(view: ConfigView) -> list[Entry]:
     """Donut's and MaskFormer's Swin encoders (`DonutSwinSelfAttention`,
     `MaskFormerSwinSelfAttention`): Swin's window index under their own model_type."""
