@@ -165,19 +165,21 @@ class SinusoidalEmbedding(GraphExporter):
     def samples(self, spec: SinusoidalSpec, options: ExportOptions) -> list[Sample]:
         first = int(spec.position_offset or 0)
         rows = int(spec.max_positions or 0)
+        step = -1 if spec.position_step == -1 else 1
         cases = [("rows", first, rows)]
         if options.mode == "compute":
-            cases.append(("past the table", first + rows, 40))
+            # past the table's end: after its last row (ascending) or above its first (descending)
+            cases.append(("past the table", first + rows if step == 1 else first + 40, 40))
         out = []
         for label, start, count in cases:
             case = _with(spec, position_offset=start, max_positions=count)
             table = compute(case, CPU).tensors["embedding"]  # [count, dim]
             n = min(count, 64)
             picks = torch.cat((torch.arange(n), torch.arange(count - n, count)))
-            positions = (picks + start).reshape(2, n)
+            positions = (start + step * picks).reshape(2, n)
             if case.padding_idx is not None and label == "rows":
                 positions[0, 0] = case.padding_idx
-                picks[0] = case.padding_idx - start
+                picks[0] = (case.padding_idx - start) * step
             out.append(
                 Sample(
                     feeds={"position_ids": positions},
