@@ -54,15 +54,15 @@ def test_newly_mapped_sinusoid_models(client: httpx.Client) -> None:
 
 
 def test_unmapped_models_are_refused_with_their_encoding(client: httpx.Client) -> None:
-    r = client.post("/v1/resolve", json=_config("sam2"))
+    r = client.post("/v1/resolve", json=_config("sam2_prompt_encoder"))
     assert r.status_code == 422, r.text
     body = r.json()
     assert set(body) >= {"error", "error_type", "detail"}
-    assert "Sam2SinePositionEmbedding" in r.text
+    assert "random Fourier features" in r.text
     assert "model_type" in r.text
-    r = client.post("/v1/resolve", json=_config("swinv2"))
+    r = client.post("/v1/resolve", json=_config("cpmant"))
     assert r.status_code == 422
-    assert "relative_coords_table" in r.text
+    assert "CpmAntSegmentPositionEmbedding" in r.text
 
 
 def test_detr_needs_the_feature_map_size_from_the_request(client: httpx.Client) -> None:
@@ -149,3 +149,58 @@ def test_falcon_bias_is_what_falcon_model_adds(client: httpx.Client) -> None:
     mask = torch.ones(1, 2048, dtype=torch.long)
     theirs = build_alibi_tensor(mask, 32, torch.float32)[:, 0, :] / math.sqrt(64)
     assert torch.equal(ours, theirs)
+
+
+def test_relative_sinusoids_for_an_input_length_from_the_request(client: httpx.Client) -> None:
+    """Parakeet's relative sinusoids (descending rows, `position_step` -1): the default table is
+    the distances max_position_embeddings-1 .. -(max_position_embeddings-1); the rows its notes
+    name for an input of L frames, and the table the request's position_offset=L-1,
+    max_positions=2L-1 gives, are what ParakeetEncoderRelPositionalEncoding returns for L."""
+    from transformers.models.parakeet.modeling_parakeet import (
+        ParakeetEncoderRelPositionalEncoding,
+    )
+
+    length, longest = 40, 300
+    config = _config("parakeet_encoder", hidden_size=64, max_position_embeddings=longest)
+    (spec,) = client.post("/v1/resolve", json=config).json()["specs"]
+    assert spec["spec"]["position_step"] == -1
+    assert f"r = {longest} - L .. {longest} + L - 2" in spec["notes"]["rows"]
+    full = decode(client.get(spec["url"]))["embedding"]
+    module = ParakeetEncoderRelPositionalEncoding(
+        AutoConfig.for_model(
+            "parakeet_encoder", **{"hidden_size": 64, "max_position_embeddings": longest}
+        )
+    )
+    theirs = module(torch.zeros(1, length, 1))[0]
+    assert torch.equal(full[longest - length : longest + length - 1], theirs)
+    request = {"hf_config": config, "position_offset": length - 1, "max_positions": 2 * length - 1}
+    (short,) = client.post("/v1/resolve", json=request).json()["specs"]
+    assert torch.equal(decode(client.get(short["url"]))["embedding"], theirs)
+
+
+def test_levit_indices_through_the_server(client: httpx.Client) -> None:
+    """LeViT resolves to one `levit` index per stage and subsample block, each equal to the
+    attention_bias_idxs of the module the encoder builds there."""
+    from transformers.models.levit.modeling_levit import (
+        LevitAttention,
+        LevitAttentionSubsample,
+    )
+
+    specs = client.post("/v1/resolve", json=_config("levit")).json()["specs"]
+    names = [s["name"] for s in specs]
+    assert names == [
+        "relative_index:stage0",
+        "relative_index:subsample0",
+        "relative_index:stage1",
+        "relative_index:subsample1",
+        "relative_index:stage2",
+    ]
+    by_name = {s["name"]: decode(client.get(s["url"]))["index"] for s in specs}
+    assert torch.equal(
+        by_name["relative_index:stage0"], LevitAttention(16, 4, 2, 2, 14).attention_bias_idxs
+    )
+    sub = LevitAttentionSubsample(16, 32, 4, 2, 2, 2, 14, 7)
+    assert torch.equal(by_name["relative_index:subsample0"], sub.attention_bias_idxs)
+    assert torch.equal(
+        by_name["relative_index:stage2"], LevitAttention(16, 4, 2, 2, 4).attention_bias_idxs
+    )

@@ -498,3 +498,96 @@ def test_shaw_depends_on_the_clipped_distance_only(
         for j in range(k):
             rel = j - (i + offset)
             assert int(index[i, j]) == max(-clip, min(clip, rel)) + clip
+
+
+@pytest.mark.parametrize(("side", "stride"), [(14, 1), (14, 2), (7, 2), (5, 3), (4, 1), (1, 1)])
+def test_levit_index_is_levits_attention_bias_idxs(side: int, stride: int) -> None:
+    """scheme levit equals transformers' LevitAttention (stride 1) and LevitAttentionSubsample
+    attention_bias_idxs, and num_relative_distance is the width of their attention_biases."""
+    from transformers.models.levit.modeling_levit import LevitAttention, LevitAttentionSubsample
+
+    fields: dict[str, Any] = {"kind": "relative_index", "scheme": "levit", "window_size": side}
+    if stride != 1:
+        fields["stride"] = stride
+    spec = parse_spec(fields)
+    out = (side - 1) // stride + 1
+    module = (
+        LevitAttention(16, 4, 2, 2, side)
+        if stride == 1
+        else LevitAttentionSubsample(16, 32, 4, 2, 2, stride, side, out)
+    )
+    assert torch.equal(compute(spec).tensors["index"], module.attention_bias_idxs)
+    assert isinstance(spec, RelativeIndexSpec)
+    assert spec.num_relative_distance() == module.attention_biases.shape[1]
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"scheme": "swin", "window_size": 7, "stride": 2}, "stride"),
+        ({"scheme": "shaw", "max_relative_position": 4, "key_length": 8, "stride": 2}, "stride"),
+        ({"scheme": "levit", "window_size": [4, 5]}, "window_size"),
+        ({"scheme": "levit", "window_size": 65}, "window_size"),
+    ],
+)
+def test_levit_fields_are_validated(fields: dict[str, Any], field: str) -> None:
+    with pytest.raises(SpecError) as info:
+        parse_spec({"kind": "relative_index", **fields})
+    assert field in [p.field for p in info.value.problems], info.value
+
+
+def test_levit_stride_one_is_the_default() -> None:
+    base = {"kind": "relative_index", "scheme": "levit", "window_size": 7}
+    assert content_key(parse_spec({**base, "stride": 1})) == content_key(parse_spec(base))
+
+
+@pytest.mark.parametrize(
+    ("window", "pretrained"), [(7, [0, 0]), (16, [12, 12]), (8, [6, 6]), (1, None)]
+)
+def test_swinv2_index_coords_and_bias_are_swinv2s(
+    window: int, pretrained: list[int] | None
+) -> None:
+    """scheme swinv2: `index` and `coords` equal Swinv2SelfAttention's relative_position_index
+    and relative_coords_table, and the bias gathered from its MLP's output over `coords` is the
+    (pre-sigmoid) relative_position_bias its forward builds."""
+    from transformers import Swinv2Config
+    from transformers.models.swinv2.modeling_swinv2 import Swinv2SelfAttention
+
+    attention = Swinv2SelfAttention(Swinv2Config(), 32, 4, window, pretrained or [0, 0])
+    fields: dict[str, Any] = {"kind": "relative_index", "scheme": "swinv2", "window_size": window}
+    if pretrained is not None:
+        fields["pretrained_window_size"] = pretrained
+    tables = compute(parse_spec(fields)).tensors
+    assert torch.equal(tables["index"], attention.relative_position_index)
+    assert torch.equal(tables["coords"], attention.relative_coords_table.reshape(-1, 2))
+    with torch.no_grad():
+        mlp = attention.continuous_position_bias_mlp(tables["coords"])  # (R, H)
+        theirs = attention.continuous_position_bias_mlp(attention.relative_coords_table)
+        theirs = theirs.view(-1, 4)[attention.relative_position_index.view(-1)]
+    bias = compute(parse_spec({**fields, "relative_position_bias_table": mlp.tolist()}))
+    n = window * window
+    assert torch.equal(bias.tensors["bias"], theirs.view(n, n, -1).permute(2, 0, 1))
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        (
+            {"scheme": "swin", "window_size": 7, "pretrained_window_size": [6, 6]},
+            "pretrained_window_size",
+        ),
+        (
+            {"scheme": "swinv2", "window_size": 7, "pretrained_window_size": [1, 1]},
+            "pretrained_window_size",
+        ),
+        (
+            {"scheme": "swinv2", "window_size": 7, "pretrained_window_size": [0, 6]},
+            "pretrained_window_size",
+        ),
+        ({"scheme": "swinv2", "window_size": [7, 1]}, "window_size"),
+    ],
+)
+def test_swinv2_fields_are_validated(fields: dict[str, Any], field: str) -> None:
+    with pytest.raises(SpecError) as info:
+        parse_spec({"kind": "relative_index", **fields})
+    assert field in [p.field for p in info.value.problems], info.value

@@ -685,3 +685,80 @@ def test_canonical_key_is_stable(fields: dict[str, Any], rnd: random.Random) -> 
     explicit = parse_spec(canonical_dict(spec))
     assert content_key(explicit) == key
     assert torch.equal(compute(explicit).tensors["embedding"], compute(spec).tensors["embedding"])
+
+
+# --- relative-distance rows, the pow frequency rule, PatchTST's standardisation ------------
+
+
+def test_new_fields_at_their_defaults_leave_the_canonical_form_unchanged() -> None:
+    """frequencies 'exp', position_step 1 and no standardize are left out of the canonical form:
+    the content keys of every spec written before them are unchanged."""
+    plain = canonical_dict(parse_spec({"kind": "sinusoidal", "dim": 8, "max_positions": 4}))
+    assert not {"frequencies", "position_step", "standardize"} & set(plain)
+    spelled = {"kind": "sinusoidal", "dim": 8, "max_positions": 4, "frequencies": "exp"}
+    assert content_key(parse_spec({**spelled, "position_step": 1})) == content_key(
+        parse_spec({"kind": "sinusoidal", "dim": 8, "max_positions": 4})
+    )
+    # float64 is Marian's order under either rule: one table, one key
+    f64 = {"kind": "sinusoidal", "dim": 8, "max_positions": 4, "compute_dtype": "float64"}
+    assert content_key(parse_spec({**f64, "frequencies": "pow"})) == content_key(parse_spec(f64))
+
+
+@pytest.mark.parametrize("convention", ["parakeet", "espnet", "transformer_xl", "tensor2tensor"])
+def test_descending_rows_are_the_explicit_distances(convention: str) -> None:
+    """position_step -1: row r is position position_offset - r, as the explicit positions give."""
+    length = 9
+    ours = table(
+        dim=16,
+        max_positions=2 * length - 1,
+        position_offset=length - 1,
+        position_step=-1,
+        convention=convention,
+    )
+    distances = [float(length - 1 - r) for r in range(2 * length - 1)]
+    assert torch.equal(ours, table(dim=16, positions=distances, convention=convention))
+
+
+def test_pow_frequencies_are_transformers_rope_init() -> None:
+    """frequencies 'pow': the angles at position 1 are `1.0 / (10000 ** (arange(0, d, 2) / d))`
+    in float32 (transformers' RoPE init order), bit for bit; 'exp' differs on some of them."""
+    dim = 1024
+    rope = 1.0 / (10000.0 ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+    pow_row = table(dim=dim, max_positions=1, position_offset=1, convention="parakeet")
+    assert torch.equal(pow_row[0, 0::2], torch.sin(rope))
+    exp_row = table(dim=dim, max_positions=1, position_offset=1, convention="espnet")
+    assert not torch.equal(exp_row, pow_row)
+
+
+def test_patchtst_standardisation_is_patchtsts_own() -> None:
+    """standardize 'patchtst' is PatchTSTPositionalEncoding._init_pe's sincos table."""
+    from transformers import PatchTSTConfig
+    from transformers.models.patchtst.modeling_patchtst import PatchTSTPositionalEncoding
+
+    config = PatchTSTConfig(d_model=48, context_length=40, patch_length=4, patch_stride=4)
+    theirs = PatchTSTPositionalEncoding._init_pe(config, 10).detach()
+    ours = table(dim=48, max_positions=10, convention="espnet", standardize="patchtst")
+    assert torch.equal(ours, theirs)
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"positions": [1.0, 0.0], "position_step": -1}, "position_step"),
+        ({"max_positions": 4, "position_step": 2}, "position_step"),
+        ({"max_positions": 4, "frequencies": "log"}, "frequencies"),
+        ({"max_positions": 4, "standardize": "z"}, "standardize"),
+    ],
+)
+def test_new_fields_are_validated(fields: dict[str, Any], field: str) -> None:
+    with pytest.raises(SpecError) as info:
+        parse_spec({"kind": "sinusoidal", "dim": 8, **fields})
+    assert field in [p.field for p in info.value.problems], info.value
+
+
+def test_padding_row_of_descending_rows() -> None:
+    """A padding position among descending rows zeroes its own row."""
+    ours = table(dim=8, max_positions=5, position_offset=3, position_step=-1, padding_idx=1)
+    assert not bool(ours[2].any())  # row 2 is position 3 - 2 = 1
+    assert bool(ours[1].any())
+    assert bool(ours[3].any())

@@ -15,6 +15,22 @@ Schemes (`scheme`), each an integer table `index` whose entries address rows of 
   table rows: `index[0, 1:] = D` (class token attending to patches), `index[1:, 0] = D + 1`
   (patches attending to the class token), `index[0, 0] = D + 2`, D = (2 Wh - 1)(2 Ww - 1).
   Shape (N + 1, N + 1); num_relative_distance = D + 3.
+- `swinv2` (Liu et al. 2022, "Swin Transformer V2"; transformers
+  `Swinv2SelfAttention.create_coords_table_and_index`, `Swin2SRSelfAttention`'s copy): Swin's index
+  and, as `coords` (num_relative_distance, 2) float32, the log-spaced relative coordinates the
+  continuous position bias MLP reads: (dh, dw) for dh in -(Wh - 1)..Wh - 1 (rows) and dw likewise
+  (columns), divided by `pretrained_window_size` - 1 (or by the window's - 1 when it is unset or
+  0, and Wh > 1), times 8, then `sign(t) * log2(|t| + 1) / log2(8)`, in the reference's float32
+  ops. The bias table is the checkpoint's MLP applied to `coords` (pass its output as the bias
+  table); the model adds 16 * sigmoid of the gathered bias.
+- `levit` (Graham et al. 2021, "LeViT"; transformers `LevitAttention` and
+  `LevitAttentionSubsample.attention_bias_idxs`, timm `levit.py`): a square grid of R x R
+  tokens (`window_size` [R, R]), queries every `stride`-th token of it (R' = (R - 1) // stride + 1
+  per side, the subsample blocks; stride 1 elsewhere), both row-major; the offset of query (a, b)
+  and key (c, d) is (|a stride - c|, |b stride - d|), and each distinct offset gets the next index
+  in order of first appearance (queries outer, keys inner), as LeViT's dict does. Shape
+  (R'^2, R^2); num_relative_distance = |A|^2, A the distinct |a stride - c| per axis (R^2 for
+  stride 1). LeViT's `attention_biases` is (H, num_relative_distance): pass its transpose.
 - `shaw` (Shaw et al. 2018, "Self-Attention with Relative Position Representations", section 3.2;
   tensor2tensor `common_attention._generate_relative_positions_matrix`): query position
   p_i = query_offset + i, key j, `index[i, j] = clip(j - p_i, -k, k) + k` with k =
@@ -43,6 +59,7 @@ a BEiT-base spec (732 x 12 weights) is a hash of a few hundred bytes of JSON.
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, ClassVar, Literal, NoReturn, Self
 
 import numpy as np
@@ -69,10 +86,13 @@ MAX_HEADS = 4096
 MAX_WEIGHTS = 1 << 20
 """Cap on num_relative_distance * H entries of the bias table (inline or by key)."""
 
-Scheme = Literal["swin", "beit", "shaw", "speecht5"]
+Scheme = Literal["swin", "beit", "swinv2", "levit", "shaw", "speecht5"]
 FloatDtype = Literal["float32", "float16", "bfloat16"]
 
-WINDOW_SCHEMES = frozenset({"swin", "beit"})
+WINDOW_SCHEMES = frozenset({"swin", "beit", "swinv2", "levit"})
+MAX_LEVIT_SIDE = 64
+"""R of a LeViT grid: the (R'^2, R^2) index stays below 17M entries."""
+MAX_STRIDE = 64
 SEQUENCE_FIELDS = ("max_relative_position", "query_length", "key_length")
 TABLE = "relative_position_bias_table"
 TABLE_KEY = "relative_position_bias_table_key"
@@ -102,6 +122,11 @@ class RelativeIndexSpec(WeightTableSpec):
     query_length: Annotated[int | None, Field(ge=1, le=MAX_POSITIONS)] = None
     key_length: Annotated[int | None, Field(ge=1, le=MAX_POSITIONS)] = None
     query_offset: Annotated[int, Field(ge=0, lt=MAX_POSITIONS)] = 0
+    stride: Annotated[int | None, Field(ge=1, le=MAX_STRIDE)] = None
+    pretrained_window_size: (
+        Annotated[list[Annotated[int, Field(ge=0, le=MAX_SIDE)]], Field(min_length=2, max_length=2)]
+        | None
+    ) = None
     relative_position_bias_table: list[list[float]] | None = None
     relative_position_bias_table_key: TableKeyField = None
     relative_position_bias_table_shape: TableShapeField = None
@@ -141,12 +166,53 @@ class RelativeIndexSpec(WeightTableSpec):
         if self.window_size is None:
             _bad("window_size", f"required with scheme={self.scheme!r}: [Wh, Ww]", None)
         wh, ww = self.window()
+        if self.scheme != "levit" and self.stride is not None:
+            _bad("stride", f"only for scheme 'levit', not {self.scheme!r}", self.stride)
+        if self.scheme == "swinv2":
+            self._check_swinv2(wh, ww)
+        elif self.pretrained_window_size is not None:
+            _bad(
+                "pretrained_window_size",
+                f"only for scheme 'swinv2', not {self.scheme!r}",
+                self.pretrained_window_size,
+            )
+        if self.scheme == "levit" and (wh != ww or wh > MAX_LEVIT_SIDE):
+            _bad(
+                "window_size",
+                f"a square LeViT grid [R, R] with R <= {MAX_LEVIT_SIDE} (LevitAttention's "
+                "resolution)",
+                [wh, ww],
+            )
         if wh * ww > MAX_WINDOW_AREA:
             _bad("window_size", f"window area Wh*Ww must be <= {MAX_WINDOW_AREA}", [wh, ww])
 
+    def _check_swinv2(self, wh: int, ww: int) -> None:
+        """Swin V2 divides the coordinates by pretrained - 1 (or window - 1): a divisor of 0 on
+        an axis with other coordinates than 0 gives the model inf / nan, refused here."""
+        pre = self.pretrained_window_size or [0, 0]
+        if pre[0] > 0:
+            if min(pre) < 2:
+                _bad(
+                    "pretrained_window_size",
+                    "each side must be >= 2 when set (Swin V2 divides by it - 1)",
+                    pre,
+                )
+        elif pre[1] > 0:
+            _bad(
+                "pretrained_window_size",
+                "Swin V2 reads pretrained_window_size[0] > 0 to use it: [0, w] is not applied",
+                pre,
+            )
+        elif wh > 1 and ww < 2:
+            _bad("window_size", "Swin V2 divides by Ww - 1: Ww must be >= 2 when Wh > 1", [wh, ww])
+
     def _check_sequence(self) -> None:
         if self.window_size is not None:
-            _bad("window_size", "only for scheme 'swin' or 'beit'", self.window_size)
+            _bad("window_size", "only for the window schemes", self.window_size)
+        if self.pretrained_window_size is not None:
+            _bad("pretrained_window_size", "only for scheme 'swinv2'", self.pretrained_window_size)
+        if self.stride is not None:
+            _bad("stride", f"only for scheme 'levit', not {self.scheme!r}", self.stride)
         k = self.max_relative_position
         least = 1 if self.scheme == "speecht5" else 0
         if k is None or k < least:
@@ -250,6 +316,8 @@ class RelativeIndexSpec(WeightTableSpec):
 
     def num_relative_distance(self) -> int:
         """Rows the bias table must have: the number of distinct index values."""
+        if self.scheme == "levit":
+            return len(levit_axis_offsets(self.window()[0], self.stride or 1)) ** 2
         if self.scheme in WINDOW_SCHEMES:
             wh, ww = self.window()
             d = (2 * wh - 1) * (2 * ww - 1)
@@ -259,6 +327,10 @@ class RelativeIndexSpec(WeightTableSpec):
 
     def shape(self) -> tuple[int, int]:
         """(rows, cols) of `index`: (N, N), (N + 1, N + 1) or (Q, K)."""
+        if self.scheme == "levit":
+            side = self.window()[0]
+            out = (side - 1) // (self.stride or 1) + 1
+            return out * out, side * side
         if self.scheme in WINDOW_SCHEMES:
             wh, ww = self.window()
             n = wh * ww + (self.scheme == "beit")
@@ -282,8 +354,13 @@ class RelativeIndexSpec(WeightTableSpec):
         return None if shape is None else shape[1]
 
     def canonical(self) -> Self:
-        """Lengths resolved (sequence schemes) and the bias table named by key and shape."""
+        """Lengths resolved (sequence schemes), LeViT's stride 1 left out, and the bias table
+        named by key and shape."""
         update: dict[str, Any] = {}
+        if self.stride == 1:
+            update["stride"] = None
+        if self.pretrained_window_size == [0, 0]:
+            update["pretrained_window_size"] = None
         if self.scheme not in WINDOW_SCHEMES:
             q, k = self.shape()
             if (self.query_length, self.key_length) != (q, k):
@@ -295,6 +372,8 @@ class RelativeIndexSpec(WeightTableSpec):
     def outputs(self) -> dict[str, TensorInfo]:
         shape = self.shape()
         out = {"index": TensorInfo(shape, "int64", row_axis=0)}
+        if self.scheme == "swinv2":
+            out["coords"] = TensorInfo((self.num_relative_distance(), 2), "float32", row_axis=0)
         if self.num_heads is not None:
             out["bias"] = TensorInfo((self.num_heads, *shape), self.dtype, row_axis=1)
         return out
@@ -338,6 +417,50 @@ def class_token_index(wh: int, ww: int, device: torch.device | str = "cpu") -> t
     return out
 
 
+def swinv2_coords(wh: int, ww: int, pretrained: list[int] | None) -> torch.Tensor:
+    """Swin V2's `relative_coords_table` ((2 Wh - 1) (2 Ww - 1), 2) float32, op for op as
+    `Swinv2SelfAttention.create_coords_table_and_index` (rows (dh, dw), dh outer)."""
+    h = torch.arange(-(wh - 1), wh, dtype=torch.int64).float()
+    w = torch.arange(-(ww - 1), ww, dtype=torch.int64).float()
+    table = torch.stack(torch.meshgrid([h, w], indexing="ij")).permute(1, 2, 0).contiguous()
+    pre = pretrained or [0, 0]
+    if pre[0] > 0:
+        table[:, :, 0] /= pre[0] - 1
+        table[:, :, 1] /= pre[1] - 1
+    elif wh > 1:
+        table[:, :, 0] /= wh - 1
+        table[:, :, 1] /= ww - 1
+    table *= 8
+    table = torch.sign(table) * torch.log2(torch.abs(table) + 1.0) / math.log2(8)
+    return table.reshape(-1, 2)
+
+
+def levit_axis_offsets(side: int, stride: int) -> list[int]:
+    """The distinct |a stride - c| of one axis (a < (side - 1) // stride + 1, c < side)."""
+    out = (side - 1) // stride + 1
+    return sorted({abs(a * stride - c) for a in range(out) for c in range(side)})
+
+
+def levit_index(side: int, stride: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """LeViT's `attention_bias_idxs` (R'^2, R^2) int64 (transformers `LevitAttentionSubsample`,
+    `LevitAttention` for stride 1): offsets (|a stride - c|, |b stride - d|) numbered by first
+    appearance, queries (a, b) outer and keys (c, d) inner, both row-major. Vectorised: the
+    offsets' codes, their unique values, the first position of each, then each value's rank among
+    those first positions (the order LeViT's dict assigns)."""
+    out = (side - 1) // stride + 1
+    q = torch.arange(out, dtype=torch.int64) * stride
+    k = torch.arange(side, dtype=torch.int64)
+    axis = (q[:, None] - k[None, :]).abs()  # (R', R): |a stride - c|
+    rows = axis[:, None, :, None] * (side * stride + side)  # a vs c, scaled past any column code
+    codes = (rows + axis[None, :, None, :]).reshape(-1)  # (R'^2 * R^2,), query-major, row-major
+    unique, inverse = torch.unique(codes, return_inverse=True)
+    first = torch.full((unique.numel(),), codes.numel(), dtype=torch.int64)
+    first = first.scatter_reduce(0, inverse, torch.arange(codes.numel()), "amin")
+    rank = torch.empty_like(first)
+    rank[torch.argsort(first)] = torch.arange(unique.numel())
+    return rank[inverse].view(out * out, side * side).to(device)
+
+
 def sequence_index(spec: RelativeIndexSpec, device: torch.device | str = "cpu") -> torch.Tensor:
     """Shaw's or SpeechT5's clipped index (Q, K) int64 for a canonical spec.
 
@@ -357,6 +480,8 @@ def sequence_index(spec: RelativeIndexSpec, device: torch.device | str = "cpu") 
 
 def relative_index(spec: RelativeIndexSpec, device: torch.device | str = "cpu") -> torch.Tensor:
     """The `index` table of a canonical spec (module docstring)."""
+    if spec.scheme == "levit":
+        return levit_index(spec.window()[0], spec.stride or 1, device)
     if spec.scheme in WINDOW_SCHEMES:
         wh, ww = spec.window()
         if spec.scheme == "beit":
@@ -368,7 +493,8 @@ def relative_index(spec: RelativeIndexSpec, device: torch.device | str = "cpu") 
 @register_family(
     "relative_index",
     RelativeIndexSpec,
-    "Swin/BEiT windowed and Shaw/SpeechT5 clipped relative indices and their learned bias",
+    "Swin/BEiT/Swin V2 windowed, LeViT offset and Shaw/SpeechT5 clipped relative indices and their "
+    "learned bias",
 )
 def compute_relative_index(
     spec: RelativeIndexSpec, device: torch.device
@@ -381,6 +507,9 @@ def compute_relative_index(
     never bound raises `UnknownTableError`."""
     index = relative_index(spec, device)
     tensors = {"index": index}
+    if spec.scheme == "swinv2":
+        wh, ww = spec.window()
+        tensors["coords"] = swinv2_coords(wh, ww, spec.pretrained_window_size).to(device)
     if spec.named_table_shape() is not None:
         table = spec.require_bound().tensor.to(device)  # (num_relative_distance, H) float32
         heads = table.shape[1]

@@ -18,8 +18,28 @@ every field can also be set directly (explicit fields override the convention):
 | marian           | 0     | sin_cos     | extra_sin | float64 | HF Marian `create_weight`      |
 | diffusers        | 1     | sin_cos     | zero_pad  | float32 | `get_timestep_embedding`       |
 | guided_diffusion | 0     | cos_sin     | zero_pad  | float32 | `nn.timestep_embedding`        |
+| espnet           | 0     | interleaved | error     | float32 | ESPnet `RelPositionalEncoding` |
+| ctrl             | 0     | sin_cos     | extra_sin | f32 pow | HF CTRL `positional_encoding`  |
+| transformer_xl   | 0     | sin_cos     | error     | f32 pow | HF XLNet `positional_embedding`|
+| parakeet         | 0     | interleaved | error     | f32 pow | HF Parakeet rel. positions     |
 
-All use base 10000, scale 1, position_offset 0; only fairseq sets padding_idx (1).
+All use base 10000, scale 1, position_offset 0; only fairseq sets padding_idx (1). `espnet` is
+the vaswani point under the name of its relative-position users (transformers'
+`FastSpeech2ConformerRelPositionalEncoding`, `Wav2Vec2ConformerRelPositionalEmbedding`,
+`SeamlessM4TConformerRelPositionalEmbedding`: `exp(2k * -(ln 10000 / dim))`, sin at even columns).
+
+`frequencies` picks the float32 rule for the inverse frequencies: `exp` (the default; fairseq's
+`exp(k * -(ln(base) / den))`) or `pow` (`1 / base ** (k / den)`, transformers' RoPE init order,
+which `ctrl` (`1 / torch.pow(10000, 2 * (i // 2) / d)`), `transformer_xl` (XLNet's
+`1 / torch.pow(10000, arange(0, d, 2) / d)`) and `parakeet` (`1.0 / (10000 ** (arange(0, d, 2) /
+d))`) use; the two differ by an ulp on some frequencies). `position_step` -1 lays the rows out
+descending, positions `position_offset - r`: the relative distances of Transformer-XL style
+encoders, whose row r is the distance L - 1 - r (`parakeet`, `espnet`: offset L - 1 and 2L - 1
+rows for an input of L; XLNet: offset klen, klen + qlen rows).
+
+`standardize: "patchtst"` then centres the whole table on its mean and divides it by 10 times its
+(unbiased) standard deviation, as PatchTST's `PatchTSTPositionalEncoding._init_pe` does to its
+espnet table (the reductions run on the CPU, in the reference's order).
 
 Rows are positions `position_offset + r` for r < max_positions, or the explicit (possibly
 fractional) `positions` (diffusers timesteps). `padding_idx` is a position id whose row is all
@@ -70,10 +90,15 @@ Convention = Literal[
     "marian",
     "diffusers",
     "guided_diffusion",
+    "espnet",
+    "ctrl",
+    "transformer_xl",
+    "parakeet",
 ]
 Layout = Literal["interleaved", "sin_cos", "cos_sin"]
 OddDim = Literal["error", "zero_pad", "extra_sin"]
 ComputeDtype = Literal["float32", "float64"]
+Frequencies = Literal["exp", "pow"]
 FloatDtype = Literal["float32", "float16", "bfloat16"]
 
 _COMMON: dict[str, Any] = {
@@ -82,6 +107,7 @@ _COMMON: dict[str, Any] = {
     "position_offset": 0,
     "padding_idx": None,
     "dtype": "float32",
+    "frequencies": "exp",
 }
 
 CONVENTIONS: dict[str, dict[str, Any]] = {
@@ -142,6 +168,46 @@ CONVENTIONS: dict[str, dict[str, Any]] = {
         "odd_dim": "zero_pad",
         "compute_dtype": "float32",
     },
+    # ESPnet RelPositionalEncoding (transformers' FastSpeech2-Conformer, wav2vec2-Conformer and
+    # SeamlessM4T conformer copies): div_term = exp(arange(0, d, 2) * -(ln 10000 / d)), pe[:, 0::2]
+    # = sin, pe[:, 1::2] = cos (the vaswani point; its rows are relative distances, descending).
+    "espnet": {
+        **_COMMON,
+        "freq_shift": 0.0,
+        "layout": "interleaved",
+        "odd_dim": "error",
+        "compute_dtype": "float32",
+    },
+    # CTRL positional_encoding: angle_rates = 1 / torch.pow(10000, 2 * (i // 2) / d) per column
+    # i, cat([sin(even columns), cos(odd columns)]): an odd d has one more sin column.
+    "ctrl": {
+        **_COMMON,
+        "freq_shift": 0.0,
+        "layout": "sin_cos",
+        "odd_dim": "extra_sin",
+        "compute_dtype": "float32",
+        "frequencies": "pow",
+    },
+    # Transformer-XL / XLNet positional_embedding: inv_freq = 1 / torch.pow(10000, arange(0, d,
+    # 2) / d), cat([sin, cos]) of the relative distances (descending rows).
+    "transformer_xl": {
+        **_COMMON,
+        "freq_shift": 0.0,
+        "layout": "sin_cos",
+        "odd_dim": "error",
+        "compute_dtype": "float32",
+        "frequencies": "pow",
+    },
+    # Parakeet / Nemotron ASR EncoderRelPositionalEncoding: inv_freq = 1.0 / (10000 ** (arange(0,
+    # d, 2) / d)), stack([sin, cos], -1) flattened (interleaved) of the distances L-1..-(L-1).
+    "parakeet": {
+        **_COMMON,
+        "freq_shift": 0.0,
+        "layout": "interleaved",
+        "odd_dim": "error",
+        "compute_dtype": "float32",
+        "frequencies": "pow",
+    },
 }
 
 
@@ -174,6 +240,7 @@ _CONVENTION_FIELDS = (
     "compute_dtype",
     "scale",
     "dtype",
+    "frequencies",
 )
 
 
@@ -201,6 +268,9 @@ class SinusoidalSpec(SpecBase):
     compute_dtype: ComputeDtype | None = None
     scale: float | None = None
     dtype: FloatDtype | None = None
+    frequencies: Frequencies | None = None
+    position_step: Literal[1, -1] | None = None
+    standardize: Literal["patchtst"] | None = None
 
     def _get(self, name: str) -> Any:
         value = getattr(self, name)
@@ -232,9 +302,26 @@ class SinusoidalSpec(SpecBase):
                     self.position_offset,
                 )
             )
+        if self.positions is not None and self.position_step not in (None, 1):
+            problems.append(
+                (
+                    "position_step",
+                    "applies to max_positions rows only; order the explicit positions instead",
+                    self.position_step,
+                )
+            )
         if self.max_positions is not None:
             offset = self._get("position_offset") or 0
-            if offset + self.max_positions - 1 > MAX_POSITION_VALUE:
+            if self.position_step == -1 and offset - (self.max_positions - 1) < -MAX_POSITION_VALUE:
+                problems.append(
+                    (
+                        "position_offset",
+                        f"position_offset - (max_positions - 1) must be >= "
+                        f"{-int(MAX_POSITION_VALUE)}",
+                        offset,
+                    )
+                )
+            elif self.position_step != -1 and offset + self.max_positions - 1 > MAX_POSITION_VALUE:
                 problems.append(
                     (
                         "position_offset",
@@ -286,8 +373,12 @@ class SinusoidalSpec(SpecBase):
             values["base"], values["freq_shift"] = 10000.0, 0.0
         if self.dim % 2 == 0:
             values["odd_dim"] = None
+        if values["compute_dtype"] == "float64" or self.num_frequencies() == 1:
+            # float64 is Marian's order (`position / base ** (k / den)`) under either rule.
+            values["frequencies"] = "exp"
         positions = self.positions
         max_positions = self.max_positions
+        step = -1 if self.position_step == -1 and (max_positions or 0) > 1 else 1
         if positions is not None:
             if values["compute_dtype"] == "float32":
                 # The reference converts timesteps with `.float()`: equal fp32 values, equal tables.
@@ -305,15 +396,19 @@ class SinusoidalSpec(SpecBase):
                 covered = any(p == pad for p in positions)
             else:
                 offset = values["position_offset"]
-                covered = offset <= pad < offset + int(max_positions or 0)
+                covered = 0 <= (pad - offset) * step < int(max_positions or 0)
             if not covered:
                 values["padding_idx"] = None
+        # The defaults are left out of the canonical form (the keys of specs without them).
+        if values["frequencies"] == "exp":
+            values["frequencies"] = None
         return self.model_copy(
             update={
                 **values,
                 "max_positions": max_positions,
                 "positions": positions,
                 "convention": None,
+                "position_step": None if step == 1 else step,
             }
         )
 
@@ -333,7 +428,9 @@ def sinusoidal_angles(spec: SinusoidalSpec, device: torch.device) -> torch.Tenso
     """Angles (P, n) for a canonical spec, n = `num_frequencies()`, in its compute dtype.
 
     float32 follows fairseq/Whisper `get_embedding`: `exp(k * -(ln(base) / den))` with the scalar
-    computed in Python float and rounded to fp32, then `position.float() * inv`. float64 follows
+    computed in Python float and rounded to fp32, then `position.float() * inv`; with
+    `frequencies: pow`, `inv = 1.0 / (base ** (k.float() / den))` (CTRL, XLNet, Parakeet: the
+    RoPE init order). float64 follows
     Marian/XLM `create_weight`: `position / base ** (k / den)`. `scale` multiplies the angle as in
     diffusers (`emb = scale * emb`).
     """
@@ -344,7 +441,14 @@ def sinusoidal_angles(spec: SinusoidalSpec, device: torch.device) -> torch.Tenso
     # The frequencies (n,) are computed on the CPU and moved: CUDA's pow/exp differ by an ulp on
     # some elements, which the angles multiply by the position (rope.compute.rope_inv_freq).
     k = torch.arange(n, dtype=torch.int64)
-    if spec.compute_dtype == "float64":
+    if spec.compute_dtype == "float32" and spec.frequencies == "pow":
+        # transformers' RoPE init order: 1.0 / (base ** (arange(0, d, 2).float() / d)); k / den
+        # rounds the same real number as 2k / d (den = d / 2 for freq_shift 0).
+        dt = torch.float32
+        inv = (1.0 / (base ** (k.to(dt) / den)) if n > 1 else torch.ones(1, dtype=dt)).to(device)
+        pos = _positions(spec, dt, device)
+        angles = pos[:, None] * inv[None, :]
+    elif spec.compute_dtype == "float64":
         dt = torch.float64
         exponent = k.to(dt) / den if n > 1 else k.to(dt)
         pos = _positions(spec, dt, device)
@@ -365,6 +469,9 @@ def _positions(spec: SinusoidalSpec, dtype: torch.dtype, device: torch.device) -
         return torch.tensor(spec.positions, dtype=torch.float64, device=device).to(dtype)
     start = int(spec.position_offset or 0)
     rows = int(spec.max_positions or 0)
+    if spec.position_step == -1:
+        stop = start - rows
+        return torch.arange(start, stop, -1, dtype=torch.int64, device=device).to(dtype)
     return torch.arange(start, start + rows, dtype=torch.int64, device=device).to(dtype)
 
 
@@ -398,11 +505,21 @@ def arrange(spec: SinusoidalSpec, angles: torch.Tensor) -> torch.Tensor:
 def _zero_padding_rows(spec: SinusoidalSpec, table: torch.Tensor) -> None:
     """Zero the rows whose position is `padding_idx` (fairseq), in place."""
     if spec.positions is None:
-        # canonical specs keep padding_idx only when it falls in offset .. offset + P - 1
-        table[int(spec.padding_idx or 0) - int(spec.position_offset or 0)] = 0.0
+        # canonical specs keep padding_idx only when it falls among the rows' positions
+        step = -1 if spec.position_step == -1 else 1
+        table[(int(spec.padding_idx or 0) - int(spec.position_offset or 0)) * step] = 0.0
         return
     pos = _positions(spec, torch.float64, table.device)
     table.masked_fill_(pos.eq(int(spec.padding_idx or 0))[:, None], 0.0)
+
+
+def _patchtst_standardized(table: torch.Tensor) -> torch.Tensor:
+    """PatchTST `PatchTSTPositionalEncoding._init_pe` ('sincos'): `t = t - t.mean(); t = t /
+    (t.std() * 10)` over the whole table (torch's unbiased std), on the CPU: the reductions'
+    summation order is the CPU kernels' there, which the reference's table is built with."""
+    cpu = table.cpu()
+    centred = cpu - cpu.mean()
+    return (centred / (centred.std() * 10)).to(table.device)
 
 
 @register_family(
@@ -417,6 +534,8 @@ def compute_sinusoidal(
     table = arrange(spec, sinusoidal_angles(spec, device))
     if spec.padding_idx is not None:
         _zero_padding_rows(spec, table)
+    if spec.standardize == "patchtst":
+        table = _patchtst_standardized(table)
     embedding = table.to(DTYPES[str(spec.dtype)])
     facts = {"num_frequencies": spec.num_frequencies(), "freq_denominator": spec.denominator()}
     return {"embedding": embedding}, facts

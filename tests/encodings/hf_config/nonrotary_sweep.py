@@ -53,6 +53,8 @@ MARKERS: dict[str, tuple[str, ...]] = {
         "EncoderRelPositionalEncoding",  # Parakeet, Nemotron ASR
         "ConformerRelPositionalEncoding",  # FastSpeech2-Conformer
         "class PatchTSTPositionalEncoding",  # normalised sincos
+        "ConformerRelPositionalEmbedding",  # wav2vec2-Conformer, SeamlessM4T (ESPnet)
+        "class Gemma4AudioRelPositionalEncoding",  # Gemma 4's audio encoder
     ),
     "sinusoidal_2d": (
         "SinePositionEmbedding",
@@ -105,6 +107,145 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
             "decoder_num_attention_heads": 5,
         },
     ),
+    # google/gemma-4-E2B, -E4B: an audio encoder (audio_config; the class default is None).
+    "gemma4+audio": ("gemma4", {"audio_config": {"model_type": "gemma4_audio"}}),
+    # ibm-granite/granite-timeseries-patchtst sizes (context 512, patches of 12 every 12), with the
+    # class token on (its extra first row).
+    "patchtst+size": (
+        "patchtst",
+        {"context_length": 512, "patch_length": 12, "patch_stride": 12, "use_cls_token": True},
+    ),
+    # Released sizes whose tables differ from the class default's (head counts, widths,
+    # windows, grids), each as its checkpoint's config.json sets them.
+    # bigscience/bloom (112 heads: not a power of two), bloom-7b1, bloom-560m.
+    "bloom+176b": ("bloom", {"n_head": 112, "hidden_size": 14336, "n_layer": 70}),
+    "bloom+7b1": ("bloom", {"n_head": 32, "hidden_size": 4096, "n_layer": 30}),
+    "bloom+560m": ("bloom", {"n_head": 16, "hidden_size": 1024, "n_layer": 24}),
+    # mosaicml/mpt-7b, mpt-30b.
+    "mpt+7b": ("mpt", {"d_model": 4096, "n_heads": 32, "n_layers": 32}),
+    "mpt+30b": ("mpt", {"d_model": 7168, "n_heads": 64, "n_layers": 48, "max_seq_len": 8192}),
+    # tiiuae/falcon-rw-7b: 64 heads of 64.
+    "falcon+rw-7b": (
+        "falcon",
+        {"alibi": True, "hidden_size": 4096, "num_attention_heads": 64, "num_hidden_layers": 36},
+    ),
+    # openai/whisper-tiny, whisper-large-v3.
+    "whisper+tiny": (
+        "whisper",
+        {"d_model": 384, "encoder_attention_heads": 6, "decoder_attention_heads": 6},
+    ),
+    "whisper+large-v3": (
+        "whisper",
+        {
+            "d_model": 1280,
+            "encoder_attention_heads": 20,
+            "decoder_attention_heads": 20,
+            "num_mel_bins": 128,
+        },
+    ),
+    # xlnet/xlnet-base-cased.
+    "xlnet+base": ("xlnet", {"d_model": 768, "n_head": 12, "n_layer": 12, "d_inner": 3072}),
+    # microsoft/swin-base-patch4-window12-384: window 12.
+    "swin+window12": (
+        "swin",
+        {
+            "image_size": 384,
+            "window_size": 12,
+            "embed_dim": 128,
+            "depths": [2, 2, 18, 2],
+            "num_heads": [4, 8, 16, 32],
+        },
+    ),
+    # microsoft/beit-large-patch16-512: a 32 x 32 grid with relative position bias.
+    "beit+large": (
+        "beit",
+        {
+            "use_relative_position_bias": True,
+            "image_size": 512,
+            "hidden_size": 1024,
+            "num_attention_heads": 16,
+            "num_hidden_layers": 24,
+            "intermediate_size": 4096,
+        },
+    ),
+    # facebook/vit-mae-large, vit-mae-huge (patch 14).
+    "vit_mae+large": (
+        "vit_mae",
+        {"hidden_size": 1024, "num_attention_heads": 16, "intermediate_size": 4096},
+    ),
+    "vit_mae+huge": (
+        "vit_mae",
+        {
+            "hidden_size": 1280,
+            "num_attention_heads": 16,
+            "intermediate_size": 5120,
+            "patch_size": 14,
+        },
+    ),
+    # Helsinki-NLP/opus-mt-en-de: d_model 512, 512 positions.
+    "marian+opus-mt": (
+        "marian",
+        {
+            "d_model": 512,
+            "max_position_embeddings": 512,
+            "encoder_attention_heads": 8,
+            "decoder_attention_heads": 8,
+            "encoder_ffn_dim": 2048,
+            "decoder_ffn_dim": 2048,
+        },
+    ),
+    # naver-clova-ix/donut-base's encoder: window 10 over a 2560 x 1920 page.
+    "donut-swin+base": (
+        "donut-swin",
+        {
+            "image_size": [2560, 1920],
+            "window_size": 10,
+            "embed_dim": 128,
+            "depths": [2, 2, 14, 2],
+            "num_heads": [4, 8, 16, 32],
+        },
+    ),
+    # MCG-NJU/videomae-large.
+    "videomae+large": (
+        "videomae",
+        {
+            "hidden_size": 1024,
+            "num_attention_heads": 16,
+            "intermediate_size": 4096,
+            "decoder_hidden_size": 512,
+            "decoder_num_attention_heads": 8,
+            "decoder_intermediate_size": 2048,
+        },
+    ),
+    # google/pegasus-x-base: d_model 768.
+    "pegasus_x+base": (
+        "pegasus_x",
+        {
+            "d_model": 768,
+            "encoder_attention_heads": 12,
+            "decoder_attention_heads": 12,
+            "encoder_ffn_dim": 3072,
+            "decoder_ffn_dim": 3072,
+        },
+    ),
+    # facebook/musicgen-large's decoder: hidden 2048.
+    "musicgen_decoder+large": (
+        "musicgen_decoder",
+        {"hidden_size": 2048, "num_attention_heads": 32, "ffn_dim": 8192},
+    ),
+    # microsoft/swinv2-base-patch4-window12to16-192to256-22kto1k-ft: window 16 at 256 px,
+    # fine-tuned from windows of 12 (the last stage's 8 from 6).
+    "swinv2+window16": (
+        "swinv2",
+        {
+            "image_size": 256,
+            "window_size": 16,
+            "pretrained_window_sizes": [12, 12, 12, 6],
+            "embed_dim": 128,
+            "depths": [2, 2, 18, 2],
+            "num_heads": [4, 8, 16, 32],
+        },
+    ),
     # Time-series checkpoints set prediction_length (the class default is None).
     **{
         f"{t}+prediction_length": (t, {"prediction_length": 24})
@@ -118,6 +259,9 @@ ALTERNATIVES: dict[str, str] = {
     "swin+absolute": "learned",  # the learned table next to the index
     # The text sub-config of a multimodal model: its 2-D table is the vision tower's.
     "granite_docling_text": "rope",
+    # Gemma 4: the text model's rotary, the vision tower's 2-D rotary (issue 17's sweeps).
+    **dict.fromkeys(("gemma4", "gemma4+audio", "gemma4_text"), "rope"),
+    "gemma4_vision": "vision_rope",
 }
 """case -> a family the config chooses instead of (or beside) the marked one."""
 
@@ -136,13 +280,16 @@ NOT_SERVED: dict[str, dict[str, str]] = {
     "granite_docling": {"vision_config": "learned position_embedding"},
     "granite_docling_vision": {"position_embedding": "learned position_embedding"},
     "kosmos-2": {"vision_config": "vision model"},
+    "sam2": {"prompt_encoder_config": "random Fourier", "backbone_config": "Hiera"},
+    "sam2_vision_model": {"backbone_config": "Hiera"},
+    "edgetam": {"prompt_encoder_config": "random Fourier"},
     "kosmos-2.5": {"vision_config": "row/column"},
     "pix2struct": {"vision_config": "row/column"},
     "tipsv2": {"vision_config": "learned positions"},
     "clap": {"text_config": "learned absolute position embeddings"},
     "aimv2+native": {"text_config": "learned absolute position embeddings"},
-    "seamless_m4t": {"speech_encoder": "Transformer-XL"},
     "speecht5": {"speech_encoder_conv_positions": "pos_conv_embed"},
+    "wav2vec2-conformer": {"conv_positions": "pos_conv_embed"},
     "seamless_m4t_v2": {"speech_encoder": "distance_embedding"},
     "omdet-turbo": {
         "text_config": "learned absolute position embeddings",
@@ -188,6 +335,13 @@ EXCLUDED: dict[str, dict[str, str]] = {
     "granite_docling_text": {
         "sinusoidal_2d": "the text sub-config alone: the 2-D tables are the vision connector's "
         "(granite_docling, granite_docling_vision serve them)"
+    },
+    **{
+        t: {
+            "sinusoidal": "Gemma4AudioRelPositionalEncoding is the audio encoder's "
+            "(modeling_gemma4.py): this config has none (gemma4_audio, gemma4+audio serve it)"
+        }
+        for t in ("gemma4", "gemma4_text", "gemma4_vision")
     },
     "maskformer-swin": {
         "sinusoidal_2d": "MaskFormer's pixel-decoder sine table (modeling_maskformer.py): this "
@@ -462,6 +616,14 @@ def _sinusoidal(model_type: str, cfg: Any, named: NamedSpec) -> Pair:
     elif model_type in ("tipsv2", "tipsv2_text_model"):
         text = getattr(cfg, "text_config", cfg)
         theirs = mod.Tipsv2SinusoidalPositionalEmbedding(text).weights
+    elif model_type == "wav2vec2-conformer" or role == "speech_encoder":
+        # <Model>ConformerRelPositionalEmbedding(config).pe: the module's whole buffer.
+        cls = next(
+            getattr(mod, n)
+            for n in sorted(dir(mod))
+            if n.endswith("ConformerRelPositionalEmbedding")
+        )
+        theirs = cls(cfg).pe[0]
     elif model_type in ("seamless_m4t", "seamless_m4t_v2"):
         cls = next(
             getattr(mod, n) for n in sorted(dir(mod)) if n.endswith("SinusoidalPositionalEmbedding")
@@ -498,6 +660,31 @@ def _sinusoidal(model_type: str, cfg: Any, named: NamedSpec) -> Pair:
         model = mod.VideoMAEForPreTraining(_rebuilt(model_type, cfg, small))
         encoder = model.videomae.embeddings.position_embeddings
         theirs = (encoder if role == "encoder" else model.position_embeddings)[0]
+    elif model_type == "ctrl":
+        theirs = mod.positional_encoding(cfg.n_positions, cfg.n_embd, torch.float)
+    elif model_type == "xlnet":
+        # XLNetModel.relative_positional_encoding(qlen, klen) without memory, batch axis dropped.
+        qlen = named.spec.model_dump()["position_offset"]
+        model = mod.XLNetModel(_rebuilt(model_type, cfg, {"n_layer": 1, "vocab_size": 32}))
+        theirs = model.relative_positional_encoding(qlen, qlen)[:, 0]
+    elif model_type in PARAKEET:
+        # <Encoder>RelPositionalEncoding(encoder config) on an input of L frames.
+        encoder = getattr(cfg, "encoder_config", cfg)
+        module = getattr(mod, PARAKEET[model_type])(encoder)
+        length = encoder.max_position_embeddings
+        theirs = module(torch.zeros(1, length, 1))[0]
+    elif model_type in ("fastspeech2_conformer", "fastspeech2_conformer_with_hifigan"):
+        model_cfg = getattr(cfg, "model_config", cfg)
+        module = mod.FastSpeech2ConformerRelPositionalEncoding(model_cfg, model_cfg.encoder_config)
+        theirs = module.pos_enc[0]
+    elif model_type in ("gemma4", "gemma4_audio"):
+        audio = getattr(cfg, "audio_config", None) or cfg
+        theirs = mod.Gemma4AudioRelPositionalEncoding(audio)(torch.zeros(1, 1, 1))[0]
+    elif model_type == "patchtst":
+        patches = (max(cfg.context_length, cfg.patch_length) - cfg.patch_length) // (
+            cfg.patch_stride
+        ) + 1
+        theirs = mod.PatchTSTPositionalEncoding(cfg, patches).position_enc.detach()
     elif model_type == "fsmt":
         pad = cfg.pad_token_id
         rows = cfg.max_position_embeddings + pad + 1
@@ -509,6 +696,19 @@ def _sinusoidal(model_type: str, cfg: Any, named: NamedSpec) -> Pair:
     else:
         raise AssertionError(f"{model_type}: resolved a sinusoidal table no reference checks")
     return ours, theirs
+
+
+PARAKEET: dict[str, str] = {
+    **dict.fromkeys(
+        ("parakeet_encoder", "parakeet_ctc", "parakeet_rnnt", "parakeet_tdt"),
+        "ParakeetEncoderRelPositionalEncoding",
+    ),
+    **dict.fromkeys(
+        ("nemotron_asr_streaming", "nemotron_asr_streaming_encoder"),
+        "NemotronAsrStreamingEncoderRelPositionalEncoding",
+    ),
+}
+"""Parakeet-family model types -> their relative-position module."""
 
 
 def _relative_index(model_type: str, cfg: Any, named: NamedSpec) -> Pair:
@@ -539,6 +739,37 @@ def _relative_index(model_type: str, cfg: Any, named: NamedSpec) -> Pair:
         grid = (cfg.image_size // cfg.patch_size,) * 2
         bias = mod.Data2VecVisionRelativePositionBias(cfg, window_size=grid)
         return ours, bias.generate_relative_position_index(grid)
+    if model_type in ("swinv2", "swin2sr"):
+        # The model as built (one layer per stage): every self-attention's index and coords table
+        # of this window, as one exact float64 vector (int64 index values, float32 coordinates).
+        small = {"depths": [1] * len(cfg.depths)} if model_type == "swinv2" else {"depths": [1]}
+        cls = "Swinv2Model" if model_type == "swinv2" else "Swin2SRModel"
+        model = getattr(mod, cls)(_rebuilt(model_type, cfg, small))
+        tables = compute(named.spec).tensors
+        mine = torch.cat([ours.double().flatten(), tables["coords"].double().flatten()])
+        built = [
+            torch.cat(
+                [
+                    m.relative_position_index.double().flatten(),
+                    m.relative_coords_table.double().flatten(),
+                ]
+            )
+            for m in model.modules()
+            if hasattr(m, "relative_coords_table") and m.relative_position_index.shape == ours.shape
+        ]
+        assert built, named.name
+        assert all(torch.equal(b, built[0]) for b in built), named.name
+        return mine, built[0]
+    if model_type == "levit":
+        # LevitEncoder as built: every attention_bias_idxs of the index's shape (all equal).
+        encoder = mod.LevitEncoder(_rebuilt(model_type, cfg, {}))
+        built = [
+            m.attention_bias_idxs for m in encoder.modules() if hasattr(m, "attention_bias_idxs")
+        ]
+        same_shape = [b for b in built if b.shape == ours.shape]
+        assert same_shape, named.name
+        assert all(torch.equal(b, same_shape[0]) for b in same_shape), named.name
+        return ours, same_shape[0]
     if model_type == "speecht5":
         # SpeechT5RelativePositionalEncoding itself, its pe_k rows holding their own numbers: the
         # output is the index each (query, key) pair reads.
@@ -611,6 +842,15 @@ def _sinusoidal_2d(model_type: str, cfg: Any, named: NamedSpec) -> Pair:
         module = cls(cfg.d_model // 2, normalize=True)
         shape = torch.Size((1, cfg.d_model, size["height"], size["width"]))
         return ours, module(shape=shape, device="cpu", dtype=torch.float32, mask=mask)[0]
+    if model_type in ("sam2", "sam2_vision_model", "edgetam", "edgetam_vision_model"):
+        # <Model>VisionNeck's module on the level's feature map (no mask), float32.
+        vision = getattr(cfg, "vision_config", cfg)
+        mod = _modeling(model_type)
+        cls = next(getattr(mod, n) for n in sorted(dir(mod)) if n.endswith("SinePositionEmbedding"))
+        module = cls(num_position_features=vision.fpn_hidden_size // 2, normalize=True)
+        height, width = vision.backbone_feature_sizes[int(named.name[-1])]
+        shape = torch.Size((1, vision.fpn_hidden_size, height, width))
+        return ours, module(shape, "cpu", torch.float32)[0]
     if model_type in ("aimv2", "aimv2_vision_model"):
         # Aimv2VisionEmbeddings.forward on the config's image size: the builder, halves swapped.
         vision = getattr(cfg, "vision_config", cfg)
@@ -662,6 +902,84 @@ def _rtol(spec: Any) -> float:
 
 # ---------------------------------------------------------------------------------------------
 # docs/models.md: the non-rotary section
+
+FAMILY_SOURCES: tuple[tuple[str, str, str], ...] = (
+    (
+        "`alibi`",
+        "BLOOM, MPT, Falcon (`alibi: true`)",
+        "`modeling_bloom.build_alibi_tensor`, "
+        "`modeling_mpt.build_mpt_alibi_tensor`, `modeling_falcon.build_alibi_tensor` (bfloat16 "
+        "slopes and products: `slope_rounding`, `bias_rounding`)",
+    ),
+    (
+        "`t5_bias`",
+        "T5, mT5, UMT5, LongT5, Switch, Pop2Piano, Pix2Struct, MPNet, ProphetNet, LayoutLMv2/v3",
+        "`T5Attention._relative_position_bucket` and each model's copy "
+        "(`compute_all_stream_relative_buckets`, `MPNetEncoder.relative_position_bucket`, the "
+        "LayoutLM encoders' 1-D `rel_pos_bias` lookup)",
+    ),
+    (
+        "`sinusoidal` fairseq / marian / whisper / vaswani",
+        "M2M100, NLLB-MoE, XGLM, FSMT, "
+        "Speech2Text, TrOCR, SpeechT5, SeamlessM4T text, Marian, PEGASUS(-X), time series, "
+        "Whisper, MusicGen, Kosmos-2(.5), TIPSv2, XLM / FlauBERT / DistilBERT, VideoMAE",
+        "each model's `*SinusoidalPositionalEmbedding` / `create_weight` / `sinusoids` / "
+        "`create_sinusoidal_embeddings` / `get_sinusoid_encoding_table`",
+    ),
+    ("`sinusoidal` ctrl", "CTRL", "`modeling_ctrl.positional_encoding` (`frequencies: pow`)"),
+    (
+        "`sinusoidal` transformer_xl, descending rows",
+        "XLNet",
+        "`XLNetModel.relative_positional_encoding` (`position_step: -1`)",
+    ),
+    (
+        "`sinusoidal` parakeet, descending rows",
+        "Parakeet (encoder, CTC, RNN-T, TDT), Nemotron ASR streaming",
+        "`ParakeetEncoderRelPositionalEncoding`, "
+        "`NemotronAsrStreamingEncoderRelPositionalEncoding`",
+    ),
+    (
+        "`sinusoidal` espnet, descending rows",
+        "FastSpeech2-Conformer, wav2vec2-Conformer, SeamlessM4T speech encoder",
+        "`FastSpeech2ConformerRelPositionalEncoding.pos_enc`, "
+        "`Wav2Vec2ConformerRelPositionalEmbedding.pe`, "
+        "`SeamlessM4TConformerRelPositionalEmbedding.pe`",
+    ),
+    (
+        "`sinusoidal` tensor2tensor, descending rows",
+        "Gemma 4 audio encoder",
+        "`Gemma4AudioRelPositionalEncoding`",
+    ),
+    (
+        "`sinusoidal` espnet, `standardize: patchtst`",
+        "PatchTST",
+        "`PatchTSTPositionalEncoding._init_pe` ('sincos')",
+    ),
+    (
+        "`sinusoidal_2d` detr",
+        "DETR family, Mask2Former, MaskFormer, OneFormer, DAB-DETR, "
+        "Grounding DINO, RT-DETR family, OmDet-Turbo, SAM 2 / EdgeTAM necks",
+        "each model's `*SinePositionEmbedding` / `build_2d_sincos_position_embedding`",
+    ),
+    (
+        "`sinusoidal_2d` mae / timm",
+        "ViTMAE, AIMv2 (native), granite_docling",
+        "`build_2d_sinusoidal_position_embedding`, `GraniteDoclingPositionEmbedding`",
+    ),
+    (
+        "`relative_index` swin / beit",
+        "Swin, Donut, MaskFormer-Swin, CLAP audio, BEiT, data2vec-vision",
+        "`relative_position_index` of each model's window attention",
+    ),
+    (
+        "`relative_index` levit",
+        "LeViT",
+        "`LevitAttention` / `LevitAttentionSubsample.attention_bias_idxs`",
+    ),
+    ("`relative_index` speecht5", "SpeechT5 encoder", "`SpeechT5RelativePositionalEncoding`"),
+)
+"""(posenc family and convention, the model types served with it, the reference code their
+tables are compared with): docs/models.md's table of families and sources."""
 
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "models.md"
 HEADING = "## Non-rotary model types"
@@ -729,6 +1047,12 @@ def render(results: dict[str, tuple[str, str, list[str]]]) -> str:
         f"Cases: {len(results)}; "
         + ", ".join(f"{k} {counts[k]}" for k in order if k in counts)
         + ".",
+        "",
+        "Families and their sources:",
+        "",
+        "| posenc family | served for | compared with (transformers " + version + ") |",
+        "|---|---|---|",
+        *(f"| {family} | {models} | {source} |" for family, models, source in FAMILY_SOURCES),
         "",
         "| case | families | served tables | status | reason / parts not served "
         "| verified against |",

@@ -101,6 +101,9 @@ class SinusoidalOptions(TypedDict, total=False):
     compute_dtype: str | None
     scale: float | None
     dtype: str | None
+    frequencies: str | None
+    position_step: int | None
+    standardize: str | None
 
 
 class T5BiasOptions(TypedDict, total=False):

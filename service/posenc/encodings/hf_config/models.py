@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 from posenc.encodings.config_values import check_number, fail
 from posenc.encodings.errors import ConfigError, FieldProblem
-from posenc.encodings.hf_config import mrope, text, unmapped, vision, vision_rope
+from posenc.encodings.hf_config import audio, mrope, text, unmapped, vision, vision_rope
 from posenc.encodings.hf_config.classes import config_class
 from posenc.encodings.hf_config.rope import GENERIC_ROPE, RopeModel
 from posenc.encodings.hf_config.view import ConfigView, Entry, head_dim
@@ -689,6 +689,15 @@ MAPPERS: dict[str, Mapper] = {
     "pix2struct_text_model": text.pix2struct_text,
     **dict.fromkeys(("seamless_m4t", "seamless_m4t_v2"), text.seamless_m4t),
     "speecht5": text.speecht5,
+    "ctrl": text.ctrl,
+    "xlnet": text.xlnet,
+    "patchtst": text.patchtst,
+    **dict.fromkeys((*audio.PARAKEET_ENCODERS, *audio.PARAKEET_MODELS), audio.parakeet),
+    **dict.fromkeys(
+        ("fastspeech2_conformer", "fastspeech2_conformer_with_hifigan"), audio.fastspeech2_conformer
+    ),
+    "wav2vec2-conformer": audio.wav2vec2_conformer,
+    "gemma4_audio": audio.gemma4_audio,
     **dict.fromkeys(vision.DETR_MODELS, vision.detr),
     **dict.fromkeys(("mask2former", "oneformer"), vision.mask2former),
     "maskformer": vision.maskformer,
@@ -697,6 +706,9 @@ MAPPERS: dict[str, Mapper] = {
     "granite_docling_vision": vision.granite_docling_vision,
     "aimv2_vision_model": vision.aimv2_vision,
     "donut-swin": vision.swin_copy,
+    "levit": vision.levit,
+    **dict.fromkeys(("swinv2", "swin2sr"), vision.swinv2),
+    **dict.fromkeys(vision.SAM2_NECKS, vision.sam2_neck),
     "maskformer-swin": vision.swin_copy,
     # Vision-only towers with rotary positions: their tables are vision_rope entries.
     **dict.fromkeys(vision_rope.VISION_ONLY, vision_rope.no_text),

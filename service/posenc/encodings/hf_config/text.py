@@ -16,6 +16,7 @@ from typing import Any
 
 from posenc.encodings.config_values import check_number, fail
 from posenc.encodings.errors import FieldProblem
+from posenc.encodings.hf_config import audio
 from posenc.encodings.hf_config.rope import GENERIC_ROPE
 from posenc.encodings.hf_config.view import ConfigView, Entry, head_dim
 
@@ -102,6 +103,72 @@ def xlm_sinusoids(view: ConfigView) -> list[Entry]:
         "checkpoint": "a checkpoint's position_embeddings.weight is loaded over it: this is its "
         "table when training kept the sinusoids frozen (the original XLM and DistilBERT code "
         "set requires_grad=False on them)",
+    }
+    return [Entry("sinusoidal", None, data, notes)]
+
+
+def ctrl(view: ConfigView) -> list[Entry]:
+    """CTRL: `positional_encoding(n_positions, n_embd, torch.float)`, [sin | cos] of pos *
+    1 / torch.pow(10000, 2 * (i // 2) / n_embd) in float32 (the `ctrl` convention)."""
+    data = {
+        "kind": "sinusoidal",
+        "dim": int(view.number("n_embd")),
+        "max_positions": int(view.number("n_positions")),
+        "convention": "ctrl",
+    }
+    notes = {
+        "transformers": "CTRLModel.pos_encoding = positional_encoding(n_positions, n_embd, "
+        "torch.float), cast to the activations' dtype and indexed by position ids; the model "
+        "adds it to the token embeddings scaled by sqrt(n_embd)",
+    }
+    return [Entry("sinusoidal", None, data, notes)]
+
+
+XLNET_DEFAULT_LENGTH = 512
+"""qlen of an XLNet table when the request names none (XLNet's pre-training sequence length)."""
+
+
+def xlnet(view: ConfigView) -> list[Entry]:
+    """XLNet: `XLNetModel.relative_positional_encoding(qlen, klen)`, [sin | cos] of the distances
+    klen .. -qlen + 1 ('bi', the class default) or klen .. 0 ('uni'), inv_freq = 1 /
+    torch.pow(10000, arange(0, d_model, 2) / d_model) in float32 (the `transformer_xl`
+    convention), for qlen = klen = 512 (no memory). `bi_data` (two batch halves, the second
+    with negated distances) and `clamp_len` > 0 (clamped distances) are refused naming the key."""
+    attn = view.get("attn_type", "bi")
+    if attn not in ("bi", "uni"):
+        fail(view.key("attn_type"), "must be 'bi' or 'uni' (XLNet raises otherwise)", attn)
+    if view.get("bi_data", False):
+        fail(
+            view.key("bi_data"),
+            "true: the batch's second half reads the distances negated (-klen .. qlen - 1, "
+            "ascending), a second table per half; not mapped",
+            True,
+        )
+    clamp = view.get("clamp_len", -1)
+    if clamp is not None and clamp > 0:
+        fail(
+            view.key("clamp_len"),
+            "> 0: the distances are clamped to +-clamp_len (rows repeat); not mapped",
+            clamp,
+        )
+    length = XLNET_DEFAULT_LENGTH
+    rows = 2 * length if attn == "bi" else length + 1
+    data = {
+        "kind": "sinusoidal",
+        "dim": int(view.number("d_model")),
+        "max_positions": rows,
+        "position_offset": length,
+        "position_step": -1,
+        "convention": "transformer_xl",
+    }
+    end = "-qlen + 1" if attn == "bi" else "0"
+    notes = {
+        "transformers": f"XLNetModel.relative_positional_encoding(qlen, klen): attn_type {attn!r}, "
+        f"the distances klen .. {end} (descending), cast to the activations' dtype; each layer "
+        "projects it by its learned r (and r_r_bias / r_w_bias), then rel_shift",
+        "rows": f"qlen = klen = {length}, no memory; for qlen tokens after mlen memory tokens "
+        "(klen = mlen + qlen) pass position_offset=klen and max_positions="
+        + ("klen + qlen" if attn == "bi" else "klen + 1"),
     }
     return [Entry("sinusoidal", None, data, notes)]
 
@@ -601,6 +668,46 @@ def time_series(view: ConfigView) -> list[Entry]:
     return [Entry("sinusoidal", None, data, notes)]
 
 
+def patchtst(view: ConfigView) -> list[Entry]:
+    """PatchTST with positional_encoding_type 'sincos' (the class default):
+    `PatchTSTPositionalEncoding._init_pe(config, num_patches)`, the espnet table of d_model over
+    num_patches rows (+ 1 with use_cls_token, row 0 then the class token's), standardised over
+    the whole table (`standardize: "patchtst"`); num_patches = (max(context_length,
+    patch_length) - patch_length) // patch_stride + 1 (`PatchTSTPatchify`). 'random' is a
+    learned table: refused."""
+    kind = view.get("positional_encoding_type", "sincos")
+    if kind != "sincos":
+        fail(
+            view.key("positional_encoding_type"),
+            f"{kind!r}: a randomly initialised, trained table (checkpoint weights), not a "
+            "formula; 'sincos' serves its fixed table",
+            kind,
+        )
+    context = int(view.number("context_length"))
+    patch = int(view.number("patch_length"))
+    stride = int(view.number("patch_stride"))
+    patches = (max(context, patch) - patch) // stride + 1
+    cls = bool(view.get("use_cls_token", False))
+    data = {
+        "kind": "sinusoidal",
+        "dim": int(view.number("d_model")),
+        "max_positions": patches + int(cls),
+        "convention": "espnet",
+        "standardize": "patchtst",
+    }
+    notes = {
+        "transformers": "PatchTSTPositionalEncoding.position_enc (_init_pe, 'sincos'): a "
+        "parameter with requires_grad=False, saved in checkpoints with these values",
+        "rows": f"num_patches = {patches}"
+        + (
+            "; use_cls_token: row 0 is added to the class token, rows 1.. to the patches"
+            if cls
+            else ""
+        ),
+    }
+    return [Entry("sinusoidal", None, data, notes)]
+
+
 def kosmos2_text(view: ConfigView) -> list[Entry]:
     """Kosmos-2's text model (`Kosmos2TextSinusoidalPositionalEmbedding(max_position_embeddings,
     embed_dim, pad_token_id)`, M2M100's module): the fairseq table, offset 2."""
@@ -682,9 +789,11 @@ def seamless_m4t(view: ConfigView) -> list[Entry]:
     """SeamlessM4T (v1 and v2) text and text-to-unit stacks (`SeamlessM4T[v2]
     SinusoidalPositionalEmbedding`, M2M100's fairseq module): the text encoder and decoder share
     one table (max_position_embeddings + 2 rows, hidden_size, pad_token_id), the text-to-unit
-    decoder has its own (t2u_max_position_embeddings + 2 rows, t2u_pad_token_id); the speech
-    encoder's relative positions are listed unserved (`unmapped.LEFT_OUT`)."""
+    decoder has its own (t2u_max_position_embeddings + 2 rows, t2u_pad_token_id); v1's speech
+    encoder adds its relative sinusoids (`_seamless_speech_encoder`), v2's learned relative_key
+    positions are listed unserved (`unmapped.LEFT_OUT`)."""
     prefix = "SeamlessM4Tv2" if view.model_type.endswith("v2") else "SeamlessM4T"
+    speech = [] if prefix.endswith("v2") else _seamless_speech_encoder(view)
     text = _fairseq(
         view,
         int(view.number("max_position_embeddings")) + 2,
@@ -706,7 +815,28 @@ def seamless_m4t(view: ConfigView) -> list[Entry]:
         "t2u_decoder",
         t2u_source,
     )
-    return [text, t2u]
+    return [text, t2u, *speech]
+
+
+def _seamless_speech_encoder(view: ConfigView) -> list[Entry]:
+    """SeamlessM4T (v1)'s conformer speech encoder: 'relative' (the class default) is ESPnet's
+    relative sinusoids (`audio.conformer_relative`); 'rotary' is listed unserved; None has no
+    positions."""
+    kind = view.get("position_embeddings_type")
+    if kind == "relative":
+        module = "SeamlessM4TConformerRelPositionalEmbedding"
+        return [audio.conformer_relative(view, "speech_encoder", module)]
+    if kind == "rotary":
+        problem = FieldProblem(
+            view.key("position_embeddings_type"),
+            "'rotary': the conformer speech encoder's "
+            "SeamlessM4TConformerRotaryPositionalEmbedding "
+            "(hidden_size // speech_encoder_attention_heads wide, rotary_embedding_base, applied "
+            "by its own self-attention) is not mapped",
+            kind,
+        )
+        return [Entry("rope", "speech_encoder", {}, {}, problem=problem)]
+    return []
 
 
 def speecht5(view: ConfigView) -> list[Entry]:

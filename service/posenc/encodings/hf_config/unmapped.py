@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from posenc.encodings.config_values import fail
-from posenc.encodings.hf_config import vision
+from posenc.encodings.hf_config import audio, vision
 from posenc.encodings.hf_config.view import ConfigView, Entry
 
 _SAM = (
@@ -37,18 +37,6 @@ REFUSED: dict[str, str] = {
         }.items()
     },
     **{
-        t: f"the vision neck's sine tables per FPN level ({m}SinePositionEmbedding(fpn_hidden_size "
-        "// 2, normalize=True)) are not mapped yet; the prompt encoder's positions are random "
-        f"Fourier features ({m}PositionalEmbedding.positional_embedding: a Gaussian matrix in "
-        "the checkpoint), not a formula"
-        for t, m in {
-            "sam2": "Sam2",
-            "sam2_vision_model": "Sam2",
-            "edgetam": "EdgeTam",
-            "edgetam_vision_model": "EdgeTam",
-        }.items()
-    },
-    **{
         t: f"random Fourier features ({m}PositionalEmbedding.positional_embedding: a Gaussian "
         "projection matrix in the checkpoint), not a formula"
         for t, m in {"sam2_prompt_encoder": "Sam2", "edgetam_prompt_encoder": "EdgeTam"}.items()
@@ -61,14 +49,6 @@ REFUSED: dict[str, str] = {
     "sam2_hiera_det_model": "learned absolute positions (Sam2HieraDetModel pos_embed and "
     "pos_embed_window: checkpoint weights), not a formula",
     "sam3_lite_text_text_model": "SAM 3 Lite's text encoder: its positions are not mapped",
-    # Relative indices posenc's schemes do not reproduce.
-    "swinv2": "learned continuous position bias: Swinv2SelfAttention feeds the log-spaced "
-    "relative_coords_table through an MLP (continuous_position_bias_mlp: checkpoint weights) and "
-    "16 * sigmoid of its output is the bias; not a table posenc can compute (its window index is "
-    "Swin's)",
-    "swin2sr": "learned continuous position bias: Swin2SRSelfAttention feeds the log-spaced "
-    "relative_coords_table through an MLP (continuous_position_bias_mlp: checkpoint weights); not "
-    "a table posenc can compute",
     "clap_text_model": "learned absolute position embeddings (RoBERTa-like; checkpoint "
     "weights), not a formula",
     "rt_detr_resnet": "a ResNet backbone: no position encoding (RT-DETR's sine tables are "
@@ -77,8 +57,6 @@ REFUSED: dict[str, str] = {
     "checkpoint weights), not a formula",
     "data2vec-text": "learned absolute position embeddings (RoBERTa-like; checkpoint weights), "
     "not a formula",
-    "levit": "per-stage attention offsets (LevitAttention.attention_bias_idxs over the stage's "
-    "resolution, with strided queries in the subsample blocks); not mapped",
     "aimv2_text_model": "learned absolute position embeddings (checkpoint weights), not a formula",
     # T5 buckets with extra parts.
     "udop": "T5 buckets plus 2-D layout biases (RelativePositionBiasHorizontal/Vertical over "
@@ -89,47 +67,12 @@ REFUSED: dict[str, str] = {
     "kosmos_2_vision_model": "learned absolute positions (CLIP vision; checkpoint weights)",
     "kosmos_2_5_vision_model": "learned row/column patch embeddings (checkpoint weights)",
     "speecht5_hifigan": "a vocoder: no position encoding",
-    **{
-        t: "Transformer-XL relative sinusoids (ParakeetEncoderRelPositionalEncoding: interleaved "
-        "sin/cos of the distances L-1..-(L-1) of each input length L, inv_freq = 1 / 10000 ** "
-        "(2k / hidden_size) in float32, fed through the attention's learned relative_k_proj with "
-        "bias_u/bias_v): no position table of fixed rows, and a float32 op order no posenc "
-        "convention reproduces; not served"
-        for t in ("parakeet_encoder", "parakeet_ctc", "parakeet_rnnt", "parakeet_tdt")
-    },
-    **{
-        t: "Transformer-XL relative sinusoids (NemotronAsrStreamingEncoderRelPositionalEncoding, "
-        "Parakeet's: interleaved sin/cos of the distances L-1..-(L-1), inv_freq = 1 / 10000 ** "
-        "(2k / hidden_size) in float32, fed through learned projections with bias_u/bias_v): no "
-        "position table of fixed rows; not served"
-        for t in ("nemotron_asr_streaming", "nemotron_asr_streaming_encoder")
-    },
-    **{
-        t: "ESPnet relative positional encoding (FastSpeech2ConformerRelPositionalEncoding: "
-        "sin/cos of the relative distances +-(L-1) of each input, consumed through the attention's "
-        "learned linear_pos with pos_bias_u/pos_bias_v, Transformer-XL style): no position table "
-        "of fixed rows; not served"
-        for t in ("fastspeech2_conformer", "fastspeech2_conformer_with_hifigan")
-    },
     "fastspeech2_conformer_hifigan": "a vocoder: no position encoding",
-    "xlnet": "Transformer-XL relative sinusoids (XLNetModel.relative_positional_encoding: "
-    "[sin | cos] of the distances klen..-qlen (attn_type, bi_data, clamp_len), inv_freq = 1 / "
-    "torch.pow(10000, 2k / d_model) in float32, projected per layer by learned weights with "
-    "r_w_bias/r_r_bias): no position table of fixed rows; not served",
-    "patchtst": "positional_encoding_type 'sincos' (the class default): "
-    "PatchTSTPositionalEncoding._init_pe's interleaved sin/cos table over the patches, then "
-    "normalised by its own mean and 10x its standard deviation (float32 reductions over the "
-    "whole table), which no posenc table reproduces; 'random' is a learned table (checkpoint "
-    "weights); not served",
     "cpmant": "T5 bidirectional buckets (position_bias_num_buckets, position_bias_max_distance) "
     "only between tokens of one segment: CpmAntSegmentPositionEmbedding gives pairs across "
     "segments (the prompt, the text and padding of every input) bucket num_buckets + "
     "query_segment * segment_types + key_segment, so the bucket table depends on the input; "
     "not served",
-    "ctrl": "fixed sinusoids (modeling_ctrl.positional_encoding(n_positions, n_embd): [sin | cos] "
-    "of pos * 1 / torch.pow(10000, 2 * (i // 2) / n_embd), all in float32): that float32 op order "
-    "is no posenc sinusoidal convention (the nearest differ by up to 1.8e-5), so no table is "
-    "served rather than one a few ulp off",
     "tipsv2_vision_model": "learned absolute positions (checkpoint weights)",
 }
 """model_type -> why `/v1/resolve` serves no table for it."""
@@ -203,6 +146,19 @@ LEFT_OUT: dict[str, tuple[tuple[str, str, str], ...]] = {
             ("granite_docling_vision", "position_embedding", "image_size"),
         )
     },
+    **{
+        t: (
+            (
+                "prompt_encoder_config",
+                "the prompt encoder's positions are random Fourier features "
+                f"({m}PositionalEmbedding.positional_embedding: a Gaussian projection matrix in "
+                "the "
+                "checkpoint), not a formula",
+                "prompt_encoder_config",
+            ),
+        )
+        for t, m in (("sam2", "Sam2"), ("edgetam", "EdgeTam"))
+    },
     "kosmos-2": (
         (
             "vision_config",
@@ -219,22 +175,20 @@ LEFT_OUT: dict[str, tuple[tuple[str, str, str], ...]] = {
             "vision_config",
         ),
     ),
-    "seamless_m4t": (
-        (
-            "speech_encoder",
-            "the conformer speech encoder's positions are not served: position_embeddings_type "
-            "'relative' is Transformer-XL's relative sinusoids "
-            "(SeamlessM4TConformerRelPositionalEmbedding, with learned pos_bias_u/v), 'rotary' "
-            "a rotary table",
-            "position_embeddings_type",
-        ),
-    ),
     "seamless_m4t_v2": (
         (
             "speech_encoder",
             "the conformer speech encoder's relative_key positions (distance_embedding: learned "
             "checkpoint weights over left/right_max_position_embeddings) are not served",
             "position_embeddings_type",
+        ),
+    ),
+    "wav2vec2-conformer": (
+        (
+            "conv_positions",
+            "the encoder's convolutional positions (pos_conv_embed: checkpoint weights) are not "
+            "served; only its relative sinusoids are",
+            "num_conv_pos_embeddings",
         ),
     ),
     "speecht5": (
@@ -300,10 +254,55 @@ serves the others: listed in `unserved`, and noted as `not_served` on every tabl
 `left_out` adds the backbone where it has position tables (`backbone_part`)."""
 
 
+SAM2_DEFAULT_BACKBONES: dict[str, tuple[str, str | None]] = {
+    **dict.fromkeys(("sam2", "sam2_vision_model"), ("sam2_hiera_det_model", None)),
+    # EdgeTamVisionConfig builds timm resnet50 (its default dict also carries a misspelt
+    # "archirecture": "repvit_m1", which transformers does not read).
+    **dict.fromkeys(("edgetam", "edgetam_vision_model"), ("timm_wrapper", "resnet50")),
+}
+"""SAM 2 / EdgeTAM model types -> (backbone model_type, timm architecture) when the vision
+config omits `backbone_config` (transformers 5.24 `Sam2VisionConfig` / `EdgeTamVisionConfig`)."""
+
+CONVOLUTIONAL_TIMM = ("resnet", "repvit")
+"""timm architecture name prefixes without position tables (EdgeTAM's RepViT, ResNets)."""
+
+
+def sam2_backbone_part(config: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    """(part, why, config key) of a SAM 2 / EdgeTAM vision backbone with positions of its own
+    (Hiera's learned pos_embed), None for a convolutional timm backbone (EdgeTAM's)."""
+    model_type = str(config.get("model_type"))
+    if model_type not in SAM2_DEFAULT_BACKBONES:
+        return None
+    vision = config.get("vision_config", config)
+    vision = vision if isinstance(vision, Mapping) else config
+    backbone = vision.get("backbone_config")
+    kind, arch = SAM2_DEFAULT_BACKBONES[model_type]
+    if isinstance(backbone, Mapping):
+        kind = str(backbone.get("model_type") or kind)
+        arch = backbone.get("architecture", arch) if kind == "timm_wrapper" else None
+    key = "vision_config.backbone_config" if vision is not config else "backbone_config"
+    if kind == "sam2_hiera_det_model":
+        why = (
+            "the Hiera backbone's learned absolute positions (pos_embed and pos_embed_window: "
+            "checkpoint weights) are not a formula; the neck's sine tables are served"
+        )
+        return ("backbone_config", why, key)
+    if kind == "timm_wrapper" and str(arch).startswith(CONVOLUTIONAL_TIMM):
+        return None
+    return (
+        "backbone_config",
+        f"the {kind} backbone {arch or ''}'s position tables (if any) are not served".replace(
+            " 's", "'s"
+        ),
+        key,
+    )
+
+
 def left_out(config: Mapping[str, Any]) -> tuple[tuple[str, str, str], ...]:
-    """`LEFT_OUT` of the config's model_type, then its backbone's part (`backbone_part`)."""
+    """`LEFT_OUT` of the config's model_type, then its backbone's part (`backbone_part`,
+    `sam2_backbone_part`)."""
     parts = LEFT_OUT.get(str(config.get("model_type")), ())
-    backbone = backbone_part(config)
+    backbone = backbone_part(config) or sam2_backbone_part(config)
     return parts if backbone is None else (*parts, backbone)
 
 
@@ -313,6 +312,7 @@ COMPOSITES: dict[str, Callable[[Mapping[str, Any]], list[Entry]]] = {
     "omdet-turbo": vision.omdet_turbo,
     "granite_docling": vision.granite_docling,
     "aimv2": vision.aimv2,
+    "gemma4": audio.gemma4,
 }
 """Composite model_type -> the mapper of its parts outside `text_config` (given the whole
 config); a refused `text_config` is then an unserved part beside them."""

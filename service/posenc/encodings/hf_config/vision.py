@@ -148,6 +148,160 @@ def swin(view: ConfigView) -> list[Entry]:
     return entries
 
 
+SAM2_NECKS: dict[str, str] = {
+    **dict.fromkeys(("sam2", "sam2_vision_model"), "Sam2"),
+    **dict.fromkeys(("edgetam", "edgetam_vision_model"), "EdgeTam"),
+}
+"""Model types whose vision neck is SAM 2's FPN -> the class prefix of its modules."""
+
+
+def sam2_neck(view: ConfigView) -> list[Entry]:
+    """SAM 2 and EdgeTAM (`<Model>VisionNeck`): a `<Model>SinePositionEmbedding(fpn_hidden_size //
+    2, normalize=True)` table per FPN level, without a mask; the model keeps the last
+    `num_feature_levels` levels, high resolution first, at `backbone_feature_sizes` (the
+    backbone's feature maps of an `image_size` input): one DETR-style table per level,
+    `sinusoidal_2d:level<i>`. The prompt encoder's random Fourier features and a Hiera
+    backbone's learned positions are listed unserved (`unmapped.LEFT_OUT`)."""
+    vision = view
+    if isinstance(view.data.get("vision_config"), Mapping):
+        vision = ConfigView(
+            view.data["vision_config"], view.key("vision_config."), view.model_type, None
+        )
+    prefix = SAM2_NECKS[view.model_type]
+    features = int(vision.number("fpn_hidden_size")) // 2
+    sizes = vision.get("backbone_feature_sizes")
+    levels = int(vision.number("num_feature_levels"))
+    if not isinstance(sizes, list) or len(sizes) < levels:
+        fail(
+            vision.key("backbone_feature_sizes"),
+            f"required: the [height, width] of each of the num_feature_levels={levels} levels",
+            sizes,
+        )
+    entries = []
+    for i, size in enumerate(sizes[:levels]):
+        height, width = (int(v) for v in size)
+        data = {
+            "kind": "sinusoidal_2d",
+            "style": "detr",
+            "num_pos_feats": features,
+            "normalize": True,
+            "height": height,
+            "width": width,
+        }
+        notes = {
+            "transformers": f"{prefix}VisionNeck.position_encoding({prefix}SinePositionEmbedding("
+            f"fpn_hidden_size // 2, normalize=True)) of FPN level {i} (fpn_position_encoding[{i}] "
+            "after the model keeps the last num_feature_levels, high resolution first), "
+            "computed in the features' dtype",
+            "size": f"backbone_feature_sizes[{i}] = [{height}, {width}]: an image_size input",
+        }
+        entries.append(Entry("sinusoidal_2d", f"level{i}", data, notes))
+    return entries
+
+
+def levit(view: ConfigView) -> list[Entry]:
+    """LeViT (`modeling_levit.LevitEncoder`): stage i attends over an R_i x R_i grid (R_0 =
+    image_size // patch_size) through `LevitAttention.attention_bias_idxs` (stride 1), and a
+    `down_ops[i]` "Subsample" block through `LevitAttentionSubsample.attention_bias_idxs` (stride
+    down_ops[i][5], queries on the strided grid, R_{i+1} = (R_i - 1) // stride + 1): one
+    `levit` index per distinct (R, stride), named `stage<i>` and `subsample<i>`."""
+    side = int(view.number("image_size")) // int(view.number("patch_size"))
+    depths = view.get("depths")
+    down_ops = view.get("down_ops")
+    if not isinstance(depths, list) or not isinstance(down_ops, list):
+        fail(view.key("depths"), "required: LeViT's depths and down_ops lists", depths)
+    entries = []
+    for i, depth in enumerate(depths):
+        if depth:
+            entries.append(
+                _levit_entry(
+                    f"stage{i}", side, 1, f"the {depth} LevitAttention layers of stage {i}"
+                )
+            )
+        op = down_ops[i] if i < len(down_ops) else None
+        if isinstance(op, list) and op and op[0] == "Subsample":
+            stride = int(op[5])
+            entries.append(
+                _levit_entry(
+                    f"subsample{i}",
+                    side,
+                    stride,
+                    f"LevitAttentionSubsample after stage {i} (down_ops[{i}])",
+                )
+            )
+            side = (side - 1) // stride + 1
+    return entries
+
+
+def _levit_entry(role: str, side: int, stride: int, where: str) -> Entry:
+    data: dict[str, Any] = {
+        "kind": "relative_index",
+        "scheme": "levit",
+        "window_size": [side, side],
+    }
+    if stride != 1:
+        data["stride"] = stride
+    notes = {
+        "transformers": f"{where}: attention_bias_idxs over a {side} x {side} grid"
+        + (f", queries every {stride}-th token" if stride != 1 else ""),
+        "bias": "each layer has its own attention_biases (num_heads, num_relative_distance): "
+        "pass its transpose as relative_position_bias_table for that layer's (H, Q, K) bias",
+    }
+    return Entry("relative_index", role, data, notes)
+
+
+def swinv2(view: ConfigView) -> list[Entry]:
+    """Swin V2 and Swin2SR (`Swinv2SelfAttention` / `Swin2SRSelfAttention.
+    create_coords_table_and_index`): per stage, the window min(resolution, window_size) (the
+    layers' `_compute_window_shift`) and the stage's `pretrained_window_sizes` entry (Swin2SR:
+    one resolution, pretrained 0): one `swinv2` index with its log-spaced `coords` per distinct
+    (window, pretrained), named `stages<i>+<j>...` when the stages differ. The bias is each
+    layer's continuous_position_bias_mlp (checkpoint weights) applied to `coords`, gathered by
+    the index, then 16 * sigmoid: the notes say so."""
+    grid = _patch_grid(view)
+    window = int(view.number("window_size"))
+    if view.model_type == "swin2sr":
+        stages = [(min(grid[0], window), 0)]
+    else:
+        depths = view.get("depths")
+        if not isinstance(depths, list):
+            fail(view.key("depths"), "required: a list of stage depths", depths)
+        pretrained = view.get("pretrained_window_sizes") or [0] * len(depths)
+        stages = [
+            (min(grid[0] // 2**i, window), int(pretrained[i]))
+            for i in range(len(depths))
+            if depths[i]
+        ]
+    distinct: dict[tuple[int, int], list[str]] = {}
+    for i, key in enumerate(stages):
+        distinct.setdefault(key, []).append(str(i))
+    module = "Swin2SRSelfAttention" if view.model_type == "swin2sr" else "Swinv2SelfAttention"
+    entries = []
+    for (win, pre), which in distinct.items():
+        data: dict[str, Any] = {
+            "kind": "relative_index",
+            "scheme": "swinv2",
+            "window_size": [win, win],
+        }
+        if pre:
+            data["pretrained_window_size"] = [pre, pre]
+        notes = {
+            "transformers": f"{module}.relative_position_index and relative_coords_table (as "
+            "`coords`, (num_relative_distance, 2)) of stage(s) " + ", ".join(which),
+            "bias": "each layer's continuous_position_bias_mlp (checkpoint weights) applied to "
+            "coords gives its (num_relative_distance, num_heads) table: pass that as "
+            "relative_position_bias_table for the gathered bias; the model adds 16 * "
+            "sigmoid(bias) to its cosine-attention scores",
+        }
+        role = None if len(distinct) == 1 else "stages" + "+".join(which)
+        entries.append(Entry("relative_index", role, data, notes))
+    if view.get("use_absolute_embeddings"):
+        dim = int(view.number("embed_dim"))
+        extra = {"transformers": f"{view.model_type} embeddings.position_embeddings"}
+        entries.append(_learned_entry(view, grid, dim, 0, "embeddings.position_embeddings", extra))
+    return entries
+
+
 def swin_copy(view: ConfigView) -> list[Entry]:
     """Donut's and MaskFormer's Swin encoders (`DonutSwinSelfAttention`,
     `MaskFormerSwinSelfAttention`): Swin's window index under their own model_type."""

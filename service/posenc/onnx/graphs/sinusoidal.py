@@ -2,8 +2,9 @@
 
 position_ids are position values (the table's rows are positions position_offset + r).
 
-- mode `table`: Gather from the core's table (bit-identical); positions outside
-  [position_offset, position_offset + P) fail in onnxruntime with a message naming the range.
+- mode `table`: Gather from the core's table (bit-identical; row position_offset - id for
+  descending rows, `position_step` -1); positions outside the table's fail in onnxruntime
+  with a message naming the range.
 - mode `compute`: `posenc.encodings.sinusoidal` op for op with no length limit: float32 angles
   `position * inv` (inv from the core, bit-identical), or float64 `position / base ** (k / den)`
   (Marian/XLM); `scale * angle`; sin/cos laid out as the spec says (interleaved, sin_cos,
@@ -43,7 +44,9 @@ def frequencies(spec: SinusoidalSpec) -> tuple[torch.Tensor, bool]:
         k = torch.arange(n, dtype=torch.int64).to(torch.float64)
         exponent = k / spec.denominator() if n > 1 else k
         return float(spec.base or 0.0) ** exponent, True
-    unit = _with(spec, max_positions=1, position_offset=1, scale=1.0, padding_idx=None)
+    unit = _with(
+        spec, max_positions=1, position_offset=1, scale=1.0, padding_idx=None, position_step=None
+    )
     return sinusoidal_angles(unit, CPU)[0], False
 
 
@@ -87,11 +90,17 @@ def _table(g: Graph, spec: SinusoidalSpec, pos: ir.Value) -> ir.Value:
     op = g.op
     first = int(spec.position_offset or 0)
     rows = int(spec.max_positions or 0)
-    index: ir.Value = op.Sub(pos, first)  # [B, S]
+    if spec.position_step == -1:
+        # Descending rows (relative distances): row r holds position first - r.
+        index: ir.Value = op.Sub(first, pos)  # [B, S]
+        low, high = first - rows + 1, first + 1
+    else:
+        index = op.Sub(pos, first)  # [B, S]
+        low, high = first, first + rows
     valid: ir.Value = op.And(op.GreaterOrEqual(index, 0), op.Less(index, rows))  # [B, S]
     safe: ir.Value = op.Where(valid, index, rows)  # [B, S]: out of range -> past the end
     name = (
-        f"position_ids must lie in [{first}, {first + rows}): this graph embeds {rows} rows "
+        f"position_ids must lie in [{low}, {high}): this graph embeds {rows} rows "
         "(export mode 'compute' for other positions)"
     )
     table = compute(spec, CPU).tensors["embedding"]
@@ -115,6 +124,15 @@ class SinusoidalEmbedding(GraphExporter):
                     "the graph takes integer position ids: give max_positions (and "
                     "position_offset) instead of explicit positions",
                     f"{len(spec.positions)} positions",
+                )
+            )
+        elif options.mode == "compute" and spec.standardize is not None:
+            problems.append(
+                FieldProblem(
+                    "mode",
+                    "standardize divides by statistics of the whole table: no row is computed "
+                    "from its position alone; use 'table'",
+                    options.mode,
                 )
             )
         elif options.mode == "table" and spec.output_bytes() > MAX_TABLE_BYTES:
@@ -147,19 +165,21 @@ class SinusoidalEmbedding(GraphExporter):
     def samples(self, spec: SinusoidalSpec, options: ExportOptions) -> list[Sample]:
         first = int(spec.position_offset or 0)
         rows = int(spec.max_positions or 0)
+        step = -1 if spec.position_step == -1 else 1
         cases = [("rows", first, rows)]
         if options.mode == "compute":
-            cases.append(("past the table", first + rows, 40))
+            # past the table's end: after its last row (ascending) or above its first (descending)
+            cases.append(("past the table", first + rows if step == 1 else first + 40, 40))
         out = []
         for label, start, count in cases:
             case = _with(spec, position_offset=start, max_positions=count)
             table = compute(case, CPU).tensors["embedding"]  # [count, dim]
             n = min(count, 64)
             picks = torch.cat((torch.arange(n), torch.arange(count - n, count)))
-            positions = (picks + start).reshape(2, n)
+            positions = (start + step * picks).reshape(2, n)
             if case.padding_idx is not None and label == "rows":
                 positions[0, 0] = case.padding_idx
-                picks[0] = case.padding_idx - start
+                picks[0] = (case.padding_idx - start) * step
             out.append(
                 Sample(
                     feeds={"position_ids": positions},
