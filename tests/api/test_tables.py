@@ -25,6 +25,8 @@ SPECS: dict[str, dict[str, Any]] = {
         "rope_scaling": {
             "rope_type": "llama3",
             "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
             "original_max_position_embeddings": 8192,
         },
     },

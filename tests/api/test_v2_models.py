@@ -54,7 +54,13 @@ ROPE_VARIANTS: dict[str, dict[str, Any]] = {
         "short_factor": json.dumps([1.0 + i / 16 for i in range(16)]),
         "long_factor": json.dumps([2.0 + i for i in range(16)]),
     },
-    "llama3": {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 64},
+    "llama3": {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 64,
+    },
     "ntk_alpha": {"rope_type": "ntk_alpha", "alpha": 4.0},
 }
 
@@ -101,6 +107,8 @@ def test_rope_matches_v1(
         "rope_scaling": {
             "rope_type": "llama3",
             "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
             "original_max_position_embeddings": 8192,
         },
     }

@@ -58,7 +58,8 @@ def test_help_on_every_command(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_fetch_by_spec_to_every_format(cli: Cli, tmp_path: Path) -> None:
     spec = ["rope", "head_dim=64", "max_positions=16", "rope_type=llama3", "factor=8",
-            "original_max_position_embeddings=8", "profile=onnx"]  # fmt: skip
+            "low_freq_factor=1", "high_freq_factor=4", "original_max_position_embeddings=8",
+            "profile=onnx"]  # fmt: skip
     out = tmp_path / "rope.safetensors"
     code, _, err = cli("fetch", *spec, "-o", str(out))
     assert code == 0

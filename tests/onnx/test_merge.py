@@ -59,6 +59,8 @@ def test_cos_sin_subgraph_merges_into_a_llama_rotation(mode: str, opset: int) ->
             "rope_scaling": {
                 "rope_type": "llama3",
                 "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
                 "original_max_position_embeddings": 16,
             },
         }

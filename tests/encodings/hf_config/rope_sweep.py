@@ -55,7 +55,7 @@ import re
 import sys
 import warnings
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -1855,12 +1855,15 @@ LONG_POSITIONS = (0, 1, 1023, 4097, 16381, 32767)
 where an fp32 angle computed in another order than the model's is off by many ulp."""
 
 
-def long_positions(data: Mapping[str, Any]) -> list[str] | None:
+def long_positions(
+    data: Mapping[str, Any], tables_at: Callable[[int], list[Table]] | None = None
+) -> list[str] | None:
     """The model's own text rotary module (`module_reference`'s) run on `LONG_POSITIONS` against
     posenc's table rows at those positions, bit for bit per layer type: the reasons it differs
     ([] when equal), or None where the check does not apply (no 1-D rotary module to build, or a
     rope_type whose table depends on the sequence length: dynamic NTK and LongRoPE, judged at
-    their checkpoints' own lengths)."""
+    their checkpoints' own lengths). `tables_at(rows)`: posenc's tables for this config (a
+    composite's part: `part_tables`), else `posenc_tables(data, rows)`."""
     from posenc.encodings import SpecError
 
     try:
@@ -1891,7 +1894,7 @@ def long_positions(data: Mapping[str, Any]) -> list[str] | None:
         return None
     rows = max(LONG_POSITIONS) + 1
     try:
-        tables = posenc_tables(data, rows)
+        tables = posenc_tables(data, rows) if tables_at is None else tables_at(rows)
     except SpecError:
         return None
     wanted = _wanted_layers(text, rotary)
@@ -1948,6 +1951,8 @@ def run_case(model_type: str, variant: str, form: str) -> Verdict:
     if form == "v4" and (why := _v4_unloadable(model_type, variant, data)) is not None:
         accepted, _, _ = _asked(data, SEQ)
         return Verdict("harness_failure", [why], {"accepted": accepted, **extra})
+    if model_type in _rotary_parts():
+        return _run_composite(model_type, data, extra)
     verdicts = []
     for length in case_lengths(model_type, variant):
         try:
@@ -1987,6 +1992,75 @@ def run_case(model_type: str, variant: str, form: str) -> Verdict:
         verdicts[0].facts["long_positions"] = max(LONG_POSITIONS)
     module_only = any(v.facts.get("module_only") for v in verdicts)
     return Verdict("module_exact" if module_only else "exact", [], verdicts[0].facts)
+
+
+def _rotary_parts() -> Mapping[str, Mapping[str, str]]:
+    """posenc's composites served per part (`hf_config.models.ROTARY_PARTS`): config key -> the
+    part's model_type."""
+    from posenc.encodings.hf_config.models import ROTARY_PARTS
+
+    return ROTARY_PARTS
+
+
+def part_tables(tables: list[Table], key: str) -> list[Table]:
+    """A composite's tables of part `key` (named by roles `key` or `key.<layer type>`), their
+    layer types those inside the part (None: every layer of it)."""
+    found = []
+    for table in tables:
+        roles = [r for r in table.layer_types or [] if r == key or r.startswith(f"{key}.")]
+        if roles:
+            inner = None if roles == [key] else [r[len(key) + 1 :] for r in roles]
+            found.append(replace(table, layer_types=inner))
+    return found
+
+
+def _run_composite(model_type: str, data: Mapping[str, Any], extra: dict[str, Any]) -> Verdict:
+    """A composite of `_rotary_parts` judged part by part: posenc resolves the whole config; each
+    part's tables (`part_tables`) are judged against that part's own model or rotary module
+    (built from the part's sub-config as transformers loads it), and at `LONG_POSITIONS`."""
+    from posenc.encodings import SpecError
+
+    try:
+        tables = posenc_tables(data, SEQ)
+    except SpecError as err:
+        verdict = rejection(err, data)
+        verdict.facts.update(extra)
+        return verdict
+    reasons: list[str] = []
+    facts: dict[str, Any] = {**extra, "layers": {}, "layer_types": [], "nope": [], "parts": {}}
+    module_only = False
+    long_checked = True
+    parts = _rotary_parts()[model_type]
+    for key, part_type in parts.items():
+        part = data.get(key)
+        if not isinstance(part, Mapping):
+            continue
+        part_data = {"model_type": part_type, **part}
+        try:
+            ref = _model_or_module(part_data, SEQ)
+        except UnbuildableError as err:
+            return Verdict("unbuildable", [f"{key}: {err}"], {"accepted": True, **extra})
+        mine = part_tables(tables, key)
+        verdict = judge(ref, mine)
+        reasons += [f"{key}: {r}" for r in verdict.reasons]
+        module_only = module_only or ref.module_only
+        part_facts = model_facts(ref)
+        facts["parts"][key] = part_facts
+        for tag, layer in part_facts.get("layers", {}).items():
+            facts["layers"][key if tag == "all" else f"{key}.{tag}"] = layer
+        facts["layer_types"] += [f"{key}.{t}" for t in part_facts.get("layer_types", [])]
+        long = long_positions(
+            part_data, lambda rows, key=key: part_tables(posenc_tables(data, rows), key)
+        )
+        reasons += [f"{key}: long positions: {r}" for r in long or []]
+        long_checked = long_checked and long is not None
+    if reasons:
+        return Verdict("wrong", reasons, facts)
+    if long_checked:
+        facts["long_positions"] = max(LONG_POSITIONS)
+    if module_only:
+        facts["module_only"] = True
+    return Verdict("module_exact" if module_only else "exact", [], facts)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -2086,7 +2160,9 @@ def render(results: Mapping[tuple[str, str, str], Verdict]) -> str:
             f"| {model_type} | {variants} | {pairing or '-'} | {width or '-'} | {types} | {nope} "
             f"| {outcome} | transformers {version} |"
         )
-    return "\n".join(lines + module_only_lines(results) + vision_lines(version)) + "\n"
+    return (
+        "\n".join(lines + module_only_lines(results) + alias_lines() + vision_lines(version)) + "\n"
+    )
 
 
 def module_only_types(labels: Mapping[str, str]) -> list[str]:
@@ -2110,6 +2186,48 @@ def module_only_lines(results: Mapping[tuple[str, str, str], Verdict]) -> list[s
         + ", ".join(f"`{t}`" for t in types)
         + ".",
     ]
+
+
+def alias_lines() -> list[str]:
+    """The docs/models.md section naming the alias table resolve reads config.json keys through:
+    its file, its generator and the transformers release it was generated from, and every alias
+    of a key resolve reads (a config class's `attribute_map` entry), with the model types whose
+    class declares it. Read from the committed data file (`test_class_data.py` holds it to the
+    installed transformers)."""
+    from tests.encodings.hf_config import class_data
+
+    data = json.loads(class_data.DATA.read_text(encoding="utf-8"))
+    models: dict[str, Any] = data["models"]
+    keys = set(data["keys"])
+    aliases: dict[tuple[str, str], list[str]] = {}
+    for model_type, entry in models.items():
+        for key, target in (entry.get("attribute_map") or {}).items():
+            if key in keys:
+                aliases.setdefault((key, target), []).append(model_type)
+    with_map = sum(1 for entry in models.values() if entry.get("attribute_map"))
+    lines = [
+        "",
+        "## Config keys as transformers reads them (the alias table)",
+        "",
+        f"`/v1/resolve` reads a config.json's keys as transformers {data['transformers']} reads "
+        "them, without importing it: through "
+        f"`{class_data.DATA.relative_to(REPO)}`, generated by `make models-data` "
+        "(`python -m tests.encodings.hf_config.class_data --write`) from every config class of "
+        "`CONFIG_MAPPING_NAMES` in the installed transformers: each class's `attribute_map` "
+        "(`PreTrainedConfig.__getattribute__` reads the key as the attribute it names), the "
+        "dataclass defaults of the keys resolve reads, `default_theta` and `default_rope_type` "
+        "(`RotaryEmbeddingConfigMixin`), and the head_dim a class's `__post_init__` derives; "
+        "`tests/encodings/hf_config/test_class_data.py` fails when the file drifts from the "
+        f"installed release. {len(models)} model types, {with_map} with an `attribute_map`; the "
+        "aliases of the keys resolve reads:",
+        "",
+        "| key | read from | model types |",
+        "|---|---|---|",
+    ]
+    for (key, target), types in sorted(aliases.items()):
+        names = ", ".join(f"`{t}`" for t in sorted(types))
+        lines.append(f"| `{key}` | `{target}` | {names} |")
+    return lines
 
 
 def vision_lines(version: str) -> list[str]:

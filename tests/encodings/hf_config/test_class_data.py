@@ -111,3 +111,12 @@ def test_per_layer_type_bases_agree_with_the_classes() -> None:
             assert theta == want, (model_type, layer_type, theta, want)
             checked += 1
     assert checked >= 10
+
+
+def test_models_doc_names_the_alias_table() -> None:
+    """docs/models.md names the alias table's file, generator and release and lists every alias
+    of a key resolve reads, as the doc generator (`make models-doc`) writes them from the
+    committed data file: a regenerated data file with a stale doc fails here."""
+    block = "\n".join(sweep.alias_lines())
+    assert block in sweep.DOCS.read_text(encoding="utf-8"), "docs/models.md: run make models-doc"
+    assert "| `head_dim` | `kv_channels` | `jetmoe` |" in block

@@ -5,100 +5,23 @@ does: where transformers refuses the config (`_validate_<type>_rope_parameters` 
 posenc's table is the model's rotary module's, bit for bit.
 
 The rope types and their required and optional keys are read from transformers' own validation
-code (each `_validate_<type>_rope_parameters` is run and its `_check_received_keys` call
-recorded), not listed here; only the values put in the dicts are (`VALUES`, chosen away from the
-defaults so that a default applied in place of a value shows).
+code (`rope_keys`), not listed here.
 """
 
 from __future__ import annotations
 
-import functools
 from typing import Any
-from unittest import mock
 
 import pytest
 
 from posenc.encodings import SpecError
+from tests.encodings.hf_config import rope_keys
 from tests.encodings.hf_config import rope_sweep as sweep
+from tests.encodings.hf_config.rope_keys import HEAD_DIM, VALUES, validated_keys
 
-HEAD_DIM = 64
-VALUES: dict[str, Any] = {
-    "rope_theta": 50000.0,
-    "factor": 4.0,
-    "original_max_position_embeddings": 1024,
-    "low_freq_factor": 2.0,
-    "high_freq_factor": 8.0,
-    "attention_factor": 1.25,
-    "beta_fast": 24.0,
-    "beta_slow": 2.0,
-    "mscale": 0.9,
-    "mscale_all_dim": 0.7,
-    "truncate": False,
-    "short_factor": [1.0 + 0.01 * i for i in range(HEAD_DIM // 2)],
-    "long_factor": [1.0 + 0.2 * i for i in range(HEAD_DIM // 2)],
-}
-"""The value of each key in the test dicts (a key transformers adds that is missing here fails
-`test_every_key_has_a_value`)."""
-
-SKIPPED_KEYS = frozenset({"rope_type", "partial_rotary_factor"})
-"""Not removed: `rope_type` names the case; `partial_rotary_factor` is every type's optional
-width (the RoPE sweep covers it)."""
-
-
-class _RecordedError(Exception):
-    pass
-
-
-@functools.cache
-def validated_keys() -> dict[str, tuple[frozenset[str], frozenset[str]]]:
-    """rope_type -> (required keys, optional keys) of transformers' validation of its dict."""
-    from transformers import LlamaConfig
-    from transformers.modeling_rope_utils import RotaryEmbeddingConfigMixin
-
-    config = LlamaConfig()
-    found: dict[str, tuple[frozenset[str], frozenset[str]]] = {}
-    prefix, suffix = "_validate_", "_rope_parameters"
-    for name in dir(RotaryEmbeddingConfigMixin):
-        if not (name.startswith(prefix) and name.endswith(suffix)):
-            continue
-        rope_type = name[len(prefix) : -len(suffix)]
-        seen: dict[str, frozenset[str]] = {}
-
-        def record(
-            rope_type: str,
-            received: set[str],
-            required: set[str],
-            optional_keys: set[str] | None = None,
-            ignore_keys: set[str] | None = None,
-            seen: dict[str, frozenset[str]] = seen,
-        ) -> None:
-            seen["required"] = frozenset(required)
-            seen["optional"] = frozenset(optional_keys or ())
-            raise _RecordedError
-
-        with (
-            mock.patch.object(
-                RotaryEmbeddingConfigMixin, "_check_received_keys", staticmethod(record)
-            ),
-            pytest.raises(_RecordedError),
-        ):
-            getattr(config, name)({"rope_type": rope_type}, ignore_keys=None)
-        found[rope_type] = (seen["required"], seen["optional"])
-    return found
-
-
-def _rope_types() -> list[str]:
-    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
-
-    return sorted(t for t in validated_keys() if t == "default" or t in ROPE_INIT_FUNCTIONS)
-
-
-def _keys(rope_type: str) -> list[str]:
-    required, optional = validated_keys()[rope_type]
-    return sorted((required | optional) - SKIPPED_KEYS)
-
-
-CASES = [(t, key) for t in _rope_types() for key in [None, *_keys(t)]]
+_rope_types = rope_keys.rope_types
+_keys = rope_keys.keys
+CASES = rope_keys.cases()
 
 
 def test_every_rope_type_and_key_comes_from_transformers() -> None:

@@ -14,8 +14,11 @@ config transformers cannot build is skipped with the reason (the skip summary li
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 import pytest
+import torch
 
 from posenc.encodings.hf_config.models import ROTARY_PARTS
 from tests.conftest import ServerHandle
@@ -49,6 +52,9 @@ def test_released_and_sparse_configs_are_exact_or_refused(
     for form, answer in answers.items():
         if isinstance(answer, sweep.Verdict):
             assert answer.outcome == "rejected", f"{form}: {answer.line()}"
+        elif model_type in ROTARY_PARTS:
+            verdict = _judge_parts(model_type, full, answer)
+            assert verdict.outcome == "exact", f"{form} (dropped {dropped}): {verdict.line()}"
         elif ref is not None:
             verdict = sweep.judge(ref, answer)
             assert verdict.outcome == "exact", f"{form} (dropped {dropped}): {verdict.line()}"
@@ -101,23 +107,62 @@ def test_sparse_config_takes_the_class_defaults(
     assert verdict.outcome == "exact", verdict.line()
 
 
+def _part(model_type: str, full: dict[str, Any], key: str) -> dict[str, Any]:
+    """Part `key` of a composite's config.json as its own config (its sub-config's model_type)."""
+    return {"model_type": ROTARY_PARTS[model_type][key], **full[key]}
+
+
+def _judge_parts(model_type: str, full: dict[str, Any], tables: list[sweep.Table]) -> sweep.Verdict:
+    """A composite's served tables, part by part, against each part's own rotary module (built
+    from that sub-config as transformers loads it) and its apply function."""
+    reasons: list[str] = []
+    for key in ROTARY_PARTS[model_type]:
+        ref = sweep.module_reference(_part(model_type, full, key))
+        verdict = sweep.judge(ref, sweep.part_tables(tables, key))
+        reasons += [f"{key}: {r}" for r in verdict.reasons]
+    return sweep.Verdict("wrong" if reasons else "exact", reasons)
+
+
 @pytest.mark.parametrize("model_type", sorted(ROTARY_PARTS))
-def test_composites_of_rotary_stacks_name_their_parts(
+def test_composites_of_rotary_stacks_serve_each_part(
     server: ServerHandle, client: httpx.Client, model_type: str
 ) -> None:
     """Issue 30 item 4: a composite whose rotary stacks are sub-configs (Dia, T5Gemma (2), BLT,
-    LASR-CTC, Nemotron-3 diarization) is a 422 naming each part's key and model_type; each part's
-    config, posted on its own, is served and equals the part's own rotary module (built from
-    that sub-config) bit for bit."""
+    LASR-CTC, Nemotron-3 diarization) is served one table per part (and per layer type inside a
+    part), named by the part's config key; every table belongs to a part, each part's tables
+    are those of the part posted on its own, and equal the part's own rotary module bit for bit
+    (q.k too, after its apply function)."""
     full = released.default_config(model_type)
+    tables = released.served(client, full, full, server.device)
+    assert isinstance(tables, list), tables
+    keys = list(ROTARY_PARTS[model_type])
+    for table in tables:
+        roles = table.layer_types or []
+        assert roles, table.name
+        assert all(r.split(".")[0] in keys for r in roles), (table.name, roles)
+    verdict = _judge_parts(model_type, full, tables)
+    assert verdict.outcome == "exact", verdict.line()
+    for key in keys:
+        part = _part(model_type, full, key)
+        alone = released.served(client, part, part, server.device)
+        assert isinstance(alone, list), f"{key}: {alone}"
+        mine = sweep.part_tables(tables, key)
+        assert [t.cos.shape for t in mine] == [t.cos.shape for t in alone], key
+        for a, b in zip(mine, alone, strict=True):
+            assert torch.equal(a.cos, b.cos), key
+            assert torch.equal(a.sin, b.sin), key
+            assert (a.rotary_dim, a.pairing, a.sign) == (b.rotary_dim, b.pairing, b.sign), key
+
+
+def test_composite_part_errors_name_the_key_inside_the_part(client: httpx.Client) -> None:
+    """A part's config that cannot be mapped is a 422 naming the key inside the part: Dia's
+    decoder with a llama3 dict without its band factors (transformers raises KeyError)."""
+    full = released.default_config("dia")
+    full["decoder_config"]["rope_parameters"] = {"rope_type": "llama3", "factor": 8.0}
     response = client.post("/v1/resolve", json={"hf_config": full, "max_positions": sweep.SEQ})
     assert response.status_code == 422, response.text
-    problems = response.json()["detail"]
-    assert [p["field"] for p in problems] == list(ROTARY_PARTS[model_type])
-    for key, problem in zip(ROTARY_PARTS[model_type], problems, strict=True):
-        part = full[key]
-        assert problem["value"] == part["model_type"]
-        tables = released.served(client, part, part, server.device)
-        assert isinstance(tables, list), f"{key}: {tables}"
-        verdict = sweep.judge(sweep.module_reference(part), tables)
-        assert verdict.outcome == "exact", f"{key}: {verdict.line()}"
+    fields = {p["field"] for p in response.json()["detail"]}
+    assert {
+        "decoder_config.rope_parameters.low_freq_factor",
+        "decoder_config.rope_parameters.high_freq_factor",
+    } <= fields, fields

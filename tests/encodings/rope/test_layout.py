@@ -263,9 +263,13 @@ REJECTED: list[tuple[str, dict[str, Any], set[str]]] = [
         {"dtype"},
     ),
     (
-        "llama3 without its original length (required, as YaRN's)",
+        "llama3 without its original length (as YaRN's) and band factors (as transformers')",
         {"head_dim": 64, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}},
-        {"rope_scaling.original_max_position_embeddings"},
+        {
+            "rope_scaling.original_max_position_embeddings",
+            "rope_scaling.low_freq_factor",
+            "rope_scaling.high_freq_factor",
+        },
     ),
     ("vllm profile at full width", {"head_dim": 64, "profile": "vllm", "width": "full"}, {"width"}),
     ("ort_gqa with d/2 = 12", {"head_dim": 24, "profile": "ort_gqa"}, {"profile"}),

@@ -4,6 +4,7 @@
 
     with Client("http://127.0.0.1:8000") as client:
         tables = client.rope(128, 8192, rope_theta=500000.0, rope_type="llama3", factor=8.0,
+                             low_freq_factor=1.0, high_freq_factor=4.0,
                              original_max_position_embeddings=8192)
         cos, sin = tables["cos"], tables["sin"]          # numpy arrays
 

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from posenc.encodings.config_values import check_number, fail
-from posenc.encodings.errors import ConfigError, FieldProblem
 from posenc.encodings.hf_config import audio, mrope, text, unmapped, vision, vision_rope
 from posenc.encodings.hf_config.classes import config_class
 from posenc.encodings.hf_config.rope import GENERIC_ROPE, RopeModel
@@ -245,34 +244,44 @@ MROPE_REFUSED: dict[str, str] = {
 """M-RoPE families posenc does not map: refused naming model_type, never a plain 1-D table."""
 
 
-ROTARY_PARTS: dict[str, tuple[str, ...]] = {
-    "dia": ("encoder_config", "decoder_config"),
-    "t5gemma": ("encoder", "decoder"),
-    "t5gemma2": ("encoder", "decoder"),
-    "lasr_ctc": ("encoder_config",),
-    "blt": ("patcher_config", "encoder_config", "global_config", "decoder_config"),
-    "nemotron3_diarization": ("audio_config",),
+ROTARY_PARTS: dict[str, dict[str, str]] = {
+    "dia": {"encoder_config": "dia_encoder", "decoder_config": "dia_decoder"},
+    "t5gemma": {"encoder": "t5_gemma_module", "decoder": "t5_gemma_module"},
+    "t5gemma2": {"encoder": "t5gemma2_encoder", "decoder": "t5gemma2_decoder"},
+    "lasr_ctc": {"encoder_config": "lasr_encoder"},
+    "blt": {
+        "patcher_config": "blt_patcher",
+        "encoder_config": "blt_local_encoder",
+        "global_config": "blt_global_transformer",
+        "decoder_config": "blt_local_decoder",
+    },
+    "nemotron3_diarization": {"audio_config": "nemotron3_diarization_audio"},
 }
 """Composite configs whose rotary stacks are sub-configs (encoder / decoder, BLT's four
-transformers): each part, posted on its own, is served and swept exact (`dia_encoder`,
-`t5gemma2_decoder`, `lasr_encoder`, `blt_global_transformer`, ...); the composite is refused
-naming them, not answered with one stack's table for all."""
+transformers, an audio encoder): config key -> the part's model_type when its dict names none
+(the composite class's sub-config class). Each part is read as transformers reads that sub-config
+(its own class's aliases and defaults) and served as its own tables, named by the part's key
+(`rope:encoder_config`, `rope:decoder.sliding_attention`, ...); never one stack's table for all."""
 
 
 def rotary_parts(view: ConfigView) -> list[Entry]:
-    """Refuses a composite of `ROTARY_PARTS`: one problem per part, at its config key."""
-    problems = [
-        FieldProblem(
-            view.key(key),
-            f"a rotary stack of {view.model_type}: resolve this config on its own",
-            part.get("model_type"),
-        )
-        for key in ROTARY_PARTS[view.model_type]
-        if isinstance(part := view.data.get(key), Mapping)
-    ]
-    if not problems:
-        fail(view.key(ROTARY_PARTS[view.model_type][0]), "required: the rotary stacks", None)
-    raise ConfigError("cannot map config", problems)
+    """The tables of each part of a composite of `ROTARY_PARTS`, each entry's role the part's
+    config key (`<key>.<layer type>` for a part with tables per layer type); errors name the
+    key inside the part (`decoder_config.rope_parameters`)."""
+    found: list[Entry] = []
+    for key, default_type in ROTARY_PARTS[view.model_type].items():
+        part = view.data.get(key)
+        if not isinstance(part, Mapping):
+            continue
+        data = dict(part)
+        if not isinstance(data.get("model_type"), str) or not data["model_type"]:
+            data["model_type"] = default_type
+        for entry in entries(text_view(data, view.key(f"{key}."))):
+            entry.role = key if entry.role is None else f"{key}.{entry.role}"
+            found.append(entry)
+    if not found:
+        fail(view.key(next(iter(ROTARY_PARTS[view.model_type]))), "required: the rotary stacks")
+    return found
 
 
 class V4Refused(RopeModel):
@@ -744,11 +753,12 @@ def class_view(data: Mapping[str, Any], prefix: str, model_type: str) -> ConfigV
     return ConfigView(data, prefix, model_type, defaults, aliases)
 
 
-def text_view(config: Mapping[str, Any]) -> ConfigView:
-    """The language-model part of a config: `text_config` of multimodal configs, else the config."""
+def text_view(config: Mapping[str, Any], prefix: str = "") -> ConfigView:
+    """The language-model part of a config: `text_config` of multimodal configs, else the config
+    (`prefix`: the config's own key path in the file, for a part of a composite)."""
     model_type = config.get("model_type")
     if not isinstance(model_type, str) or not model_type:
-        fail("model_type", "required: a transformers model_type string", model_type)
+        fail(f"{prefix}model_type", "required: a transformers model_type string", model_type)
     text_config = config.get("text_config")
     if isinstance(text_config, Mapping):
         text_type = str(
@@ -760,11 +770,11 @@ def text_view(config: Mapping[str, Any]) -> ConfigView:
             for k, v in (composite.text_config_defaults if composite is not None else {}).items()
             if k not in text_config
         }
-        view = class_view({**laid, **text_config}, "text_config.", text_type)
+        view = class_view({**laid, **text_config}, f"{prefix}text_config.", text_type)
         # the composite class's own defaults for its text part (Voxtral's rope_theta)
         view.applied.update({view.key(k): v for k, v in laid.items()})
         return view
-    return class_view(config, "", model_type)
+    return class_view(config, prefix, model_type)
 
 
 def omni_thinker(view: ConfigView) -> list[Entry]:

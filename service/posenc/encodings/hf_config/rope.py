@@ -182,6 +182,17 @@ class RopeModel:
         if named in (None, "default"):
             view.applied[f"{key}.rope_type"] = found[1]
             return {**params, "rope_type": found[1]}
+        if found[1] == "axial" and named != "axial":
+            # every rotary module of a class whose default_rope_type is axial (the vision towers,
+            # MLCD, SAM 2 / SAM 3 video and ViT) raises `ValueError: ... supports only axial rope`
+            fail(
+                f"{key}.rope_type",
+                f"model_type {view.model_type!r} defaults to axial RoPE (default_rope_type), "
+                "and transformers' axial rotary modules raise ValueError 'supports only axial "
+                f"rope' for {named!r}; axial is a 2-D rotary over patch rows and columns, not a "
+                "1-D table",
+                named,
+            )
         return params
 
     def layers(self, view: ConfigView) -> tuple[str, dict[str | None, dict[str, Any] | None]]:

@@ -31,11 +31,12 @@ from posenc.encodings.rope.variants._hf import HfMapping, HfRopeParams
 class Llama3Scaling(ScalingBase):
     rope_type: Literal["llama3"] = "llama3"
     factor: Annotated[float, Field(ge=1.0)]
-    # Meta's llama-models `apply_scaling` constants (Llama 3.1's values); a config.json must
-    # carry both (`from_hf`: transformers requires them).
-    low_freq_factor: Annotated[float, Field(gt=0.0)] = 1.0
-    high_freq_factor: Annotated[float, Field(gt=0.0)] = 4.0
-    # Required, as YaRN's: no model's pre-training length is a safe default.
+    # Required, as transformers' `_validate_llama3_rope_parameters` requires them (`KeyError:
+    # Missing required keys`): Llama 3.1's 1 and 4 are one model's values, not a default.
+    low_freq_factor: Annotated[float, Field(gt=0.0)]
+    high_freq_factor: Annotated[float, Field(gt=0.0)]
+    # Required, as YaRN's: transformers fills it from the config's max_position_embeddings,
+    # which a spec does not carry; no model's pre-training length is a safe default.
     original_max_position_embeddings: Annotated[int, Field(ge=1)]
 
     @model_validator(mode="after")
