@@ -368,3 +368,34 @@ def test_hf_config_with_several_tables_needs_layer_type(client: httpx.Client) ->
     r = client.post("/v1/tables", json=body | {"layer_type": "decoder"})
     assert r.status_code == 200, r.text
     assert r.headers["x-posenc-kind"] == "t5_bias"
+
+
+def test_device_cpu_asks_for_the_reference_bytes(
+    server: ServerHandle, client: httpx.Client
+) -> None:
+    """`?device=cpu` (what `posenc-client verify` sends): the table computed on the CPU whatever
+    the server's device, bit for bit the CPU reference, on POST and on the table's URL; another
+    value is 400 `invalid_device` naming the field. (On a GPU server the default answer is
+    the GPU's table, `@cuda:0` in its ETag; tests/runtime/test_cache.py holds the cache's
+    separate CPU entry, the GPU run of docs/gpu.md the route.)"""
+    spec = {"kind": "rope", "head_dim": 32, "max_positions": 96, "rope_theta": 123456.0}
+    want = compute(parse_spec(spec), torch.device("cpu")).tensors
+    answer = client.post("/v1/tables", json=spec, params={"device": "cpu"})
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["x-posenc-device"] == "cpu"
+    assert "@" not in answer.headers["etag"]
+    got = decode(answer)
+    assert all(torch.equal(got[name], want[name]) for name in want)
+    url = answer.headers["content-location"]
+    again = client.get(url, params={"device": "cpu", "format": "npy", "tensor": "cos"})
+    assert again.status_code == 200
+    assert again.headers["x-posenc-device"] == "cpu"
+    default = client.post("/v1/tables", json=spec)
+    assert default.headers["x-posenc-device"] == str(server.device)
+    for bad in ("cuda", "gpu", "x" * 500):
+        refused = client.post("/v1/tables", json=spec, params={"device": bad})
+        assert refused.status_code == 400, refused.text
+        body = refused.json()
+        assert body["error_type"] == "invalid_device"
+        assert body["detail"][0]["field"] == "device"
+        assert len(refused.content) < 400  # the value is not echoed whole

@@ -90,7 +90,7 @@ def verify_three_ways(
 
         def tables_for(request: Any) -> Any:
             (found,) = client.tables_for_model(
-                config_json, **_request_fields(request, args, gqa, {})
+                config_json, device="cpu", **_request_fields(request, args, gqa, {})
             ).values()
             return found
 

@@ -61,6 +61,7 @@ INVALID_MAX_POINTS = _error(
     "invalid_max_points", 400, "`max_points` not an integer from 1 to json_max_elements"
 )
 INVALID_POOL = _error("invalid_pool", 400, "`pool` of a preview neither `none` nor `block`")
+INVALID_DEVICE = _error("invalid_device", 400, "`device` of a table request other than `cpu`")
 INVALID_TABLE_URL = _error(
     "invalid_table_url",
     (400, 414),
@@ -174,6 +175,7 @@ TABLE: tuple[ErrorType, ...] = (
     UNSUPPORTED_DTYPE,
 )
 TABLE += (INVALID_ROWS, ROWS_UNSUPPORTED, TOO_LARGE, TOO_LARGE_FOR_JSON, RANGE_NOT_SATISFIABLE)
+TABLE += (INVALID_DEVICE,)
 """A route sending a table representation (`serving.table.serve_table`)."""
 TABLE_URL: tuple[ErrorType, ...] = (
     INVALID_TABLE_URL,

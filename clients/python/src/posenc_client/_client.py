@@ -349,10 +349,14 @@ class Client(BaseClient):
         field."""
         return self._run(self._core.resolve(config, overrides))
 
-    def tables_for_model(self, config: ConfigLike, **overrides: Any) -> dict[str, Tables]:
+    def tables_for_model(
+        self, config: ConfigLike, *, device: str | None = None, **overrides: Any
+    ) -> dict[str, Tables]:
         """Every table a model needs, by name (`rope`, `rope:sliding_attention`, `alibi`, ...),
-        each carrying the resolve notes. Same `overrides` as `resolve`."""
-        return self._run(self._core.tables_for_model(config, overrides))
+        each carrying the resolve notes. Same `overrides` as `resolve`. `device="cpu"`: the
+        reference bytes computed on the CPU whatever the server's device (a GPU's may differ by
+        an ulp), from the server, past the disk cache: what `verify` compares with."""
+        return self._run(self._core.tables_for_model(config, overrides, device))
 
     def presets(self) -> list[Preset]:
         """The curated released models (names, parts and keys)."""
@@ -536,9 +540,11 @@ class AsyncClient(BaseClient):
         """See `Client.resolve`."""
         return await self._run(self._core.resolve(config, overrides))
 
-    async def tables_for_model(self, config: ConfigLike, **overrides: Any) -> dict[str, Tables]:
+    async def tables_for_model(
+        self, config: ConfigLike, *, device: str | None = None, **overrides: Any
+    ) -> dict[str, Tables]:
         """See `Client.tables_for_model`."""
-        return await self._run(self._core.tables_for_model(config, overrides))
+        return await self._run(self._core.tables_for_model(config, overrides, device))
 
     async def presets(self) -> list[Preset]:
         """See `Client.presets`."""

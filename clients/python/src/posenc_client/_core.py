@@ -460,6 +460,7 @@ class Core:
         spec: Mapping[str, Any] | None = None,
         rows: Rows | None = None,
         url: str | None = None,
+        device: str | None = None,
     ) -> Flow[Tables]:
         """GET the table `key` names (cache first). `key` is a content key or a table URL the
         server handed out (`/v1/tables/{key}.{spec}`, absolute or a path). The request goes to
@@ -468,7 +469,9 @@ class Core:
         `/v1/tables/{key}`, which a server that never resolved it answers 404: the table is
         then served from the cache when held (content keys never change meaning), else
         recomputed from `spec`. With `rows`, only those positions (sliced from the cached whole
-        table when there is one)."""
+        table when there is one). With `device` ("cpu": the reference bytes, `?device=cpu`,
+        whatever the server's device), the server is asked and the disk cache neither read nor
+        written (it holds what the server's own device computed)."""
         key, path = split_table_ref(key)
         if path is None and url is not None:
             found_key, path = split_table_ref(url)
@@ -477,6 +480,16 @@ class Core:
         if path is None and spec is not None:
             path = table_path(key, spec)
         where = path or table_path(key)
+        if device is not None:
+            if self.offline:
+                raise CacheMissError(f"offline, and table {key} on {device} needs the server")
+            params = {**SAFETENSORS, "device": device}
+            if rows is not None:
+                params["rows"] = rows_param(*rows_arg(rows))
+            reply = yield Call("GET", where, params=params)
+            if rows is not None:
+                return self._rows_reply(reply, name, rows_arg(rows), None)
+            return self._parse_table(reply, name, key)
         if rows is not None:
             span = rows_arg(rows)
             part = self._cached_rows(key, name, span)
@@ -591,12 +604,14 @@ class Core:
         )
 
     def tables_for_model(
-        self, config: ConfigLike, overrides: Mapping[str, Any]
+        self, config: ConfigLike, overrides: Mapping[str, Any], device: str | None = None
     ) -> Flow[dict[str, Tables]]:
         specs = yield from self.resolve(config, overrides)
         out: dict[str, Tables] = {}
         for item in specs:
-            tables = yield from self.table_by_key(item.key, item.name, item.spec, url=item.url)
+            tables = yield from self.table_by_key(
+                item.key, item.name, item.spec, url=item.url, device=device
+            )
             out[item.name] = tables.with_notes(item.notes, item.name)
         return out
 

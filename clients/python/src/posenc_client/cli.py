@@ -351,16 +351,17 @@ def _rope_tables(
     client: Client, config: JSON, overrides: JSON, switch: Any
 ) -> tuple[Tables, Tables | None]:
     """The table to plug, and with a length switch (LongRoPE's If) the one past it: each for its
-    side of the switch and with its branch's rows."""
+    side of the switch and with its branch's rows. The reference bytes (`device="cpu"`), as
+    ONNX exports bake: a model plugged from a GPU server verifies exact."""
     if switch is None:
-        return _one(client.tables_for_model(config, **overrides), "the config"), None
+        return _one(client.tables_for_model(config, device="cpu", **overrides), "the config"), None
     sides = []
     for value, seq_len in ((switch.short, switch.threshold), (switch.long, switch.threshold + 1)):
         rows = int(value.tensor.dims[0]) if value.tensor.dims else None
         fields = {"max_positions": rows, **overrides, "seq_len": seq_len}
         if fields["max_positions"] is None:
             del fields["max_positions"]
-        sides.append(_one(client.tables_for_model(config, **fields), "the config"))
+        sides.append(_one(client.tables_for_model(config, device="cpu", **fields), "the config"))
     return sides[0], sides[1]
 
 
@@ -419,7 +420,9 @@ def _frequency_table(client: Client, args: argparse.Namespace) -> Tables:
         "max_positions": args.max_positions or 16,  # only inv_freq is used
         **parse_fields(args.fields),
     }
-    return _one(client.tables_for_model(_config(args.hf_config), **overrides), "the config")
+    return _one(
+        client.tables_for_model(_config(args.hf_config), device="cpu", **overrides), "the config"
+    )
 
 
 def _request_fields(request: Any, args: argparse.Namespace, gqa: bool, fields: JSON) -> JSON:
@@ -553,7 +556,9 @@ def cmd_verify(client: Client, args: argparse.Namespace) -> int:
 
     def tables_for(request: Any) -> Tables:
         if request not in fetched:
-            found = client.tables_for_model(config, **_request_fields(request, args, gqa, fields))
+            found = client.tables_for_model(
+                config, device="cpu", **_request_fields(request, args, gqa, fields)
+            )
             fetched[request] = _one(found, "the config")
         return fetched[request]
 

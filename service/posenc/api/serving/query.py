@@ -69,3 +69,9 @@ class TableQuery(QueryRecord):
         + ")"
     )
     rows: str | None = param(ROWS_DOC, **ROWS_SCHEMA)
+    device: str | None = param(
+        "cpu: the table computed on the CPU whatever the server's device, the reference bytes "
+        "(transformers on the CPU, bit for bit; a GPU's cos/sin may differ by up to 2 float32 "
+        "ulps): what `posenc-client verify` compares models with. Default: the server's device",
+        enum=["cpu"],
+    )

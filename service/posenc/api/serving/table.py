@@ -30,10 +30,11 @@ import asyncio
 from collections.abc import Callable, Hashable
 from typing import Any
 
+import torch
 from starlette.requests import Request
 from starlette.responses import Response
 
-from posenc.api.error_types import TOO_LARGE, TOO_LARGE_FOR_JSON
+from posenc.api.error_types import INVALID_DEVICE, TOO_LARGE, TOO_LARGE_FOR_JSON
 from posenc.api.errors import ApiError
 from posenc.api.serving.bind import bind_tables
 from posenc.api.serving.body import BodyResponse, acquire
@@ -48,6 +49,9 @@ from posenc.api.state import AppState
 from posenc.api.tableurl import table_url
 from posenc.encodings import SpecBase, Table, TensorInfo
 from posenc.runtime import OFFLOAD_BYTES, Buffer, CacheEntry, TableCache
+
+CPU = torch.device("cpu")
+"""Where `?device=cpu` computes: the reference bytes."""
 
 
 def _charges(
@@ -190,11 +194,18 @@ async def serve_table(
                 "(safetensors, npy, raw) or fewer rows",
                 {"elements": elements, "max_elements": limit},
             )
+    if query.device not in (None, "cpu"):
+        raise ApiError(
+            INVALID_DEVICE,
+            f"device must be cpu (the reference bytes) or absent, got {query.device[:40]!r}",
+            [{"field": "device", "message": "cpu, or absent", "value": query.device[:40]}],
+        )
+    on = CPU if query.device == "cpu" else None
     cache = state.require_cache()
-    resident = cache.peek(cache.key_for(spec, key))
+    resident = cache.peek(cache.key_for(spec, key, on))
     # the device of the bytes: the resident entry's (a CUDA OOM falls back to the CPU), else
     # where the cache computes
-    device = resident.device if resident is not None else str(cache.device)
+    device = resident.device if resident is not None else str(on or cache.device)
     etag = representation_etag(key, fmt, selection, tuple(outputs), device)
     headers = {
         "ETag": etag,
@@ -210,7 +221,7 @@ async def serve_table(
     if unchanged is not None:
         return unchanged
     spec = bind_tables(cache, state.require_tables(), spec, key)
-    entry, outcome = await cache.get(spec, key)
+    entry, outcome = await cache.get(spec, key, on)
     if entry.device != device:
         etag = headers["ETag"] = representation_etag(
             key, fmt, selection, tuple(outputs), entry.device
