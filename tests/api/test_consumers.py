@@ -15,6 +15,9 @@ compares with what the reference computes:
   below (TensorRT-LLM is CUDA only) from NVIDIA/TensorRT-LLM `tensorrt_llm/functional.py`
   (`TRTLLM_SOURCE`), against the (P, d, 2) table posenc serves.
 - profiles whose consumer reads one dtype (FlashInfer, TensorRT-LLM, torchtune) refuse another.
+- profile `torchtune` and torchtune's full-width cache: torchtune 0.6.1's own rotary modules
+  (installed from the suite's lock) with their `cache` replaced by the served table, against
+  transformers' module plus apply on the same heads (through torchtune's q/k permutation).
 """
 
 from __future__ import annotations
@@ -446,79 +449,100 @@ def test_torchtune_on_half_split_llama_keeps_its_pairing(client: httpx.Client) -
 
 
 # ---------------------------------------------------------------------------------------------
-# torchtune (not in the lock: its two rotary modules transcribed, pure torch)
+# torchtune (in the suite's lock: torchtune 0.6.1 with torchao 0.15.0): its own rotary modules
 
-TORCHTUNE_SOURCE = (
-    "pytorch/torchtune d1c6963e9070adbbf0602c7632c4a40de82a03d2: "
-    "torchtune/modules/position_embeddings.py (RotaryPositionalEmbeddings), "
-    "torchtune/models/qwen2/_positional_embeddings.py (Qwen2RotaryPositionalEmbeddings)"
-)
-"""Where the transcribed torchtune modules come from (pinned source commit)."""
-
-
-def torchtune_theta(dim: int, base: float) -> torch.Tensor:
-    """`rope_init` of both torchtune modules (`TORCHTUNE_SOURCE`)."""
-    return 1.0 / (base ** (torch.arange(0, dim, 2)[: (dim // 2)].float() / dim))
+LLAMA31_ROPE = {
+    "rope_type": "llama3",
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192,
+    "rope_theta": 500000.0,
+}
+"""Llama 3.1's released rope parameters (config.json of meta-llama/Llama-3.1-8B)."""
 
 
-def torchtune_cache(dim: int, seq: int, base: float) -> torch.Tensor:
-    """`RotaryPositionalEmbeddings.build_rope_cache`: (P, d/2, 2) = stack(cos, sin)."""
-    theta = torchtune_theta(dim, base)
-    idx_theta = torch.einsum("i, j -> ij", torch.arange(seq, dtype=theta.dtype), theta).float()
-    return torch.stack([torch.cos(idx_theta), torch.sin(idx_theta)], dim=-1)
+def _torchtune_module(name: str, d: int, base: float) -> torch.nn.Module:
+    """torchtune's own rotary module for a matrix row, built for (d, SEQ, base) as torchtune's
+    model builders build it (`torchtune/models/<model>/_component_builders.py`):
+    `RotaryPositionalEmbeddings` (torchtune/modules/position_embeddings.py), `Llama3ScaledRoPE`
+    with Llama 3.1's constants (torchtune/models/llama3_1/_position_embeddings.py),
+    `Qwen2RotaryPositionalEmbeddings` (torchtune/models/qwen2/_positional_embeddings.py),
+    `Phi3RotaryPositionalEmbeddings` (torchtune/models/phi3/_position_embeddings.py)."""
+    from torchtune.models.llama3_1._position_embeddings import Llama3ScaledRoPE
+    from torchtune.models.phi3._position_embeddings import Phi3RotaryPositionalEmbeddings
+    from torchtune.models.qwen2._positional_embeddings import Qwen2RotaryPositionalEmbeddings
+    from torchtune.modules import RotaryPositionalEmbeddings
+
+    if name == "llama3":
+        return Llama3ScaledRoPE(  # type: ignore[no-any-return]
+            dim=d,
+            max_seq_len=SEQ,
+            base=base,  # type: ignore[arg-type]
+            scale_factor=8,
+            low_freq_factor=1,
+            high_freq_factor=4,
+            old_context_len=8192,
+        )
+    cls = {
+        "rope": RotaryPositionalEmbeddings,
+        "qwen2": Qwen2RotaryPositionalEmbeddings,
+        "phi3": Phi3RotaryPositionalEmbeddings,
+    }[name]
+    return cls(dim=d, max_seq_len=SEQ, base=base)  # type: ignore[no-any-return]
 
 
-def torchtune_forward(cache: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """`RotaryPositionalEmbeddings.forward` (x [b, s, n_h, h_d], input_pos None)."""
-    seq_len = x.size(1)
-    rope_cache = cache[:seq_len]
-    xshaped = x.float().reshape(*x.shape[:-1], -1, 2)
-    rope_cache = rope_cache.view(-1, xshaped.size(1), 1, xshaped.size(3), 2)
-    x_out = torch.stack(
-        [
-            xshaped[..., 0] * rope_cache[..., 0] - xshaped[..., 1] * rope_cache[..., 1],
-            xshaped[..., 1] * rope_cache[..., 0] + xshaped[..., 0] * rope_cache[..., 1],
-        ],
-        -1,
-    )
-    return x_out.flatten(3).type_as(x)
+TORCHTUNE_ROWS = {
+    "llama": ("rope", None, {"profile": "torchtune"}),
+    "llama31": ("llama3", LLAMA31_ROPE, {"profile": "torchtune"}),
+    "qwen2": ("qwen2", None, {"packing": "cos_sin", "width": "full", "dtype": "float32"}),
+    "phi3": ("phi3", None, {"packing": "cos_sin", "width": "full", "dtype": "float32"}),
+}
+"""Matrix rows: model (config of the model type, with these rope parameters) -> torchtune's
+module and the request fields that serve its cache: profile `torchtune`'s (P, d/2, 2) pairs for
+`RotaryPositionalEmbeddings` and `Llama3ScaledRoPE`, the full-width `cos_sin` (P, 2d) for the
+Qwen2 and Phi-3 modules."""
 
 
-def torchtune_qwen2_cache(dim: int, seq: int, base: float) -> torch.Tensor:
-    """`Qwen2RotaryPositionalEmbeddings.build_rope_cache`: (P, 2d) = cat(cos, sin) of
-    cat(idx_theta, idx_theta)."""
-    theta = torchtune_theta(dim, base)
-    idx_theta = torch.einsum("i, j -> ij", torch.arange(seq, dtype=theta.dtype), theta).float()
-    freqs = torch.cat([idx_theta, idx_theta], dim=-1)
-    return torch.cat([freqs.cos(), freqs.sin()], dim=-1)
+def _to_pairs(x: torch.Tensor) -> torch.Tensor:
+    """A half-split head (x1 | x2) as torchtune reads it, (2i, 2i+1) = (x1[i], x2[i]): what
+    torchtune's checkpoint conversion does to a half-split q/k (its `_permute`)."""
+    half = x.shape[-1] // 2
+    return torch.stack((x[..., :half], x[..., half:]), dim=-1).flatten(-2)
 
 
-def torchtune_qwen2_forward(cache: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """`Qwen2RotaryPositionalEmbeddings.forward` (x [b, s, n_h, h_d], input_pos None)."""
-    seq_len, head_dim = x.size(1), x.size(-1)
-    rope_cache = cache[:seq_len].view(-1, seq_len, 1, head_dim * 2)
-    cos = rope_cache[..., :head_dim].to(x.dtype)
-    sin = rope_cache[..., head_dim:].to(x.dtype)
-    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]
-    rotated = torch.cat((-x2, x1), dim=-1)
-    return ((x * cos) + (rotated * sin)).type_as(x)
+def _from_pairs(x: torch.Tensor) -> torch.Tensor:
+    return torch.cat((x[..., 0::2], x[..., 1::2]), dim=-1)
 
 
-@pytest.mark.parametrize("model_type", ["llama", "qwen2"])
-def test_torchtune_modules_read_the_served_tables(client: httpx.Client, model_type: str) -> None:
-    """torchtune's RotaryPositionalEmbeddings fed profile `torchtune`'s (P, d/2, 2) table, and
-    its Qwen2RotaryPositionalEmbeddings fed the full-width `cos_sin` (P, 2d) table, equal each
-    module run on its own cache (within 2 fp32 ulps), for a config resolved by the server."""
-    data = _case(model_type)
-    served = _served(client, data, profile="torchtune")
-    spec = served["spec"]
-    d, base = int(spec["rotary_dim"]), float(spec["rope_theta"])
-    x = torch.randn(1, SEQ, 2, d, generator=torch.Generator().manual_seed(6))
-    want = torchtune_forward(torchtune_cache(d, SEQ, base), x)
-    got = torchtune_forward(served["pairs"], x)
+@pytest.mark.filterwarnings("ignore::DeprecationWarning:torchao")
+@pytest.mark.parametrize("row", list(TORCHTUNE_ROWS))
+def test_torchtune_modules_read_the_served_tables(client: httpx.Client, row: str) -> None:
+    """torchtune's own rotary module with its `cache` buffer replaced by the table posenc
+    serves (a config resolved by the server) equals transformers' rotary module plus
+    `apply_rotary_pos_emb` on the same heads within 2 fp32 ulps (the pair modules through the
+    q/k permutation torchtune's checkpoint conversion applies, as `notes.torchtune` says), and
+    the served table is the module's own cache."""
+    name, rope, fields = TORCHTUNE_ROWS[row]
+    data = _case("llama" if row == "llama31" else row)
+    if rope is not None:
+        data["rope_parameters"] = dict(rope)
+    served = _served(client, data, **fields)
+    table = served["pairs" if "profile" in fields else "cos_sin"]
+    d, base = int(served["spec"]["rotary_dim"]), float(served["spec"]["rope_theta"])
+    module = _torchtune_module(name, d, base)
+    hf_module, tables = _module_tables(data)
+    cos_m, sin_m = tables[None]
+    want = _apply(hf_module.apply_rotary_pos_emb, cos_m[0], sin_m[0], d).transpose(2, 3)
+    heads = torch.stack(_qk(d)).transpose(2, 3)  # (q|k, B, S, H, D) as torchtune takes x
+    pairs = "profile" in fields
+    if pairs:
+        assert "permuted" in served["notes"]["torchtune"], served["notes"]
+    with torch.no_grad():
+        own = torch.stack([module(_to_pairs(x) if pairs else x) for x in heads])
+        module.cache = table
+        got = torch.stack([module(_to_pairs(x) if pairs else x) for x in heads])
+    if pairs:
+        got, own = _from_pairs(got), _from_pairs(own)
     assert _ulps(got, want) <= MAX_ULPS, _ulps(got, want)
-    qwen2 = _served(client, data, packing="cos_sin", width="full")["cos_sin"]
-    assert tuple(qwen2.shape) == (SEQ, 2 * d)
-    want = torchtune_qwen2_forward(torchtune_qwen2_cache(d, SEQ, base), x)
-    got = torchtune_qwen2_forward(qwen2, x)
-    assert _ulps(got, want) <= MAX_ULPS, _ulps(got, want)
+    assert _ulps(own, want) <= MAX_ULPS, _ulps(own, want)
