@@ -29,6 +29,7 @@ import json
 import math
 import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -285,6 +286,86 @@ def test_hf_profile_is_every_module_output(server: ServerHandle, client: httpx.C
     assert {"deepseek_v3", "gptj", "gpt_oss", "glm", "cohere", "llama"} <= set(checked)
 
 
+@functools.cache
+def polar_model_types() -> tuple[str, ...]:
+    """Every model type of the installed transformers whose text rotary module emits complex
+    `freqs_cis` (`torch.polar` in its forward) for its own `apply_rotary_emb`: DeepSeek-V2 and
+    Llama 4 in transformers 5.24 (a vision config sharing the modeling file is not one: the
+    module is built for its text config class only)."""
+    found = []
+    for model_type in sweep.rotary_model_types():
+        if "torch.polar(" not in _modeling_source(model_type):
+            continue
+        text = sweep._text_config(sweep.load_config(_case(model_type)))
+        module = sweep._modeling_module(text)
+        cls = sweep._text_rotary_class(module, text)
+        takes = inspect.signature(cls.__init__).parameters["config"].annotation
+        takes_name = takes if isinstance(takes, str) else getattr(takes, "__name__", "")
+        if "torch.polar(" in inspect.getsource(cls.forward) and takes_name == type(text).__name__:
+            found.append(model_type)
+    return tuple(found)
+
+
+def _apply_complex(fn: Callable[..., Any], freqs_cis: torch.Tensor, width: int) -> torch.Tensor:
+    """The model's `apply_rotary_emb(xq, xk, freqs_cis)` on fixed q/k of `width` channels, in
+    the head layout its attention passes: (B, H, S, D) where it broadcasts
+    `freqs_cis.unsqueeze(1)` (DeepSeek-V2), (B, S, H, D) where `freqs_cis[:, :, None, :]`
+    (Llama 4); the rotated q and k stacked in (B, H, S, D)."""
+    source = inspect.getsource(fn)
+    heads_first = "freqs_cis.unsqueeze(1)" in source
+    assert heads_first or "freqs_cis[:, :, None, :]" in source, source
+    q, k = _qk(width)
+    with torch.no_grad():
+        if heads_first:
+            out = fn(q, k, freqs_cis[None])
+            return torch.stack(out[:2])
+        out = fn(q.transpose(1, 2), k.transpose(1, 2), freqs_cis[None])
+        return torch.stack([t.transpose(1, 2) for t in out[:2]])
+
+
+def test_polar_models_come_from_transformers() -> None:
+    assert {"deepseek_v2", "llama4", "llama4_text"} <= set(polar_model_types())
+
+
+@pytest.mark.parametrize("model_type", polar_model_types())
+def test_hf_profile_is_the_complex_freqs_cis(
+    server: ServerHandle, client: httpx.Client, model_type: str
+) -> None:
+    """Profile `hf` on DeepSeek-V2 and Llama 4 (complex `freqs_cis`): posenc serves
+    `pairs` (P, d/2, 2), the module's `torch.view_as_real(freqs_cis)` bit for bit from a CPU
+    server; the model's own `apply_rotary_emb` fed `torch.view_as_complex(pairs)` equals it fed
+    the module's output within 2 fp32 ulps (the cell can fail: cos and sin in each other's
+    roles are far off)."""
+    data = _case(model_type)
+    config = sweep.load_config(data)
+    text = sweep._text_config(config)
+    module = sweep._modeling_module(text)
+    with sweep._quiet():
+        rotary = sweep._text_rotary_class(module, text)(config=text)
+    with torch.no_grad():
+        freqs_cis = rotary(torch.zeros(1, SEQ, 2), torch.arange(SEQ)[None])[0]
+    assert freqs_cis.is_complex(), freqs_cis.dtype
+    served = _served(client, data)
+    assert served["spec"]["packing"] == "pairs"
+    assert served["spec"]["width"] == "half"
+    assert served["notes"]["pairing"] == "interleaved"
+    assert "view_as_complex" in served["notes"]["transformers_layout"]
+    pairs = served["pairs"]
+    assert tuple(pairs.shape) == (SEQ, freqs_cis.shape[-1], 2), pairs.shape
+    module_pairs = torch.view_as_real(freqs_cis)
+    if server.device.type == "cpu":
+        assert torch.equal(pairs, module_pairs)
+    else:
+        assert served_as_reference(pairs, module_pairs, server.device), model_type
+        pairs = module_pairs
+    width = 2 * pairs.shape[1]
+    want = _apply_complex(module.apply_rotary_emb, freqs_cis, width)
+    got = _apply_complex(module.apply_rotary_emb, torch.view_as_complex(pairs.contiguous()), width)
+    assert _ulps(got, want) <= MAX_ULPS, _ulps(got, want)
+    swapped = torch.complex(pairs[..., 1].contiguous(), pairs[..., 0].contiguous())
+    assert _ulps(_apply_complex(module.apply_rotary_emb, swapped, width), want) > 1e3
+
+
 INDEXER_CALL = re.compile(r"^class (\w+Indexer)\(.*?(?=^class |\Z)", re.M | re.S)
 
 
@@ -391,6 +472,53 @@ def test_trtllm_mla_table_is_trtllm_reference(client: httpx.Client, model_type: 
     # The attention plugin's layout for a Llama config: (P, d/2, 2).
     llama = _served(client, _case("llama"), profile="trtllm")
     assert tuple(llama["pairs"].shape) == (SEQ, llama["spec"]["rotary_dim"] // 2, 2)
+
+
+# ---------------------------------------------------------------------------------------------
+# vLLM's LongRoPE buffer
+
+CONFIGS = Path(__file__).resolve().parents[1] / "data" / "configs"
+PHI35 = "microsoft__Phi-3.5-mini-instruct.json"
+"""Phi-3.5-mini's released config.json (tests/data/configs): LongRoPE, original length 4096."""
+
+
+def test_vllm_profile_refuses_longrope(client: httpx.Client) -> None:
+    """Profile `vllm` on a LongRoPE config is a 422 at `profile` naming vLLM's
+    `long_short_cos_sin_cache` (vLLM 0.33 reads cat(short rows, long rows) at pos + original
+    length when max_model_len exceeds it: no single table is that buffer); the recipe it names
+    (two `cos_sin` tables without a profile, short and long) gives the rows vLLM reads, equal to
+    transformers' Phi3RotaryEmbedding on each side of the switch, within 2 fp32 ulps."""
+    data = json.loads((CONFIGS / PHI35).read_text(encoding="utf-8"))
+    response = client.post(
+        "/v1/resolve", json={"hf_config": data, "max_positions": SEQ, "profile": "vllm"}
+    )
+    assert response.status_code == 422, response.text
+    assert "long_short_cos_sin_cache" in response.text
+    spec: dict[str, Any] = {"kind": "rope", "head_dim": 96, "max_positions": SEQ}
+    spec["rope_scaling"] = {
+        "rope_type": "longrope",
+        "short_factor": [1.0] * 48,
+        "long_factor": [2.0] * 48,
+        "original_max_position_embeddings": 4096,
+        "factor": 32.0,
+    }
+    response = client.post("/v1/tables", json={**spec, "profile": "vllm"})
+    assert response.status_code == 422, response.text
+    assert [d["field"] for d in response.json()["detail"]] == ["profile"], response.text
+    assert client.post("/v1/tables", json={**spec, "packing": "cos_sin"}).status_code == 200
+    original = int(data["original_max_position_embeddings"])
+    text = sweep._text_config(sweep.load_config(data))
+    with sweep._quiet():
+        rotary = sweep._text_rotary_class(sweep._modeling_module(text), text)(config=text)
+    for seq_len in (original, original + 1):  # vLLM's short rows, and its long rows (pos + orig)
+        served = _served(client, data, packing="cos_sin", width="half", seq_len=seq_len)
+        # transformers picks the factors by max(position_ids) + 1: one position at seq_len - 1.
+        positions = torch.cat((torch.arange(SEQ), torch.tensor([seq_len - 1])))
+        with torch.no_grad():
+            cos, sin = rotary(torch.zeros(1, SEQ + 1, 2), positions[None])
+        half = cos.shape[-1] // 2
+        want = torch.cat((cos[0, :SEQ, :half], sin[0, :SEQ, :half]), dim=-1)
+        assert _ulps(served["cos_sin"], want) <= MAX_ULPS, (seq_len, _ulps(served["cos_sin"], want))
 
 
 # ---------------------------------------------------------------------------------------------
