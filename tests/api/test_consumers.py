@@ -210,6 +210,18 @@ def test_interleave_models_come_from_transformers() -> None:
     } <= types, types
     assert "cohere" not in types
     assert "llama" not in types
+    # Every modeling file that defines and calls it has a model type in the matrix.
+    from transformers.models.auto.configuration_auto import model_type_to_module_name
+
+    calling = {
+        path.parent.name
+        for path in sweep._models_root().glob("*/modeling_*.py")
+        if re.search(rf"^def {INTERLEAVE_APPLY}\(", text := path.read_text(encoding="utf-8"), re.M)
+        and re.search(rf"=\s*{INTERLEAVE_APPLY}\(", text)
+    }
+    covered = {model_type_to_module_name(t).split(".")[-1] for t in types}
+    assert calling == covered, calling ^ covered
+    assert len(calling) >= 12, calling
 
 
 @pytest.mark.parametrize("model_type", [*interleave_model_types(), *HF_CONTROLS])
