@@ -13,7 +13,7 @@ PORT ?= 8000
 TORCH_INDEX ?=
 TORCH_INDEX_ARG := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
 
-.PHONY: dist venv lock drift optimum-check grpc-stubs nginx chromium biome wrk container-tools image image-test serve test check bench screenshots models-doc models-data clean
+.PHONY: dist venv lock drift optimum-check vllm-check grpc-stubs nginx chromium biome wrk container-tools image image-test serve test check bench screenshots models-doc models-data clean
 
 venv: $(STAMP)
 
@@ -47,6 +47,7 @@ lock: $(STAMP)
 	$(LOCK) clients/python/pyproject.toml requirements/client.in -c $(SUITE_PINS) \
 	  -o requirements/client.txt
 	$(LOCK) requirements/optimum.in -o requirements/optimum.txt
+	$(LOCK) --no-deps requirements/vllm.in -o requirements/vllm.txt
 
 # The newest releases of the references in a throwaway environment (.venv-drift), running the
 # reference and interop tests there; writes docs/compatibility.md. Never part of `make test`.
@@ -67,6 +68,22 @@ $(OPTIMUM_VENV)/.installed: requirements/optimum.txt
 	test -x $(OPTIMUM_VENV)/bin/python || $(PY) -m venv $(OPTIMUM_VENV)
 	$(OPTIMUM_VENV)/bin/pip install --quiet --require-hashes --no-deps $(TORCH_INDEX_ARG) \
 	  -r requirements/optimum.txt
+	touch $@
+
+# vLLM's own rotary classes fed posenc's tables (tests/api/test_consumers_vllm.py) in their own
+# environment (.venv-vllm: the suite's lock, then requirements/vllm.txt, vLLM's wheel without its
+# CUDA dependencies and what its import needs), never part of `make test`: vLLM 0.33 declares
+# torch 2.14 (CUDA) and transformers<5.21, which the suite's lock cannot hold. In the suite's
+# environment that test file is skipped.
+VLLM_VENV := .venv-vllm
+vllm-check: $(VLLM_VENV)/.installed
+	$(VLLM_VENV)/bin/python -m pytest -q -n 0 tests/api/test_consumers_vllm.py
+
+$(VLLM_VENV)/.installed: requirements/suite.txt requirements/vllm.txt pyproject.toml
+	test -x $(VLLM_VENV)/bin/python || $(PY) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install --quiet --require-hashes --no-deps $(TORCH_INDEX_ARG) \
+	  -r requirements/suite.txt -r requirements/vllm.txt
+	$(VLLM_VENV)/bin/pip install --quiet --no-deps --no-build-isolation -e . -e clients/python
 	touch $@
 
 # The gRPC stubs of the Open Inference Protocol (service/posenc/api/grpc/proto), generated with the
@@ -185,4 +202,4 @@ models-data: $(STAMP)
 	$(BIN)/python -m tests.encodings.hf_config.class_data --write
 
 clean:
-	rm -rf $(VENV) .venv-drift $(OPTIMUM_VENV) .pytest_cache .mypy_cache .ruff_cache node_modules
+	rm -rf $(VENV) .venv-drift $(OPTIMUM_VENV) $(VLLM_VENV) .pytest_cache .mypy_cache .ruff_cache node_modules

@@ -14,9 +14,10 @@ compares with what the reference computes:
   `RopeEmbeddingUtils.create_sinusoidal_positions_yarn(..., duplicate_data=True)`, transcribed
   below (TensorRT-LLM is CUDA only) from NVIDIA/TensorRT-LLM `tensorrt_llm/functional.py`
   (`TRTLLM_SOURCE`), against the (P, d, 2) table posenc serves.
-- profile `torchtune`: torchtune 0.6.1's own rotary modules (vendored byte for byte in
-  `tests/vendored`) fed the served tables.
 - profiles whose consumer reads one dtype (FlashInfer, TensorRT-LLM, torchtune) refuse another.
+- profile `torchtune` and torchtune's full-width cache: torchtune 0.6.1's own rotary modules
+  (installed from the suite's lock) with their `cache` replaced by the served table, against
+  transformers' module plus apply on the same heads (through torchtune's q/k permutation).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import json
 import math
 import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -38,8 +40,6 @@ import torch
 from tests.conftest import ServerHandle
 from tests.encodings.hf_config import rope_sweep as sweep
 from tests.tolerances import served_as_reference
-from tests.vendored.torchtune.position_embeddings import RotaryPositionalEmbeddings
-from tests.vendored.torchtune.qwen2_positional_embeddings import Qwen2RotaryPositionalEmbeddings
 
 SEQ = 40
 """Positions compared (0..SEQ-1)."""
@@ -210,6 +210,18 @@ def test_interleave_models_come_from_transformers() -> None:
     } <= types, types
     assert "cohere" not in types
     assert "llama" not in types
+    # Every modeling file that defines and calls it has a model type in the matrix.
+    from transformers.models.auto.configuration_auto import model_type_to_module_name
+
+    calling = {
+        path.parent.name
+        for path in sweep._models_root().glob("*/modeling_*.py")
+        if re.search(rf"^def {INTERLEAVE_APPLY}\(", text := path.read_text(encoding="utf-8"), re.M)
+        and re.search(rf"=\s*{INTERLEAVE_APPLY}\(", text)
+    }
+    covered = {model_type_to_module_name(t).split(".")[-1] for t in types}
+    assert calling == covered, calling ^ covered
+    assert len(calling) >= 12, calling
 
 
 @pytest.mark.parametrize("model_type", [*interleave_model_types(), *HF_CONTROLS])
@@ -284,6 +296,86 @@ def test_hf_profile_is_every_module_output(server: ServerHandle, client: httpx.C
     assert not differ, differ
     assert len(set(checked)) > 200, len(set(checked))
     assert {"deepseek_v3", "gptj", "gpt_oss", "glm", "cohere", "llama"} <= set(checked)
+
+
+@functools.cache
+def polar_model_types() -> tuple[str, ...]:
+    """Every model type of the installed transformers whose text rotary module emits complex
+    `freqs_cis` (`torch.polar` in its forward) for its own `apply_rotary_emb`: DeepSeek-V2 and
+    Llama 4 in transformers 5.24 (a vision config sharing the modeling file is not one: the
+    module is built for its text config class only)."""
+    found = []
+    for model_type in sweep.rotary_model_types():
+        if "torch.polar(" not in _modeling_source(model_type):
+            continue
+        text = sweep._text_config(sweep.load_config(_case(model_type)))
+        module = sweep._modeling_module(text)
+        cls = sweep._text_rotary_class(module, text)
+        takes = inspect.signature(cls.__init__).parameters["config"].annotation
+        takes_name = takes if isinstance(takes, str) else getattr(takes, "__name__", "")
+        if "torch.polar(" in inspect.getsource(cls.forward) and takes_name == type(text).__name__:
+            found.append(model_type)
+    return tuple(found)
+
+
+def _apply_complex(fn: Callable[..., Any], freqs_cis: torch.Tensor, width: int) -> torch.Tensor:
+    """The model's `apply_rotary_emb(xq, xk, freqs_cis)` on fixed q/k of `width` channels, in
+    the head layout its attention passes: (B, H, S, D) where it broadcasts
+    `freqs_cis.unsqueeze(1)` (DeepSeek-V2), (B, S, H, D) where `freqs_cis[:, :, None, :]`
+    (Llama 4); the rotated q and k stacked in (B, H, S, D)."""
+    source = inspect.getsource(fn)
+    heads_first = "freqs_cis.unsqueeze(1)" in source
+    assert heads_first or "freqs_cis[:, :, None, :]" in source, source
+    q, k = _qk(width)
+    with torch.no_grad():
+        if heads_first:
+            out = fn(q, k, freqs_cis[None])
+            return torch.stack(out[:2])
+        out = fn(q.transpose(1, 2), k.transpose(1, 2), freqs_cis[None])
+        return torch.stack([t.transpose(1, 2) for t in out[:2]])
+
+
+def test_polar_models_come_from_transformers() -> None:
+    assert {"deepseek_v2", "llama4", "llama4_text"} <= set(polar_model_types())
+
+
+@pytest.mark.parametrize("model_type", polar_model_types())
+def test_hf_profile_is_the_complex_freqs_cis(
+    server: ServerHandle, client: httpx.Client, model_type: str
+) -> None:
+    """Profile `hf` on DeepSeek-V2 and Llama 4 (complex `freqs_cis`): posenc serves
+    `pairs` (P, d/2, 2), the module's `torch.view_as_real(freqs_cis)` bit for bit from a CPU
+    server; the model's own `apply_rotary_emb` fed `torch.view_as_complex(pairs)` equals it fed
+    the module's output within 2 fp32 ulps (the cell can fail: cos and sin in each other's
+    roles are far off)."""
+    data = _case(model_type)
+    config = sweep.load_config(data)
+    text = sweep._text_config(config)
+    module = sweep._modeling_module(text)
+    with sweep._quiet():
+        rotary = sweep._text_rotary_class(module, text)(config=text)
+    with torch.no_grad():
+        freqs_cis = rotary(torch.zeros(1, SEQ, 2), torch.arange(SEQ)[None])[0]
+    assert freqs_cis.is_complex(), freqs_cis.dtype
+    served = _served(client, data)
+    assert served["spec"]["packing"] == "pairs"
+    assert served["spec"]["width"] == "half"
+    assert served["notes"]["pairing"] == "interleaved"
+    assert "view_as_complex" in served["notes"]["transformers_layout"]
+    pairs = served["pairs"]
+    assert tuple(pairs.shape) == (SEQ, freqs_cis.shape[-1], 2), pairs.shape
+    module_pairs = torch.view_as_real(freqs_cis)
+    if server.device.type == "cpu":
+        assert torch.equal(pairs, module_pairs)
+    else:
+        assert served_as_reference(pairs, module_pairs, server.device), model_type
+        pairs = module_pairs
+    width = 2 * pairs.shape[1]
+    want = _apply_complex(module.apply_rotary_emb, freqs_cis, width)
+    got = _apply_complex(module.apply_rotary_emb, torch.view_as_complex(pairs.contiguous()), width)
+    assert _ulps(got, want) <= MAX_ULPS, _ulps(got, want)
+    swapped = torch.complex(pairs[..., 1].contiguous(), pairs[..., 0].contiguous())
+    assert _ulps(_apply_complex(module.apply_rotary_emb, swapped, width), want) > 1e3
 
 
 INDEXER_CALL = re.compile(r"^class (\w+Indexer)\(.*?(?=^class |\Z)", re.M | re.S)
@@ -395,6 +487,53 @@ def test_trtllm_mla_table_is_trtllm_reference(client: httpx.Client, model_type: 
 
 
 # ---------------------------------------------------------------------------------------------
+# vLLM's LongRoPE buffer
+
+CONFIGS = Path(__file__).resolve().parents[1] / "data" / "configs"
+PHI35 = "microsoft__Phi-3.5-mini-instruct.json"
+"""Phi-3.5-mini's released config.json (tests/data/configs): LongRoPE, original length 4096."""
+
+
+def test_vllm_profile_refuses_longrope(client: httpx.Client) -> None:
+    """Profile `vllm` on a LongRoPE config is a 422 at `profile` naming vLLM's
+    `long_short_cos_sin_cache` (vLLM 0.33 reads cat(short rows, long rows) at pos + original
+    length when max_model_len exceeds it: no single table is that buffer); the recipe it names
+    (two `cos_sin` tables without a profile, short and long) gives the rows vLLM reads, equal to
+    transformers' Phi3RotaryEmbedding on each side of the switch, within 2 fp32 ulps."""
+    data = json.loads((CONFIGS / PHI35).read_text(encoding="utf-8"))
+    response = client.post(
+        "/v1/resolve", json={"hf_config": data, "max_positions": SEQ, "profile": "vllm"}
+    )
+    assert response.status_code == 422, response.text
+    assert "long_short_cos_sin_cache" in response.text
+    spec: dict[str, Any] = {"kind": "rope", "head_dim": 96, "max_positions": SEQ}
+    spec["rope_scaling"] = {
+        "rope_type": "longrope",
+        "short_factor": [1.0] * 48,
+        "long_factor": [2.0] * 48,
+        "original_max_position_embeddings": 4096,
+        "factor": 32.0,
+    }
+    response = client.post("/v1/tables", json={**spec, "profile": "vllm"})
+    assert response.status_code == 422, response.text
+    assert [d["field"] for d in response.json()["detail"]] == ["profile"], response.text
+    assert client.post("/v1/tables", json={**spec, "packing": "cos_sin"}).status_code == 200
+    original = int(data["original_max_position_embeddings"])
+    text = sweep._text_config(sweep.load_config(data))
+    with sweep._quiet():
+        rotary = sweep._text_rotary_class(sweep._modeling_module(text), text)(config=text)
+    for seq_len in (original, original + 1):  # vLLM's short rows, and its long rows (pos + orig)
+        served = _served(client, data, packing="cos_sin", width="half", seq_len=seq_len)
+        # transformers picks the factors by max(position_ids) + 1: one position at seq_len - 1.
+        positions = torch.cat((torch.arange(SEQ), torch.tensor([seq_len - 1])))
+        with torch.no_grad():
+            cos, sin = rotary(torch.zeros(1, SEQ + 1, 2), positions[None])
+        half = cos.shape[-1] // 2
+        want = torch.cat((cos[0, :SEQ, :half], sin[0, :SEQ, :half]), dim=-1)
+        assert _ulps(served["cos_sin"], want) <= MAX_ULPS, (seq_len, _ulps(served["cos_sin"], want))
+
+
+# ---------------------------------------------------------------------------------------------
 # dtypes a consumer does not read
 
 
@@ -450,33 +589,100 @@ def test_torchtune_on_half_split_llama_keeps_its_pairing(client: httpx.Client) -
 
 
 # ---------------------------------------------------------------------------------------------
-# torchtune (not in the lock: its two rotary modules as published, vendored in tests/vendored)
+# torchtune (in the suite's lock: torchtune 0.6.1 with torchao 0.15.0): its own rotary modules
+
+LLAMA31_ROPE = {
+    "rope_type": "llama3",
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192,
+    "rope_theta": 500000.0,
+}
+"""Llama 3.1's released rope parameters (config.json of meta-llama/Llama-3.1-8B)."""
 
 
-def torchtune_on(module: torch.nn.Module, cache: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """A torchtune rotary module's forward on `x` with its `cache` buffer replaced by `cache`."""
-    module.cache = cache
-    out: torch.Tensor = module(x)
-    return out
+def _torchtune_module(name: str, d: int, base: float) -> torch.nn.Module:
+    """torchtune's own rotary module for a matrix row, built for (d, SEQ, base) as torchtune's
+    model builders build it (`torchtune/models/<model>/_component_builders.py`):
+    `RotaryPositionalEmbeddings` (torchtune/modules/position_embeddings.py), `Llama3ScaledRoPE`
+    with Llama 3.1's constants (torchtune/models/llama3_1/_position_embeddings.py),
+    `Qwen2RotaryPositionalEmbeddings` (torchtune/models/qwen2/_positional_embeddings.py),
+    `Phi3RotaryPositionalEmbeddings` (torchtune/models/phi3/_position_embeddings.py)."""
+    from torchtune.models.llama3_1._position_embeddings import Llama3ScaledRoPE
+    from torchtune.models.phi3._position_embeddings import Phi3RotaryPositionalEmbeddings
+    from torchtune.models.qwen2._positional_embeddings import Qwen2RotaryPositionalEmbeddings
+    from torchtune.modules import RotaryPositionalEmbeddings
+
+    if name == "llama3":
+        return Llama3ScaledRoPE(  # type: ignore[no-any-return]
+            dim=d,
+            max_seq_len=SEQ,
+            base=base,  # type: ignore[arg-type]
+            scale_factor=8,
+            low_freq_factor=1,
+            high_freq_factor=4,
+            old_context_len=8192,
+        )
+    cls = {
+        "rope": RotaryPositionalEmbeddings,
+        "qwen2": Qwen2RotaryPositionalEmbeddings,
+        "phi3": Phi3RotaryPositionalEmbeddings,
+    }[name]
+    return cls(dim=d, max_seq_len=SEQ, base=base)  # type: ignore[no-any-return]
 
 
-@pytest.mark.parametrize("model_type", ["llama", "qwen2"])
-def test_torchtune_modules_read_the_served_tables(client: httpx.Client, model_type: str) -> None:
-    """torchtune's RotaryPositionalEmbeddings fed profile `torchtune`'s (P, d/2, 2) table, and
-    its Qwen2RotaryPositionalEmbeddings fed the full-width `cos_sin` (P, 2d) table, equal each
-    module run on its own cache (within 2 fp32 ulps), for a config resolved by the server."""
-    data = _case(model_type)
-    served = _served(client, data, profile="torchtune")
-    spec = served["spec"]
-    d, base = int(spec["rotary_dim"]), float(spec["rope_theta"])
-    x = torch.randn(1, SEQ, 2, d, generator=torch.Generator().manual_seed(6))
-    llama_module = RotaryPositionalEmbeddings(d, max_seq_len=SEQ, base=base)
-    want = llama_module(x)
-    got = torchtune_on(llama_module, served["pairs"], x)
+TORCHTUNE_ROWS = {
+    "llama": ("rope", None, {"profile": "torchtune"}),
+    "llama31": ("llama3", LLAMA31_ROPE, {"profile": "torchtune"}),
+    "qwen2": ("qwen2", None, {"packing": "cos_sin", "width": "full", "dtype": "float32"}),
+    "phi3": ("phi3", None, {"packing": "cos_sin", "width": "full", "dtype": "float32"}),
+}
+"""Matrix rows: model (config of the model type, with these rope parameters) -> torchtune's
+module and the request fields that serve its cache: profile `torchtune`'s (P, d/2, 2) pairs for
+`RotaryPositionalEmbeddings` and `Llama3ScaledRoPE`, the full-width `cos_sin` (P, 2d) for the
+Qwen2 and Phi-3 modules."""
+
+
+def _to_pairs(x: torch.Tensor) -> torch.Tensor:
+    """A half-split head (x1 | x2) as torchtune reads it, (2i, 2i+1) = (x1[i], x2[i]): what
+    torchtune's checkpoint conversion does to a half-split q/k (its `_permute`)."""
+    half = x.shape[-1] // 2
+    return torch.stack((x[..., :half], x[..., half:]), dim=-1).flatten(-2)
+
+
+def _from_pairs(x: torch.Tensor) -> torch.Tensor:
+    return torch.cat((x[..., 0::2], x[..., 1::2]), dim=-1)
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning:torchao")
+@pytest.mark.parametrize("row", list(TORCHTUNE_ROWS))
+def test_torchtune_modules_read_the_served_tables(client: httpx.Client, row: str) -> None:
+    """torchtune's own rotary module with its `cache` buffer replaced by the table posenc
+    serves (a config resolved by the server) equals transformers' rotary module plus
+    `apply_rotary_pos_emb` on the same heads within 2 fp32 ulps (the pair modules through the
+    q/k permutation torchtune's checkpoint conversion applies, as `notes.torchtune` says), and
+    the served table is the module's own cache."""
+    name, rope, fields = TORCHTUNE_ROWS[row]
+    data = _case("llama" if row == "llama31" else row)
+    if rope is not None:
+        data["rope_parameters"] = dict(rope)
+    served = _served(client, data, **fields)
+    table = served["pairs" if "profile" in fields else "cos_sin"]
+    d, base = int(served["spec"]["rotary_dim"]), float(served["spec"]["rope_theta"])
+    module = _torchtune_module(name, d, base)
+    hf_module, tables = _module_tables(data)
+    cos_m, sin_m = tables[None]
+    want = _apply(hf_module.apply_rotary_pos_emb, cos_m[0], sin_m[0], d).transpose(2, 3)
+    heads = torch.stack(_qk(d)).transpose(2, 3)  # (q|k, B, S, H, D) as torchtune takes x
+    pairs = "profile" in fields
+    if pairs:
+        assert "permuted" in served["notes"]["torchtune"], served["notes"]
+    with torch.no_grad():
+        own = torch.stack([module(_to_pairs(x) if pairs else x) for x in heads])
+        module.cache = table
+        got = torch.stack([module(_to_pairs(x) if pairs else x) for x in heads])
+    if pairs:
+        got, own = _from_pairs(got), _from_pairs(own)
     assert _ulps(got, want) <= MAX_ULPS, _ulps(got, want)
-    qwen2 = _served(client, data, packing="cos_sin", width="full")["cos_sin"]
-    assert tuple(qwen2.shape) == (SEQ, 2 * d)
-    qwen2_module = Qwen2RotaryPositionalEmbeddings(d, max_seq_len=SEQ, base=base)
-    want = qwen2_module(x)
-    got = torchtune_on(qwen2_module, qwen2, x)
-    assert _ulps(got, want) <= MAX_ULPS, _ulps(got, want)
+    assert _ulps(own, want) <= MAX_ULPS, _ulps(own, want)

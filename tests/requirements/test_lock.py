@@ -171,3 +171,14 @@ def test_optimum_lock_stands_apart() -> None:
     assert pins["torch"][0].local == "cpu"
     assert pins["transformers"][0] < Version("4.58")
     assert read_lock("suite")["transformers"][0] >= Version("4.58")
+
+
+def test_vllm_lock_adds_to_the_suite() -> None:
+    """`make vllm-check`'s lock (requirements/vllm.txt) is hashed like the others and installs
+    on top of the suite's lock: vLLM's wheel and what its import needs, no package the suite
+    pins (so neither moves the other; torch stays the suite's CPU build)."""
+    pins = read_lock("vllm")
+    for name, (_, hashes) in pins.items():
+        assert hashes, f"vllm: {name} has no hash"
+    assert "vllm" in pins
+    assert not set(pins) & set(read_lock("suite")), set(pins) & set(read_lock("suite"))

@@ -17,14 +17,4 @@ SOURCES: dict[str, tuple[str, str]] = {
         "torchscale 0.3.0 wheel (PyPI), torchscale/component/xpos_relative_position.py",
         "0ze6MMW4NwGIOdbEQoMv4SzyN_nZt0ItU9t7IP0YuZE",
     ),
-    # torchtune 0.6.1 would bring datasets, torchdata, kagglehub and more into the lock for two
-    # pure-torch modules; its license is torchtune/LICENSE (BSD 3-clause).
-    "torchtune/position_embeddings.py": (
-        "torchtune 0.6.1 wheel (PyPI), torchtune/modules/position_embeddings.py",
-        "Pcix4-7XRh2AJV57fBrO85GpvqVqTNyjiMEmAzv6FmY",
-    ),
-    "torchtune/qwen2_positional_embeddings.py": (
-        "torchtune 0.6.1 wheel (PyPI), torchtune/models/qwen2/_positional_embeddings.py",
-        "6kMLgwd-vKmraONxnfp1Yrj5yeOYLLXGnnMka6Z8_is",
-    ),
 }

@@ -56,6 +56,10 @@ def ours_half(named: NamedSpec, rows: int, **overrides: Any) -> tuple[torch.Tens
     """Our half-width cos/sin (rows, d/2) plus a check of the full-width layout."""
     spec = named.spec.model_copy(update={"max_positions": rows, **overrides})
     table = compute(spec)
+    if spec.canonical().packing == "pairs":  # DeepSeek-V2, Llama 4: view_as_real(freqs_cis)
+        assert spec.canonical().width == "half"
+        pairs = table.tensors["pairs"]
+        return pairs[..., 0], pairs[..., 1]
     cos, sin = table.tensors["cos"], table.tensors["sin"]
     d = cos.shape[-1]
     if spec.canonical().width == "half":  # GPT-J's module: half-width (sin, cos)

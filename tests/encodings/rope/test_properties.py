@@ -135,6 +135,8 @@ def rope_specs(draw: st.DrawFn) -> dict[str, Any]:
     d = head_dim if scaling["rope_type"] == "proportional" else rotary
     if profile == "ort_gqa" and (d // 2) % 8:
         profile = "onnx"
+    if profile == "vllm" and scaling["rope_type"] == "longrope":
+        profile = "flashinfer"  # vLLM's LongRoPE buffer holds two tables (spec.VLLM_LONGROPE)
     if profile:
         spec["profile"] = profile
     packing = draw(st.none() | st.sampled_from(["separate", "cos_sin", "pairs"]))

@@ -466,14 +466,36 @@ class Dots3NoteRope(Mistral4Rope, V4Refused):
     type whose v4 conversion is not mapped (only v5 `rope_parameters`)."""
 
 
+POLAR_LAYOUT = (
+    "the rotary module emits complex freqs_cis (P, d/2) for apply_rotary_emb, which multiplies "
+    "it into view_as_complex of the (2i, 2i+1) pairs; profile hf serves its view_as_real, "
+    "pairs (P, d/2, 2) = stack(real, imag): torch.view_as_complex(pairs) is freqs_cis"
+)
+
+
 @dataclass(frozen=True)
 class PolarRope(RopeModel):
     """DeepSeek-V2 and Llama 4 build `freqs_cis = torch.polar(1, freqs) * attention_scaling` and
     rotate complex pairs (2i, 2i+1): their tables are `trig: "polar"` (torch.polar's cos/sin,
-    up to 2 ulp from torch.cos/torch.sin)."""
+    up to 2 ulp from torch.cos/torch.sin). Their rotary module emits the complex (P, d/2)
+    `freqs_cis` their `apply_rotary_emb` reads; no wire dtype is complex, so profile `hf` serves
+    its `torch.view_as_real`, `pairs` (P, d/2, 2) (`profile_fields`), which
+    `torch.view_as_complex` turns back into `freqs_cis` without a copy
+    (`modeling_deepseek_v2.py`, `modeling_llama4.py`; tests/api/test_consumers.py)."""
 
     def module_layout(self, view: ConfigView, interleaved: bool) -> dict[str, Any]:
-        return {}  # complex freqs_cis, not a full-width cos/sin
+        return {}  # complex freqs_cis: profile hf's layout is in profile_fields
+
+    def profile_fields(self, view: ConfigView) -> dict[str, dict[str, Any]] | None:
+        return {**(super().profile_fields(view) or {}), "hf": {"packing": "pairs"}}
+
+    def extra_notes(
+        self, view: ConfigView, notes: Mapping[str, Any], interleaved: bool
+    ) -> dict[str, Any]:
+        return {
+            **super().extra_notes(view, notes, interleaved),
+            "transformers_layout": POLAR_LAYOUT,
+        }
 
     def entries(self, view: ConfigView) -> list[Entry]:
         entries = super().entries(view)

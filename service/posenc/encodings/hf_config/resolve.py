@@ -66,8 +66,10 @@ def _apply_overrides(entry: Entry, overrides: Mapping[str, Any]) -> dict[str, An
             data.pop("rotary_dim", None)
             data.pop("partial_rotary_factor", None)
         data[name] = value
-    # What this model's consumer under the requested profile reads (Entry.profiles).
-    for name, value in (entry.profiles or {}).get(str(data.get("profile")), {}).items():
+    # What this model's consumer under the requested profile reads (Entry.profiles); no
+    # profile is profile `hf`, the model's own module and apply function.
+    profile = str(data.get("profile") or "hf")
+    for name, value in (entry.profiles or {}).get(profile, {}).items():
         if name not in overrides:
             data[name] = value
     return data
