@@ -134,14 +134,18 @@ def _module_tables(
     return module, tables
 
 
-def _served(client: httpx.Client, data: dict[str, Any], **fields: Any) -> dict[str, Any]:
+def _served(
+    client: httpx.Client, data: dict[str, Any], device: str | None = None, **fields: Any
+) -> dict[str, Any]:
     """The one rope table `/v1/resolve` answers for `data` (with request `fields`), fetched from
-    its URL: {"spec", "notes", tensors...}."""
+    its URL (`device="cpu"`: the reference bytes, whatever the server's device): {"spec",
+    "notes", tensors...}."""
     response = client.post("/v1/resolve", json={"hf_config": data, "max_positions": SEQ, **fields})
     assert response.status_code == 200, response.text
     items = [item for item in response.json()["specs"] if item["kind"] == "rope"]
     assert len(items) == 1, items
-    got = client.get(items[0]["url"], params={"format": "npz"})
+    params = {"format": "npz", **({"device": device} if device else {})}
+    got = client.get(items[0]["url"], params=params)
     assert got.status_code == 200, got.text
     arrays = np.load(io.BytesIO(got.content))
     tensors = {name: torch.from_numpy(arrays[name].copy()) for name in arrays.files}
@@ -657,18 +661,28 @@ def _from_pairs(x: torch.Tensor) -> torch.Tensor:
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning:torchao")
 @pytest.mark.parametrize("row", list(TORCHTUNE_ROWS))
-def test_torchtune_modules_read_the_served_tables(client: httpx.Client, row: str) -> None:
+def test_torchtune_modules_read_the_served_tables(
+    server: ServerHandle, client: httpx.Client, row: str
+) -> None:
     """torchtune's own rotary module with its `cache` buffer replaced by the table posenc
     serves (a config resolved by the server) equals transformers' rotary module plus
     `apply_rotary_pos_emb` on the same heads within 2 fp32 ulps (the pair modules through the
     q/k permutation torchtune's checkpoint conversion applies, as `notes.torchtune` says), and
-    the served table is the module's own cache."""
+    the served table is the module's own cache. A GPU server's table is held within
+    `tolerances.GPU_ULPS` of its reference bytes (`?device=cpu`) elementwise, and the module is
+    fed those (an ulp of cos moves a near-zero rotated value by thousands of its own ulps: 2,555
+    on the H200)."""
     name, rope, fields = TORCHTUNE_ROWS[row]
     data = _case("llama" if row == "llama31" else row)
     if rope is not None:
         data["rope_parameters"] = dict(rope)
     served = _served(client, data, **fields)
     table = served["pairs" if "profile" in fields else "cos_sin"]
+    if server.device.type != "cpu":
+        reference = _served(client, data, device="cpu", **fields)
+        cpu_table = reference["pairs" if "profile" in fields else "cos_sin"]
+        assert served_as_reference(table, cpu_table, server.device), row
+        table = cpu_table
     d, base = int(served["spec"]["rotary_dim"]), float(served["spec"]["rope_theta"])
     module = _torchtune_module(name, d, base)
     hf_module, tables = _module_tables(data)
