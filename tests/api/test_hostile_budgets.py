@@ -62,21 +62,27 @@ def wait_for(condition: Callable[[], bool]) -> bool:
     return waiting.wait_for(condition, PATIENCE)
 
 
+def infer_request(
+    positions: int, start: int = 0, spec: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """A JSON `/v2` rope infer request of `positions` consecutive positions from `start`, binary
+    outputs, for `spec` (default `ROPE`)."""
+    return {
+        "parameters": {"spec": json.dumps(spec or ROPE), "binary_data_output": True},
+        "inputs": [
+            {
+                "name": "position_ids",
+                "shape": [positions],
+                "datatype": "INT64",
+                "data": list(range(start, start + positions)),
+            }
+        ],
+    }
+
+
 def infer_body(positions: int, start: int = 0) -> bytes:
-    """A JSON `/v2` rope infer of `positions` consecutive positions, binary outputs."""
-    return json.dumps(
-        {
-            "parameters": {"spec": json.dumps(ROPE), "binary_data_output": True},
-            "inputs": [
-                {
-                    "name": "position_ids",
-                    "shape": [positions],
-                    "datatype": "INT64",
-                    "data": list(range(start, start + positions)),
-                }
-            ],
-        }
-    ).encode()
+    """`infer_request` of `ROPE`, encoded."""
+    return json.dumps(infer_request(positions, start)).encode()
 
 
 def stalled_post(url: str, path: str, body: bytes) -> socket.socket:

@@ -20,7 +20,6 @@ import random
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import httpx
 import numpy as np
@@ -29,7 +28,7 @@ import tritonclient.grpc as tgrpc
 from tritonclient.utils import InferenceServerException
 
 from tests.api.metrics_util import scrape, value
-from tests.api.test_hostile_budgets import status_kib
+from tests.api.test_hostile_budgets import infer_request, status_kib
 from tests.conftest import ProcessHandle, start_server_process
 
 MiB = 1 << 20
@@ -62,20 +61,6 @@ def proc() -> Iterator[ProcessHandle]:
         yield handle
     finally:
         handle.stop()
-
-
-def infer_body(positions: int, start: int) -> dict[str, Any]:
-    return {
-        "parameters": {"spec": json.dumps(ROWS), "binary_data_output": True},
-        "inputs": [
-            {
-                "name": "position_ids",
-                "shape": [positions],
-                "datatype": "INT64",
-                "data": list(range(start, start + positions)),
-            }
-        ],
-    }
 
 
 class Tally:
@@ -123,7 +108,7 @@ async def http_load(
                 path = pick.choice(large) + pick.choice(["", "?format=raw&tensor=cos"])
             elif kind == "infer":
                 method, path = "POST", "/v2/models/rope/infer"
-                body = infer_body(16384, pick.randrange(1 << 19))
+                body = infer_request(16384, pick.randrange(1 << 19), ROWS)
             stale = False
             while True:
                 size = 0

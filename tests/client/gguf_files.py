@@ -135,14 +135,9 @@ QUIRKS: dict[str, tuple[str, dict[str, Any]]] = {
     "llama3_orig512": (
         "llama",
         {
-            "model_type": "llama",
-            **BASE,
-            "rope_theta": 500000.0,
+            **CONFIGS["llama3"][1],
             "rope_scaling": {
-                "rope_type": "llama3",
-                "factor": 8.0,
-                "low_freq_factor": 1.0,
-                "high_freq_factor": 4.0,
+                **CONFIGS["llama3"][1]["rope_scaling"],
                 "original_max_position_embeddings": 512,
             },
         },

@@ -23,7 +23,6 @@ from typing import Any
 import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
 
 import posenc
 from posenc.api.caps import body_cap
@@ -41,8 +40,7 @@ from posenc.api.oip.codec import (
 from posenc.api.oip.context import OipContext
 from posenc.api.oip.errors import INTERNAL_MESSAGE, as_oip_error
 from posenc.api.oip.models import VERSION, find_model
-from posenc.api.serving.body import SEND_CHUNK
-from posenc.runtime import Lease
+from posenc.api.serving.body import BodyResponse
 from posenc.verified import VERIFIED_AGAINST
 
 log = logging.getLogger("posenc.api.oip")
@@ -60,53 +58,6 @@ def error_response(exc: Exception) -> Response:
     return Response(
         error_body(error.message), error.status, error.headers, media_type="application/json"
     )
-
-
-class PartsResponse(Response):
-    """A 200 response whose body is sent as its parts, in order, without joining them (binary
-    outputs may be views of cached tables), `SEND_CHUNK` bytes per message, holding the
-    inference's in-flight `leases` until the send ends, however it ends."""
-
-    def __init__(
-        self,
-        parts: list[bytes | memoryview],
-        headers: dict[str, str],
-        media_type: str,
-        leases: list[Lease] | None = None,
-    ) -> None:
-        super().__init__(None, 200, headers, media_type)
-        self.parts = parts
-        self.leases = leases or []
-        self.headers["content-length"] = str(sum(len(p) for p in parts))
-
-    def release(self) -> None:
-        """Give the in-flight charges back (idempotent)."""
-        for lease in getattr(self, "leases", ()):
-            lease.release()
-
-    def __del__(self) -> None:
-        # dropped unsent (the request cancelled before it was called): never keep the charges
-        self.release()
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": self.status_code,
-                    "headers": self.raw_headers,
-                }
-            )
-            chunks = [
-                memoryview(part)[start : start + SEND_CHUNK]
-                for part in self.parts
-                for start in range(0, max(len(part), 1), SEND_CHUNK)
-            ]
-            last = len(chunks) - 1
-            for i, chunk in enumerate(chunks):
-                await send({"type": "http.response.body", "body": chunk, "more_body": i < last})
-        finally:
-            self.release()
 
 
 def _json(body: Any) -> Response:
@@ -253,8 +204,8 @@ def build_router(context: ContextGetter) -> tuple[APIRouter, APIRouter]:
                 raise
             if service.observe is not None:
                 service.observe(found.name, str(result.parameters.get("posenc_source", "")))
-            return PartsResponse(
-                encoded.parts, encoded.headers, encoded.media_type, service.take_held()
+            return BodyResponse(
+                list(encoded.parts), 200, encoded.headers, encoded.media_type, service.take_held()
             )
 
         return await _guarded(run)

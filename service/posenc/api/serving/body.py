@@ -1,6 +1,6 @@
-"""Sending a body: `BodyResponse` hands a buffer to the server in views, holding its in-flight
-byte charges (`runtime.budget`) until the last byte is handed over, however the send ends;
-`acquire` takes those charges, all or none."""
+"""Sending a body: `BodyResponse` hands a buffer (or a /v2 answer's parts) to the server in
+views, holding its in-flight byte charges (`runtime.budget`) until the last byte is handed over,
+however the send ends; `acquire` takes those charges, all or none."""
 
 from __future__ import annotations
 
@@ -15,9 +15,16 @@ SEND_CHUNK = 1 << 20
 """Bytes handed to the server per `http.response.body` message of a table body."""
 
 
+def _bytes(buffer: Buffer) -> memoryview:
+    """`buffer` as a flat byte view (no copy)."""
+    view = memoryview(buffer)
+    return view if view.format == "B" and view.ndim == 1 else view.cast("B")
+
+
 class BodyResponse(Response):
-    """A table body sent as views of its buffer, `SEND_CHUNK` bytes at a time, holding its
-    in-flight `leases` until the send ends, however it ends (completed, client gone, cancelled).
+    """A body sent as views of its buffers (one table buffer, or a /v2 answer's parts in order,
+    never joined), `SEND_CHUNK` bytes at a time, holding its in-flight `leases` until the send
+    ends, however it ends (completed, client gone, cancelled).
 
     Each view is handed to uvicorn, which waits for the transport to drain before the next one:
     a slow client is paced by flow control instead of having the rest of a large body copied
@@ -26,7 +33,7 @@ class BodyResponse(Response):
 
     def __init__(
         self,
-        body: Buffer,
+        body: Buffer | list[Buffer],
         status_code: int,
         headers: dict[str, str],
         media_type: str,
@@ -34,11 +41,10 @@ class BodyResponse(Response):
         keep: object = None,
     ) -> None:
         super().__init__(None, status_code, headers, media_type)
-        view = memoryview(body)
-        self.view = view if view.format == "B" and view.ndim == 1 else view.cast("B")
+        self.views = [_bytes(part) for part in (body if isinstance(body, list) else [body])]
         self.leases = leases
         self.keep = keep  # what the charges name (the entry) stays alive while they are held
-        self.headers["content-length"] = str(self.view.nbytes)
+        self.headers["content-length"] = str(sum(view.nbytes for view in self.views))
 
     def release(self) -> None:
         """Give the in-flight charges back (idempotent)."""
@@ -59,16 +65,14 @@ class BodyResponse(Response):
                     "headers": self.raw_headers,
                 }
             )
-            view, size = self.view, self.view.nbytes
-            start = 0
-            while True:
-                end = min(start + SEND_CHUNK, size)
-                await send(
-                    {"type": "http.response.body", "body": view[start:end], "more_body": end < size}
-                )
-                if end >= size:
-                    break
-                start = end
+            left = sum(view.nbytes for view in self.views)
+            if not left:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+            for view in self.views:
+                for start in range(0, view.nbytes, SEND_CHUNK):
+                    chunk = view[start : start + SEND_CHUNK]
+                    left -= chunk.nbytes
+                    await send({"type": "http.response.body", "body": chunk, "more_body": left > 0})
         finally:
             self.release()
 
