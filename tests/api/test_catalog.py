@@ -12,7 +12,7 @@ import torch
 
 from posenc.encodings import FAMILIES, compute, content_key, parse_spec
 from posenc.encodings.rope import PROFILES
-from posenc.onnx._registry import ATOL
+from posenc.encodings.tolerances import ATOL
 from posenc.presets import load_presets
 from tests.api.wire import decode, table_url_parts
 from tests.conftest import ServerHandle, start_server

@@ -15,17 +15,9 @@ from typing import Any, ClassVar, TypeVar
 import torch
 
 from posenc.encodings import FieldProblem, SpecBase
+from posenc.encodings.tolerances import ATOL as ATOL  # re-exported for the graphs
 from posenc.onnx._graph import Graph
 from posenc.onnx._options import ExportOptions, InputStyle, Mode, Op, Role
-
-ATOL: dict[str, float] = {
-    "float64": 1e-12,
-    "float32": 2.4e-7,
-    "float16": 2e-3,
-    "bfloat16": 1.6e-2,
-}
-"""Absolute tolerance for O(1) values per dtype, about 2 ulp at 1.0: the table of
-`tests/tolerances.py` (a test keeps the two equal), here because the service verifies too."""
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """`/v1/kinds`: the encoding families, their JSON schemas and each field's valid values; the RoPE
 consumer profiles (`profiles`, from the profile records, in the explorer's order), the comparison
-tolerance per dtype (`tolerances`, `posenc.onnx._registry.ATOL`) and this server's size limits
+tolerance per dtype (`tolerances`, `posenc.encodings.tolerances.ATOL`) and this server's size limits
 (`limits`): the facts the explorer (`/ui`) reads instead of keeping its own copies."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from starlette.responses import Response
 from posenc.api.deps import State
 from posenc.encodings import FAMILIES
 from posenc.encodings.rope import PROFILES
-from posenc.onnx._registry import ATOL
+from posenc.encodings.tolerances import ATOL
 
 router = APIRouter(prefix="/v1", tags=["catalog"])
 
