@@ -26,10 +26,12 @@ LLAMA31 = "llama-3.1-8b"
 
 
 def _rope(client: httpx.Client, rows: int = ROWS, **fields: object) -> dict[str, np.ndarray]:
-    """A served half-width rope table (Llama 3.1's head size and theta unless overridden)."""
+    """A served half-width rope table (Llama 3.1's head size and theta unless overridden): the
+    reference bytes (`device=cpu`), what a model exported on the CPU bakes and the check
+    compares with, whatever the server's device."""
     spec = {"kind": "rope", "head_dim": HD, "rope_theta": 500000.0, "max_positions": rows,
             "profile": "ort_gqa", **fields}  # fmt: skip
-    response = client.post("/v1/tables", params={"format": "npz"}, json=spec)
+    response = client.post("/v1/tables", params={"format": "npz", "device": "cpu"}, json=spec)
     assert response.status_code == 200, response.text
     return dict(np.load(io.BytesIO(response.content)))
 
@@ -82,7 +84,7 @@ def test_missing_scaling_is_diagnosed_with_where_it_departs(client: httpx.Client
     assert grid.max() == pytest.approx(cos["max_abs"])
     assert np.all(grid[:, :29] == 0)  # unscaled pairs agree
     # the exact table it was compared with: Llama 3.1's at the model's rows, half width
-    exact = client.get(f"/v1/tables/{cos['exact_key']}", params={"format": "npz"})
+    exact = client.get(f"/v1/tables/{cos['exact_key']}", params={"format": "npz", "device": "cpu"})
     table = np.load(io.BytesIO(exact.content))
     assert table["cos"].shape == (ROWS, HD // 2)
     assert np.abs(table["cos"] - default["cos"]).max() == pytest.approx(cos["max_abs"])

@@ -151,7 +151,9 @@ def test_falcon_bias_is_what_falcon_model_adds(client: httpx.Client) -> None:
     assert torch.equal(ours, theirs)
 
 
-def test_relative_sinusoids_for_an_input_length_from_the_request(client: httpx.Client) -> None:
+def test_relative_sinusoids_for_an_input_length_from_the_request(
+    server: ServerHandle, client: httpx.Client
+) -> None:
     """Parakeet's relative sinusoids (descending rows, `position_step` -1): the default table is
     the distances max_position_embeddings-1 .. -(max_position_embeddings-1); the rows its notes
     name for an input of L frames, and the table the request's position_offset=L-1,
@@ -172,10 +174,11 @@ def test_relative_sinusoids_for_an_input_length_from_the_request(client: httpx.C
         )
     )
     theirs = module(torch.zeros(1, length, 1))[0]
-    assert torch.equal(full[longest - length : longest + length - 1], theirs)
+    assert served_as_reference(full[longest - length : longest + length - 1], theirs, server.device)
     request = {"hf_config": config, "position_offset": length - 1, "max_positions": 2 * length - 1}
     (short,) = client.post("/v1/resolve", json=request).json()["specs"]
-    assert torch.equal(decode(client.get(short["url"]))["embedding"], theirs)
+    short_table = decode(client.get(short["url"]))["embedding"]
+    assert served_as_reference(short_table, theirs, server.device)
 
 
 def test_levit_indices_through_the_server(client: httpx.Client) -> None:

@@ -46,11 +46,12 @@ GEMMA3 = blocks.CONFIGS / "google__gemma-3-4b-it.json"
 
 
 class Recorder(httpx.HTTPTransport):
-    """A real transport that records (method, path, status) of every exchange."""
+    """A real transport that records (method, path, status) of every exchange, and each URL."""
 
     def __init__(self) -> None:
         super().__init__()
         self.log: list[tuple[str, str, int]] = []
+        self.urls: list[str] = []
         self.redirect: httpx.URL | None = None
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
@@ -58,6 +59,7 @@ class Recorder(httpx.HTTPTransport):
             request.url = request.url.copy_with(port=self.redirect.port)
         response = super().handle_request(request)
         self.log.append((request.method, request.url.path, response.status_code))
+        self.urls.append(str(request.url))
         return response
 
 
@@ -315,6 +317,35 @@ def test_offline_and_unreachable(server: ServerHandle, cache_dir: Path) -> None:
         with pytest.raises(ConnectError):
             client.alibi(7)
         assert not client.ready()
+
+
+def test_reference_bytes_pass_the_disk_cache(server: ServerHandle, cache_dir: Path) -> None:
+    """`device="cpu"` (what verify and plug ask): every table fetched from the server with
+    `?device=cpu`, never read from nor written to the disk cache (which holds the server's own
+    device's bytes); equal to the cached table on a CPU server; offline it cannot be had."""
+    recorder = Recorder()
+    with Client(server.url, cache=cache_dir, transport=recorder) as client:
+        cached = client.tables_for_model(LLAMA31, profile="onnx", max_positions=24)["rope"]
+        held = DiskCache(cache_dir).keys("tables")
+        recorder.log.clear()
+        recorder.urls.clear()
+        for _ in range(2):
+            ref = client.tables_for_model(LLAMA31, device="cpu", profile="onnx", max_positions=24)[
+                "rope"
+            ]
+            assert ref.key == cached.key
+            assert all(np.array_equal(ref[n], cached[n]) for n in cached)
+        gets = [entry for entry in recorder.log if entry[0] == "GET"]
+        assert [status for *_, status in gets] == [200, 200], recorder.log
+        tables = [url for url in recorder.urls if "/v1/tables/" in url]
+        assert len(tables) == 2
+        assert all("device=cpu" in url for url in tables), tables
+        assert DiskCache(cache_dir).keys("tables") == held
+    with (
+        Client(server.url, cache=cache_dir, offline=True) as client,
+        pytest.raises(CacheMissError),
+    ):
+        client.table_by_key(cached.key, device="cpu")
 
 
 def test_restarted_server_recomputes(cache_dir: Path) -> None:

@@ -33,7 +33,12 @@ YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 
 
 
 def _table(client: Client, theta: float = 500000.0, **scaling: Any) -> Tables:
-    return client.rope(HD, ROWS, rope_theta=theta, profile="ort_gqa", rope_scaling=scaling or None)
+    """The reference bytes (`device="cpu"`) of a half-width table: what a model exported on the
+    CPU bakes and verify compares with, whatever the server's device."""
+    served = client.rope(
+        HD, ROWS, rope_theta=theta, profile="ort_gqa", rope_scaling=scaling or None
+    )
+    return client.table_by_key(served.key, device="cpu")
 
 
 def _baked(cos: np.ndarray, sin: np.ndarray) -> onnx.ModelProto:
@@ -112,7 +117,10 @@ def test_cli_verify_and_plug_refusal(
     either way."""
     llama = str(blocks.CONFIGS / "meta-llama__Llama-3.1-8B.json")
     llama2 = str(blocks.CONFIGS / "meta-llama__Llama-2-7b-hf.json")  # default RoPE, theta 1e4
-    served = shared_client.tables_for_model(llama, profile="ort_gqa", max_positions=ROWS)["rope"]
+    # the reference bytes (device="cpu"), what plug writes whatever the server's device
+    served = shared_client.tables_for_model(
+        llama, device="cpu", profile="ort_gqa", max_positions=ROWS
+    )["rope"]
     model = tmp_path / "model.onnx"
     onnx.save(attach_rope_caches(blocks.gqa_block(HD, HEADS, KV_HEADS), served), model)
     before = model.read_bytes()

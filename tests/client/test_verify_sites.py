@@ -135,8 +135,8 @@ def test_checked_and_unchecked_sites_together(
     """A baked exact GQA site beside a RotaryEmbedding reading graph inputs: 9, and 0 only
     with --allow-unchecked; the JSON lists both sites."""
     config = _small_llama(tmp_path)
-    (tables,) = pclient.tables_for_model(
-        str(config), kind="rope", profile="ort_gqa", max_positions=ROWS
+    (tables,) = pclient.tables_for_model(  # the reference bytes, as an exporter bakes them
+        str(config), device="cpu", kind="rope", profile="ort_gqa", max_positions=ROWS
     ).values()
     model = blocks.baked_gqa_block(HD, HEADS, KV_HEADS, tables["cos"], tables["sin"])
     rotary = _graph_input_rotary(tmp_path / "rotary.onnx")

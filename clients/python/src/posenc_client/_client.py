@@ -286,13 +286,16 @@ class Client(BaseClient):
         """
         return self._run(self._core.table(spec, rows=rows))
 
-    def table_by_key(self, key: str, *, rows: Rows | None = None) -> Tables:
+    def table_by_key(
+        self, key: str, *, rows: Rows | None = None, device: str | None = None
+    ) -> Tables:
         """The table `key` names: a table URL the server handed out (`Content-Location`, the
         `url` of `resolve` and the presets: `/v1/tables/{key}.{spec}`, absolute or a path),
         which any replica answers, even one that never saw the spec or restarted since; or a
         bare content key, which only a server that resolved it (or a preset's) answers. `rows`
-        as in `table`."""
-        return self._run(self._core.table_by_key(key, rows=rows))
+        as in `table`; `device="cpu"`: the reference bytes whatever the server's device, past
+        the disk cache (as `tables_for_model`)."""
+        return self._run(self._core.table_by_key(key, rows=rows, device=device))
 
     def rope(
         self,
@@ -498,9 +501,11 @@ class AsyncClient(BaseClient):
         """See `Client.table`."""
         return await self._run(self._core.table(spec, rows=rows))
 
-    async def table_by_key(self, key: str, *, rows: Rows | None = None) -> Tables:
+    async def table_by_key(
+        self, key: str, *, rows: Rows | None = None, device: str | None = None
+    ) -> Tables:
         """See `Client.table_by_key`."""
-        return await self._run(self._core.table_by_key(key, rows=rows))
+        return await self._run(self._core.table_by_key(key, rows=rows, device=device))
 
     async def rope(
         self,
