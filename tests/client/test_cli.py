@@ -16,7 +16,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from posenc_client import Tables
+from posenc_client import Client, Tables
 from posenc_client.cli import _Progress, build_parser, main
 from tests.client import blocks
 from tests.conftest import ServerHandle
@@ -188,10 +188,37 @@ def test_connection_error_exit_code(tmp_path: Path, capsys: pytest.CaptureFixtur
         url = f"http://127.0.0.1:{s.getsockname()[1]}"
     code = main(["--url", url, "--retries", "0", "--no-cache", "presets"])
     assert code == 4
-    assert "no answer" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "no answer" in err
+    assert f"GET {url}/v1/presets: cannot connect" in err  # the URL it tried
     with pytest.raises(SystemExit) as info:
         main(["fetch", "--no-such-flag"])
     assert info.value.code == 2
+
+
+def test_global_options_anywhere_and_host_port(
+    server: ServerHandle, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The global options after the command as before it, and `--url host:port` (tritonclient's
+    spelling, the README's snippet) taken as http://host:port; an option given after the command
+    wins over the same one before it."""
+    host_port = server.url.removeprefix("http://")
+    cache = str(tmp_path / "cache")
+    code = main(["presets", "--url", host_port, "--cache-dir", cache, "-q"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "llama-3.1-8b" in out
+    code = main(["--url", "http://127.0.0.1:1", "kinds", "--url", host_port, "--retries", "0"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "rope" in out
+    with Client(host_port, cache=None) as client:  # the library takes the same spelling
+        assert client.base_url == server.url
+        assert client.ready()
+    args = build_parser().parse_args(["fetch", "--timeout", "7", "--offline"])
+    assert (args.timeout, args.offline, args.url) == (7.0, True, None)
+    args = build_parser().parse_args(["--timeout", "9", "fetch"])
+    assert (args.timeout, args.offline) == (9.0, False)
 
 
 def test_progress_bar() -> None:

@@ -157,7 +157,7 @@ class BaseClient:
         `TransportError` (chained to `err`) when the retries are spent."""
         wait = self._core.retry_after_error(call, err, attempt)
         if wait is None:
-            raise transport_error(err, call) from err
+            raise transport_error(err, call, self._core.base_url) from err
         log.debug("retrying %s %s in %.2fs: %r", call.method, call.path, wait, err)
         return wait
 
@@ -174,7 +174,8 @@ class Client(BaseClient):
 
     Args:
         base_url: the server (default `$POSENC_URL`, else http://127.0.0.1:8000); a path prefix
-            is kept (`https://host/posenc` -> `https://host/posenc/v1/...`).
+            is kept (`https://host/posenc` -> `https://host/posenc/v1/...`); `host:port`
+            without a scheme (tritonclient's spelling) is `http://host:port`.
         api_key: sent as `Authorization: Bearer <key>` (default `$POSENC_API_KEY`).
         timeout: seconds, or an `httpx.Timeout`.
         retries: retries after the first attempt on connection errors, timeouts and 503

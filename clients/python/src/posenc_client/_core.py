@@ -144,9 +144,19 @@ Flow = Generator[Call, Reply, T]
 RETRYABLE = (httpx.NetworkError, httpx.TimeoutException, httpx.RemoteProtocolError)
 
 
-def transport_error(err: httpx.HTTPError, call: Call) -> TransportError:
-    """The client exception for an httpx transport failure (chained by the caller)."""
-    where = f"{call.method} {call.path}"
+def server_url(url: str) -> str:
+    """The server's base URL: `host:port` (tritonclient's spelling, no scheme) as
+    `http://host:port`; a trailing slash dropped."""
+    url = url.strip()
+    if "://" not in url:
+        url = "http://" + url
+    return url.rstrip("/")
+
+
+def transport_error(err: httpx.HTTPError, call: Call, base_url: str = "") -> TransportError:
+    """The client exception for an httpx transport failure (chained by the caller), naming the
+    server's URL."""
+    where = f"{call.method} {base_url}{call.path}"
     if isinstance(err, httpx.TimeoutException):
         return RequestTimeoutError(f"{where}: timed out ({type(err).__name__}: {err})")
     if isinstance(err, httpx.ConnectError):
@@ -239,7 +249,7 @@ class Core:
         revalidate: bool,
         headers: Mapping[str, str] | None,
     ) -> None:
-        self.base_url = (base_url or os.environ.get("POSENC_URL") or DEFAULT_URL).rstrip("/")
+        self.base_url = server_url(base_url or os.environ.get("POSENC_URL") or DEFAULT_URL)
         key = api_key if api_key is not None else os.environ.get("POSENC_API_KEY")
         self.retries = retries if isinstance(retries, Retries) else Retries(total=retries)
         self.cache = disk_cache(cache)

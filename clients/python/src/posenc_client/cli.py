@@ -696,6 +696,31 @@ def _model_args(p: argparse.ArgumentParser, model_help: str) -> None:
     p.add_argument("--node", action="append", help="only this node (repeatable)")
 
 
+def _global_options(parser: argparse.ArgumentParser, defaults: bool) -> None:
+    """The options every command takes, before or after its name: with their defaults on the
+    main parser; on each command's parser without (`SUPPRESS`), so that one given after the
+    command wins and one not given there leaves the main parser's value."""
+
+    def add(*names: str, **kwargs: Any) -> None:
+        if not defaults:
+            kwargs["default"] = argparse.SUPPRESS
+        parser.add_argument(*names, **kwargs)
+
+    add("--url", default=None, help="server URL or host:port (default $POSENC_URL or "
+        "http://127.0.0.1:8000)")  # fmt: skip
+    add("--api-key", default=None, help="bearer key (default $POSENC_API_KEY)")
+    add("--timeout", type=float, default=60.0, help="seconds (default 60)")
+    add("--retries", type=int, default=3, help="retries on connection errors and 503 (default 3)")
+    add(
+        "--cache-dir",
+        default=None,
+        help="disk cache folder (default $POSENC_CACHE_DIR, else $XDG_CACHE_HOME/posenc)",
+    )
+    add("--no-cache", action="store_true", default=False, help="do not use the disk cache")
+    add("--offline", action="store_true", default=False, help="cached tables only, no network")
+    add("-q", "--quiet", action="store_true", default=False, help="no progress bar")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="posenc-client",
@@ -707,22 +732,7 @@ def build_parser() -> argparse.ArgumentParser:
         "checkable.",
     )
     parser.add_argument("--version", action="version", version=f"posenc-client {__version__}")
-    parser.add_argument(
-        "--url", default=None, help="server URL (default $POSENC_URL or http://127.0.0.1:8000)"
-    )
-    parser.add_argument("--api-key", default=None, help="bearer key (default $POSENC_API_KEY)")
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds (default 60)")
-    parser.add_argument(
-        "--retries", type=int, default=3, help="retries on connection errors and 503 (default 3)"
-    )
-    parser.add_argument(
-        "--cache-dir",
-        default=None,
-        help="disk cache folder (default $POSENC_CACHE_DIR, else $XDG_CACHE_HOME/posenc)",
-    )
-    parser.add_argument("--no-cache", action="store_true", help="do not use the disk cache")
-    parser.add_argument("--offline", action="store_true", help="cached tables only, no network")
-    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    _global_options(parser, defaults=True)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     fields_help = "spec fields (JSON values; a.b=1 nests); overrides with --hf-config"
@@ -861,6 +871,8 @@ def build_parser() -> argparse.ArgumentParser:
         "least one must be checked)",
     )
     p.set_defaults(run=cmd_verify)
+    for command in sub.choices.values():
+        _global_options(command, defaults=False)
     return parser
 
 
