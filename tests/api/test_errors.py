@@ -249,6 +249,65 @@ def test_bad_query_parameters(
     assert body["error_type"] == error_type
 
 
+@pytest.mark.parametrize(
+    ("method", "path", "body", "status", "suggestion"),
+    [
+        ("POST", "/v1/tables", {"preset": "llamma-3.1-8b"}, 404, "'llama-3.1-8b'"),
+        ("GET", "/v1/presets/llama-3.1-8c", None, 404, "'llama-3.1-8b'"),
+        ("POST", "/v1/tables", {"kind": "ropee", "head_dim": 8}, 422, "'rope'"),
+        (
+            "POST",
+            "/v1/tables",
+            {"kind": "rope", "head_dim": 8, "max_positions": 4, "rope_thetaa": 1.0},
+            422,
+            "'rope_theta'",
+        ),
+        (
+            "POST",
+            "/v1/tables",
+            {
+                "kind": "rope",
+                "head_dim": 8,
+                "max_positions": 4,
+                "rope_scaling": {"rope_type": "linear", "factor": 2.0, "factorr": 2.0},
+            },
+            422,
+            "'factor'",
+        ),
+        (
+            "POST",
+            "/v1/resolve",
+            {"hf_config": {"model_type": "llamma", "hidden_size": 64, "num_attention_heads": 2}},
+            422,
+            "'llama'",
+        ),
+    ],
+    ids=["preset", "preset-route", "kind", "field", "nested-field", "model_type"],
+)
+def test_a_misspelt_name_gets_a_suggestion(
+    client: httpx.Client,
+    method: str,
+    path: str,
+    body: dict[str, Any] | None,
+    status: int,
+    suggestion: str,
+) -> None:
+    """A preset, kind, spec field (nested too) or model_type one typo away from a known one:
+    the error says `did you mean` the closest (difflib), and names nothing for a word far from
+    all of them."""
+    response = client.request(method, path, json=body)
+    assert response.status_code == status, response.text
+    assert f"did you mean {suggestion}?" in response.json()["error"]
+    far = client.post("/v1/tables", json={"kind": "zzzzzz", "head_dim": 8})
+    assert far.status_code == 422
+    assert "did you mean" not in far.json()["error"]
+    # a known model_type refused for having no table suggests nothing (not itself)
+    known = client.post("/v1/resolve", json={"hf_config": {"model_type": "chameleon_vqgan"}})
+    assert known.status_code == 422, known.text
+    assert "unknown model_type without" in known.json()["error"]
+    assert "did you mean" not in known.json()["error"]
+
+
 def test_unknown_routes_and_methods(client: httpx.Client) -> None:
     assert check_contract(client.get("/v1/nothing"))["error_type"] == "not_found"
     body = check_contract(client.delete("/v1/tables"))

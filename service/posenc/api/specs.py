@@ -34,6 +34,7 @@ from posenc.encodings import (
     content_key,
     parse_spec,
 )
+from posenc.encodings.errors import did_you_mean
 from posenc.encodings.hf_config import Resolution, resolve_hf_config, resolve_hf_parts
 from posenc.presets import load_presets
 
@@ -147,7 +148,7 @@ def _preset_fields(body: Mapping[str, Any]) -> dict[str, Any]:
     if preset is None:
         raise ApiError(
             UNKNOWN_PRESET,
-            f"no preset {name!r}: GET /v1/presets lists them",
+            f"no preset {name!r}{did_you_mean(name, presets)}; GET /v1/presets lists them",
             [{"field": "preset", "message": f"one of {sorted(presets)}", "value": name}],
         )
     if part_name is None:

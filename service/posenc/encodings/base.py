@@ -13,12 +13,13 @@ import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any, Self, TypeVar
 
 import torch
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from posenc.encodings.errors import FieldProblem, SpecError, UnknownKindError
+from posenc.encodings.errors import FieldProblem, SpecError, UnknownKindError, did_you_mean
 
 ALGORITHM_VERSION = "1"
 """Bump when any computation changes its output bits: every content key changes with it."""
@@ -144,7 +145,18 @@ def register_family(
     return deco
 
 
-def _problems(err: ValidationError) -> list[FieldProblem]:
+@cache
+def _field_names(model: type[BaseModel]) -> tuple[frozenset[str], frozenset[str]]:
+    """(the model's own field names, every field name of its JSON schema): what a misspelt
+    top-level and nested field is matched against."""
+    schema = model.model_json_schema()
+    nested = set(schema.get("properties", {}))
+    for definition in schema.get("$defs", {}).values():
+        nested |= set(definition.get("properties", {}))
+    return frozenset(model.model_fields), frozenset(nested)
+
+
+def _problems(err: ValidationError, model: type[BaseModel] | None = None) -> list[FieldProblem]:
     out = []
     for e in err.errors(include_url=False):
         loc = ".".join(str(p) for p in e["loc"] if not str(p).startswith("function-"))
@@ -152,6 +164,9 @@ def _problems(err: ValidationError) -> list[FieldProblem]:
         ctx = e.get("ctx") or {}
         if e["type"] == "extra_forbidden":
             msg = "unknown field"
+            if model is not None and e["loc"]:
+                own, nested = _field_names(model)
+                msg += did_you_mean(str(e["loc"][-1]), own if len(e["loc"]) == 1 else nested)
         elif e["type"] == "literal_error" and "expected" in ctx:
             msg = f"must be one of {ctx['expected']}"
         out.append(FieldProblem(field=loc or "(spec)", message=msg, value=e.get("input")))
@@ -163,7 +178,7 @@ def validate_as(model: type[_M], data: Mapping[str, Any], what: str) -> _M:
     try:
         return model.model_validate(dict(data))
     except ValidationError as err:
-        raise SpecError(f"invalid {what} spec", _problems(err)) from None
+        raise SpecError(f"invalid {what} spec", _problems(err, model)) from None
 
 
 def parse_spec(data: Mapping[str, Any]) -> SpecBase:
@@ -185,7 +200,7 @@ def parse_spec(data: Mapping[str, Any]) -> SpecBase:
     family = FAMILIES.get(kind) if isinstance(kind, str) else None
     if family is None:
         raise UnknownKindError(
-            f"unknown kind {kind!r}",
+            f"unknown kind {kind!r}{did_you_mean(kind, FAMILIES)}",
             [FieldProblem("kind", f"must be one of {sorted(FAMILIES)}", kind)],
         )
     return validate_as(family.spec_type, data, kind)

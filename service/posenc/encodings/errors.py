@@ -2,8 +2,21 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+
+def did_you_mean(word: object, choices: Iterable[str]) -> str:
+    """`; did you mean 'x'?` for the closest of `choices` to a misspelt `word` (difflib's ratio
+    at least 0.75), else "" (and for a word that is one of them): appended to the message naming
+    the unknown value."""
+    names = list(choices)
+    if not isinstance(word, str) or len(word) > 200 or word in names:
+        return ""
+    close = difflib.get_close_matches(word, names, n=1, cutoff=0.75)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from posenc.api.serving.query import TableQuery
 from posenc.api.serving.table import serve_table
 from posenc.api.state import AppState
 from posenc.api.tableurl import table_url
+from posenc.encodings.errors import did_you_mean
 from posenc.presets import Preset, PresetPart
 
 router = APIRouter(prefix="/v1", tags=["catalog"])
@@ -64,7 +65,8 @@ def _preset(state: AppState, name: str) -> Preset:
     if preset is None:
         raise ApiError(
             UNKNOWN_PRESET,
-            f"no preset named {name!r}; GET /v1/presets lists them",
+            f"no preset named {name!r}{did_you_mean(name, state.presets)}; GET /v1/presets lists "
+            "them",
             {"name": name, "presets": sorted(state.presets)},
         )
     return preset

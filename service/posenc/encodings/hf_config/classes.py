@@ -49,6 +49,11 @@ def transformers_version() -> str:
     return str(_data()["transformers"])
 
 
+def known_model_types() -> list[str]:
+    """Every model_type of the transformers release the data file was generated from."""
+    return sorted(_data()["models"])
+
+
 @cache
 def config_class(model_type: str) -> ConfigClass | None:
     """The config class facts of `model_type`, None for a model_type transformers does not know."""

@@ -17,6 +17,8 @@ from functools import partial
 from typing import Any
 
 from posenc.encodings.config_values import check_number, fail
+from posenc.encodings.errors import did_you_mean
+from posenc.encodings.hf_config.classes import known_model_types
 from posenc.encodings.hf_config.view import ConfigView, Entry, head_dim, max_positions
 from posenc.encodings.rope.variants import VARIANTS, HfRopeParams
 
@@ -86,7 +88,8 @@ class RopeModel:
         if not view.has_class_defaults and not has_rope(view):
             fail(
                 view.key("model_type"),
-                "unknown model_type without rope/alibi/relative-bias/sinusoidal fields",
+                "unknown model_type without rope/alibi/relative-bias/sinusoidal fields"
+                + did_you_mean(view.model_type, known_model_types()),
                 view.model_type,
             )
         return self.entries(view)
