@@ -37,6 +37,7 @@ from posenc_client import (
     UnknownKindError,
     UnsupportedConfigError,
 )
+from posenc_client.cli import main as cli_main
 from tests.api.wire import table_url_parts
 from tests.client import blocks
 from tests.conftest import ServerHandle, start_server
@@ -350,6 +351,29 @@ def test_reference_bytes_pass_the_disk_cache(server: ServerHandle, cache_dir: Pa
         pytest.raises(CacheMissError),
     ):
         client.table_by_key(cached.key, device="cpu")
+
+
+def test_posenc_offline_in_the_environment(
+    server: ServerHandle, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`POSENC_OFFLINE=1` makes clients (and the CLI) offline unless told otherwise: cached
+    tables only; `offline=False` still reaches the server."""
+    with Client(server.url, cache=cache_dir) as client:
+        held = client.alibi(5)
+    monkeypatch.setenv("POSENC_OFFLINE", "1")
+    with Client(server.url, cache=cache_dir) as client:
+        assert client.offline
+        assert client.alibi(5).key == held.key
+        with pytest.raises(CacheMissError):
+            client.alibi(9)
+    with Client(server.url, cache=cache_dir, offline=False) as client:
+        assert client.alibi(9).key != held.key
+    code = cli_main(["--url", server.url, "--cache-dir", str(cache_dir), "fetch", "alibi",
+                     "num_heads=11"])  # fmt: skip
+    assert code == 5  # offline cache miss
+    monkeypatch.setenv("POSENC_OFFLINE", "no")
+    with Client(server.url, cache=cache_dir) as client:
+        assert not client.offline
 
 
 def test_restarted_server_recomputes(cache_dir: Path) -> None:

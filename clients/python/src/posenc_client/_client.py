@@ -127,7 +127,7 @@ class BaseClient:
         api_key: str | None,
         retries: int | Retries,
         cache: bool | str | os.PathLike[str] | DiskCache,
-        offline: bool,
+        offline: bool | None,
         revalidate: bool,
         headers: Mapping[str, str] | None,
         progress: Progress | None,
@@ -143,6 +143,11 @@ class BaseClient:
     def cache(self) -> DiskCache | None:
         """The disk cache, or None."""
         return self._core.cache
+
+    @property
+    def offline(self) -> bool:
+        """Whether the client never touches the network (`offline=`, else `$POSENC_OFFLINE`)."""
+        return self._core.offline
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.base_url!r}, cache={self.cache!r})"
@@ -183,7 +188,8 @@ class Client(BaseClient):
         transport: an httpx transport to send through (`httpx.MockTransport`, a proxy, ...).
         cache: the disk cache: True (default folder, see `DiskCache`), a folder, a `DiskCache`,
             or False for none.
-        offline: never touch the network: cached tables only (`CacheMissError` otherwise).
+        offline: never touch the network: cached tables only (`CacheMissError` otherwise);
+            default `$POSENC_OFFLINE` (1, true or yes), else False.
         revalidate: revalidate cached tables with If-None-Match (default); False trusts them
             without asking (they are immutable under their key).
         headers: extra request headers.
@@ -201,7 +207,7 @@ class Client(BaseClient):
         retries: int | Retries = 3,
         transport: httpx.BaseTransport | None = None,
         cache: bool | str | os.PathLike[str] | DiskCache = True,
-        offline: bool = False,
+        offline: bool | None = None,
         revalidate: bool = True,
         headers: Mapping[str, str] | None = None,
         progress: Progress | None = None,
@@ -428,7 +434,7 @@ class AsyncClient(BaseClient):
         retries: int | Retries = 3,
         transport: httpx.AsyncBaseTransport | None = None,
         cache: bool | str | os.PathLike[str] | DiskCache = True,
-        offline: bool = False,
+        offline: bool | None = None,
         revalidate: bool = True,
         headers: Mapping[str, str] | None = None,
         progress: Progress | None = None,

@@ -245,10 +245,12 @@ class Core:
         api_key: str | None,
         retries: int | Retries,
         cache: CacheOption,
-        offline: bool,
+        offline: bool | None,
         revalidate: bool,
         headers: Mapping[str, str] | None,
     ) -> None:
+        if offline is None:
+            offline = os.environ.get("POSENC_OFFLINE", "").strip().lower() in ("1", "true", "yes")
         self.base_url = server_url(base_url or os.environ.get("POSENC_URL") or DEFAULT_URL)
         key = api_key if api_key is not None else os.environ.get("POSENC_API_KEY")
         self.retries = retries if isinstance(retries, Retries) else Retries(total=retries)

@@ -717,7 +717,12 @@ def _global_options(parser: argparse.ArgumentParser, defaults: bool) -> None:
         help="disk cache folder (default $POSENC_CACHE_DIR, else $XDG_CACHE_HOME/posenc)",
     )
     add("--no-cache", action="store_true", default=False, help="do not use the disk cache")
-    add("--offline", action="store_true", default=False, help="cached tables only, no network")
+    add(
+        "--offline",
+        action="store_true",
+        default=False,
+        help="cached tables only, no network (default $POSENC_OFFLINE: 1, true or yes)",
+    )
     add("-q", "--quiet", action="store_true", default=False, help="no progress bar")
 
 
@@ -895,7 +900,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             timeout=args.timeout,
             retries=args.retries,
             cache=cache,
-            offline=args.offline,
+            offline=args.offline or None,  # absent: $POSENC_OFFLINE
             progress=progress,
         ) as client:
             return run(client, args)
