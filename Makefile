@@ -13,7 +13,7 @@ PORT ?= 8000
 TORCH_INDEX ?=
 TORCH_INDEX_ARG := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
 
-.PHONY: dist venv lock drift optimum-check vllm-check grpc-stubs nginx chromium biome wrk container-tools image image-test serve test check bench screenshots models-doc models-data clean
+.PHONY: dist venv lock drift optimum-check vllm-check load-check grpc-stubs nginx chromium biome wrk container-tools image image-test serve test check bench screenshots models-doc models-data clean
 
 venv: $(STAMP)
 
@@ -76,6 +76,11 @@ $(OPTIMUM_VENV)/.installed: requirements/optimum.txt
 # torch 2.14 (CUDA) and transformers<5.21, which the suite's lock cannot hold. In the suite's
 # environment that test file is skipped.
 VLLM_VENV := .venv-vllm
+# The default budgets under 40 s of mixed HTTP and gRPC load from eight addresses
+# (tests/api/test_load_budget.py): a measurement, never part of `make test`.
+load-check: $(STAMP)
+	POSENC_LOAD_CHECK=1 $(BIN)/python -m pytest -q -n 0 tests/api/test_load_budget.py
+
 vllm-check: $(VLLM_VENV)/.installed
 	$(VLLM_VENV)/bin/python -m pytest -q -n 0 tests/api/test_consumers_vllm.py
 
