@@ -45,7 +45,7 @@ from posenc.api.grpc.proto import grpc_service_pb2 as pb
 from posenc.runtime import InFlightBudget, Overloaded, for_peer
 from tests import waiting
 from tests.api.metrics_util import scrape, value
-from tests.api.test_memory_budget import BIG, BIG2, OTHER
+from tests.api.test_memory_budget import BIG, BIG2, OTHER, budget_of
 from tests.conftest import ProcessHandle, ServerHandle, start_server, start_server_process
 
 MiB = 1 << 20
@@ -103,12 +103,6 @@ def grpc_infer(
     item = tgrpc.InferInput("position_ids", [positions], "INT64")
     item.set_data_from_numpy(np.arange(start, start + positions, dtype=np.int64))
     return client.infer("rope", [item], parameters={"spec": json.dumps(ROPE)})
-
-
-def budget_of(handle: ServerHandle) -> InFlightBudget:
-    budget = handle.state.require_cache().budget
-    assert budget is not None
-    return budget
 
 
 # --- 1. /v2 and gRPC answers inside the in-flight budget ----------------------------------

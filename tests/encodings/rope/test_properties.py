@@ -136,7 +136,7 @@ def rope_specs(draw: st.DrawFn) -> dict[str, Any]:
     if profile == "ort_gqa" and (d // 2) % 8:
         profile = "onnx"
     if profile == "vllm" and scaling["rope_type"] == "longrope":
-        profile = "flashinfer"  # vLLM's LongRoPE buffer holds two tables (spec.VLLM_LONGROPE)
+        profile = "flashinfer"  # vLLM's LongRoPE buffer holds two tables (profiles.VLLM_LONGROPE)
     if profile:
         spec["profile"] = profile
     packing = draw(st.none() | st.sampled_from(["separate", "cos_sin", "pairs"]))

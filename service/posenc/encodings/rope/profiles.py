@@ -10,8 +10,8 @@ one `ConsumerProfile` here plus its tests.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, NamedTuple, TypeAlias
 
 from posenc.encodings.rope.variants._common import Issue
@@ -35,6 +35,20 @@ Check = Callable[["ConsumerProfile", int, Layout], "Issue | None"]
 named at the spec field to change, or None when the consumer reads that table."""
 
 
+VLLM_LONGROPE = (
+    "profile 'vllm' on longrope: vLLM's Phi3LongRoPEScaledRotaryEmbedding "
+    "(vllm/model_executor/layers/rotary_embedding/phi3_long_rope_scaled_rope.py) reads "
+    "long_short_cos_sin_cache = cat(short cache, original_max_position_embeddings rows; long "
+    "cache, max_position_embeddings rows) at row pos + original_max_position_embeddings for "
+    "every position when max_model_len > original_max_position_embeddings, at row pos "
+    "otherwise, which no single table is: ask without a profile for packing 'cos_sin' once with "
+    "seq_len <= original_max_position_embeddings (short factors) and once past it (long) and "
+    "concatenate the rows"
+)
+"""Why profile `vllm` refuses LongRoPE: vLLM 0.33's LongRoPE class reads a buffer of two tables
+(tests/api/test_consumers.py::test_vllm_profile_refuses_longrope)."""
+
+
 @dataclass(frozen=True)
 class ConsumerProfile:
     """One consumer of RoPE tables.
@@ -43,7 +57,8 @@ class ConsumerProfile:
     option); `consumer` is the entry point that reads the table and `source` the file or page that
     fixes its layout. `interleaved`, `width`, `packing` and `dtype` are the defaults the profile
     fills in; `dtypes` (with `dtype_rule`, the consumer's rule and its source) the only dtypes it
-    reads, None for any; `checks` run in order on the resolved layout.
+    reads, None for any; `checks` run in order on the resolved layout; `refuses` maps a rope_type
+    the consumer cannot take from one table to its reason.
     """
 
     name: str
@@ -57,10 +72,14 @@ class ConsumerProfile:
     dtypes: frozenset[str] | None = None
     dtype_rule: str = ""
     checks: tuple[Check, ...] = ()
+    refuses: Mapping[str, str] = field(default_factory=dict)
 
-    def issues(self, rotary_dim: int, layout: Layout) -> list[Issue]:
-        """What this consumer cannot read in a table of rotary dim `rotary_dim` and `layout`."""
-        found = (check(self, rotary_dim, layout) for check in self.checks)
+    def issues(self, rotary_dim: int, layout: Layout, rope_type: str) -> list[Issue]:
+        """What this consumer cannot read in a table of rotary dim `rotary_dim`, `layout` and
+        `rope_type`."""
+        found = [check(self, rotary_dim, layout) for check in self.checks]
+        if rope_type in self.refuses:
+            found.append(Issue(("profile",), self.refuses[rope_type], self.name))
         return [issue for issue in found if issue is not None]
 
     def describe(self) -> dict[str, str]:
@@ -150,6 +169,7 @@ PROFILES: dict[str, ConsumerProfile] = {
             width="half",
             packing="cos_sin",
             checks=(half_width_cos_sin,),
+            refuses={"longrope": VLLM_LONGROPE},
         ),
         # FlashInfer: the same packing, fp32.
         ConsumerProfile(

@@ -37,20 +37,6 @@ FullLayout = Literal["cat", "repeat_interleave"]
 Precision = Literal["reference", "exact"]
 
 
-VLLM_LONGROPE = (
-    "profile 'vllm' on longrope: vLLM's Phi3LongRoPEScaledRotaryEmbedding "
-    "(vllm/model_executor/layers/rotary_embedding/phi3_long_rope_scaled_rope.py) reads "
-    "long_short_cos_sin_cache = cat(short cache, original_max_position_embeddings rows; long "
-    "cache, max_position_embeddings rows) at row pos + original_max_position_embeddings for "
-    "every position when max_model_len > original_max_position_embeddings, at row pos "
-    "otherwise, which no single table is: ask without a profile for packing 'cos_sin' once with "
-    "seq_len <= original_max_position_embeddings (short factors) and once past it (long) and "
-    "concatenate the rows"
-)
-"""Why profile `vllm` refuses LongRoPE: vLLM 0.33's LongRoPE class reads a buffer of two tables
-(tests/api/test_consumers.py::test_vllm_profile_refuses_longrope)."""
-
-
 class RopeSpec(SpecBase):
     """Rotary position embedding cos/sin caches (Su et al. 2021, RoFormer, arXiv:2104.09864;
     transformers `modeling_rope_utils.py` and each model's `*RotaryEmbedding`).
@@ -154,9 +140,7 @@ class RopeSpec(SpecBase):
             if not issues:
                 issues += self.rope_scaling.check_frequencies(self._inputs(d))
         if self.profile is not None:
-            issues += PROFILES[self.profile].issues(d, self._layout())
-        if self.profile == "vllm" and self.rope_scaling.rope_type == "longrope":
-            issues.append(Issue(("profile",), VLLM_LONGROPE, self.profile))
+            issues += PROFILES[self.profile].issues(d, self._layout(), self.rope_scaling.rope_type)
         if issues:
             raise field_error(issues)
         return self
