@@ -3,7 +3,8 @@
 Commands (each has --help):
 
     fetch   [KIND] [FIELD=VALUE ...] | --spec JSON|@FILE | --hf-config config.json | --key KEY
-            | --preset NAME -> .safetensors / .npz / .npy (-o), or a JSON summary on stdout
+            | --preset NAME[/PART] [--layer-type PART]
+            -> .safetensors / .npz / .npy (-o), or a JSON summary on stdout
     resolve config.json [FIELD=VALUE ...]          the tables a model needs, as JSON
     presets [NAME]                                 curated released models
     kinds                                          families and their required fields
@@ -199,6 +200,27 @@ def _one(found: dict[str, Tables], what: str) -> Tables:
     return next(iter(found.values()))
 
 
+def _preset_table(client: Client, preset: str, layer_type: str | None, fields: JSON) -> Tables:
+    """`--preset NAME[/PART]` (`--layer-type PART` names the part too: Gemma 3's parts are its
+    layer types) with FIELD=VALUE overrides: the server's preset spec object
+    `{"preset", "part"?, ...overrides}` through `POST /v1/tables`, so that one part is fetched
+    (and remembered for offline use) rather than every part of the preset."""
+    name, _, part = preset.partition("/")
+    if part and layer_type and part != layer_type:
+        raise UsageError(f"--preset {preset!r} names part {part!r} but --layer-type {layer_type!r}")
+    spec: JSON = {"preset": name, **fields}
+    if part or layer_type:
+        spec["part"] = part or layer_type
+    try:
+        return client.table(spec)
+    except APIError as err:
+        if err.error_type != "ambiguous_config":
+            raise
+        raise UsageError(
+            f"preset {name!r}: {err.message} (--layer-type PART or --preset {name}/PART)"
+        ) from err
+
+
 def cmd_fetch(client: Client, args: argparse.Namespace) -> int:
     kind, fields = _kind_and_fields(args)
     if args.spec:
@@ -206,14 +228,7 @@ def cmd_fetch(client: Client, args: argparse.Namespace) -> int:
     elif args.key:
         tables = client.table_by_key(args.key)
     elif args.preset:
-        name, _, part = args.preset.partition("/")
-        found = client.preset_tables(name)
-        if part:
-            if part not in found:
-                raise UsageError(f"preset {name!r} has no part {part!r}; it has {list(found)}")
-            tables = found[part]
-        else:
-            tables = _one(found, f"preset {name!r}")
+        tables = _preset_table(client, args.preset, args.layer_type, fields)
     elif args.hf_config:
         overrides = {**fields, "layer_type": args.layer_type}
         tables = _one(client.tables_for_model(_config(args.hf_config), **overrides), "the config")
@@ -753,7 +768,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hf-config", metavar="PATH", help="a transformers config.json (or folder)")
     p.add_argument("--layer-type", help="the table of this layer type (sliding_attention, ...)")
     p.add_argument("--key", help="a content key (64 hex digits)")
-    p.add_argument("--preset", metavar="NAME[/PART]", help="a preset (see `presets`)")
+    p.add_argument(
+        "--preset",
+        metavar="NAME[/PART]",
+        help="a preset (see `presets`); --layer-type names its part too, FIELD=VALUE overrides",
+    )
     p.add_argument(
         "-o",
         "--output",
