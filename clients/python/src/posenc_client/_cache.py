@@ -7,10 +7,11 @@ Layout under the root (default `$POSENC_CACHE_DIR`, else `$XDG_CACHE_HOME/posenc
     tables/<key>.digest          its digest: the server's `Repr-Digest` (RFC 9530,
                                  `sha-256=:<base64>:`), checked against the body on arrival
     onnx/<key>.onnx              an exported subgraph (and `onnx/<key>.digest`)
-    requests/<sha256>.json       what a request (server URL + route + canonical JSON body)
-                                 resolved to: {"ns", "key"} for tables and models, {"ns":
-                                 "resolve", "specs"} for resolve, so that a spec call can
-                                 revalidate, or work offline, without the server
+    requests/<sha256>.json       what a request (server + route + canonical JSON body; the
+                                 server as `server_identity` spells it) resolved to:
+                                 {"ns", "key"} for tables and models, {"ns": "resolve",
+                                 "specs"} for resolve, so that a spec call can revalidate, or
+                                 work offline, without the server
 
 Keys are content addresses (sha256 of the canonical spec and the algorithm version): a file never
 changes under its key, so the cache needs no expiry. Entries are revalidated with
@@ -38,6 +39,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 from posenc_client._formats import TEMP_SUFFIX, Buffer, write_atomic
 
@@ -100,8 +103,39 @@ def default_cache_dir() -> Path:
     return base / "posenc"
 
 
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def server_identity(base_url: str) -> str:
+    """The server as the request index names it, whatever the URL's spelling:
+    `scheme://host[:port][/path]` with the scheme and host in lower case (an international name
+    as IDNA), `http://` added to a bare `host:port` (tritonclient's spelling), the scheme's
+    default port (80, 443) dropped, user info, query and fragment dropped, and no trailing
+    slash. `http://127.0.0.1:8000`, `127.0.0.1:8000`, `HTTP://127.0.0.1:8000/` are one server.
+    Host names are not resolved: `localhost` and `127.0.0.1` are two servers (a name may point
+    elsewhere tomorrow, and offline there is nothing to ask), as are two names of one host and
+    two path prefixes. A URL httpx cannot parse is kept as written, less a trailing slash."""
+    url = base_url.strip()
+    if "://" not in url:
+        url = "http://" + url
+    try:
+        parsed = httpx.URL(url)
+        scheme = parsed.scheme.lower()
+        host = parsed.raw_host.decode("ascii").lower()
+        port = parsed.port
+    except (httpx.InvalidURL, UnicodeDecodeError, ValueError):
+        return url.rstrip("/")
+    if ":" in host:  # an IPv6 literal
+        host = f"[{host}]"
+    if port is not None and port != DEFAULT_PORTS.get(scheme):
+        host = f"{host}:{port}"
+    path = parsed.raw_path.partition(b"?")[0].decode("ascii").rstrip("/")
+    return f"{scheme}://{host}{path}"
+
+
 def request_id(base_url: str, route: str, body: Mapping[str, Any]) -> str:
-    """sha256 of the server URL, the route and the body as canonical JSON (sorted keys).
+    """sha256 of the server (`server_identity`: one server however its URL is spelt), the route
+    and the body as canonical JSON (sorted keys).
 
     Raises ValueError for bodies JSON cannot carry (NaN, infinities, non-JSON types)."""
     try:
@@ -110,7 +144,8 @@ def request_id(base_url: str, route: str, body: Mapping[str, Any]) -> str:
         raise ValueError(
             f"the request cannot be sent as JSON (NaN and infinities included): {err}"
         ) from None
-    return hashlib.sha256(f"{base_url.rstrip('/')}\n{route}\n{text}".encode()).hexdigest()
+    server = server_identity(base_url)
+    return hashlib.sha256(f"{server}\n{route}\n{text}".encode()).hexdigest()
 
 
 def valid_key(key: str | None) -> bool:
