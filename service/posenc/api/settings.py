@@ -39,7 +39,15 @@ _DEVICE_RE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 
 ENV_PREFIX = "POSENC_"
 
-CLIENT_VARIABLES = frozenset({"POSENC_URL", "POSENC_API_KEY", "POSENC_CACHE_DIR", "POSENC_OFFLINE"})
+CLIENT_VARIABLES = frozenset(
+    {
+        "POSENC_URL",
+        "POSENC_API_KEY",
+        "POSENC_CACHE_DIR",
+        "POSENC_CACHE_MAX_BYTES",
+        "POSENC_OFFLINE",
+    }
+)
 """`POSENC_*` variables read by posenc-client (and its tests), not by the server: never warned
 about."""
 

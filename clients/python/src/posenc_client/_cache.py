@@ -24,19 +24,31 @@ Integrity: every read checks the file against its stored digest (`load`); a file
 match (a flipped bit, bytes appended or cut) or has no digest raises `CorruptEntryError` naming
 the file, which the client answers by fetching the entry again (offline: an error naming the
 file). `verify` checks every entry, `clear` deletes them all (`posenc-client cache verify|clear`).
+
+Size cap (`max_bytes`, default `$POSENC_CACHE_MAX_BYTES`: `4GiB`, `512MiB`, `1.5GB` or bytes;
+none when unset): after each write the least recently used entries (a file and its digest) are
+deleted until the tables and models together fit, never the entry just written (an entry being
+written is a temporary file, which pruning never touches). Last use is the data file's mtime,
+set on every read that checks it (`load`), so it does not depend on atime or the mount's
+`noatime`. A reader whose entry another process prunes meanwhile sees a miss (the data file is
+deleted before its digest, and a missing digest with a missing file is a miss, not corruption).
+Request records pointing at a pruned entry are deleted with it. `entries` lists what is cached
+(`posenc-client cache ls`), `prune` applies a cap on demand (`posenc-client cache prune`).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import hashlib
 import json
 import os
 import re
 import zlib
-from collections.abc import Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +103,67 @@ class EntryCheck:
     key: str
     path: Path
     problem: str | None
+
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 1000,
+    "mb": 1000**2,
+    "gb": 1000**3,
+    "tb": 1000**4,
+    "kib": 1 << 10,
+    "mib": 1 << 20,
+    "gib": 1 << 30,
+    "tib": 1 << 40,
+}
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_size(value: int | str) -> int:
+    """A byte count: an int as is, or `<number>[unit]` as people write it (`4GiB`, `512MiB`,
+    `1.5GB`, `1048576`, `100B`; case-insensitive; binary `KiB`..`TiB`, decimal `kB`..`TB`), the
+    server's rule (`posenc serve --cache-bytes`). A bare `k`/`m`/`g` is refused (Docker reads
+    `512m` as MiB, others as MB), as are a fraction of a byte and a negative size: ValueError."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ValueError(f"a byte size is an int or a string such as 4GiB, got {value!r}")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError(f"a byte size cannot be negative, got {value}")
+        return value
+    match = _SIZE_RE.match(value)
+    unit = match.group(2).lower() if match else ""
+    if match is None or unit not in _UNITS:
+        raise ValueError(
+            f"a byte size such as 4GiB, 512MiB, 1.5GB or 1048576 is expected, got {value!r}"
+        )
+    size = Decimal(match.group(1)) * _UNITS[unit]
+    if size != size.to_integral_value():
+        raise ValueError(f"{value!r} is not a whole number of bytes")
+    return int(size)
+
+
+def default_max_bytes() -> int | None:
+    """`$POSENC_CACHE_MAX_BYTES` as a byte count (`parse_size`), or None when unset or empty."""
+    text = os.environ.get("POSENC_CACHE_MAX_BYTES", "").strip()
+    if not text:
+        return None
+    try:
+        return parse_size(text)
+    except ValueError as err:
+        raise ValueError(f"POSENC_CACHE_MAX_BYTES: {err}") from None
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    """One cached table or model: `size` counts the file and its digest, `last_used` (seconds
+    since the epoch) is the file's mtime, set when it was written or last read."""
+
+    ns: str
+    key: str
+    path: Path
+    size: int
+    last_used: float
 
 
 def default_cache_dir() -> Path:
@@ -148,6 +221,27 @@ def request_id(base_url: str, route: str, body: Mapping[str, Any]) -> str:
     return hashlib.sha256(f"{server}\n{route}\n{text}".encode()).hexdigest()
 
 
+SHOWN_CONFIG_KEYS = ("model_type", "_name_or_path")
+
+
+def request_summary(base_url: str, route: str, body: Mapping[str, Any]) -> dict[str, Any]:
+    """What a request asked for, stored with its record for `posenc-client cache ls`: the
+    server (`server_identity`), the route and the body, a config in it shortened to its
+    `model_type` and `_name_or_path` (the whole config is in the request's id)."""
+
+    def short(body: Mapping[str, Any]) -> dict[str, Any]:
+        out = dict(body)
+        config = out.get("hf_config")
+        if isinstance(config, Mapping):
+            out["hf_config"] = {k: config[k] for k in SHOWN_CONFIG_KEYS if k in config}
+        return out
+
+    shown = short(body)
+    if isinstance(shown.get("spec"), Mapping):  # POST /v1/onnx: {"spec": <spec object>, ...}
+        shown["spec"] = short(shown["spec"])
+    return {"server": server_identity(base_url), "route": route, "body": shown}
+
+
 def valid_key(key: str | None) -> bool:
     """True for a 64-hex-digit content key."""
     return bool(key) and KEY_RE.match(str(key)) is not None
@@ -185,11 +279,17 @@ def split_table_ref(ref: str) -> tuple[str, str | None]:
 class DiskCache:
     """Files by (namespace, content key) and request ids -> keys, under `root`."""
 
-    def __init__(self, root: str | os.PathLike[str] | None = None) -> None:
+    def __init__(
+        self, root: str | os.PathLike[str] | None = None, max_bytes: int | str | None = None
+    ) -> None:
+        """`root`: the folder (default `default_cache_dir()`); `max_bytes`: the size cap, an
+        int or `4GiB` (default `$POSENC_CACHE_MAX_BYTES`; none when that is unset)."""
         self.root = Path(root).expanduser() if root is not None else default_cache_dir()
+        self.max_bytes = parse_size(max_bytes) if max_bytes is not None else default_max_bytes()
 
     def __repr__(self) -> str:
-        return f"DiskCache({str(self.root)!r})"
+        cap = "" if self.max_bytes is None else f", max_bytes={self.max_bytes}"
+        return f"DiskCache({str(self.root)!r}{cap})"
 
     def path(self, ns: str, key: str) -> Path:
         """Where the file of `key` in namespace `ns` (`tables`, `onnx`) lives."""
@@ -217,13 +317,24 @@ class DiskCache:
             return None
         try:
             stored = self.digest_path(ns, key).read_text(encoding="ascii")
-        except (FileNotFoundError, UnicodeDecodeError):
+        except FileNotFoundError:
+            if not path.exists():  # pruned by another process as it was read: a miss
+                return None
+            raise CorruptEntryError(path, "no stored digest to check it against") from None
+        except UnicodeDecodeError:
             raise CorruptEntryError(path, "no stored digest to check it against") from None
         if sha256_of(stored) is None:
             raise CorruptEntryError(path, "its stored digest is unreadable")
         if not digest_matches(stored, data):
             raise CorruptEntryError(path, f"its {size} bytes do not match the stored digest")
+        self.touch(ns, key)
         return data
+
+    def touch(self, ns: str, key: str) -> None:
+        """Record a use of `key` now (its file's mtime, what LRU pruning orders by); a cache
+        that cannot be written is left as it is."""
+        with contextlib.suppress(OSError):
+            os.utime(self.path(ns, key))
 
     def has(self, ns: str, key: str) -> bool:
         return valid_key(key) and self.path(ns, key).is_file()
@@ -239,9 +350,11 @@ class DiskCache:
         # the digest first: a reader that sees the new file also sees its digest
         write_atomic(self.digest_path(ns, key), digest.encode("ascii"))
         write_atomic(self.path(ns, key), data)
+        if self.max_bytes is not None:
+            self.prune(keep=[(ns, key)])
 
     def discard(self, ns: str, key: str) -> None:
-        """Delete the file of `key` and its digest, if present."""
+        """Delete the file of `key` and its digest, if present (the file first: see `load`)."""
         for path in (self.path(ns, key), self.digest_path(ns, key)):
             path.unlink(missing_ok=True)
 
@@ -270,6 +383,74 @@ class DiskCache:
                     p for p in folder.iterdir() if p.name.endswith(TEMP_SUFFIX) and p.is_file()
                 )
         return sorted(found)
+
+    def entries(self) -> list[CacheEntry]:
+        """Every cached table and model with its size and last use, most recently used first."""
+        found = []
+        for ns in SUFFIXES:
+            for key in self.keys(ns):
+                path = self.path(ns, key)
+                try:
+                    stat = path.stat()
+                except FileNotFoundError:  # pruned meanwhile
+                    continue
+                try:
+                    digest = self.digest_path(ns, key).stat().st_size
+                except FileNotFoundError:
+                    digest = 0
+                found.append(CacheEntry(ns, key, path, stat.st_size + digest, stat.st_mtime))
+        return sorted(found, key=lambda e: (-e.last_used, e.ns, e.key))
+
+    def prune(
+        self, max_bytes: int | str | None = None, keep: Collection[tuple[str, str]] = ()
+    ) -> list[CacheEntry]:
+        """Delete the least recently used entries until the tables and models take at most
+        `max_bytes` (default `self.max_bytes`; nothing is deleted without a cap), never one in
+        `keep` (`(ns, key)` pairs: the entry just written) nor a temporary file being written;
+        the request records pointing at a deleted entry go with it. Returns what was deleted,
+        least recently used first. Safe beside other processes reading, writing and pruning."""
+        cap = parse_size(max_bytes) if max_bytes is not None else self.max_bytes
+        if cap is None:
+            return []
+        entries = self.entries()
+        total = sum(e.size for e in entries)
+        removed: list[CacheEntry] = []
+        for entry in reversed(entries):  # least recently used first
+            if total <= cap:
+                break
+            if (entry.ns, entry.key) in keep:
+                continue
+            try:  # read or written again since it was listed (another process): kept
+                if entry.path.stat().st_mtime != entry.last_used:
+                    continue
+            except FileNotFoundError:  # pruned by another process meanwhile
+                total -= entry.size
+                continue
+            self.discard(entry.ns, entry.key)
+            removed.append(entry)
+            total -= entry.size
+        if removed:
+            self._forget({(e.ns, e.key) for e in removed})
+        return removed
+
+    def _forget(self, gone: set[tuple[str, str]]) -> None:
+        """Delete the request records `{"ns", "key"}` pointing at `gone` entries (resolve
+        records, which name keys without holding tables, stay)."""
+        for rid, record in self.records():
+            if (record.get("ns"), record.get("key")) in gone:
+                (self.root / "requests" / f"{rid}.json").unlink(missing_ok=True)
+
+    def records(self) -> Iterable[tuple[str, dict[str, Any]]]:
+        """Every request record: (request id, record), in name order."""
+        folder = self.root / "requests"
+        if not folder.is_dir():
+            return []
+        out = []
+        for path in sorted(folder.glob("*.json")):
+            record = self.lookup(path.name.removesuffix(".json"))
+            if record is not None:
+                out.append((path.name.removesuffix(".json"), record))
+        return out
 
     def lookup(self, rid: str) -> dict[str, Any] | None:
         """The record of what request `rid` resolved to (`{"ns", "key"}` or `{"ns", "specs"}`),

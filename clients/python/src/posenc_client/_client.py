@@ -131,8 +131,11 @@ class BaseClient:
         revalidate: bool,
         headers: Mapping[str, str] | None,
         progress: Progress | None,
+        cache_max_bytes: int | str | None = None,
     ) -> None:
-        self._core = Core(base_url, api_key, retries, cache, offline, revalidate, headers)
+        self._core = Core(
+            base_url, api_key, retries, cache, offline, revalidate, headers, cache_max_bytes
+        )
         self.progress = progress
 
     @property
@@ -194,6 +197,9 @@ class Client(BaseClient):
             without asking (they are immutable under their key).
         headers: extra request headers.
         progress: `progress(received, total)` called as response bodies arrive.
+        cache_max_bytes: the disk cache's size cap, an int or a size such as `4GiB` (default
+            `$POSENC_CACHE_MAX_BYTES`, else none): least recently used entries are deleted after
+            each write (`DiskCache.prune`). A `DiskCache` passed as `cache` carries its own.
 
     Use as a context manager, or call `close()`.
     """
@@ -211,6 +217,7 @@ class Client(BaseClient):
         revalidate: bool = True,
         headers: Mapping[str, str] | None = None,
         progress: Progress | None = None,
+        cache_max_bytes: int | str | None = None,
     ) -> None:
         super().__init__(
             base_url,
@@ -221,6 +228,7 @@ class Client(BaseClient):
             revalidate=revalidate,
             headers=headers,
             progress=progress,
+            cache_max_bytes=cache_max_bytes,
         )
         self._http = httpx.Client(
             base_url=self._core.base_url,
@@ -438,6 +446,7 @@ class AsyncClient(BaseClient):
         revalidate: bool = True,
         headers: Mapping[str, str] | None = None,
         progress: Progress | None = None,
+        cache_max_bytes: int | str | None = None,
     ) -> None:
         super().__init__(
             base_url,
@@ -448,6 +457,7 @@ class AsyncClient(BaseClient):
             revalidate=revalidate,
             headers=headers,
             progress=progress,
+            cache_max_bytes=cache_max_bytes,
         )
         self._http = httpx.AsyncClient(
             base_url=self._core.base_url,

@@ -40,6 +40,7 @@ from posenc_client._cache import (
     DiskCache,
     digest_matches,
     request_id,
+    request_summary,
     split_table_ref,
     table_path,
     valid_key,
@@ -223,16 +224,17 @@ def reply_key(reply: Reply) -> str | None:
     return etag.partition("@")[0].partition(".")[0] or None
 
 
-def disk_cache(cache: CacheOption) -> DiskCache | None:
+def disk_cache(cache: CacheOption, max_bytes: int | str | None = None) -> DiskCache | None:
     """The `cache=` argument as a `DiskCache`: True the default folder, a folder, a `DiskCache`
-    as is, None or False none."""
+    as is, None or False none; `max_bytes` its size cap (default `$POSENC_CACHE_MAX_BYTES`),
+    which a `DiskCache` given as is carries itself (ValueError with both)."""
     if cache is None or cache is False:
         return None
-    if cache is True:
-        return DiskCache()
     if isinstance(cache, DiskCache):
+        if max_bytes is not None:
+            raise ValueError("give the size cap to the DiskCache (max_bytes=), not beside it")
         return cache
-    return DiskCache(cache)
+    return DiskCache(None if cache is True else cache, max_bytes=max_bytes)
 
 
 class Core:
@@ -248,13 +250,15 @@ class Core:
         offline: bool | None,
         revalidate: bool,
         headers: Mapping[str, str] | None,
+        cache_max_bytes: int | str | None = None,
     ) -> None:
         if offline is None:
             offline = os.environ.get("POSENC_OFFLINE", "").strip().lower() in ("1", "true", "yes")
         self.base_url = server_url(base_url or os.environ.get("POSENC_URL") or DEFAULT_URL)
         key = api_key if api_key is not None else os.environ.get("POSENC_API_KEY")
         self.retries = retries if isinstance(retries, Retries) else Retries(total=retries)
-        self.cache = disk_cache(cache)
+        self.cache = disk_cache(cache, cache_max_bytes)
+        self._asked: dict[str, JSON] = {}
         self.offline = offline
         self.revalidate = revalidate
         # Tables barely compress and cost more to gzip than to send (docs/dependencies.md).
@@ -341,6 +345,19 @@ class Core:
         if self.cache is not None:
             self.cache.store(ns, key, data, stored_digest(reply))
 
+    def _request_id(self, route: str, body: Mapping[str, Any]) -> str:
+        """The request's id in the cache's index (`request_id`), noting what it asked for, which
+        `_remember` stores with its record (`posenc-client cache ls` shows it)."""
+        rid = request_id(self.base_url, route, body)
+        self._asked[rid] = request_summary(self.base_url, route, body)
+        return rid
+
+    def _remember(self, rid: str, record: Mapping[str, Any]) -> None:
+        """Record what request `rid` resolved to, with what it asked for."""
+        if self.cache is not None:
+            asked = self._asked.get(rid)
+            self.cache.remember(rid, {**record, "request": asked} if asked else record)
+
     def _cache_write(self, fn: Any, *args: Any) -> None:
         """Run a cache write; a failure (a full disk, a read-only folder) is a warning, never
         the caller's error: the answer was received and checked, and is still returned (and
@@ -414,7 +431,7 @@ class Core:
             self._store(tables, reply)
             if record_id is not None and self.cache is not None:
                 record = {"ns": "tables", "key": tables.key}
-                self._cache_write(self.cache.remember, record_id, record)
+                self._cache_write(self._remember, record_id, record)
             return slice_rows(tables, *span) or tables
         start, end = span
         if not (
@@ -433,7 +450,7 @@ class Core:
         only those positions (sliced from the cached whole table when there is one)."""
         span = None if rows is None else rows_arg(rows)
         body = dict(spec)
-        record_id = request_id(self.base_url, "POST /v1/tables", body)
+        record_id = self._request_id("POST /v1/tables", body)
         record = self.cache.lookup(record_id) if self.cache is not None else None
         if span is not None:
             if record is not None and record.get("ns") == "tables":
@@ -462,7 +479,7 @@ class Core:
             location = reply.headers.get("content-location", "")
             if location.startswith(f"/v1/tables/{tables.key}."):
                 record["url"] = location  # answered by any replica, after any restart
-            self._cache_write(self.cache.remember, record_id, record)
+            self._cache_write(self._remember, record_id, record)
         return tables
 
     def table_by_key(
@@ -577,7 +594,7 @@ class Core:
             "hf_config": load_config(config),
             **{k: v for k, v in overrides.items() if v is not None},
         }
-        record_id = request_id(self.base_url, "POST /v1/resolve", body)
+        record_id = self._request_id("POST /v1/resolve", body)
         record = self.cache.lookup(record_id) if self.cache is not None else None
         answer: Any = None
         if self.offline:
@@ -597,7 +614,7 @@ class Core:
                 answer = reply.json()
                 if self.cache is not None:
                     self._cache_write(
-                        self.cache.remember,
+                        self._remember,
                         record_id,
                         {
                             "ns": "resolve",
@@ -688,7 +705,7 @@ class Core:
     def onnx(self, spec: Mapping[str, Any], graph: str, options: OnnxOptions) -> Flow[OnnxModel]:
         """POST /v1/onnx (cache first, revalidated against GET /v1/onnx/{key})."""
         body = onnx_body(spec, graph, options)
-        record_id = request_id(self.base_url, "POST /v1/onnx", body)
+        record_id = self._request_id("POST /v1/onnx", body)
         record = self.cache.lookup(record_id) if self.cache is not None else None
         if record is not None and record.get("ns") == "onnx" and self.cache is not None:
             key = str(record["key"])
@@ -715,5 +732,5 @@ class Core:
         model = self._parse_onnx(reply)
         if self.cache is not None and valid_key(model.key):
             self._cache_write(self._cache_store, "onnx", model.key, model.data, reply)
-            self._cache_write(self.cache.remember, record_id, {"ns": "onnx", "key": model.key})
+            self._cache_write(self._remember, record_id, {"ns": "onnx", "key": model.key})
         return model

@@ -16,6 +16,8 @@ Commands (each has --help):
     verify  model.gguf --hf-config config.json      llama.cpp's RoPE from the file vs exact
     cache   verify [--remove] | clear              check the disk cache against the stored
                                                    digests (RFC 9530), or empty it
+    cache   ls [--json] | prune [--max-bytes SIZE] list it (most recently used first), or delete
+                                                   the least recently used down to a cap
 
 FIELD=VALUE pairs are spec fields, the values read as JSON when they parse (`factor=8`,
 `interleaved=false`, `short_factor=[1,2]`) and as strings otherwise (`rope_type=llama3`);
@@ -46,7 +48,8 @@ Exit codes (stable, for scripts):
        reported "not checkable" with the reason; --allow-unchecked accepts unchecked sites
        beside checked ones (a model with no site checked still exits 9)
 
-Environment: POSENC_URL, POSENC_API_KEY, POSENC_CACHE_DIR (else $XDG_CACHE_HOME/posenc).
+Environment: POSENC_URL, POSENC_API_KEY, POSENC_CACHE_DIR (else $XDG_CACHE_HOME/posenc),
+POSENC_CACHE_MAX_BYTES (the cache's size cap), POSENC_OFFLINE.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from posenc_client._cache import DiskCache, default_max_bytes, parse_size
 from posenc_client._client import Client
 from posenc_client._exceptions import (
     APIError,
@@ -328,6 +332,10 @@ def cmd_cache(client: Client, args: argparse.Namespace) -> int:
     cache = client.cache
     if cache is None:
         raise UsageError("cache commands need the disk cache (drop --no-cache)")
+    if args.action == "ls":
+        return _cache_ls(cache, args.json)
+    if args.action == "prune":
+        return _cache_prune(cache, args.max_bytes)
     if args.action == "clear":
         removed = cache.clear()
         print(f"removed {removed} files from {cache.root}", file=sys.stderr)
@@ -351,6 +359,119 @@ def cmd_cache(client: Client, args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return EXIT_CORRUPT if bad and not args.remove else EXIT_OK
+
+
+def _size(size: float) -> str:
+    """A byte count for people: `512 B`, `3.2 MiB`."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")
+
+
+def _asked(record: JSON) -> str:
+    """One line for what a request record asked for (records written before `cache ls` existed
+    name only their id)."""
+    request = record.get("request")
+    if not isinstance(request, dict):
+        return "(an older record: what it asked is not stored)"
+    body = json.dumps(request.get("body"), sort_keys=True, separators=(",", ":"))
+    text = f"{request.get('route')} {body} @ {request.get('server')}"
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+def _cache_ls(cache: DiskCache, as_json: bool) -> int:
+    """`cache ls`: every cached table and model, most recently used first, with the requests
+    whose records point at it."""
+    pointing: dict[tuple[str, str], list[JSON]] = {}
+    for rid, record in cache.records():
+        if record.get("ns") == "resolve":
+            keys = [
+                ("tables", s.get("key")) for s in record.get("specs") or [] if isinstance(s, dict)
+            ]
+        else:
+            keys = [(str(record.get("ns")), record.get("key"))]
+        for ns, key in keys:
+            pointing.setdefault((ns, str(key)), []).append(
+                {"id": rid, "resolves": record.get("ns") == "resolve", **record}
+            )
+    entries = cache.entries()
+    total = sum(e.size for e in entries)
+    if as_json:
+        _print_json(
+            {
+                "root": str(cache.root),
+                "max_bytes": cache.max_bytes,
+                "total_bytes": total,
+                "entries": [
+                    {
+                        "key": e.key,
+                        "ns": e.ns,
+                        "kind": _entry_kind(pointing.get((e.ns, e.key), []), e.ns),
+                        "bytes": e.size,
+                        "last_used": _iso(e.last_used),
+                        "path": str(e.path),
+                        "requests": [
+                            {"id": r["id"], "resolve": r["resolves"], **(r.get("request") or {})}
+                            for r in pointing.get((e.ns, e.key), [])
+                        ],
+                    }
+                    for e in entries
+                ],
+            }
+        )
+        return EXIT_OK
+    for e in entries:
+        requests = pointing.get((e.ns, e.key), [])
+        kind = _entry_kind(requests, e.ns)
+        print(f"{e.key[:16]}  {e.ns:<6} {kind:<12} {_size(e.size):>10}  {_iso(e.last_used)}")
+        for r in requests:
+            via = "resolve " if r["resolves"] else ""
+            print(f"    {via}{r['id'][:12]}  {_asked(r)}")
+    cap = "no cap" if cache.max_bytes is None else f"cap {_size(cache.max_bytes)}"
+    print(f"{len(entries)} entries, {_size(total)} ({cap}) in {cache.root}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _entry_kind(requests: list[JSON], ns: str) -> str:
+    """An entry's family as its requests name it (`rope`, `preset`, `hf_config`), else its
+    namespace's thing."""
+    for r in requests:
+        body = (r.get("request") or {}).get("body") or {}
+        if r["resolves"]:
+            return "hf_config"
+        for field in ("kind", "preset", "hf_config"):
+            if field in body:
+                return str(body[field]) if field == "kind" else field
+    return "table" if ns == "tables" else "onnx model"
+
+
+def _iso(seconds: float) -> str:
+    import datetime
+
+    moment = datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC)
+    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _cache_prune(cache: DiskCache, max_bytes: int | None) -> int:
+    """`cache prune [--max-bytes SIZE]`: delete least recently used entries down to the cap."""
+    cap = max_bytes if max_bytes is not None else cache.max_bytes
+    if cap is None:
+        raise UsageError(
+            "cache prune needs a cap: --max-bytes SIZE, --cache-max-bytes or "
+            "$POSENC_CACHE_MAX_BYTES"
+        )
+    removed = cache.prune(cap)
+    for e in removed:
+        print(f"removed {e.key[:16]}  {e.ns:<6} {_size(e.size):>10}  {_iso(e.last_used)}")
+    left = sum(e.size for e in cache.entries())
+    print(
+        f"removed {len(removed)} entries ({_size(sum(e.size for e in removed))}); "
+        f"{_size(left)} left, cap {_size(cap)}",
+        file=sys.stderr,
+    )
+    return EXIT_OK
 
 
 def _model_dtype(dtypes: set[str | None], override: str | None) -> str | None:
@@ -689,6 +810,14 @@ def cmd_plug(client: Client, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _size_arg(text: str) -> int:
+    """argparse type of a byte size (`parse_size`)."""
+    try:
+        return parse_size(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def _fields_arg(p: argparse.ArgumentParser, help_text: str) -> None:
     p.add_argument("fields", nargs="*", metavar="FIELD=VALUE", help=help_text)
 
@@ -730,6 +859,14 @@ def _global_options(parser: argparse.ArgumentParser, defaults: bool) -> None:
         "--cache-dir",
         default=None,
         help="disk cache folder (default $POSENC_CACHE_DIR, else $XDG_CACHE_HOME/posenc)",
+    )
+    add(
+        "--cache-max-bytes",
+        type=_size_arg,
+        default=None,
+        metavar="SIZE",
+        help="disk cache size cap, least recently used entries pruned after each write "
+        "(4GiB, 512MiB, 1.5GB or bytes; default $POSENC_CACHE_MAX_BYTES, else none)",
     )
     add("--no-cache", action="store_true", default=False, help="do not use the disk cache")
     add(
@@ -859,14 +996,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "cache",
-        help="verify or clear the disk cache",
+        help="list, prune, verify or clear the disk cache",
         description="verify: check every cached table and model against the digest stored with "
         "it (the server's Repr-Digest), printing each file that fails (exit 7 when one does, "
         "unless --remove deletes them: they are fetched again when next used). clear: delete "
-        "every cached file.",
+        "every cached file. ls: every cached table and model (key, kind, size, last use, the "
+        "requests that point at it), most recently used first. prune: delete the least "
+        "recently used entries until the cache fits --max-bytes (else the cap).",
     )
-    p.add_argument("action", choices=("verify", "clear"))
+    p.add_argument("action", choices=("verify", "clear", "ls", "prune"))
     p.add_argument("--remove", action="store_true", help="verify: delete the corrupt files")
+    p.add_argument("--json", action="store_true", help="ls: print the entries as JSON")
+    p.add_argument(
+        "--max-bytes",
+        type=_size_arg,
+        metavar="SIZE",
+        help="prune: the cap (4GiB, 512MiB, 1.5GB or bytes; default --cache-max-bytes)",
+    )
     p.set_defaults(run=cmd_cache)
 
     p = sub.add_parser(
@@ -913,6 +1059,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     progress = None if args.quiet or not sys.stderr.isatty() else _Progress(sys.stderr)
     cache: bool | str = False if args.no_cache else (args.cache_dir or True)
     try:
+        default_max_bytes()
+    except ValueError as err:
+        return _fail(EXIT_USAGE, str(err))
+    try:
         with Client(
             args.url,
             api_key=args.api_key,
@@ -921,6 +1071,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             cache=cache,
             offline=args.offline or None,  # absent: $POSENC_OFFLINE
             progress=progress,
+            cache_max_bytes=None if args.no_cache else args.cache_max_bytes,
         ) as client:
             return run(client, args)
     except UsageError as err:
