@@ -4,7 +4,6 @@ exit codes (0 ok, 2 usage, 3 server refused, 4 no connection, 5 offline miss, 6 
 
 from __future__ import annotations
 
-import io
 import json
 import subprocess
 import sys
@@ -17,7 +16,7 @@ import onnxruntime as ort
 import pytest
 
 from posenc_client import Client, Tables
-from posenc_client.cli import _Progress, build_parser, main
+from posenc_client.cli import build_parser, main
 from tests.client import blocks
 from tests.conftest import ServerHandle
 
@@ -219,17 +218,3 @@ def test_global_options_anywhere_and_host_port(
     assert (args.timeout, args.offline, args.url) == (7.0, True, None)
     args = build_parser().parse_args(["--timeout", "9", "fetch"])
     assert (args.timeout, args.offline) == (9.0, False)
-
-
-def test_progress_bar() -> None:
-    stream = io.StringIO()
-    bar = _Progress(stream)
-    bar(10, 100)
-    bar(10, None)
-    assert stream.getvalue() == ""  # small or unknown sizes stay quiet
-    bar(1 << 20, 2 << 20)
-    bar(2 << 20, 2 << 20)
-    out = stream.getvalue()
-    assert "50%" in out
-    assert "100%" in out
-    assert out.endswith("2.0/2.0 MiB\n")

@@ -59,7 +59,7 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from posenc_client._cache import DiskCache, default_max_bytes, parse_size
 from posenc_client._client import Client
@@ -74,6 +74,9 @@ from posenc_client._options import JSON, family_spec, load_config, rope_spec
 from posenc_client._tables import Tables
 from posenc_client._version import __version__
 
+if TYPE_CHECKING:
+    from posenc_client._progress import DownloadProgress
+
 EXIT_OK = 0
 EXIT_BUG = 1
 EXIT_USAGE = 2
@@ -85,7 +88,6 @@ EXIT_CORRUPT = 7
 EXIT_DIFFERS = 8
 EXIT_UNCHECKED = 9
 
-PROGRESS_MIN_BYTES = 1 << 20
 SPEC_HELP = (
     'a spec object: {"kind": ...} fields, {"hf_config": {...}, ...overrides} or '
     '{"preset": NAME, "part"?: PART, ...overrides}; JSON text or @file.json'
@@ -94,30 +96,6 @@ SPEC_HELP = (
 
 class UsageError(Exception):
     """Bad arguments or input files: exit code 2."""
-
-
-class _Progress:
-    """A one-line progress bar on a terminal for bodies of at least 1 MiB (no dependencies)."""
-
-    def __init__(self, stream: TextIO, width: int = 30) -> None:
-        self.stream = stream
-        self.width = width
-        self.active = False
-
-    def __call__(self, received: int, total: int | None) -> None:
-        if total is None or total < PROGRESS_MIN_BYTES:
-            return
-        done = min(received / total, 1.0)
-        bar = "#" * int(done * self.width)
-        mib = 1 << 20
-        self.stream.write(
-            f"\rdownloading {done:4.0%} [{bar:<{self.width}}] "
-            f"{received / mib:.1f}/{total / mib:.1f} MiB"
-        )
-        self.active = received < total
-        if not self.active:
-            self.stream.write("\n")
-        self.stream.flush()
 
 
 def parse_fields(pairs: Sequence[str]) -> JSON:
@@ -875,7 +853,14 @@ def _global_options(parser: argparse.ArgumentParser, defaults: bool) -> None:
         default=False,
         help="cached tables only, no network (default $POSENC_OFFLINE: 1, true or yes)",
     )
-    add("-q", "--quiet", action="store_true", default=False, help="no progress bar")
+    add(
+        "-q",
+        "--quiet",
+        action="store_true",
+        default=False,
+        help="no progress display (shown on a terminal: a spinner while the server computes, "
+        "then size, rate and ETA)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -1046,6 +1031,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _progress(quiet: bool) -> DownloadProgress | None:
+    """The progress display (tqdm: a spinner until the server's first byte, then size, rate and
+    ETA) on a terminal's stderr; none with --quiet or when stderr is not a terminal."""
+    if quiet or not sys.stderr.isatty():
+        return None
+    from posenc_client._progress import DownloadProgress
+
+    return DownloadProgress(sys.stderr)
+
+
 def _fail(code: int, message: str) -> int:
     print(f"posenc-client: {message}", file=sys.stderr)
     return code
@@ -1056,7 +1051,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     run: Callable[[Client, argparse.Namespace], int] = args.run
-    progress = None if args.quiet or not sys.stderr.isatty() else _Progress(sys.stderr)
+    progress = _progress(args.quiet)
     cache: bool | str = False if args.no_cache else (args.cache_dir or True)
     try:
         default_max_bytes()
@@ -1071,6 +1066,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             cache=cache,
             offline=args.offline or None,  # absent: $POSENC_OFFLINE
             progress=progress,
+            transport=progress.transport() if progress is not None else None,
             cache_max_bytes=None if args.no_cache else args.cache_max_bytes,
         ) as client:
             return run(client, args)
@@ -1093,6 +1089,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         traceback.print_exc()
         return _fail(EXIT_BUG, f"unexpected error: {type(err).__name__}: {err}")
+    finally:
+        if progress is not None:
+            progress.close()
 
 
 if __name__ == "__main__":
