@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections import OrderedDict
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -85,6 +86,8 @@ log = logging.getLogger("posenc_client")
 T = TypeVar("T")
 
 DEFAULT_URL = "http://127.0.0.1:8000"
+ASKED_KEPT = 1024
+"""Requests in flight whose summaries wait for their cache record (`Core._request_id`)."""
 SAFETENSORS = {"format": "safetensors"}
 
 ConfigLike = str | os.PathLike[str] | Mapping[str, Any]
@@ -258,7 +261,7 @@ class Core:
         key = api_key if api_key is not None else os.environ.get("POSENC_API_KEY")
         self.retries = retries if isinstance(retries, Retries) else Retries(total=retries)
         self.cache = disk_cache(cache, cache_max_bytes)
-        self._asked: dict[str, JSON] = {}
+        self._asked: OrderedDict[str, JSON] = OrderedDict()
         self.offline = offline
         self.revalidate = revalidate
         # Tables barely compress and cost more to gzip than to send (docs/dependencies.md).
@@ -349,13 +352,17 @@ class Core:
         """The request's id in the cache's index (`request_id`), noting what it asked for, which
         `_remember` stores with its record (`posenc-client cache ls` shows it)."""
         rid = request_id(self.base_url, route, body)
-        self._asked[rid] = request_summary(self.base_url, route, body)
+        if self.cache is not None:
+            self._asked[rid] = request_summary(self.base_url, route, body)
+            self._asked.move_to_end(rid)
+            while len(self._asked) > ASKED_KEPT:  # requests answered from the cache or failed
+                self._asked.popitem(last=False)
         return rid
 
     def _remember(self, rid: str, record: Mapping[str, Any]) -> None:
         """Record what request `rid` resolved to, with what it asked for."""
         if self.cache is not None:
-            asked = self._asked.get(rid)
+            asked = self._asked.pop(rid, None)
             self.cache.remember(rid, {**record, "request": asked} if asked else record)
 
     def _cache_write(self, fn: Any, *args: Any) -> None:
