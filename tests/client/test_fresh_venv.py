@@ -1,5 +1,5 @@
 """posenc-client alone: a plain virtual environment (no system site-packages) with only httpx,
-numpy, ml-dtypes (from the package index, as pinned in requirements/client.txt) and the client
+numpy, ml-dtypes, tqdm (from the package index, as pinned in requirements/client.txt) and the client
 wheel (built from this tree, installed with --no-deps) imports `posenc_client` without torch or
 onnx, fetches a table from the live server, and runs its console script. Takes ~30 s (mostly pip);
 it runs in the default suite."""
