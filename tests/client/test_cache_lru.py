@@ -97,6 +97,9 @@ def test_cap_prunes_least_recently_used_after_each_write(cli: Cli, tmp_path: Pat
     assert isinstance(one, int)
     age(cache, a, 100)
     age(cache, b, 50)
+    stamps = {key: entry["last_used"] for key, entry in cli.ls().items()}
+    assert cli("cache", "verify")[0] == 0
+    assert {key: entry["last_used"] for key, entry in cli.ls().items()} == stamps  # not a use
     assert cli.key("fetch", *rope(256)) == a  # a read: A is now the most recently used
     cap = str(2 * one + one // 2)  # room for two of these tables, not three
     c = cli.key("--cache-max-bytes", cap, "fetch", *rope(258))

@@ -301,10 +301,10 @@ class DiskCache:
         """Where the stored digest of `key` in namespace `ns` lives."""
         return self.path(ns, key).with_suffix(DIGEST_SUFFIX)
 
-    def load(self, ns: str, key: str) -> bytearray | None:
+    def load(self, ns: str, key: str, use: bool = True) -> bytearray | None:
         """The stored bytes of `key` (a writable buffer), checked against their stored digest;
         None when not stored. Raises `CorruptEntryError` naming the file when they differ or the
-        digest is missing or unreadable."""
+        digest is missing or unreadable. A `use` (not a check: `verify`) is recorded (`touch`)."""
         if not valid_key(key):
             return None
         path = self.path(ns, key)
@@ -327,7 +327,8 @@ class DiskCache:
             raise CorruptEntryError(path, "its stored digest is unreadable")
         if not digest_matches(stored, data):
             raise CorruptEntryError(path, f"its {size} bytes do not match the stored digest")
-        self.touch(ns, key)
+        if use:
+            self.touch(ns, key)
         return data
 
     def touch(self, ns: str, key: str) -> None:
@@ -364,7 +365,7 @@ class DiskCache:
         for ns in SUFFIXES:
             for key in self.keys(ns):
                 try:
-                    self.load(ns, key)
+                    self.load(ns, key, use=False)  # a check is not a use
                     problem = None
                 except CorruptEntryError as err:
                     problem = err.reason
