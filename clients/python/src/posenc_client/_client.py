@@ -189,7 +189,8 @@ class Client(BaseClient):
         transport: an httpx transport to send through (`httpx.MockTransport`, a proxy, ...).
         cache: the disk cache: True (default folder, see `DiskCache`), a folder, a `DiskCache`,
             or False for none.
-        offline: never touch the network: cached tables only (`CacheMissError` otherwise);
+        offline: never touch the network: cached tables only (`CacheMissError` otherwise), and
+            a model id's config.json from the Hugging Face cache only;
             default `$POSENC_OFFLINE` (1, true or yes), else False.
         revalidate: revalidate cached tables with If-None-Match (default); False trusts them
             without asking (they are immutable under their key).
@@ -394,8 +395,8 @@ class Client(BaseClient):
         position_id_per_seconds: float | None = None,
     ) -> MRopePositions:
         """M-RoPE position ids (3, N) of a token layout, as transformers' `get_rope_index` of the
-        model named by `model_type` or its `config` (config.json path, folder or dict). `layout`:
-        spans `{"text": n}`, `{"image": [t, h, w]}`, `{"video": [t, h, w],
+        model named by `model_type` or its `config` (config.json path, folder, dict or model
+        id). `layout`: spans `{"text": n}`, `{"image": [t, h, w]}`, `{"video": [t, h, w],
         "second_per_grid_t"?: s}` in sequence order; the vision parameters override the
         config's."""
         options = {
@@ -553,6 +554,8 @@ class AsyncClient(BaseClient):
     async def _read_config(self, config: ConfigLike) -> JSON:
         """A config as `load_config` reads it, in a worker thread: a file, or a model id's
         config.json from the Hugging Face cache or the Hub, never blocks the event loop."""
+        if isinstance(config, Mapping):
+            return dict(config)
         return await asyncio.to_thread(load_config, config, offline=self._core.offline)
 
     async def resolve(self, config: ConfigLike, **overrides: Any) -> ResolvedSpecs:
