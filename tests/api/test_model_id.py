@@ -14,7 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.hub import ERRORS, HubEnv, hub_environment, model_files
+from tests.conftest import start_server
+from tests.hub import ERRORS, HubEnv, closed_port_url, hub_environment, model_files
 
 MODELS = model_files()
 LLAMA = "meta-llama/Llama-3.1-8B"
@@ -120,14 +121,31 @@ def test_online_hub_errors(hub_env: HubEnv, client: httpx.Client) -> None:
         assert reason in answer.json()["error"]
 
 
-def test_without_huggingface_hub(
-    hub_env: HubEnv, client: httpx.Client, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_without_huggingface_hub(hub_env: HubEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+    """501 hub_not_installed, on a server of its own (the session server's metrics must count no
+    5xx: test_errors.py)."""
     monkeypatch.setitem(sys.modules, "huggingface_hub", None)
-    answer = _resolve(client, {"model_id": LLAMA})
+    with start_server() as server, server.client() as client:
+        answer = _resolve(client, {"model_id": LLAMA})
     assert answer.status_code == 501
     assert answer.json()["error_type"] == "hub_not_installed"
     assert "posenc[hub]" in answer.json()["error"]
+
+
+def test_hub_unreachable(hub_env: HubEnv) -> None:
+    """Online with the Hub refusing connections: a cached model answers from the cache, an
+    uncached one is a 502 hub_unreachable (after huggingface_hub's own retries, ~23 s; on a server
+    of its own, whose metrics may count a 5xx)."""
+    hub_env.online(closed_port_url())
+    with start_server() as server, server.client(timeout=120) as client:
+        cached = _resolve(client, {"model_id": LLAMA})
+        assert cached.json()["model"]["commit"] == hub_env.cache.commits[LLAMA]["main"]
+        answer = _resolve(client, {"model_id": "acme/not-cached"})
+    assert answer.status_code == 502
+    body = answer.json()
+    assert body["error_type"] == "hub_unreachable"
+    assert "acme/not-cached" in body["error"]
+    assert str(hub_env.cache.root) in body["error"]
 
 
 def test_client_maps_the_new_error_types(hub_env: HubEnv, client: httpx.Client) -> None:
