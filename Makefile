@@ -38,7 +38,7 @@ LOCK := $(BIN)/uv pip compile --quiet --generate-hashes --python-version 3.11 \
 SUITE_PINS := $(VENV)/suite-pins.txt
 lock: $(STAMP)
 	$(LOCK) pyproject.toml clients/python/pyproject.toml requirements/suite.in \
-	  --extra cpu --extra test --extra onnx --extra gguf --no-emit-package torchvision -o requirements/suite.txt
+	  --extra cpu --extra test --extra onnx --extra gguf --extra hub --no-emit-package torchvision -o requirements/suite.txt
 	grep -E '^[A-Za-z0-9][A-Za-z0-9._-]*==' requirements/suite.txt | sed 's/ *\\$$//' \
 	  | grep -v '^torch==' > $(SUITE_PINS)
 	$(LOCK) pyproject.toml requirements/image-cpu.in --extra cpu -c $(SUITE_PINS) \

@@ -10,6 +10,7 @@ import pytest
 
 from posenc_client import Client
 from tests.conftest import ServerHandle
+from tests.hub import HubEnv, hub_environment
 
 
 @pytest.fixture
@@ -31,3 +32,9 @@ def shared_client(
     """One client (and disk cache) for the end-to-end tests."""
     with Client(server.url, cache=tmp_path_factory.mktemp("posenc-cache")) as client:
         yield client
+
+
+@pytest.fixture
+def hub_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[HubEnv]:
+    """huggingface_hub offline on a local cache of the real configs (`tests.hub`)."""
+    yield from hub_environment(tmp_path, monkeypatch)

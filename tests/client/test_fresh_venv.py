@@ -78,3 +78,12 @@ def test_client_alone_in_a_fresh_venv(server: ServerHandle, tmp_path: Path) -> N
     assert "Exit codes" in _run(cli, "--help")
     out = _run(cli, "--url", server.url, "--no-cache", "fetch", "alibi", "num_heads=4")
     assert '"slopes"' in out
+    # a model id without the hub extra: usage error (2) naming it
+    done = subprocess.run(
+        [cli, "--url", server.url, "resolve", "meta-llama/Llama-3.1-8B"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "pip install 'posenc-client[hub]'" in done.stderr

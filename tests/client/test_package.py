@@ -53,7 +53,8 @@ def test_every_server_error_type_is_mapped() -> None:
 def test_import_is_light() -> None:
     code = (
         "import sys, posenc_client; "
-        "print(sorted(m for m in ('torch', 'onnx', 'onnxruntime', 'ml_dtypes', 'posenc', 'tqdm') "
+        "print(sorted(m for m in ('torch', 'onnx', 'onnxruntime', 'ml_dtypes', 'posenc', 'tqdm', "
+        "'huggingface_hub') "
         "if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -5,7 +5,8 @@ in a shell and must exit 0. The working folder holds the files the examples name
 (Llama 3.1), `bloom.json`, `model.onnx` (a GroupQueryAttention block that reads cos/sin inputs),
 `attention.onnx` (an ONNX Attention with an attn_mask input) and `model.gguf` (config.json's RoPE
 as llama.cpp's converter writes it: tests/client/gguf_files.py); the README's server URL is the
-test server's.
+test server's, and huggingface_hub's cache (offline) holds the real configs of tests/data/configs
+for the model-id examples (`tests.hub`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import pytest
 
 from tests.client import blocks, gguf_files
 from tests.conftest import ServerHandle
+from tests.hub import HubEnv
 
 README = Path(__file__).resolve().parents[2] / "clients" / "python" / "README.md"
 README_URL = "http://127.0.0.1:8000"
@@ -34,7 +36,9 @@ def _blocks(language: str) -> list[str]:
 
 
 @pytest.fixture
-def workdir(server: ServerHandle, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def workdir(
+    server: ServerHandle, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hub_env: HubEnv
+) -> Path:
     shutil.copy(blocks.CONFIGS / "meta-llama__Llama-3.1-8B.json", tmp_path / "config.json")
     shutil.copy(blocks.CONFIGS / "bigscience__bloom-560m.json", tmp_path / "bloom.json")
     onnx.save(blocks.gqa_block(128, 4, 2), tmp_path / "model.onnx")

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, Playwright, sync_playwright
 
+from tests.hub import HubEnv, hub_environment
+
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--headless",
@@ -76,3 +78,9 @@ def watched(browser: Browser) -> Iterator[Watched]:
     )
     yield out
     context.close()
+
+
+@pytest.fixture
+def hub_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[HubEnv]:
+    """The server's huggingface_hub offline on a local cache of the real configs (`tests.hub`)."""
+    yield from hub_environment(tmp_path, monkeypatch)

@@ -87,6 +87,16 @@ UNKNOWN_KEY = _error("unknown_key", 404, "a content or export key this server do
 UNKNOWN_PRESET = _error("unknown_preset", 404, "no preset of this name (GET /v1/presets)")
 UNKNOWN_PRESET_PART = _error("unknown_preset_part", 404, "the preset has no part of this name")
 UNKNOWN_TABLE = _error("unknown_table", 404, "no uploaded table with this key in the store")
+UNKNOWN_MODEL = _error(
+    "unknown_model",
+    404,
+    "`model_id` names no Hub repository, revision or config.json the server can read (or gated)",
+)
+MODEL_NOT_CACHED = _error(
+    "model_not_cached",
+    404,
+    "the server is offline (HF_HUB_OFFLINE) and its Hugging Face cache lacks the `model_id`",
+)
 METHOD_NOT_ALLOWED = _error("method_not_allowed", 405, "a method the path does not take (Allow)")
 NOT_ACCEPTABLE = _error("not_acceptable", 406, "Accept names no format served")
 # 413 and the other size limits
@@ -121,11 +131,20 @@ UNSUPPORTED_CONFIG = _error(
 UNSUPPORTED_EXPORT = _error(
     "unsupported_export", 422, "a spec and export options naming no graph posenc builds"
 )
+INVALID_MODEL_ID = _error(
+    "invalid_model_id", 422, "`model_id` not a string ORG/NAME[@REVISION], or beside hf_config"
+)
 NO_ROPE_CACHES = _error("no_rope_caches", 422, "the model holds no RoPE cache to check")
 SITE_LIMIT = _error("site_limit", 422, "the model holds more cache sites than the check reads")
 # 5xx
 INTERNAL_ERROR = _error("internal_error", 500, "a bug (logged with its traceback)")
 EXPORT = _error("export", 500, "a graph failed verification (logged, never sent as wrong)")
+HUB_NOT_INSTALLED = _error(
+    "hub_not_installed", 501, "a `model_id` on a server without huggingface_hub (posenc[hub])"
+)
+HUB_UNREACHABLE = _error(
+    "hub_unreachable", 502, "the Hugging Face Hub unreachable for a `model_id` the cache lacks"
+)
 UNAVAILABLE = _error("unavailable", 503, "unavailable")
 BUSY = _error("busy", 503, "too many computations in flight (Retry-After)")
 OVERLOADED = _error("overloaded", 503, "the in-flight byte budget is spent (Retry-After)")
@@ -165,6 +184,9 @@ BODY: tuple[ErrorType, ...] = (BODY_TOO_LARGE, UNSUPPORTED_MEDIA_TYPE, INVALID_J
 SPEC: tuple[ErrorType, ...] = (INVALID_SPEC, UNKNOWN_KIND, UNSUPPORTED_CONFIG, AMBIGUOUS_CONFIG)
 SPEC += (UNKNOWN_PRESET, UNKNOWN_PRESET_PART, UNKNOWN_TABLE)
 """A route taking a spec object (fields, a config or a preset; an uploaded table by key)."""
+MODEL_ID: tuple[ErrorType, ...] = (INVALID_MODEL_ID, UNKNOWN_MODEL, MODEL_NOT_CACHED)
+MODEL_ID += (HUB_NOT_INSTALLED, HUB_UNREACHABLE)
+"""A route taking a Hugging Face `model_id` (`api.hub`)."""
 COMPUTE: tuple[ErrorType, ...] = (BUSY, OVERLOADED, STARTING)
 """A route computing (or looking up) a table."""
 TABLE: tuple[ErrorType, ...] = (

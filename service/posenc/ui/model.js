@@ -1,4 +1,5 @@
-// The model: a preset or a pasted config.json resolved into its tables (POST /v1/resolve), the
+// The model: a preset, a Hugging Face model id or a pasted config.json resolved into its tables
+// (POST /v1/resolve: `model_id` is read by the server from its Hugging Face cache), the
 // profile options (GET /v1/kinds), and what is shown of it: its cards, then its first table's
 // plots. A new model, or an error resolving one, clears the previous model's tables and plots.
 import { getJSON, remember, session } from "./api.js";
@@ -39,7 +40,7 @@ export function clearModel() {
 
 export async function showPreset(name) {
   clearModel();
-  writeView({ preset: name, config: null, max_positions: null, profile: null });
+  writeView({ preset: name, model_id: null, config: null, max_positions: null, profile: null });
   const p = await getJSON(`v1/presets/${encodeURIComponent(name)}`);
   showModel({
     title: `${p.title} (${p.model})`,
@@ -49,32 +50,48 @@ export async function showPreset(name) {
   });
 }
 
+// The model-id field wins over the text box; each is sent with max_positions and profile.
 export async function resolveConfig() {
   clearModel();
+  const modelId = $("#model-id").value.trim();
   const text = $("#config").value.trim();
-  if (!text) throw new Error("paste a config.json into the text box first");
-  let config;
-  try {
-    config = JSON.parse(text);
-  } catch (err) {
-    throw new Error(`the config is not valid JSON: ${err.message}`);
+  if (modelId && text) throw new Error("give a model id or a config.json, not both: clear one of them");
+  if (!modelId && !text) throw new Error("type a model id or paste a config.json first");
+  let config = null;
+  if (!modelId) {
+    try {
+      config = JSON.parse(text);
+    } catch (err) {
+      throw new Error(`the config is not valid JSON: ${err.message}`);
+    }
   }
   const maxPositions = $("#max-positions").value.trim();
   const profile = $("#profile").value;
-  writeView({ preset: null, config: JSON.stringify(config), max_positions: maxPositions, profile });
+  writeView({
+    preset: null,
+    model_id: modelId,
+    config: config && JSON.stringify(config),
+    max_positions: maxPositions,
+    profile,
+  });
   const overrides = {};
   if (maxPositions) overrides.max_positions = Number(maxPositions);
   if (profile) overrides.profile = profile;
-  const body = Object.keys(overrides).length ? { hf_config: config, ...overrides } : config;
+  const source = modelId ? { model_id: modelId } : { hf_config: config };
+  const body = modelId || Object.keys(overrides).length ? { ...source, ...overrides } : config;
   const out = await getJSON("v1/resolve", { method: "POST", body });
+  showModel({ ...described(out.model, config), notes: [], entries: out.specs, unserved: out.unserved || [] });
+}
+
+// The title and file-name slug of a resolved model: its id (and the commit the server read), or
+// the pasted config's model type.
+function described(model, config) {
+  if (model) {
+    const commit = /^[0-9a-f]{40}$/.test(model.commit) ? ` at ${model.commit.slice(0, 12)}` : "";
+    return { title: `${model.id}${commit}`, slug: model.id.replace(/[/@]/g, "_") };
+  }
   const name = config.text_config?.model_type || config.model_type || "config";
-  showModel({
-    title: `config.json (${name})`,
-    slug: name,
-    notes: [],
-    entries: out.specs,
-    unserved: out.unserved || [],
-  });
+  return { title: `config.json (${name})`, slug: name };
 }
 
 function showModel(m) {
@@ -117,18 +134,21 @@ function showModel(m) {
   if (first) plotEntry(first);
 }
 
-// The model of a permalink: its preset, or its config (with max_positions and profile).
+// The model of a permalink: its preset, or its model id or config (with max_positions and
+// profile).
 export function restoreModel() {
   const view = readView();
   if (view.preset) {
     $("#preset").value = view.preset;
     return { label: `Loading ${view.preset}`, job: () => showPreset(view.preset), near: $("#preset-form") };
   }
-  if (view.config) {
-    $("#config").value = view.config;
+  if (view.model_id || view.config) {
+    $("#model-id").value = view.model_id || "";
+    $("#config").value = view.config || "";
     $("#max-positions").value = view.max_positions || "";
     $("#profile").value = view.profile || "";
-    return { label: "Resolving the config", job: resolveConfig, near: $("#config-form") };
+    const label = view.model_id ? `Resolving ${view.model_id}` : "Resolving the config";
+    return { label, job: resolveConfig, near: $("#config-form") };
   }
   return null;
 }

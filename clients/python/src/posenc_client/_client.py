@@ -39,6 +39,7 @@ from posenc_client._options import (
     RopeOptions,
     SinusoidalOptions,
     T5BiasOptions,
+    load_config,
 )
 from posenc_client._results import MRopePositions, Preset, ResolvedSpecs
 from posenc_client._rows import Rows
@@ -191,7 +192,8 @@ class Client(BaseClient):
         transport: an httpx transport to send through (`httpx.MockTransport`, a proxy, ...).
         cache: the disk cache: True (default folder, see `DiskCache`), a folder, a `DiskCache`,
             or False for none.
-        offline: never touch the network: cached tables only (`CacheMissError` otherwise);
+        offline: never touch the network: cached tables only (`CacheMissError` otherwise), and
+            a model id's config.json from the Hugging Face cache only;
             default `$POSENC_OFFLINE` (1, true or yes), else False.
         revalidate: revalidate cached tables with If-None-Match (default); False trusts them
             without asking (they are immutable under their key).
@@ -360,8 +362,9 @@ class Client(BaseClient):
         return self._run(self._core.t5_bias(query_length, options, rows))
 
     def resolve(self, config: ConfigLike, **overrides: Any) -> ResolvedSpecs:
-        """The tables a model needs, from its config.json (path, folder or dict): specs, keys
-        and notes (a list of `ResolvedSpec`); its `unserved` lists the parts the server serves
+        """The tables a model needs, from its config.json (path, folder, dict, or a Hugging Face
+        model id `ORG/NAME[@REVISION]` with `posenc-client[hub]`: see README, "Model ids"): specs,
+        keys and notes (a list of `ResolvedSpec`); its `unserved` lists the parts the server serves
         no table for, each with the reason and config key. `overrides` (`profile`,
         `max_positions`, `dtype`, `kind`, `layer_type`, ...) apply to every spec that has the
         field."""
@@ -400,8 +403,8 @@ class Client(BaseClient):
         position_id_per_seconds: float | None = None,
     ) -> MRopePositions:
         """M-RoPE position ids (3, N) of a token layout, as transformers' `get_rope_index` of the
-        model named by `model_type` or its `config` (config.json path, folder or dict). `layout`:
-        spans `{"text": n}`, `{"image": [t, h, w]}`, `{"video": [t, h, w],
+        model named by `model_type` or its `config` (config.json path, folder, dict or model
+        id). `layout`: spans `{"text": n}`, `{"image": [t, h, w]}`, `{"video": [t, h, w],
         "second_per_grid_t"?: s}` in sequence order; the vision parameters override the
         config's."""
         options = {
@@ -558,14 +561,23 @@ class AsyncClient(BaseClient):
         """See `Client.t5_bias`."""
         return await self._run(self._core.t5_bias(query_length, options, rows))
 
+    async def _read_config(self, config: ConfigLike) -> JSON:
+        """A config as `load_config` reads it, in a worker thread: a file, or a model id's
+        config.json from the Hugging Face cache or the Hub, never blocks the event loop."""
+        if isinstance(config, Mapping):
+            return dict(config)
+        return await asyncio.to_thread(load_config, config, offline=self._core.offline)
+
     async def resolve(self, config: ConfigLike, **overrides: Any) -> ResolvedSpecs:
         """See `Client.resolve`."""
+        config = await self._read_config(config)
         return await self._run(self._core.resolve(config, overrides))
 
     async def tables_for_model(
         self, config: ConfigLike, *, device: str | None = None, **overrides: Any
     ) -> dict[str, Tables]:
         """See `Client.tables_for_model`."""
+        config = await self._read_config(config)
         return await self._run(self._core.tables_for_model(config, overrides, device))
 
     async def presets(self) -> list[Preset]:
@@ -598,6 +610,8 @@ class AsyncClient(BaseClient):
             "temporal_merge_size": temporal_merge_size,
             "position_id_per_seconds": position_id_per_seconds,
         }
+        if config is not None:
+            config = await self._read_config(config)
         return await self._run(self._core.mrope_position_ids(layout, model_type, config, options))
 
     async def kinds(self) -> list[JSON]:

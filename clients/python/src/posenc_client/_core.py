@@ -598,7 +598,7 @@ class Core:
     def resolve(self, config: ConfigLike, overrides: Mapping[str, Any]) -> Flow[ResolvedSpecs]:
         """POST /v1/resolve; the answer is remembered so that it also works offline."""
         body = {
-            "hf_config": load_config(config),
+            "hf_config": load_config(config, offline=self.offline),
             **{k: v for k, v in overrides.items() if v is not None},
         }
         record_id = self._request_id("POST /v1/resolve", body)
@@ -680,7 +680,7 @@ class Core:
         if model_type is not None:
             body["model_type"] = model_type
         if config is not None:
-            body["hf_config"] = load_config(config)
+            body["hf_config"] = load_config(config, offline=self.offline)
         body.update({k: v for k, v in options.items() if v is not None})
         reply = yield Call("POST", "/v1/mrope/position_ids", json=body)
         if reply.status != 200:

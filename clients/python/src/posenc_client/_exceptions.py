@@ -8,6 +8,13 @@
     ├── CacheMissError ......................... offline, and the disk cache lacks the table
     │   └── CorruptCacheError .................. offline, and the cached file fails its digest
     ├── IncompatibleModelError ................. posenc_client.onnx: the model cannot take it
+    ├── ModelIdError ........................... a model id (ORG/NAME[@REV]) whose config.json
+    │   │                                        cannot be had: no huggingface_hub, no such
+    │   │                                        repository, revision or file, gated: .model_id
+    │   ├── ModelNotCachedError ................ offline, and the Hub cache lacks it (also a
+    │   │                                        CacheMissError)
+    │   └── HubUnreachableError ................ online, the Hub cannot be reached and the
+    │                                            cache lacks it
     └── APIError ............................... the server answered {"error", "error_type",
         │                                        "detail"}: .status .error_type .message .detail
         ├── BadRequestError .................... 400 invalid_json unknown_format unknown_tensor
@@ -23,9 +30,11 @@
         ├── AuthenticationError ................ 401 unauthorized, 403 forbidden
         ├── NotFoundError ...................... 404 not_found unknown_key unknown_preset
         │                                            unknown_preset_part unknown_table
+        │                                            unknown_model model_not_cached
         ├── TooLargeError ...................... 413 too_large too_large_for_json
         │                                            body_too_large
-        ├── InvalidSpecError ................... 422 invalid_spec invalid_request: .problems
+        ├── InvalidSpecError ................... 422 invalid_spec invalid_request
+        │   │                                        invalid_model_id: .problems
         │   ├── UnknownKindError ............... 422 unknown_kind
         │   ├── UnsupportedConfigError ......... 422 unsupported_config
         │   └── UnsupportedExportError ......... 422 unsupported_export
@@ -36,8 +45,9 @@
             └── ExportError .................... 500 export (a graph failed verification)
 
 405 method_not_allowed, 406 not_acceptable, 408 request_timeout (the request's headers or body
-came too slowly), 415 unsupported_media_type, 416 range_not_satisfiable and 431
-headers_too_large are `APIError` itself. An `error_type` this version does not know maps by
+came too slowly), 415 unsupported_media_type, 416 range_not_satisfiable, 431
+headers_too_large, 501 hub_not_installed and 502 hub_unreachable (a server resolving a
+`model_id`) are `APIError` itself. An `error_type` this version does not know maps by
 status (400, 401/403, 404, 413, 422, 503, 5xx), else to `APIError`. `str(err)` is the server's
 message.
 """
@@ -80,6 +90,27 @@ class CorruptCacheError(CacheMissError):
     def __init__(self, message: str, path: str) -> None:
         super().__init__(message)
         self.path = path
+
+
+class ModelIdError(PosencError):
+    """A Hugging Face model id (`ORG/NAME[@REVISION]`) whose config.json cannot be had:
+    huggingface_hub is not installed (`pip install 'posenc-client[hub]'`), no such repository,
+    revision or config.json, or a gated repository without access. `model_id` names it (None
+    when huggingface_hub is missing)."""
+
+    def __init__(self, message: str, *, model_id: str | None) -> None:
+        super().__init__(message)
+        self.model_id = model_id
+
+
+class ModelNotCachedError(ModelIdError, CacheMissError):
+    """Offline (`POSENC_OFFLINE`, `offline=True` or `HF_HUB_OFFLINE=1`), and the Hugging Face
+    cache does not hold the model's config.json; the message names the id and the cache."""
+
+
+class HubUnreachableError(ModelIdError):
+    """Online, but the Hugging Face Hub cannot be reached and its cache does not hold the model's
+    config.json."""
 
 
 class IncompatibleModelError(PosencError, ValueError):
@@ -229,6 +260,11 @@ _BY_ERROR_TYPE: dict[str, type[APIError]] = {
     "unknown_preset": NotFoundError,
     "unknown_preset_part": NotFoundError,
     "unknown_table": NotFoundError,
+    "unknown_model": NotFoundError,
+    "model_not_cached": NotFoundError,
+    "invalid_model_id": InvalidSpecError,
+    "hub_not_installed": APIError,
+    "hub_unreachable": APIError,
     "too_large": TooLargeError,
     "too_large_for_json": TooLargeError,
     "body_too_large": TooLargeError,

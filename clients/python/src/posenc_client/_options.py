@@ -10,6 +10,8 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict
 
+from posenc_client._hub import hub_config_path, parse_model_id
+
 JSON = dict[str, Any]
 
 
@@ -182,12 +184,20 @@ def onnx_body(spec: Mapping[str, Any], graph: str, options: OnnxOptions) -> JSON
     return {"spec": dict(spec), "graph": graph, **{k: v for k, v in options.items() if v}}
 
 
-def load_config(config: str | os.PathLike[str] | Mapping[str, Any]) -> JSON:
-    """A transformers config: a dict, a config.json path, or a folder holding config.json."""
+def load_config(
+    config: str | os.PathLike[str] | Mapping[str, Any], *, offline: bool = False
+) -> JSON:
+    """A transformers config: a dict, a config.json path, a folder holding config.json, or a
+    Hugging Face model id `ORG/NAME[@REVISION]` (`_hub`: an existing file or folder of that name
+    wins, as in `from_pretrained`; `offline`: the Hub cache only). Raises `OSError`/`ValueError`
+    for a file that cannot be read, `ModelIdError` for a model id."""
     if isinstance(config, Mapping):
         return dict(config)
     path = os.fspath(config)
-    if os.path.isdir(path):
+    model_id = None if os.path.exists(path) else parse_model_id(path)
+    if model_id is not None:
+        path = hub_config_path(model_id, offline=offline)
+    elif os.path.isdir(path):
         path = os.path.join(path, "config.json")
     with open(path, encoding="utf-8") as f:
         data = json.load(f)

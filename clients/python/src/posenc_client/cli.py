@@ -5,7 +5,7 @@ Commands (each has --help):
     fetch   [KIND] [FIELD=VALUE ...] | --spec JSON|@FILE | --hf-config config.json | --key KEY
             | --preset NAME[/PART] [--layer-type PART]
             -> .safetensors / .npz / .npy (-o), or a JSON summary on stdout
-    resolve config.json [FIELD=VALUE ...]          the tables a model needs, as JSON
+    resolve config.json|ORG/NAME[@REV] [FIELD=VALUE ...]   the tables a model needs, as JSON
     presets [NAME]                                 curated released models
     kinds                                          families and their required fields
     onnx    [KIND] [FIELD=VALUE ...] | --spec JSON|@FILE | --hf-config config.json  --graph G
@@ -24,6 +24,12 @@ FIELD=VALUE pairs are spec fields, the values read as JSON when they parse (`fac
 `a.b=1` sets a nested field. For `rope`, flat scaling keys go into `rope_scaling`, as with
 `Client.rope`. With --hf-config they are overrides (`profile=onnx max_positions=4096`).
 
+Wherever a config.json is taken (--hf-config, resolve), a folder holding it or a Hugging Face
+model id `ORG/NAME[@REVISION]` is taken too: the id's config.json comes from the Hugging Face
+cache (HF_HOME, HF_HUB_CACHE), downloaded when online (huggingface_hub: `pip install
+'posenc-client[hub]'`); offline (--offline, POSENC_OFFLINE or HF_HUB_OFFLINE=1) from the cache
+only. An existing file or folder of that name wins, as in transformers' from_pretrained.
+
 --spec takes a spec object, the one spec language of the server (docs/service.md): fields
 (`{"kind": "rope", ...}`), `{"hf_config": {...}, "layer_type"?: ..., ...overrides}` or
 `{"preset": NAME, "part"?: PART, ...overrides}`, as JSON text or `@file.json`; FIELD=VALUE
@@ -32,11 +38,15 @@ pairs are laid over it.
 Exit codes (stable, for scripts):
     0  success
     1  unexpected error (a bug: please report it)
-    2  usage: bad arguments, unreadable input files, unsupported output suffix
+    2  usage: bad arguments, unreadable input files, unsupported output suffix; a model id
+       whose config.json cannot be had (no huggingface_hub, no such repository, revision or
+       config.json, a gated repository)
     3  the server refused the request (4xx/5xx; its error_type and message are printed) or
        answered something that cannot be decoded
-    4  no answer: connection refused, DNS, TLS or timeout, after the retries
-    5  offline (--offline) and the cache lacks what was asked
+    4  no answer: connection refused, DNS, TLS or timeout, after the retries; or the Hugging
+       Face Hub, for a model id its cache lacks
+    5  offline (--offline) and the cache lacks what was asked (the Hugging Face cache a
+       model id's config.json too)
     6  the model cannot take the tables (plug: shape, dtype, pairing, consumer constraints;
        its baked caches do not look like the config's, without --force); verify: they do not;
        a GGUF file that is not the config's model, or a config llama.cpp cannot compute
@@ -49,7 +59,8 @@ Exit codes (stable, for scripts):
        beside checked ones (a model with no site checked still exits 9)
 
 Environment: POSENC_URL, POSENC_API_KEY, POSENC_CACHE_DIR (else $XDG_CACHE_HOME/posenc),
-POSENC_CACHE_MAX_BYTES (the cache's size cap), POSENC_OFFLINE.
+POSENC_CACHE_MAX_BYTES (the cache's size cap), POSENC_OFFLINE; for model ids huggingface_hub's
+HF_HOME, HF_HUB_CACHE, HF_HUB_OFFLINE, HF_TOKEN.
 """
 
 from __future__ import annotations
@@ -67,7 +78,9 @@ from posenc_client._exceptions import (
     APIError,
     CacheMissError,
     DecodeError,
+    HubUnreachableError,
     IncompatibleModelError,
+    ModelIdError,
     TransportError,
 )
 from posenc_client._options import JSON, family_spec, load_config, rope_spec
@@ -76,6 +89,11 @@ from posenc_client._version import __version__
 
 if TYPE_CHECKING:
     from posenc_client._progress import DownloadProgress
+
+CONFIG_HELP = (
+    "the model's config.json, a folder holding it, or a Hugging Face model id "
+    "ORG/NAME[@REVISION] (needs posenc-client[hub]; an existing file or folder of that name wins)"
+)
 
 EXIT_OK = 0
 EXIT_BUG = 1
@@ -150,9 +168,11 @@ def _spec_object(text: str, fields: JSON) -> JSON:
     return {**data, **fields}
 
 
-def _config(path: str) -> JSON:
+def _config(client: Client, path: str) -> JSON:
+    """A config.json file or folder, or a model id `ORG/NAME[@REVISION]` (offline with the
+    client); `ModelIdError` passes through to its exit code."""
     try:
-        return load_config(path)
+        return load_config(path, offline=client.offline)
     except (OSError, ValueError) as err:
         raise UsageError(f"cannot read the config {path!r}: {err}") from err
 
@@ -213,7 +233,9 @@ def cmd_fetch(client: Client, args: argparse.Namespace) -> int:
         tables = _preset_table(client, args.preset, args.layer_type, fields)
     elif args.hf_config:
         overrides = {**fields, "layer_type": args.layer_type}
-        tables = _one(client.tables_for_model(_config(args.hf_config), **overrides), "the config")
+        tables = _one(
+            client.tables_for_model(_config(client, args.hf_config), **overrides), "the config"
+        )
     elif kind:
         tables = client.table(_spec(kind, fields))
     else:
@@ -232,7 +254,7 @@ def cmd_fetch(client: Client, args: argparse.Namespace) -> int:
 
 
 def cmd_resolve(client: Client, args: argparse.Namespace) -> int:
-    specs = client.resolve(_config(args.config), **parse_fields(args.fields))
+    specs = client.resolve(_config(client, args.config), **parse_fields(args.fields))
     _print_json([s.__dict__ for s in specs])
     for part in specs.unserved:
         print(f"not served: {part.part} ({part.config_key}): {part.reason}", file=sys.stderr)
@@ -277,7 +299,7 @@ def cmd_onnx(client: Client, args: argparse.Namespace) -> int:
         spec = _spec_object(args.spec, fields)
     elif args.hf_config:
         overrides = {**fields, "layer_type": args.layer_type, "kind": kind}
-        specs = client.resolve(_config(args.hf_config), **overrides)
+        specs = client.resolve(_config(client, args.hf_config), **overrides)
         if len(specs) != 1:
             names = ", ".join(s.name for s in specs)
             raise UsageError(
@@ -486,7 +508,7 @@ def _rope_plan(
     rows read from the model) and, with a LongRoPE length switch, the table past it."""
     from posenc_check.rope import length_switch
 
-    config = _config(args.hf_config)
+    config = _config(client, args.hf_config)
     fields = parse_fields(args.fields)
     rope = plug.find_rope_consumers(model)
     nodes = [c for c in rope if args.node is None or c.node in args.node]
@@ -535,7 +557,8 @@ def _frequency_table(client: Client, args: argparse.Namespace) -> Tables:
         **parse_fields(args.fields),
     }
     return _one(
-        client.tables_for_model(_config(args.hf_config), device="cpu", **overrides), "the config"
+        client.tables_for_model(_config(client, args.hf_config), device="cpu", **overrides),
+        "the config",
     )
 
 
@@ -588,7 +611,7 @@ def _gguf_plan(client: Client, args: argparse.Namespace) -> tuple[Any, Any, JSON
         raise
     except Exception as err:
         raise UsageError(f"cannot read the GGUF file {args.model!r}: {err}") from err
-    config = _config(args.hf_config)
+    config = _config(client, args.hf_config)
     fields = parse_fields(args.fields)
     resolved = client.resolve(config, kind="rope", **fields)
     sides = check.rope_sides(
@@ -663,7 +686,7 @@ def cmd_verify(client: Client, args: argparse.Namespace) -> int:
         return cmd_verify_gguf(client, args)
     plug = _plug_module()
     model = _load(plug, args.model)
-    config = _config(args.hf_config)
+    config = _config(client, args.hf_config)
     fields = parse_fields(args.fields)
     gqa = any(c.op.endswith("GroupQueryAttention") for c in plug.find_rope_consumers(model))
     fetched: dict[Any, Tables] = {}
@@ -743,7 +766,7 @@ def cmd_plug(client: Client, args: argparse.Namespace) -> int:
         if long_tables is not None:
             what += f", past the switch {long_tables.key[:12]} ({list(long_tables['cos'].shape)})"
     elif alibi:
-        specs = client.resolve(_config(args.hf_config), kind="alibi")
+        specs = client.resolve(_config(client, args.hf_config), kind="alibi")
         if len(specs) != 1:
             raise IncompatibleModelError(
                 "the model has attention nodes but the config has no ALiBi"
@@ -804,9 +827,7 @@ def _model_args(p: argparse.ArgumentParser, model_help: str) -> None:
     """The arguments plug and verify share: the model, its config and the table overrides."""
     p.add_argument("model", help=model_help)
     _fields_arg(p, "spec overrides (seq_len=4096, precision=exact, ...)")
-    p.add_argument(
-        "--hf-config", "--config", metavar="PATH", required=True, help="the model's config.json"
-    )
+    p.add_argument("--hf-config", "--config", metavar="PATH|ID", required=True, help=CONFIG_HELP)
     p.add_argument("--layer-type", help="the table of this layer type")
     p.add_argument(
         "--max-positions",
@@ -887,7 +908,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("kind", nargs="?", help="family: rope, alibi, sinusoidal, t5_bias, ...")
     _fields_arg(p, fields_help)
     p.add_argument("--spec", metavar="JSON|@FILE", help=SPEC_HELP)
-    p.add_argument("--hf-config", metavar="PATH", help="a transformers config.json (or folder)")
+    p.add_argument("--hf-config", metavar="PATH|ID", help=CONFIG_HELP)
     p.add_argument("--layer-type", help="the table of this layer type (sliding_attention, ...)")
     p.add_argument("--key", help="a content key (64 hex digits)")
     p.add_argument(
@@ -908,7 +929,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the tables a model needs",
         description="Map a config.json to its specs, keys and runtime notes.",
     )
-    p.add_argument("config", help="a transformers config.json (or folder)")
+    p.add_argument("config", metavar="PATH|ID", help=CONFIG_HELP)
     _fields_arg(p, "overrides (profile=onnx, max_positions=4096, kind=rope, layer_type=...)")
     p.set_defaults(run=cmd_resolve)
 
@@ -934,7 +955,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("kind", nargs="?", help="family (or with --hf-config: keep only this family)")
     _fields_arg(p, fields_help)
     p.add_argument("--spec", metavar="JSON|@FILE", help=SPEC_HELP)
-    p.add_argument("--hf-config", metavar="PATH", help="a transformers config.json (or folder)")
+    p.add_argument("--hf-config", metavar="PATH|ID", help=CONFIG_HELP)
     p.add_argument("--layer-type", help="the table of this layer type")
     p.add_argument("--graph", required=True, help="cos_sin, rotary, bias, embedding")
     p.add_argument("--opset", type=int, help="17..23 (default: the server's, 17)")
@@ -1078,8 +1099,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(EXIT_SERVER, f"bad answer from the server: {err}")
     except TransportError as err:
         return _fail(EXIT_CONNECTION, f"no answer from the server: {err}")
-    except CacheMissError as err:
+    except CacheMissError as err:  # ModelNotCachedError too
         return _fail(EXIT_OFFLINE, str(err))
+    except HubUnreachableError as err:
+        return _fail(EXIT_CONNECTION, str(err))
+    except ModelIdError as err:
+        return _fail(EXIT_USAGE, str(err))
     except IncompatibleModelError as err:
         return _fail(EXIT_INCOMPATIBLE, str(err))
     except KeyboardInterrupt:
