@@ -187,7 +187,7 @@ def test_vllm_lock_adds_to_the_suite() -> None:
 def test_gguf_lock_adds_to_the_suite() -> None:
     """`make gguf-check`'s lock (requirements/gguf.txt) is hashed like the others and resolved
     against the suite's pins: llama-cpp-python and its diskcache added, every package the suite
-    also pins at the suite's release (its numpy is the one the client's gguf files are read with)."""
+    also pins (numpy, jinja2, markupsafe, typing-extensions) at the suite's release."""
     pins = read_lock("gguf")
     suite = read_lock("suite")
     for name, (version, hashes) in pins.items():
