@@ -96,7 +96,7 @@ $(VLLM_VENV)/.installed: requirements/suite.txt requirements/vllm.txt pyproject.
 # never part of `make test`, in its own environment (.venv-gguf from requirements/gguf.txt).
 # llama-cpp-python comes from the package index as a source package (hash-checked, unpacked under
 # .venv-gguf/src); its Python part is installed without its own build (LLAMA_BUILD=OFF: that build
-# also compiles llama.cpp's common and tools, 140 objects), and its vendored llama.cpp is compiled
+# also compiles llama.cpp's common library, which its CMakeLists forces on: 140 objects), and its vendored llama.cpp is compiled
 # here, the `llama` library alone (77 objects), at nice 19 with GGUF_JOBS jobs and without
 # optimisation (-O0: a tenth of the compile time; the same float32 operations, which the tiny
 # models need no speed from); LLAMA_CPP_LIB_PATH points llama-cpp-python at it. The same source
