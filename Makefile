@@ -95,14 +95,14 @@ $(VLLM_VENV)/.installed: requirements/suite.txt requirements/vllm.txt pyproject.
 # llama.cpp itself as the oracle of verify and plug on GGUF (tools/gguf_check.py, docs/gguf.md),
 # never part of `make test`, in its own environment (.venv-gguf from requirements/gguf.txt).
 # llama-cpp-python comes from the package index as a source package (hash-checked, unpacked under
-# .venv-gguf/src); its Python part is installed without its own build (LLAMA_BUILD=OFF: that build
-# also compiles llama.cpp's common library, which its CMakeLists forces on: 140 objects), and its vendored llama.cpp is compiled
-# here, the `llama` library alone (77 objects), at nice 19 with GGUF_JOBS jobs and without
-# optimisation (-O0: a tenth of the compile time; the same float32 operations, which the tiny
-# models need no speed from); LLAMA_CPP_LIB_PATH points llama-cpp-python at it. The same source
-# package's converter (vendor/llama.cpp/convert_hf_to_gguf.py, its gguf-py) runs in the suite's
-# environment; llama.cpp's logits come from .venv-gguf; the table compares them with
-# transformers' before and after plug.
+# .venv-gguf/src). Its Python part is installed without its own build (LLAMA_BUILD=OFF: that
+# build also compiles llama.cpp's common library, which its CMakeLists forces on; 140 objects).
+# Its vendored llama.cpp is compiled here instead, the `llama` library alone (77 objects), at
+# nice 19 with GGUF_JOBS jobs and without optimisation (-O0: a shorter compile, the same float32
+# operations; the tiny models need no speed), and LLAMA_CPP_LIB_PATH points llama-cpp-python at
+# it. The same source package's converter (vendor/llama.cpp/convert_hf_to_gguf.py, its gguf-py)
+# runs in the suite's environment; llama.cpp's logits come from .venv-gguf; the table compares
+# them with transformers' before and after plug.
 GGUF_VENV := .venv-gguf
 GGUF_JOBS ?= 2
 GGUF_CMAKE_ARGS ?= -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS_RELEASE=-O0 \
