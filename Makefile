@@ -99,10 +99,11 @@ $(VLLM_VENV)/.installed: requirements/suite.txt requirements/vllm.txt pyproject.
 # build also compiles llama.cpp's common library, which its CMakeLists forces on; 140 objects).
 # Its vendored llama.cpp is compiled here instead, the `llama` library alone (77 objects), at
 # nice 19 with GGUF_JOBS jobs and without optimisation (-O0: a shorter compile, the same float32
-# operations, though unfused where -O2 may fuse a multiply-add; the tiny models need no speed), and LLAMA_CPP_LIB_PATH points llama-cpp-python at
-# it. The same source package's converter (vendor/llama.cpp/convert_hf_to_gguf.py, its gguf-py)
-# runs in the suite's environment; llama.cpp's logits come from .venv-gguf; the table compares
-# them with transformers' before and after plug.
+# operations, though unfused where -O2 may fuse a multiply-add; the tiny models need no speed),
+# and LLAMA_CPP_LIB_PATH points llama-cpp-python at it. The same source package's converter
+# (vendor/llama.cpp/convert_hf_to_gguf.py, its gguf-py) runs in the suite's environment;
+# llama.cpp's logits come from .venv-gguf; the table compares them with transformers' before and
+# after plug.
 GGUF_VENV := .venv-gguf
 GGUF_JOBS ?= 2
 GGUF_CMAKE_ARGS ?= -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS_RELEASE=-O0 \
