@@ -13,7 +13,7 @@ PORT ?= 8000
 TORCH_INDEX ?=
 TORCH_INDEX_ARG := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
 
-.PHONY: dist venv lock drift optimum-check vllm-check load-check grpc-stubs nginx chromium biome wrk container-tools image image-test serve test check bench screenshots models-doc models-data clean
+.PHONY: dist venv lock drift optimum-check vllm-check gguf-check load-check grpc-stubs nginx chromium biome wrk container-tools image image-test serve test check bench screenshots models-doc models-data clean
 
 venv: $(STAMP)
 
@@ -48,6 +48,7 @@ lock: $(STAMP)
 	  -o requirements/client.txt
 	$(LOCK) requirements/optimum.in -o requirements/optimum.txt
 	$(LOCK) --no-deps requirements/vllm.in -o requirements/vllm.txt
+	$(LOCK) requirements/gguf.in -c $(SUITE_PINS) -o requirements/gguf.txt
 
 # The newest releases of the references in a throwaway environment (.venv-drift), running the
 # reference and interop tests there; writes docs/compatibility.md. Never part of `make test`.
@@ -89,6 +90,45 @@ $(VLLM_VENV)/.installed: requirements/suite.txt requirements/vllm.txt pyproject.
 	$(VLLM_VENV)/bin/pip install --quiet --require-hashes --no-deps $(TORCH_INDEX_ARG) \
 	  -r requirements/suite.txt -r requirements/vllm.txt
 	$(VLLM_VENV)/bin/pip install --quiet --no-deps --no-build-isolation -e . -e clients/python
+	touch $@
+
+# llama.cpp itself as the oracle of verify and plug on GGUF (tools/gguf_check.py, docs/gguf.md),
+# never part of `make test`, in its own environment (.venv-gguf from requirements/gguf.txt).
+# llama-cpp-python comes from the package index as a source package (hash-checked, unpacked under
+# .venv-gguf/src). Its Python part is installed without its own build (LLAMA_BUILD=OFF: that
+# build also compiles llama.cpp's common library, which its CMakeLists forces on; 140 objects).
+# Its vendored llama.cpp is compiled here instead, the `llama` library alone (77 objects), at
+# nice 19 with GGUF_JOBS jobs and without optimisation (-O0: a shorter compile, the same float32
+# operations, though unfused where -O2 may fuse a multiply-add; the tiny models need no speed),
+# and LLAMA_CPP_LIB_PATH points llama-cpp-python at it. The same source package's converter
+# (vendor/llama.cpp/convert_hf_to_gguf.py, its gguf-py) runs in the suite's environment;
+# llama.cpp's logits come from .venv-gguf; the table compares them with transformers' before and
+# after plug.
+GGUF_VENV := .venv-gguf
+GGUF_JOBS ?= 2
+GGUF_CMAKE_ARGS ?= -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS_RELEASE=-O0 \
+	-DCMAKE_CXX_FLAGS_RELEASE=-O0 -DBUILD_SHARED_LIBS=ON -DGGML_NATIVE=OFF \
+	-DLLAMA_BUILD_COMMON=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TESTS=OFF \
+	-DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF
+gguf-check: $(STAMP) $(GGUF_VENV)/.installed
+	rm -rf $(GGUF_VENV)/work
+	PYTHONPATH=. $(BIN)/python tools/gguf_check.py convert $(GGUF_VENV)/work \
+	  $(GGUF_VENV)/src/vendor/llama.cpp
+	LLAMA_CPP_LIB_PATH=$(CURDIR)/$(GGUF_VENV)/build/bin \
+	  $(GGUF_VENV)/bin/python tools/gguf_check.py run $(GGUF_VENV)/work
+	PYTHONPATH=. $(BIN)/python tools/gguf_check.py report $(GGUF_VENV)/work
+
+$(GGUF_VENV)/.installed: requirements/gguf.txt
+	test -x $(GGUF_VENV)/bin/python || $(PY) -m venv $(GGUF_VENV)
+	rm -rf $(GGUF_VENV)/dist $(GGUF_VENV)/src $(GGUF_VENV)/build
+	$(GGUF_VENV)/bin/pip download --quiet --require-hashes --no-deps -d $(GGUF_VENV)/dist \
+	  -r requirements/gguf.txt
+	mkdir -p $(GGUF_VENV)/src
+	tar -xzf $(GGUF_VENV)/dist/llama_cpp_python-*.tar.gz -C $(GGUF_VENV)/src --strip-components=1
+	CMAKE_ARGS="-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF" $(GGUF_VENV)/bin/pip install --quiet \
+	  --require-hashes --no-deps --find-links $(GGUF_VENV)/dist -r requirements/gguf.txt
+	cmake -S $(GGUF_VENV)/src/vendor/llama.cpp -B $(GGUF_VENV)/build $(GGUF_CMAKE_ARGS)
+	nice -n 19 cmake --build $(GGUF_VENV)/build --target llama -j $(GGUF_JOBS)
 	touch $@
 
 # The gRPC stubs of the Open Inference Protocol (service/posenc/api/grpc/proto), generated with the
@@ -207,4 +247,4 @@ models-data: $(STAMP)
 	$(BIN)/python -m tests.encodings.hf_config.class_data --write
 
 clean:
-	rm -rf $(VENV) .venv-drift $(OPTIMUM_VENV) $(VLLM_VENV) .pytest_cache .mypy_cache .ruff_cache node_modules
+	rm -rf $(VENV) .venv-drift $(OPTIMUM_VENV) $(VLLM_VENV) $(GGUF_VENV) .pytest_cache .mypy_cache .ruff_cache node_modules

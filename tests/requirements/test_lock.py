@@ -182,3 +182,16 @@ def test_vllm_lock_adds_to_the_suite() -> None:
         assert hashes, f"vllm: {name} has no hash"
     assert "vllm" in pins
     assert not set(pins) & set(read_lock("suite")), set(pins) & set(read_lock("suite"))
+
+
+def test_gguf_lock_adds_to_the_suite() -> None:
+    """`make gguf-check`'s lock (requirements/gguf.txt) is hashed like the others and resolved
+    against the suite's pins: llama-cpp-python and its diskcache added, every package the suite
+    also pins (numpy, jinja2, markupsafe, typing-extensions) at the suite's release."""
+    pins = read_lock("gguf")
+    suite = read_lock("suite")
+    for name, (version, hashes) in pins.items():
+        assert hashes, f"gguf: {name} has no hash"
+        if name in suite:
+            assert version == suite[name][0], f"gguf {name}: {version}"
+    assert set(pins) - set(suite) == {"llama-cpp-python", "diskcache"}
