@@ -3,6 +3,7 @@
 // tensor).
 import { overLimit, session } from "./api.js";
 import { checkTargetChanged } from "./check.js";
+import { comparePanel } from "./compare.js";
 import { $, el } from "./dom.js";
 import {
   alibiBiasPanel,
@@ -16,7 +17,7 @@ import {
 } from "./families.js";
 import { heatmapPanel } from "./heatpanel.js";
 import { writeView } from "./permalink.js";
-import { comparePanel, wavelengthPanel } from "./rope.js";
+import { wavelengthPanel } from "./rope.js";
 import { SAMPLED_KINDS } from "./sampled.js";
 
 // What a heatmap panel draws: the table's previews, or, over the response limit, rows computed
