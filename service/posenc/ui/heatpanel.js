@@ -7,7 +7,7 @@ import { el, shapeText } from "./dom.js";
 import { heatmap } from "./heatmap.js";
 import { multiples, POOLS, previewMatrix, sampled } from "./matrix.js";
 import { take, writeView } from "./permalink.js";
-import { sampledRows } from "./sampled.js";
+import { sampledNote, sampledRows } from "./sampled.js";
 import { working } from "./status.js";
 
 // target: {key, outputs, label, only (one tensor), rowName (what a row is), main (in the URL),
@@ -132,7 +132,7 @@ export function heatmapPanel(target, title) {
     const blocks = p.axes.map((a) => a.step).join(" × ");
     let note = `${p.tensor} ${shapeText(p.shape)} ${p.dtype}, every element.`;
     if (p.computed && sampled(p)) {
-      note = `${p.tensor} ${shapeText(p.shape)} ${p.dtype}: over the server's response limit, so rows are computed directly (POST /v2/models/${p.kind}/infer), one every ${p.axes[0].step} positions (zoom to see every row).`;
+      note = sampledNote(p, shapeText(p.shape), rowWord);
     } else if (sampled(p)) {
       note =
         mode === "sample"

@@ -18,7 +18,7 @@ import {
 import { heatmapPanel } from "./heatpanel.js";
 import { writeView } from "./permalink.js";
 import { wavelengthPanel } from "./rope.js";
-import { SAMPLED_KINDS } from "./sampled.js";
+import { canSample } from "./sampled.js";
 
 // What a heatmap panel draws: the table's previews, or, over the response limit, rows computed
 // directly at sampled positions (sampled.js).
@@ -28,7 +28,7 @@ const target = (entry, extra = {}) => ({
   label: entry.name,
   main: true,
   entry,
-  sampled: overLimit(entry.bytes) && SAMPLED_KINDS.has(entry.kind),
+  sampled: overLimit(entry.bytes) && canSample(entry),
   ...extra,
 });
 
