@@ -22,7 +22,7 @@ from playwright.sync_api import Locator
 from posenc.encodings import compute, parse_spec
 from tests.conftest import ServerHandle, start_server
 from tests.ui.conftest import Watched
-from tests.ui.test_explorer import no_error_shown, open_preset
+from tests.ui.test_explorer import no_error_shown, open_preset, shot
 
 pytestmark = pytest.mark.xdist_group("ui")
 
@@ -93,6 +93,7 @@ def test_whisper_sinusoids_over_the_limit_are_sampled_exactly(
     caption = heat.locator("figcaption").inner_text()
     assert_sampled(caption, "sinusoidal", keys=False)
     assert "one every 30 positions." in caption  # 1500 rows, 51 rows of 1280 in 65536 points
+    shot(watched, "sampled", ".plot:has-text('table: heatmap')")
     rows, cols, values = drawn(watched, heat)
     assert cols == list(range(1280))
     assert same(values, exact(spec, "embedding")[rows])

@@ -127,6 +127,8 @@ export function heatmapPanel(target, title) {
       axisNames[2] = "x (column)";
     }
     if (p.tensor === "pairs") axisNames[m0.colAxis] = "rotary pair";
+    // rows computed by /v2 are single entries: nothing pooled to choose from
+    poolSel.disabled = Boolean(p.computed);
     const mode = poolSel.value;
     const m = previewMatrix(p, fixed, axisNames, mode, rowWord);
     const blocks = p.axes.map((a) => a.step).join(" × ");
