@@ -216,6 +216,11 @@ test: $(STAMP) nginx chromium
 	$(MAKE) --no-print-directory check
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
+# The README's explorer screenshots (docs/img/explorer-*.png), saved by the browser tests that
+# draw them (`shot` in tests/ui) while they check the page.
+screenshots: $(STAMP) chromium
+	POSENC_UI_SCREENSHOTS=docs/img $(BIN)/python -m pytest -q -n 0 tests/ui -k "preset_plots_zoom_compare_download or gemma_config_layer_types_and_check or onnx_model_checked_against_the_preset or longrope_length_factors_and_facts or whisper_sinusoids_over_the_limit"
+
 check: $(STAMP) $(BIOME)
 	$(BIOME) ci service/posenc/ui
 	$(BIN)/ruff format --check service tests bench deploy tools clients/python

@@ -116,6 +116,76 @@ def test_pooled_preview_holds_each_blocks_min_max_mean(
     assert_error(bad, 400, "invalid_pool", "pool")
 
 
+LLAMA3 = {
+    **ROPE,
+    "rope_scaling": {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+    },
+}
+
+
+@pytest.mark.parametrize(("tensor", "rows"), [("cos", None), ("sin", "7:2999")])
+def test_difference_preview_pools_the_element_wise_difference(
+    server: ServerHandle, client: httpx.Client, tensor: str, rows: str | None
+) -> None:
+    """`minus=<other table>`: the sample and every block's min, max, mean and max |.| are of
+    the element-wise difference of the two exact tables (numpy, block by block), not the
+    difference of two pooled tables (which the test shows would differ)."""
+    key, plain = key_of(client, LLAMA3), key_of(client, ROPE)
+    params = {"tensor": tensor, "max_points": 1000, "pool": "block", "minus": plain}
+    if rows:
+        params["rows"] = rows
+    response = client.get(f"/v1/tables/{key}/preview", params=params)
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert (body["dtype"], body["minus"]) == ("float64", plain)
+    a = exact(server, LLAMA3, tensor).double().numpy()
+    b = exact(server, ROPE, tensor).double().numpy()
+    first, last = (int(v) for v in rows.split(":")) if rows else (0, a.shape[0])
+    diff = (a - b)[first:last]
+    (r_step, c_step) = (x["step"] for x in body["axes"])
+    (r_count, c_count) = (x["count"] for x in body["axes"])
+    assert r_step > 1
+    pooled = {name: np.asarray(v).reshape(r_count, c_count) for name, v in body["pooled"].items()}
+    assert set(pooled) == {"min", "max", "mean", "maxabs"}
+    pooled_apart = 0
+    for i in range(r_count):
+        for j in range(c_count):
+            rs, cs = slice(i * r_step, (i + 1) * r_step), slice(j * c_step, (j + 1) * c_step)
+            block = diff[rs, cs]
+            assert pooled["min"][i, j] == block.min()
+            assert pooled["max"][i, j] == block.max()
+            assert pooled["maxabs"][i, j] == np.abs(block).max()
+            assert pooled["mean"][i, j] == pytest.approx(block.mean(), rel=1e-9, abs=1e-15)
+            # what subtracting the two tables' pooled maxima would have drawn instead
+            wrong = a[first:last][rs, cs].max() - b[first:last][rs, cs].max()
+            pooled_apart += abs(wrong) != np.abs(block).max()
+    assert pooled_apart > 0
+    sample = np.asarray(body["data"]).reshape(r_count, c_count)
+    assert np.array_equal(sample, diff[::r_step, ::c_step])
+    # the difference's first block, its ETag distinct from the table's own preview
+    alone = client.get(f"/v1/tables/{key}/preview", params={"tensor": tensor, "pool": "block"})
+    assert alone.headers["ETag"] != response.headers["ETag"]
+
+
+def test_difference_preview_refuses_a_table_of_another_shape_or_kind(
+    client: httpx.Client,
+) -> None:
+    key = key_of(client, ROPE)
+    shorter = key_of(client, {**ROPE, "max_positions": 2999})
+    alibi = key_of(client, {"kind": "alibi", "num_heads": 4, "bias": "causal", "key_length": 64})
+    for other in (shorter, alibi):
+        bad = client.get(f"/v1/tables/{key}/preview", params={"tensor": "cos", "minus": other})
+        assert_error(bad, 400, "invalid_minus", "minus")
+    unknown = client.get(f"/v1/tables/{key}/preview", params={"tensor": "cos", "minus": "0" * 64})
+    assert unknown.status_code == 404
+    assert unknown.json()["error_type"] == "unknown_key"
+
+
 def test_preview_rows_zoom_into_a_range(server: ServerHandle, client: httpx.Client) -> None:
     key = key_of(client, ROPE)
     table = exact(server, ROPE, "sin")

@@ -440,17 +440,24 @@ def test_whole_table_model(
         triton.infer("normalized", [], outputs=outputs(["nope"], True), parameters=spec_param(spec))
 
 
-@pytest.mark.parametrize("model", ["alibi", "t5_bias"])
-def test_scattered_positions_are_refused_before_computing(
-    triton: http.InferenceServerClient, model: str
+def test_scattered_positions_are_computed_at_the_pairs_only(
+    triton: http.InferenceServerClient,
 ) -> None:
-    far = [
-        make_input("query_positions", ids([0, 20000])),
-        make_input("key_positions", ids([20000])),
-    ]
-    params = {"num_heads": 1} if model == "alibi" else {}
-    with pytest.raises(InferenceServerException, match="span a block of"):
-        triton.infer(model, far, parameters=params)
+    """Positions whose bounding block (20001 x 20001) is far over the response limit: the
+    entries at the asked pairs are computed, not the block (once refused as "span a block"):
+    T5's buckets are transformers' `_relative_position_bucket` of key - query there, ALiBi's
+    causal bias 0 on the diagonal and masked (float32's minimum) after the query."""
+    from transformers.models.t5.modeling_t5 import T5Attention
+
+    q, k = ids([0, 20000]), ids([3, 20000])
+    far = [make_input("query_positions", q), make_input("key_positions", k)]
+    buckets = as_torch(triton.infer("t5_bias", far), "buckets")
+    rel = torch.from_numpy(k)[None, :] - torch.from_numpy(q)[:, None]
+    want = T5Attention._relative_position_bucket(rel, True, 32, 128)
+    assert_equal(buckets, want)
+    bias = as_torch(triton.infer("alibi", far, parameters={"num_heads": 1}), "bias")
+    masked = torch.finfo(torch.float32).min
+    assert bias.tolist() == [[[masked, masked], [-19997 * 0.00390625, 0.0]]]
 
 
 def test_alibi_falcon_bias_rounding_block(triton: http.InferenceServerClient) -> None:

@@ -127,7 +127,29 @@ def test_preset_plots_zoom_compare_download(
     no_error_shown(watched)
     assert compare.locator("canvas").count() == 1
     assert "minus the same without its scaling" in compare.inner_text()
-    assert "first differ at position" in compare.inner_text()
+    # pooled on the server per block of 32 positions: each pixel the block's largest
+    # |difference| (of the element-wise difference, not of two pooled tables)
+    assert "largest |difference| of a block of 32 × 1 elements" in compare.inner_text()
+    plain = {k: v for k, v in preset["parts"][0]["spec"].items() if k != "rope_scaling"}
+
+    def npy(response: httpx.Response) -> np.ndarray:
+        assert response.status_code == 200, response.text
+        return np.load(io.BytesIO(response.content)).astype(np.float64)
+
+    rows = {"format": "npy", "tensor": "cos", "rows": "0:16384"}
+    diff = npy(client.get(f"/v1/tables/{key}", params=rows)) - npy(
+        client.post("/v1/tables", params=rows, json=plain)
+    )
+    block_worst = np.abs(diff).reshape(512, 32, 128).max(axis=(1, 2))
+    first = int(np.flatnonzero(block_worst)[0]) * 32
+    summary = compare.locator(".difference-summary").inner_text()
+    assert f"first differ in positions {first}–{first + 31}" in summary, summary
+    compare.locator("canvas").first.focus()
+    got = re.fullmatch(
+        r"position 0, dimension 0: (\S+)", compare.locator(".readout").first.inner_text()
+    )
+    assert got, compare.locator(".readout").first.inner_text()
+    assert float(got.group(1)) == pytest.approx(np.abs(diff[:32, 0]).max(), rel=1e-4, abs=1e-12)
     shot(watched, "compare", ".plot:has-text('Two configs compared')")
 
     # a download through the page is byte for byte the API's answer

@@ -61,6 +61,11 @@ INVALID_MAX_POINTS = _error(
     "invalid_max_points", 400, "`max_points` not an integer from 1 to json_max_elements"
 )
 INVALID_POOL = _error("invalid_pool", 400, "`pool` of a preview neither `none` nor `block`")
+INVALID_MINUS = _error(
+    "invalid_minus",
+    400,
+    "`minus` of a preview names a table of another kind, or one whose tensor differs in shape",
+)
 INVALID_DEVICE = _error("invalid_device", 400, "`device` of a table request other than `cpu`")
 INVALID_TABLE_URL = _error(
     "invalid_table_url",

@@ -318,7 +318,8 @@ def alibi_bias(spec: AlibiSpec, slopes: torch.Tensor) -> torch.Tensor:
     masked = spec.bias in MASKED_FORMS and spec.masked_value != "none" and k - 1 > off
     fill = float("-inf") if spec.masked_value == "-inf" else torch.finfo(out_dtype).min
     if spec.bias_rounding == "bfloat16":
-        row = _falcon_row(spec, k, dev).to(out_dtype)[:, None, :]
+        keys = torch.arange(k, dtype=torch.int64, device=dev)
+        row = _falcon_row(spec, keys).to(out_dtype)[:, None, :]
         return _row_constant(row, q, off, fill if masked else None)
     if spec.bias in ("causal", "symmetric", "bottom_right"):
         r = torch.arange(-(q - 1), k, dtype=torch.int64, device=dev)  # (Q+K-1,): j - i
@@ -351,6 +352,43 @@ def alibi_bias(spec: AlibiSpec, slopes: torch.Tensor) -> torch.Tensor:
     return _row_constant(row, q, off, fill if masked else None, out)
 
 
+def alibi_bias_at(
+    spec: AlibiSpec, slopes: torch.Tensor, queries: torch.Tensor, keys: torch.Tensor
+) -> torch.Tensor:
+    """The bias (H_local, Q, K) of canonical `spec` at query positions `queries` (Q,) and key
+    positions `keys` (K,), int64, computed there only: `alibi_bias(spec, slopes)[:, queries -
+    query_offset][:, :, keys]` without the table (a sampled view of a table of 10M x 10M keys).
+
+    The same ops entry by entry as `alibi_bias`: the distance of each (query position p, key j)
+    (j - p, -|j - p|, -|(K - Q) - (j - p)|, j or j - (K - 1) with the table's lengths K, Q),
+    `(slope_fp32 * distance_fp32).to(dtype)` (Falcon's bfloat16 row, `_falcon_row`, at the keys),
+    and decoder forms' keys after the query position filled with `masked_value` after the cast.
+    Positions stay below 2^24, so distances are exact in fp32 as in the table.
+    """
+    q_len, k_len = int(spec.query_length or 0), int(spec.key_length or 0)
+    out_dtype = DTYPES[spec.dtype]
+    p = queries.to(slopes.device, torch.int64)
+    j = keys.to(slopes.device, torch.int64)
+    rel = j[None, :] - p[:, None]  # (Q, K): key - query position
+    if spec.bias_rounding == "bfloat16":
+        bias = _falcon_row(spec, j).to(out_dtype)[:, None, :].expand(-1, p.numel(), -1)
+    else:
+        if spec.bias == "causal":
+            dist = rel
+        elif spec.bias == "symmetric":
+            dist = -rel.abs()
+        elif spec.bias == "bottom_right":
+            dist = -((k_len - q_len) - rel).abs()
+        else:
+            first = 0 if spec.bias == "row_constant" else 1 - k_len
+            dist = (j + first)[None, :].expand(p.numel(), -1)
+        bias = (slopes[:, None, None] * dist.to(torch.float32)[None]).to(out_dtype)
+    if spec.bias in MASKED_FORMS and spec.masked_value != "none":
+        fill = float("-inf") if spec.masked_value == "-inf" else torch.finfo(out_dtype).min
+        bias = bias.masked_fill((rel > 0)[None], fill)
+    return bias.contiguous()
+
+
 def _row_constant(
     row: torch.Tensor, q: int, off: int, fill: float | None, out: torch.Tensor | None = None
 ) -> torch.Tensor:
@@ -368,17 +406,19 @@ def _row_constant(
     return torch.where((j[None, :] > i[:, None])[None], fill_value, row, out=out)
 
 
-def _falcon_row(spec: AlibiSpec, k: int, device: torch.device) -> torch.Tensor:
-    """(H_local, K) float32: transformers Falcon's `build_alibi_tensor(ones(1, K), H, float32)`
-    divided by sqrt(head_dim) = 1 / slope_scale as `FalconModel.forward` divides it: the bfloat16
-    slopes times the key positions cast to bfloat16, the product rounded to bfloat16, then
-    converted to float32 and divided (IEEE true division by the float32 divisor, a (1, 1) tensor
-    so that no device turns it into a multiply by the reciprocal)."""
+def _falcon_row(spec: AlibiSpec, keys: torch.Tensor) -> torch.Tensor:
+    """(H_local, K) float32 at int64 key positions `keys` (K,) (0..K-1 for the table): transformers
+    Falcon's `build_alibi_tensor(ones(1, K), H, float32)` divided by sqrt(head_dim) = 1 /
+    slope_scale as `FalconModel.forward` divides it: the bfloat16 slopes times the key positions
+    cast to bfloat16, the product rounded to bfloat16, then converted to float32 and divided (IEEE
+    true division by the float32 divisor, a (1, 1) tensor so that no device turns it into a
+    multiply by the reciprocal). Element by element: any keys give the table's entries there."""
+    device = keys.device
     n = spec.local_heads
     rounded = _bfloat16(_reference_slopes(spec.num_heads, 8.0))
     local = rounded[spec.tp_rank * n : (spec.tp_rank + 1) * n]
     slopes16 = torch.tensor(local, dtype=torch.float64).to(device=device, dtype=torch.bfloat16)
-    keys16 = torch.arange(k, dtype=torch.int64, device=device).to(torch.bfloat16)
+    keys16 = keys.to(torch.bfloat16)
     product = (slopes16[:, None] * keys16[None, :]).float()
     divisor = torch.full((1, 1), 1.0 / spec.slope_scale, dtype=torch.float32, device=device)
     return product / divisor

@@ -189,6 +189,16 @@ def t5_buckets(spec: T5BiasSpec, device: torch.device | str = "cpu") -> torch.Te
     )
 
 
+def t5_buckets_at(spec: T5BiasSpec, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    """Buckets (Q, K) int64 on the CPU of `spec` at query positions `queries` (Q,) and key
+    positions `keys` (K,), int64, computed there only (a sampled view of a table too large to
+    build): `relative_position_bucket` of `key - query position` entry by entry, the ops the
+    table's lookup applies to each distinct relative position, so each entry equals the table's
+    `t5_buckets(spec)[query - query_offset, key]`. The bias there is `lookup_bias` of these."""
+    rel = keys.to("cpu", torch.int64)[None, :] - queries.to("cpu", torch.int64)[:, None]
+    return relative_position_bucket(rel, spec.bidirectional, spec.num_buckets, spec.max_distance)
+
+
 def _bucket_lut(spec: T5BiasSpec) -> torch.Tensor:
     """Buckets (Q + K - 1,) int64 on the CPU of the relative positions -(offset + Q - 1) ..
     K - 1 - offset, in that order (the diagonals of the bucket table)."""

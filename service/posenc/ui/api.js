@@ -96,10 +96,15 @@ export function overLimit(bytes) {
   return typeof limit === "number" && bytes > limit;
 }
 
-// One tensor sampled to at most maxPoints elements, with min/max/mean over each sample's block.
-export async function preview(key, tensor, rows, maxPoints = PREVIEW_POINTS) {
+// The path segment naming a table: `{key}.{spec}` as the server handed it out, or the key.
+const segment = (key) => tableUrl(key).slice("v1/tables/".length);
+
+// One tensor sampled to at most maxPoints elements, with min/max/mean over each sample's block;
+// with `minus` (another table's key), of this tensor minus that one's, with maxabs per block.
+export async function preview(key, tensor, rows, maxPoints = PREVIEW_POINTS, minus = null) {
   const params = { tensor, max_points: maxPoints, pool: "block" };
   if (rows) params.rows = `${rows[0]}:${rows[1]}`;
+  if (minus) params.minus = segment(minus);
   return getJSON(`${tableUrl(key)}/preview?${new URLSearchParams(params)}`);
 }
 

@@ -1,10 +1,11 @@
 // Plots of the families other than RoPE's text tables: ALiBi slopes and bias, T5 buckets and
 // bias, 1-D tensors, 2-D sinusoidal grids and the vision towers' patch grids.
-import { call, postSpec, tableUrl, tensorJSON } from "./api.js";
+import { call, overLimit, postSpec, tableUrl, tensorJSON } from "./api.js";
 import { lineChart, panel, valuesTable } from "./chart.js";
 import { el, shapeText } from "./dom.js";
 import { heatmapPanel } from "./heatpanel.js";
 import { tinyImage } from "./matrix.js";
+import { canSample, sampledRows } from "./sampled.js";
 import { working } from "./status.js";
 import { typed } from "./tables.js";
 
@@ -68,14 +69,20 @@ export function alibiBiasPanel(entry) {
     "Building the bias",
     async () => {
       const spec = { ...entry.spec, bias: "causal", key_length: length, query_length: length };
-      const { key, tensor } = await postSpec(spec, "bias", [length - 1, length]);
-      const heads = tensor.shape[0];
+      const heads = entry.outputs.slopes.shape[0];
+      const bias = { shape: [heads, length, length], dtype: spec.dtype || "float32" };
+      // over the response limit (many heads): entries computed by /v2 (sampled.js), the last
+      // query's row among them
+      const sampled = overLimit(heads * length * length * (bias.dtype === "float32" ? 4 : 2));
+      const local = { ...entry, spec, outputs: { bias } };
+      const posted = sampled ? null : await postSpec(spec, "bias", [length - 1, length]);
+      const last = posted ? posted.tensor.data.flat(2) : (await sampledRows(local, "bias", [length - 1, length])).data;
       const n = Math.min(8, heads);
       const picks = [
         ...new Set(Array.from({ length: n }, (_, k) => Math.round((k * (heads - 1)) / Math.max(1, n - 1)))),
       ];
       const x = Array.from({ length }, (_, j) => j - (length - 1));
-      const series = picks.map((h) => ({ name: `head ${h}`, x, y: x.map((_, j) => tensor.data[h][0][j]) }));
+      const series = picks.map((h) => ({ name: `head ${h}`, x, y: x.map((_, j) => last[h * length + j]) }));
       holder.append(
         lineChart({
           series,
@@ -87,7 +94,7 @@ export function alibiBiasPanel(entry) {
       );
       holder.append(
         heatmapPanel(
-          { key, outputs: { bias: { shape: tensor.shape } }, label: "causal bias", only: "bias" },
+          { key: posted?.key, outputs: { bias }, label: "causal bias", only: "bias", sampled, entry: local },
           `Causal bias (${length} × ${length}) per head`,
         ),
       );
@@ -99,16 +106,23 @@ export function alibiBiasPanel(entry) {
 
 export function bucketLinePanel(entry) {
   const holder = el("div");
-  const [q, k] = entry.outputs.buckets.shape;
+  const q = entry.outputs.buckets.shape[0];
   const mid = Math.floor(q / 2);
   working(
     "Fetching buckets",
     async () => {
-      const t = await tensorJSON(entry.key, "buckets", [mid, mid + 1]);
-      const x = Array.from({ length: k }, (_, j) => j - mid);
+      // over the response limit: the row computed by /v2 at sampled keys
+      const over = overLimit(entry.bytes) && canSample(entry);
+      const row = over
+        ? await sampledRows(entry, "buckets", [mid, mid + 1])
+        : { data: (await tensorJSON(entry.key, "buckets", [mid, mid + 1])).data[0], axes: [{}, { step: 1 }] };
+      const keyStep = row.axes[1].step;
+      const x = Array.from({ length: row.data.length }, (_, j) => j * keyStep - mid);
+      if (keyStep > 1)
+        holder.append(el("p", { class: "muted" }, `Keys sampled: one every ${keyStep}, computed by /v2.`));
       holder.append(
         lineChart({
-          series: [{ name: "bucket", x, y: t.data[0] }],
+          series: [{ name: "bucket", x, y: row.data }],
           xLabel: `key position − query position (query ${mid})`,
           yLabel: "bucket",
           title: "T5 bucket by relative position",
@@ -144,11 +158,16 @@ export function t5WeightsPanel(entry) {
             } catch (err) {
               throw new Error(`the weights are not valid JSON: ${err.message}`);
             }
-            const { key } = await postSpec({ ...entry.spec, relative_attention_bias: weights }, "buckets", [0, 1]);
+            const spec = { ...entry.spec, relative_attention_bias: weights };
             const shape = [weights[0].length, ...entry.outputs.buckets.shape];
-            holder.replaceChildren(
-              heatmapPanel({ key, outputs: { bias: { shape } }, label: "bias", only: "bias" }, "Bias per head"),
-            );
+            const dtype = spec.dtype || "float32";
+            const outputs = { bias: { shape, dtype } };
+            const bytes = shape.reduce((a, b) => a * b, 1) * (dtype === "float32" ? 4 : 2);
+            // over the response limit: sampled query x key entries computed by /v2 (sampled.js)
+            const sampled = overLimit(bytes);
+            const key = sampled ? null : (await postSpec(spec, "buckets", [0, 1])).key;
+            const target = { key, outputs, label: "bias", only: "bias", sampled, entry: { ...entry, spec, outputs } };
+            holder.replaceChildren(heatmapPanel(target, "Bias per head"));
           },
           form,
         );

@@ -7,7 +7,7 @@ import { el, shapeText } from "./dom.js";
 import { heatmap } from "./heatmap.js";
 import { multiples, POOLS, previewMatrix, sampled } from "./matrix.js";
 import { take, writeView } from "./permalink.js";
-import { sampledRows } from "./sampled.js";
+import { sampledNote, sampledRows } from "./sampled.js";
 import { working } from "./status.js";
 
 // target: {key, outputs, label, only (one tensor), rowName (what a row is), main (in the URL),
@@ -127,12 +127,14 @@ export function heatmapPanel(target, title) {
       axisNames[2] = "x (column)";
     }
     if (p.tensor === "pairs") axisNames[m0.colAxis] = "rotary pair";
+    // rows computed by /v2 are single entries: nothing pooled to choose from
+    poolSel.disabled = Boolean(p.computed);
     const mode = poolSel.value;
     const m = previewMatrix(p, fixed, axisNames, mode, rowWord);
     const blocks = p.axes.map((a) => a.step).join(" × ");
     let note = `${p.tensor} ${shapeText(p.shape)} ${p.dtype}, every element.`;
     if (p.computed && sampled(p)) {
-      note = `${p.tensor} ${shapeText(p.shape)} ${p.dtype}: over the server's response limit, so rows are computed directly (POST /v2/models/${p.kind}/infer), one every ${p.axes[0].step} positions (zoom to see every row).`;
+      note = sampledNote(p, shapeText(p.shape), rowWord);
     } else if (sampled(p)) {
       note =
         mode === "sample"

@@ -13,8 +13,16 @@ export const POOLS = {
 
 export const sampled = (p) => p.axes.some((a) => a.step > 1);
 
-// The flat values a mode draws: pooled ones when the preview samples and has them.
+// What each pixel of a difference heatmap shows: the largest |difference| in its block first.
+export const DIFF_POOLS = {
+  maxabs: "largest |difference| in the block",
+  ...POOLS,
+};
+
+// The flat values a mode draws: pooled ones when the preview samples and has them (maxabs, the
+// difference's, whenever it is there: |difference| even element by element).
 export function previewValues(p, mode = "mean") {
+  if (mode === "maxabs" && p.pooled?.maxabs) return p.pooled.maxabs;
   if (mode !== "sample" && sampled(p) && p.pooled?.[mode]) return p.pooled[mode];
   return p.data;
 }

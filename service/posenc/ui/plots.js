@@ -3,6 +3,7 @@
 // tensor).
 import { overLimit, session } from "./api.js";
 import { checkTargetChanged } from "./check.js";
+import { comparePanel } from "./compare.js";
 import { $, el } from "./dom.js";
 import {
   alibiBiasPanel,
@@ -16,8 +17,8 @@ import {
 } from "./families.js";
 import { heatmapPanel } from "./heatpanel.js";
 import { writeView } from "./permalink.js";
-import { comparePanel, wavelengthPanel } from "./rope.js";
-import { SAMPLED_KINDS } from "./sampled.js";
+import { wavelengthPanel } from "./rope.js";
+import { canSample } from "./sampled.js";
 
 // What a heatmap panel draws: the table's previews, or, over the response limit, rows computed
 // directly at sampled positions (sampled.js).
@@ -27,7 +28,7 @@ const target = (entry, extra = {}) => ({
   label: entry.name,
   main: true,
   entry,
-  sampled: overLimit(entry.bytes) && SAMPLED_KINDS.has(entry.kind),
+  sampled: overLimit(entry.bytes) && canSample(entry),
   ...extra,
 });
 

@@ -1,10 +1,8 @@
 // RoPE plots: wavelength per rotary pair against the context (scaled, unscaled, and another
-// model's overlaid), and a difference heatmap against another config.
-import { getJSON, overLimit, postSpec, preview, session, tensorJSON } from "./api.js";
+// model's overlaid); the difference heatmap against another config is compare.js.
+import { getJSON, overLimit, postSpec, session, tensorJSON } from "./api.js";
 import { lineChart, panel, valuesTable } from "./chart.js";
-import { el, fmt, shapeText } from "./dom.js";
-import { heatmap } from "./heatmap.js";
-import { previewMatrix } from "./matrix.js";
+import { el, fmt } from "./dom.js";
 import { take, writeView } from "./permalink.js";
 import { working } from "./status.js";
 
@@ -181,111 +179,4 @@ export function wavelengthPanel(entry) {
   );
   const form = el("div", { class: "controls" }, el("label", {}, "overlay another model's wavelengths: ", overlaySel));
   return panel("Wavelength per dimension against the context", form, chartBox, holder);
-}
-
-// This RoPE table minus another (the same without scaling, default RoPE, or another table of
-// this model), sampled at the same positions.
-export function comparePanel(entry) {
-  const holder = el("div");
-  const choices = [];
-  const spec = entry.spec;
-  if (spec.rope_scaling && spec.rope_scaling.rope_type !== "default") {
-    const plain = { ...spec };
-    delete plain.rope_scaling;
-    choices.push({ label: "the same without its scaling", spec: plain });
-  }
-  const dflt = {
-    kind: "rope",
-    head_dim: spec.head_dim,
-    rotary_dim: spec.rotary_dim,
-    max_positions: spec.max_positions,
-    width: spec.width,
-    packing: spec.packing,
-    interleaved: spec.interleaved,
-  };
-  choices.push({ label: "default RoPE (rope_theta 10000, no scaling)", spec: dflt });
-  for (const other of session.model ? session.model.entries : []) {
-    if (other.key !== entry.key && other.kind === "rope")
-      choices.push({ label: `${other.name} of this model`, key: other.key });
-  }
-  const against = el(
-    "select",
-    { name: "compare_with", "aria-label": "compare with" },
-    choices.map((c, i) => el("option", { value: i }, c.label)),
-  );
-  const tensors = Object.entries(entry.outputs)
-    .filter(([, o]) => o.shape.length >= 2)
-    .map(([n]) => n);
-  const tensorSel = el(
-    "select",
-    { name: "compare_tensor", "aria-label": "tensor" },
-    tensors.map((n) => el("option", { value: n }, n)),
-  );
-  const total = entry.outputs[tensors[0]].shape[0];
-  const start = el("input", {
-    type: "number",
-    name: "compare_start",
-    min: 0,
-    value: 0,
-    "aria-label": "first position",
-  });
-  const end = el("input", { type: "number", name: "compare_end", min: 1, value: total, "aria-label": "end position" });
-  async function run() {
-    const choice = choices[Number(against.value)];
-    const key = choice.key || (await postSpec(choice.spec, "inv_freq")).key;
-    const rows = [Number(start.value), Number(end.value)];
-    const [a, b] = await Promise.all([preview(entry.key, tensorSel.value, rows), preview(key, tensorSel.value, rows)]);
-    if (a.shape.join() !== b.shape.join()) {
-      throw new Error(
-        `the tables differ in shape: ${shapeText(a.shape)} against ${shapeText(b.shape)}; compare tables of one head size and layout`,
-      );
-    }
-    const diff = { ...a, pooled: null, data: a.data.map((v, i) => v - b.data[i]) };
-    const m = previewMatrix(diff, {}, {}, "sample");
-    const perRow = [];
-    for (let r = 0; r < m.rows; r += 1) {
-      let worst = 0;
-      for (let c = 0; c < m.cols; c += 1) worst = Math.max(worst, Math.abs(m.data[r * m.cols + c]));
-      perRow.push(worst);
-    }
-    const first = perRow.findIndex((v) => v > 0);
-    holder.replaceChildren(
-      heatmap(m, {
-        title: "difference",
-        caption: `${tensorSel.value} of this table minus ${choice.label}, at the sampled positions.`,
-        name: "difference",
-      }),
-      lineChart({
-        series: [{ name: "max |difference|", x: perRow.map((_, r) => m.rowIndex(r)), y: perRow }],
-        xLabel: "position",
-        yLabel: "max |difference| over dimensions",
-        height: 200,
-        title: "difference per position",
-        name: "difference_per_position",
-      }),
-      el(
-        "p",
-        {},
-        first < 0
-          ? "The sampled values are identical."
-          : `The tables first differ at position ${m.rowIndex(first)} (among the sampled positions); the largest difference is ${fmt(Math.max(...perRow))}.`,
-      ),
-    );
-  }
-  const form = el(
-    "form",
-    {
-      class: "controls",
-      onsubmit: (ev) => {
-        ev.preventDefault();
-        working("Comparing", run, form);
-      },
-    },
-    el("label", {}, "this table minus ", against),
-    el("label", {}, "tensor ", tensorSel),
-    el("label", {}, "positions from ", start),
-    el("label", {}, " to ", end),
-    el("button", { type: "submit" }, "Show difference"),
-  );
-  return panel("Two configs compared: difference heatmap", form, holder);
 }

@@ -20,7 +20,8 @@
         ├── BadRequestError .................... 400 invalid_json unknown_format unknown_tensor
         │   │                                        tensor_required unsupported_dtype
         │   │                                        invalid_table invalid_max_points
-        │   │                                        invalid_pool invalid_device
+        │   │                                        invalid_pool invalid_minus
+        │   │                                        invalid_device
         │   │                                        invalid_table_url key_mismatch (a
         │   │                                        table URL; 414 when its spec is too long)
         │   ├── InvalidRowsError ............... 400 invalid_rows rows_unsupported (also a
@@ -249,6 +250,7 @@ _BY_ERROR_TYPE: dict[str, type[APIError]] = {
     "site_limit": BadRequestError,
     "invalid_max_points": BadRequestError,
     "invalid_pool": BadRequestError,
+    "invalid_minus": BadRequestError,
     "invalid_device": BadRequestError,
     "invalid_table_url": BadRequestError,
     "key_mismatch": BadRequestError,

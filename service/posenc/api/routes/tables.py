@@ -206,4 +206,6 @@ async def get_preview(request: Request) -> Response:
     every k-th along each axis: a large table explored without sending it whole."""
     state = app_state(request)
     key, spec = _known(state, request.path_params["key"])
-    return await serve_preview(request, state, spec, key, PreviewQuery.from_request(request))
+    query = PreviewQuery.from_request(request)
+    minus = _known(state, query.minus) if query.minus is not None else None
+    return await serve_preview(request, state, spec, key, query, minus)

@@ -1,6 +1,7 @@
 """`serve_preview`: a strided sample of one tensor as JSON (`GET /v1/tables/{key}/preview`, what
 the explorer at `/ui` plots), at most `max_points` elements whatever the table's size; the
-strides are `runtime.rows.preview_steps`."""
+strides are `runtime.rows.preview_steps`. With `minus`, the sample (and the blocks pooled) is of
+the element-wise difference of two tables' tensors: the explorer's difference heatmap."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from starlette.responses import Response
 
 from posenc.api.error_types import (
     INVALID_MAX_POINTS,
+    INVALID_MINUS,
     INVALID_POOL,
     INVALID_ROWS,
     ROWS_UNSUPPORTED,
@@ -39,7 +41,7 @@ PREVIEW_ERRORS: tuple[ErrorType, ...] = (
     TENSOR_REQUIRED,
     INVALID_ROWS,
 )
-PREVIEW_ERRORS += (ROWS_UNSUPPORTED, TOO_LARGE, INVALID_POOL)
+PREVIEW_ERRORS += (ROWS_UNSUPPORTED, TOO_LARGE, INVALID_POOL, INVALID_MINUS)
 """What a preview refuses beyond naming its table."""
 
 PREVIEW_FORMAT = FORMATS["json"]
@@ -67,6 +69,12 @@ class PreviewQuery(QueryRecord):
         enum=["none", "block"],
         default="none",
     )
+    minus: str | None = param(
+        "another table of the same kind (`{key}.{spec}` as handed out, or a key this server "
+        "resolved) whose tensor has the same shape: the preview is of this tensor minus that "
+        "one, element by element in float64, and `pooled` adds `maxabs`, the largest "
+        "|difference| in each block"
+    )
 
 
 PREVIEW_PARAMETERS = PreviewQuery.parameters()
@@ -90,18 +98,52 @@ def parse_max_points(text: str | None, limit: int) -> int:
     return value
 
 
+def _check_minus(
+    spec: SpecBase,
+    tensor: str,
+    shape: tuple[int, ...],
+    other: tuple[str, SpecBase],
+    outputs: dict[str, Any],
+) -> None:
+    """400 `invalid_minus` unless table `other` is of `spec`'s kind and its `tensor` has `shape`
+    (the difference is element by element: no broadcasting, no alignment guessed)."""
+    other_key, other_spec = other
+    found = outputs.get(tensor)
+    if other_spec.kind != spec.kind or found is None or tuple(found.shape) != shape:
+        got = f"{other_spec.kind} with {tensor} {list(found.shape) if found else 'absent'}"
+        raise ApiError(
+            INVALID_MINUS,
+            f"minus must name a {spec.kind} table whose {tensor} has shape {list(shape)}, "
+            f"got {got}",
+            [
+                {
+                    "field": "minus",
+                    "message": f"need {spec.kind} {tensor} {list(shape)}",
+                    "value": other_key,
+                }
+            ],
+        )
+
+
 async def serve_preview(
     request: Request,
     state: AppState,
     spec: SpecBase,
     key: str,
     query: PreviewQuery,
+    minus: tuple[str, SpecBase] | None = None,
 ) -> Response:
     """`{"key", "kind", "tensor", "dtype", "shape", "row_axis", "axes", "data"}`: one tensor of
     the table, rows `rows` (its position axis) sampled with `preview_steps` to at most
     `max_points` elements, as JSON (bfloat16 as float). With `pool=block`, also `"pooled":
     {"min", "max", "mean"}` over each sampled element's block (`block_pool`; what the explorer's
     heatmaps draw, so a column faster than the stride is not aliased).
+
+    With `minus` = (key, spec) of another table (`PreviewQuery.minus`, resolved by the route):
+    the sample and the pooled blocks are of `this - other` over the same rows, computed in
+    float64 from both cached tables (`"dtype": "float64"`, `"minus": key`), and `pooled` adds
+    `"maxabs"` = max(|min|, |max|) of each block's difference (the largest element-wise
+    difference in the block: a pooled difference, not a difference of pooled tables).
 
     `shape` is the whole tensor's; `axes[i]` = `{"start", "step", "count"}` says which indices of
     axis i the sample holds (`start + k*step`, k < count); `data` is the sample, flat, row-major.
@@ -131,6 +173,10 @@ async def serve_preview(
         tensor = names[0]
     selection = select(spec.kind, outputs, PREVIEW_FORMAT, tensor, parse_rows(query.rows))
     info = selected_infos(outputs, selection)[tensor]
+    if minus is not None:
+        other_outputs = state.index.outputs(minus[0], minus[1])
+        check_size(state, other_outputs)
+        _check_minus(spec, tensor, tuple(outputs[tensor].shape), minus, other_outputs)
     steps = preview_steps(info.shape, max_points)
     whole = outputs[tensor]
     first, last = selection.rows or (0, 0)
@@ -138,7 +184,8 @@ async def serve_preview(
     resident = cache.peek(cache.key_for(spec, key))
     device = resident.device if resident is not None else str(cache.device)
     span = f".{first}-{last}" if selection.rows is not None else ""
-    tag = f"{key}.preview.{tensor}{span}.{max_points}{'.pooled' if pooled else ''}"
+    against = f".minus.{minus[0]}" if minus is not None else ""
+    tag = f"{key}.preview.{tensor}{span}.{max_points}{'.pooled' if pooled else ''}{against}"
 
     headers = {
         "ETag": device_etag(tag, device),
@@ -155,6 +202,13 @@ async def serve_preview(
     t = entry.table.tensors[tensor]
     if selection.rows is not None and info.row_axis is not None:
         t = t.narrow(info.row_axis, first, last - first)
+    if minus is not None:
+        other_spec = bind_tables(cache, state.require_tables(), minus[1], minus[0])
+        other_entry, _ = await cache.get(other_spec, minus[0])
+        u = other_entry.table.tensors[tensor]
+        if selection.rows is not None and info.row_axis is not None:
+            u = u.narrow(info.row_axis, first, last - first)
+        t = t.to("cpu", torch.float64) - u.to("cpu", torch.float64)
     sample = t[tuple(slice(None, None, step) for step in steps)].to("cpu")
     if sample.dtype == torch.bfloat16:
         sample = sample.float()
@@ -170,7 +224,7 @@ async def serve_preview(
         "key": key,
         "kind": spec.kind,
         "tensor": tensor,
-        "dtype": whole.dtype,
+        "dtype": whole.dtype if minus is None else "float64",
         "shape": list(whole.shape),
         "row_axis": whole.row_axis,
         "axes": axes,
@@ -178,7 +232,11 @@ async def serve_preview(
     }
     if pooled:
         blocks = block_pool(t.to("cpu"), steps)
+        if minus is not None:
+            blocks["maxabs"] = torch.maximum(blocks["max"], -blocks["min"])
         body["pooled"] = {name: v.reshape(-1).numpy() for name, v in blocks.items()}
+    if minus is not None:
+        body["minus"] = minus[0]
     headers["X-Posenc-Cache"] = outcome
     headers["X-Posenc-Device"] = entry.device
     return Response(

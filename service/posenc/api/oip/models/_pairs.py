@@ -4,7 +4,8 @@ A spec with `query_length`/`key_length` describes a table: query row i is positi
 `query_offset + i`, key column j is position j. When every asked position falls inside it the
 block is gathered from the cached table. Otherwise (or without lengths) the bounding block of the
 asked positions is computed (queries `min(q)..max(q)`, keys `0..max(k)`) with the same spec, and
-gathered; it is not cached.
+gathered; it is not cached. A block over the response limit (scattered positions span a block far
+larger than the entries asked) is not computed: each model computes the asked pairs only.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import torch
 
 from posenc.api.oip.codec import InferRequest, bad_request
 from posenc.api.oip.models.base import INDEX_TYPES, TensorDecl, get_input, positions_in_range
-from posenc.encodings import SpecBase
 from posenc.runtime.rows import row_index
 
 MAX_POSITIONS = 1 << 24
@@ -54,18 +54,6 @@ def inside(table: Any, q: torch.Tensor, k: torch.Tensor) -> bool:
     rows = row_index(q, off, int(table.query_length))
     cols = row_index(k, 0, int(table.key_length))
     return rows is not None and cols is not None
-
-
-def check_block(spec: SpecBase, limit: int) -> None:
-    """Refuse a bounding block larger than `limit` bytes before computing it (scattered
-    positions span a block far larger than the rows asked)."""
-    size = spec.output_bytes()
-    if size > limit:
-        raise bad_request(
-            f"these positions span a block of {size} bytes (queries min..max x keys 0..max), "
-            f"more than the limit of {limit}: ask for closer positions, or give query_length/"
-            "key_length so that they fall inside a cached table"
-        )
 
 
 def block_dict(

@@ -6,6 +6,12 @@ The spec is a `/v1` ALiBi spec; its bias form defaults to `causal` when position
 `causal`, `symmetric` and `row_constant` depend on the positions alone; `mpt` also on the table's
 key length and `bottom_right` on both lengths, so those two need `query_length`/`key_length` and
 positions inside that table (`mpt`: keys below its key length).
+
+Where the rows come from: the cached table when the positions fall inside the spec's table and it
+fits the cache; else the bounding block of the positions, computed; else (a block over the
+response limit: scattered positions, or a table of 10M x 10M keys sampled by the explorer) the
+entries at the asked (query, key) pairs only (`alibi_bias_at`: the table's ops entry by entry,
+equal to the table there).
 """
 
 from __future__ import annotations
@@ -18,7 +24,6 @@ from posenc.api.oip.models._pairs import (
     KEY_POSITIONS,
     QUERY_POSITIONS,
     block_dict,
-    check_block,
     has_table,
     inside,
     pair_positions,
@@ -35,7 +40,7 @@ from posenc.api.oip.models.base import (
 )
 from posenc.api.oip.params import merged_spec
 from posenc.encodings import TensorInfo, parse_spec
-from posenc.encodings.alibi import AlibiSpec, alibi_slopes
+from posenc.encodings.alibi import AlibiSpec, alibi_bias_at, alibi_slopes
 from posenc.runtime.rows import gather_block
 
 OUTPUTS = (
@@ -74,6 +79,7 @@ async def infer(ctx: OipContext, request: InferRequest) -> InferResult:
 
     table: AlibiSpec | None = None
     block: AlibiSpec | None = None
+    direct = False  # the entries at the asked pairs only (alibi_bias_at)
     if pos is None:
         kept = spec if has_table(spec) else {k: v for k, v in spec.items() if k in SLOPE_FIELDS}
         used: AlibiSpec = _alibi(kept)
@@ -81,7 +87,10 @@ async def infer(ctx: OipContext, request: InferRequest) -> InferResult:
         q, k = pos
         if has_table(spec):
             table = _alibi(spec)
-        if table is None or not inside(table, q, k) or not ctx.fits_cache(table.output_bytes()):
+        in_table = table is not None and inside(table, q, k)
+        if in_table and table is not None and not ctx.fits_cache(table.output_bytes()):
+            direct = True
+        elif not in_table:
             form = table.bias if table is not None else spec.get("bias")
             key_length = None
             if form == "bottom_right":
@@ -103,7 +112,7 @@ async def infer(ctx: OipContext, request: InferRequest) -> InferResult:
                         f"bias 'mpt': key positions must be below key_length={key_length}"
                     )
             block = _alibi(block_dict(spec, q, k, key_length))
-            check_block(block, ctx.max_response_bytes)
+            direct = block.output_bytes() > ctx.max_response_bytes
         used = _either(block, table)
     heads = used.local_heads
     planned = {"slopes": TensorInfo((heads,), "float32")}
@@ -115,6 +124,13 @@ async def infer(ctx: OipContext, request: InferRequest) -> InferResult:
     source = "computed"
     if pos is None:
         tensors = {"slopes": alibi_slopes(used, ctx.device)}
+    elif direct:
+        q, k = pos
+        slopes = alibi_slopes(used, ctx.device)
+        tensors = {
+            "slopes": slopes,
+            "bias": await ctx.offload(lambda: alibi_bias_at(used, slopes, q, k), nbytes),
+        }
     else:
         q, k = pos
         if block is None:
@@ -144,7 +160,9 @@ MODEL = OipModel(
     notes=(
         "bias defaults to the 'causal' form when positions are given",
         "with query_length/key_length the spec is a table: positions inside it are gathered from "
-        "the cached table; otherwise the block min(q)..max(q) x 0..max(k) is computed",
+        "the cached table; otherwise the block min(q)..max(q) x 0..max(k) is computed, or, when "
+        "the table does not fit the cache or the block is over the response limit, the entries "
+        "at the asked pairs only",
         "masked entries (decoder forms) hold the dtype's minimum unless masked_value says -inf; "
         "-inf cannot travel as JSON",
     ),

@@ -3,9 +3,13 @@
 Input `position_ids` (INT64/INT32, or FP32/FP64 for fractional diffusion timesteps; any shape) ->
 `embedding` of shape position_ids.shape + [dim]. The spec is a `/v1` sinusoidal spec without
 `positions` (they come from the input). With `max_positions` it describes a table of positions
-`position_offset .. position_offset + max_positions - 1`: ids inside it are gathered from the
-cached table. Other ids, or every id when the spec has no `max_positions`, are computed as the
-spec's explicit `positions` (the distinct ids only, in chunks of the core's limit).
+`position_offset .. position_offset + max_positions - 1` (descending, `position_offset` down, with
+`position_step` -1): ids inside it are gathered from the cached table. Other ids, or every id when
+the spec has no `max_positions`, are computed as the spec's explicit `positions` (the distinct ids
+only, in chunks of the core's limit): a row is a function of its position alone, so these are the
+table's rows there. Not so under `standardize` (PatchTST rescales by the whole table's mean and
+standard deviation): a table with it answers ids inside it from the cached table only, and refuses
+the others (400) rather than standardize over the ids asked.
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ OUTPUTS = (
         "embedding", "FP32", (-1, -1), "position_ids.shape + [dim]", ("FP32", "FP16", "BF16")
     ),
 )
-TABLE_FIELDS = ("max_positions", "position_offset")
+TABLE_FIELDS = ("max_positions", "position_offset", "position_step")
 MEMO: JsonMemo[SpecInfo] = JsonMemo()
 
 
@@ -91,7 +95,17 @@ async def infer(ctx: OipContext, request: InferRequest) -> InferResult:
     assert table is None or isinstance(table, SinusoidalSpec)
     index = None
     if info is not None and table is not None and ctx.fits_cache(info.nbytes):
-        index = row_index(positions, int(table.position_offset or 0), int(table.max_positions or 0))
+        offset, rows = int(table.position_offset or 0), int(table.max_positions or 0)
+        if table.position_step == -1:  # row r holds position offset - r
+            index = row_index(-positions, -offset, rows)
+        else:
+            index = row_index(positions, offset, rows)
+    if index is None and table is not None and table.standardize is not None:
+        raise bad_request(
+            f"standardize {table.standardize!r} rescales by the whole table's mean and standard "
+            "deviation: only positions inside the table are served (gathered from it, when it "
+            "fits the cache), not rows computed for the positions asked"
+        )
     uniq = inverse = None
     chunks: list[SinusoidalSpec] = []
     if index is None:

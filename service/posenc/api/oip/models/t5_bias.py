@@ -5,7 +5,10 @@ Inputs `query_positions` [Q], `key_positions` [K] (INT64/INT32) and optionally
 `relative_attention_bias` [num_buckets, H] (the embedding weight, FP32/FP16/BF16/FP64; or in the
 spec) -> `buckets` [Q, K] INT64 and, with weights, `bias` [H, Q, K] in the spec's `dtype`.
 Buckets depend on `key - query` only, so any positions are served: gathered from the cached table
-when the spec's lengths cover them, otherwise from the bounding block computed for them.
+when the spec's lengths cover them (and it fits the cache), otherwise from the bounding block
+computed for them, or, when that block is over the response limit (scattered positions, a table of
+10M x 10M keys sampled by the explorer), computed at the asked pairs only (`t5_buckets_at`: the
+table's ops entry by entry, equal to the table there).
 """
 
 from __future__ import annotations
@@ -20,7 +23,6 @@ from posenc.api.oip.models._pairs import (
     KEY_POSITIONS,
     QUERY_POSITIONS,
     block_dict,
-    check_block,
     has_table,
     inside,
     pair_positions,
@@ -39,7 +41,7 @@ from posenc.api.oip.models.base import (
 from posenc.api.oip.params import merged_spec
 from posenc.encodings import TensorInfo, parse_spec
 from posenc.encodings.base import DTYPES
-from posenc.encodings.t5_bias import T5BiasSpec
+from posenc.encodings.t5_bias import T5BiasSpec, t5_buckets_at
 from posenc.runtime.rows import gather_block, lookup_bias
 
 WEIGHTS = TensorDecl(
@@ -88,10 +90,8 @@ async def infer(ctx: OipContext, request: InferRequest) -> InferResult:
     table = _t5(spec) if has_table(spec) else None
     use_table = table is not None and inside(table, q, k) and ctx.fits_cache(table.output_bytes())
     used = table if use_table and table is not None else _t5(block_dict(spec, q, k))
-    if not use_table:
-        check_block(
-            used.model_copy(update={"relative_attention_bias": None}), ctx.max_response_bytes
-        )
+    plain_block = used.model_copy(update={"relative_attention_bias": None})
+    direct = not use_table and plain_block.output_bytes() > ctx.max_response_bytes
     planned = {"buckets": TensorInfo((q.numel(), k.numel()), "int64")}
     if used.num_heads is not None:
         planned["bias"] = TensorInfo((used.num_heads, q.numel(), k.numel()), used.dtype)
@@ -107,6 +107,16 @@ async def infer(ctx: OipContext, request: InferRequest) -> InferResult:
             out = {"buckets": gather_block(src["buckets"], q, k, 0, offset)}
             if "bias" in names:
                 out["bias"] = gather_block(src["bias"], q, k, 1, offset)
+            return out
+
+    elif direct:
+        source = "computed"
+
+        def gather() -> dict[str, torch.Tensor]:
+            out = {"buckets": t5_buckets_at(used, q, k).to(ctx.device)}
+            if "bias" in names:
+                table_w = torch.tensor(used.relative_attention_bias, dtype=torch.float32)
+                out["bias"] = lookup_bias(table_w, out["buckets"], DTYPES[used.dtype])
             return out
 
     else:
@@ -138,6 +148,7 @@ MODEL = OipModel(
         "query_positions and key_positions are required",
         "bias needs relative_attention_bias, as an input or in the spec",
         "with query_length/key_length the spec is a table: positions inside it are gathered from "
-        "the cached table; otherwise the block min(q)..max(q) x 0..max(k) is computed",
+        "the cached table; otherwise the block min(q)..max(q) x 0..max(k) is computed, or, when "
+        "it is over the response limit, the buckets at the asked pairs only",
     ),
 )
