@@ -655,6 +655,11 @@ def test_slow_readers_are_cut_and_others_get_through(rate_srv: ServerHandle) -> 
     assert all(n < 6 * MiB for n in got), got
     assert elapsed < PATIENCE, elapsed
     assert wait_for(lambda: budget.held == 0), budget.held
+    # /metrics counts the cuts by rule (a client cut mid-body can tell it from a failure)
+    with rate_srv.client() as client:
+        samples = scrape(client)
+    assert value(samples, "posenc_responses_cut_total", reason="slow_reader") == 2
+    assert value(samples, "posenc_responses_cut_total", reason="send_timeout") == 0
 
 
 @pytest.fixture(scope="module")
