@@ -924,6 +924,34 @@ def test_a_malformed_request_line_gets_the_error_contract(server: ServerHandle) 
     assert error["error_type"] == "bad_request"
 
 
+def test_a_client_gone_mid_body_is_no_server_error(
+    server: ServerHandle, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A POST whose client closes before its body has arrived is answered (to no one) as a 400,
+    without an ERROR traceback: bench/load.py's clients, cut by the keep-alive race, logged
+    `unhandled error` (starlette's ClientDisconnect) with a traceback per request."""
+    caplog.set_level(logging.WARNING)
+    host, port = server.url.removeprefix("http://").split(":")
+
+    def posts() -> float:
+        with server.client() as client:
+            return sum(
+                count
+                for (name, labels), count in scrape(client).items()
+                if name == "posenc_http_requests_total"
+                and ("route", "/v1/tables") in labels
+                and ("method", "POST") in labels
+            )
+
+    before = posts()
+    with socket.create_connection((host, int(port)), timeout=PATIENCE) as sock:
+        head = b"POST /v1/tables HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        sock.sendall(head + b"Content-Length: 1000\r\n\r\n" + b'{"kind": "rope"')
+    assert wait_for(lambda: posts() == before + 1)
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == [], [r.getMessage()[:200] for r in errors]
+
+
 # --- 5. one peer cannot take every HTTP connection -------------------------------------------
 
 
