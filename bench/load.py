@@ -25,8 +25,12 @@ A 503 with `Retry-After` (`overloaded`, `busy`) is the server shedding load as d
 client waits as told and retries, and the request counts once, its latency including the waits;
 a request whose connection failed before any byte of the response arrived (the server's idle
 timeout closed it as the request went out: HTTP/1.1's keep-alive race, which httpx does not
-retry) is sent again once and counted ("stale retried"); anything else (a failure mid-body,
-another status, a short body, a second failure, a timeout) is an error. Bodies
+retry) is sent again once and counted ("stale retried"); a 200 whose connection failed mid-body
+is counted as cut ("cut mid-body"): the server's minimum send rate (256 KiB/s over 10 s by
+default) cuts a reader that slow, which these clients, many in one Python process, become on a
+saturated machine; each must be one the server counted (`posenc_responses_cut_total`), else it
+is an error. Anything else (another status, a short body, a second failure, a timeout) is an
+error. Bodies
 are read to the end and counted, not kept. The server's peak RSS is its `VmHWM`
 (/proc/PID/status) at the end; the bound is cache budget + in-flight budget + baseline.
 """
@@ -139,6 +143,8 @@ class Result:
     retried: int = 0
     stale: int = 0
     errors: list[str] = field(default_factory=list)
+    cut: list[str] = field(default_factory=list)
+    """Responses cut mid-body (`CutMidBody`)."""
     received: int = 0
     seconds: float = 0.0
     baseline_kib: int = 0
@@ -175,6 +181,13 @@ class NoResponse(Exception):  # noqa: N818 - what happened, not a failure of our
     """The connection failed before any byte of a response arrived."""
 
 
+class CutMidBody(Exception):  # noqa: N818 - what happened, not a failure of ours
+    """The connection failed after a 200 response began: the server's minimum send rate (or
+    send timeout) cuts a client that reads too slowly, which this process's clients become
+    when the machine is saturated; counted apart, and checked against the server's own count
+    of its cuts (`posenc_responses_cut_total`)."""
+
+
 async def one(client: httpx.AsyncClient, method: str, url: str, body: Any) -> tuple[int, int, str]:
     """Status, body bytes read, Retry-After of one request (the body counted, not kept).
     Raises `NoResponse` when the connection failed before the response began."""
@@ -185,8 +198,13 @@ async def one(client: httpx.AsyncClient, method: str, url: str, body: Any) -> tu
         raise NoResponse(f"{type(err).__name__}: {err}") from err
     try:
         size = 0
-        async for chunk in response.aiter_raw(1 << 20):
-            size += len(chunk)
+        try:
+            async for chunk in response.aiter_raw(1 << 20):
+                size += len(chunk)
+        except (httpx.RemoteProtocolError, httpx.ReadError) as err:
+            if response.status_code != 200:
+                raise
+            raise CutMidBody(f"{type(err).__name__} after {size} bytes") from err
         declared = response.headers.get("content-length")
         if declared is not None and int(declared) != size:
             raise RuntimeError(f"short body: {size} of {declared} bytes")
@@ -241,6 +259,9 @@ async def drive(
                             continue
                         result.errors.append(f"{kind}: twice: {err}")
                         break
+                    except CutMidBody as err:
+                        result.cut.append(f"{kind}: {err}")
+                        break
                     except (httpx.HTTPError, RuntimeError) as err:
                         result.errors.append(f"{kind}: {type(err).__name__}: {err}")
                         break
@@ -286,6 +307,10 @@ def run(clients: int, args: argparse.Namespace) -> Result:
         result = run_uvloop(drive(server, clients, args.requests, args.seconds, work))
         result.peak_kib = rss_kib(server.proc.pid)[1]
         result.server = metrics(server.url)
+        # a cut the server did not count as one of its cuts is a failure
+        counted = int(result.server.get("posenc_responses_cut_total", 0))
+        if len(result.cut) > counted:
+            result.errors += [f"cut, not by the server's rules: {c}" for c in result.cut[counted:]]
     finally:
         server.stop()
     return result
@@ -323,6 +348,7 @@ def report(results: list[Result], args: argparse.Namespace) -> str:
                 ms(pct(r.latencies, 0.99)) if done else "-",
                 f"{r.retried:,}",
                 str(r.stale),
+                f"{len(r.cut)} ({r.server.get('posenc_responses_cut_total', 0):.0f})",
                 str(len(r.errors)),
                 mib(r.baseline_kib * 1024),
                 mib(peak),
@@ -343,6 +369,7 @@ def report(results: list[Result], args: argparse.Namespace) -> str:
                 "p99 ms",
                 "503 retried",
                 "stale retried",
+                "cut mid-body (server's count)",
                 "errors",
                 "baseline RSS",
                 "peak RSS",

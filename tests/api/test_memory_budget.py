@@ -9,14 +9,17 @@ responses (16 MiB, beyond what the kernel's socket buffers absorb) stay in fligh
 from __future__ import annotations
 
 import contextlib
+import gc
 import socket
+import weakref
 from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
 
 from posenc.api.middleware import BODY_COPIES
-from posenc.runtime import InFlightBudget
+from posenc.encodings import parse_spec
+from posenc.runtime import CacheEntry, InFlightBudget
 from tests import waiting
 from tests.api.metrics_util import scrape, value
 from tests.conftest import ServerHandle, start_server
@@ -59,6 +62,16 @@ def stalled_get(handle: ServerHandle, path: str) -> socket.socket:
     sock.connect((host, int(port)))
     sock.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
     return sock
+
+
+def status_line(sock: socket.socket) -> bytes:
+    """The first line of the response on `sock` (read a byte at a time: nothing after it)."""
+    line = b""
+    while not line.endswith(b"\r\n"):
+        byte = sock.recv(1)
+        assert byte, line
+        line += byte
+    return line[:-2]
 
 
 @contextlib.contextmanager
@@ -202,3 +215,81 @@ def test_a_refused_computation_leaves_nothing_behind(srv: ServerHandle) -> None:
             # other routes are unaffected
             assert client.get("/v1/presets").status_code == 200
         assert client.post("/v1/tables", json=spec).status_code == 200
+
+
+def _gone(ref: weakref.ref[CacheEntry]) -> bool:
+    gc.collect()
+    return ref() is None
+
+
+def test_a_send_holds_only_what_it_is_charged_for_once_evicted() -> None:
+    """A send outliving its entry's eviction keeps alive the buffer it sends (charged), not the
+    entry: its other tensors and prepared bodies leave with the eviction (issue 32, finding 6:
+    a raw view of one tensor charged 6 MiB kept a 24 MiB entry, and under load such sends held
+    hundreds of MiB outside both budgets)."""
+    with start_server(
+        cache_bytes=32 * MiB,
+        max_response_bytes=12 * MiB + 4096,
+        in_flight_bytes=48 * MiB,
+        min_send_rate_bytes=0,  # the stalled sends stay until closed
+    ) as handle:
+        budget = budget_of(handle)
+        cache = handle.state.require_cache()
+        with handle.client() as client:
+            for fmt in ("raw&tensor=cos", "safetensors"):
+                # BIG resident with its safetensors body prepared: 12 + 12 MiB
+                big = client.post("/v1/tables", json=BIG)
+                assert big.status_code == 200
+                key = cache.key_for(parse_spec(BIG), big.headers["x-posenc-key"])
+                entry = cache.peek(key)
+                assert entry is not None
+                assert entry.prepared
+                ref = weakref.ref(entry)
+                del entry
+                sock = stalled_get(handle, f"{big.headers['content-location']}?format={fmt}")
+                try:
+                    # the send holds one charge: the tensor (6 MiB) or the prepared body
+                    assert wait_for(lambda: budget.holders == 1)
+                    charged = budget.held
+                    assert charged == (6 * MiB if fmt.startswith("raw") else 12 * MiB + 256)
+                    # BIG2's tensors (12 MiB) do not fit beside BIG's 24: BIG is evicted
+                    rows = {"format": "npy", "tensor": "cos", "rows": "0:1"}
+                    assert client.post("/v1/tables", json=BIG2, params=rows).status_code == 200
+                    assert cache.peek(key) is None
+                    assert wait_for(lambda: _gone(ref)), fmt  # noqa: B023
+                    assert budget.held == charged
+                finally:
+                    sock.close()
+                assert wait_for(lambda: budget.held == 0)
+
+
+def test_bodies_built_per_request_are_charged_each() -> None:
+    """A whole-table body the cache does not keep (here: the table fits the cache, the table
+    with its body does not) is built for each request that asks: each build is charged, not one
+    charge shared by every send of the variant as for a kept body (issue 32, finding 6)."""
+    with start_server(
+        cache_bytes=16 * MiB,
+        max_response_bytes=12 * MiB + 4096,
+        in_flight_bytes=48 * MiB,
+        min_send_rate_bytes=0,  # the stalled sends stay until closed
+    ) as handle:
+        budget = budget_of(handle)
+        with handle.client() as client:
+            path = client.post("/v1/tables", json=BIG, params={"rows": "0:1"}).headers[
+                "content-location"
+            ]
+            socks = []
+            try:
+                for count in (1, 2):
+                    socks.append(stalled_get(handle, path))
+                    # the body is built (its headers are sent after that), so the next request
+                    # builds another rather than joining this build
+                    assert status_line(socks[-1]) == b"HTTP/1.1 200 OK"
+                    # each stalled send holds its own body's charge
+                    held = count * (12 * MiB + 256)
+                    assert wait_for(lambda: budget.held == held), budget.held  # noqa: B023
+                    assert budget.holders == count
+            finally:
+                for sock in socks:
+                    sock.close()
+            assert wait_for(lambda: budget.held == 0)

@@ -35,6 +35,7 @@ def test_metrics_parse_and_cover_the_service(client: httpx.Client) -> None:
         "posenc_in_flight_bytes": "gauge",
         "posenc_in_flight_peak_bytes": "gauge",
         "posenc_in_flight_max_bytes": "gauge",
+        "posenc_responses_cut": "counter",
     }
     for name, kind in expected.items():
         assert families[name].type == kind, name

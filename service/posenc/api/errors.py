@@ -28,10 +28,12 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette._utils import get_route_path
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route, compile_path
 
 from posenc.api.error_types import (
+    BAD_REQUEST,
     BUSY,
     BY_STATUS,
     HTTP_ERROR,
@@ -222,6 +224,15 @@ def to_response(exc: Exception, request: Request | None = None) -> Response:
             message = f"{request.method} is not allowed here; allowed: {', '.join(allowed)}"
             return error_response(405, error_type, message, None, headers)
         return error_response(exc.status_code, error_type, str(exc.detail), None, headers)
+    if isinstance(exc, ClientDisconnect):
+        # the client went away before its body arrived: an incomplete request, answered to no
+        # one, not a bug of ours (no traceback)
+        log.info("client disconnected before its request body arrived")
+        return error_response(
+            BAD_REQUEST.status,
+            BAD_REQUEST.name,
+            "the client disconnected before its request body arrived",
+        )
     log.exception("unhandled error", exc_info=exc)
     return error_response(INTERNAL_ERROR.status, INTERNAL_ERROR.name, "internal server error")
 

@@ -47,11 +47,14 @@ import signal
 import socket
 import struct
 import time
+from collections.abc import Iterator
 from types import FrameType
 from typing import Any
 
 import orjson
 import uvicorn
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
 from starlette._utils import get_route_path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -498,11 +501,34 @@ class GuardedProtocol(HttpToolsProtocol):
         self.transport.abort()
 
 
+class CutsCollector(Collector):
+    """`posenc_responses_cut_total{reason}`: responses the connection rules cut mid-send, by
+    rule (`slow_reader`: under `min_send_rate_bytes`; `send_timeout`: nothing read for
+    `send_timeout_seconds`), so that a client cut mid-body can tell it from a failure."""
+
+    def __init__(self, limits: ConnectionLimits) -> None:
+        self.limits = limits
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(
+            "posenc_responses_cut",
+            "Responses cut mid-send by the connection rules (a slow or stalled reader)",
+            labels=["reason"],
+        )
+        family.add_metric(["slow_reader"], self.limits.slow_readers.count)
+        family.add_metric(["send_timeout"], self.limits.send_timeouts.count)
+        yield family
+
+
 def server_config(app: Any, settings: Settings, **kwargs: Any) -> PosencConfig:
     """The uvicorn configuration posenc runs under (`serve`, and the tests' servers): its
-    protocol with `settings`' connection limits; `kwargs` are further `uvicorn.Config`
-    arguments."""
-    return PosencConfig(app, settings, **kwargs)
+    protocol with `settings`' connection limits, whose cuts `app`'s `/metrics` counts;
+    `kwargs` are further `uvicorn.Config` arguments."""
+    config = PosencConfig(app, settings, **kwargs)
+    state = getattr(getattr(app, "state", None), "posenc", None)
+    if isinstance(state, AppState):
+        state.metrics.registry.register(CutsCollector(config.limits))
+    return config
 
 
 def banner(settings: Settings, http_port: int, grpc_port: int | None) -> str:

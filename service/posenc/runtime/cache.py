@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
@@ -82,6 +83,10 @@ class CacheEntry:
     digests: dict[Hashable, str] = field(default_factory=dict)
     """Digests of whole representations (the API's `Repr-Digest` values), one per variant, kept
     with the entry so that each is computed once."""
+    serial: int = field(default_factory=itertools.count().__next__)
+    """Unique for the life of the process (unlike `id()`, never reused once the entry is gone):
+    what the in-flight charges of its sends are named by, so that a send need not keep the
+    entry alive to keep its charge's name its own."""
 
     @property
     def nbytes(self) -> int:

@@ -38,12 +38,10 @@ class BodyResponse(Response):
         headers: dict[str, str],
         media_type: str,
         leases: list[Lease],
-        keep: object = None,
     ) -> None:
         super().__init__(None, status_code, headers, media_type)
         self.views = [_bytes(part) for part in (body if isinstance(body, list) else [body])]
         self.leases = leases
-        self.keep = keep  # what the charges name (the entry) stays alive while they are held
         self.headers["content-length"] = str(sum(view.nbytes for view in self.views))
 
     def release(self) -> None:

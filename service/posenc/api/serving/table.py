@@ -48,7 +48,7 @@ from posenc.api.serving.selection import Selection, parse_rows, select, selected
 from posenc.api.state import AppState
 from posenc.api.tableurl import table_url
 from posenc.encodings import SpecBase, Table, TensorInfo
-from posenc.runtime import OFFLOAD_BYTES, Buffer, CacheEntry, TableCache
+from posenc.runtime import OFFLOAD_BYTES, Buffer, CacheEntry, Lease, TableCache
 
 CPU = torch.device("cpu")
 """Where `?device=cpu` computes: the reference bytes."""
@@ -65,7 +65,7 @@ def _charges(
     (charge name, bytes): the table's tensors for a zero-copy view, a prepared body (shared
     by every send of it while the entry is resident), or a body built for this request alone;
     plus the table itself when the cache does not keep it."""
-    entry_id = id(entry)
+    entry_id = entry.serial
     resident = cache.peek(entry.key) is entry
     charges: list[tuple[Hashable, int]] = []
     if not resident:
@@ -80,6 +80,26 @@ def _charges(
     else:
         charges.append((object(), fmt.charge(nbytes)))
     return charges
+
+
+def _own_charge(
+    cache: TableCache,
+    entry: CacheEntry,
+    variant: Hashable,
+    charges: list[tuple[Hashable, int]],
+    leases: list[Lease],
+    body: Buffer,
+) -> list[Lease]:
+    """`leases` with a prepared body's shared charge made the body's own when the entry did not
+    keep it (it left the cache meanwhile, or did not fit beside it): the next request builds
+    another, so one charge per variant would count one of several buffers alive. Named after
+    the buffer, which the send keeps alive (callers that shared its build share its charge)."""
+    name, size = charges[-1]
+    if not (isinstance(name, tuple) and name[0] == "body") or entry.prepared.get(variant) is body:
+        return leases
+    own = acquire(cache, [(("built", id(body)), size)])
+    leases[-1].release()
+    return [*leases[:-1], *own]
 
 
 def _is_view(entry: CacheEntry, fmt: Format, selection: Selection) -> bool:
@@ -228,9 +248,11 @@ async def serve_table(
         )
     nbytes = sum(i.nbytes for i in infos.values())
     # charged before the body is built (or a cached one is held by the send)
-    leases = acquire(cache, _charges(cache, entry, fmt, selection, nbytes))
+    charges = _charges(cache, entry, fmt, selection, nbytes)
+    leases = acquire(cache, charges)
     try:
         body = await _body(state, key, spec, fmt, selection, entry, nbytes)
+        leases = _own_charge(cache, entry, (fmt.name, selection.names), charges, leases, body)
         headers["X-Posenc-Device"] = entry.device
         headers["X-Posenc-Cache"] = outcome
         if entry.fallback:
@@ -250,4 +272,6 @@ async def serve_table(
         for lease in leases:
             lease.release()
         raise
-    return BodyResponse(body, status, headers, fmt.media_type, leases, entry)
+    # the response keeps alive what it sends (a tensor, a prepared body), never the entry: an
+    # entry evicted mid-send takes its other tensors and bodies with it, outside no charge
+    return BodyResponse(body, status, headers, fmt.media_type, leases)
