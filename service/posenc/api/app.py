@@ -5,7 +5,8 @@ Everything stateful is built per app: the metrics registry, the key index and th
 the gRPC service (`posenc.api.grpc`) in the lifespan (never at import), which then warms the
 configured presets in the background and flips readiness when done. Routers are composed here, in
 one place, from the route modules (`posenc.api.routes`: `/v1`, `/v2`, health and metrics, and the
-explorer page at `/ui`);
+explorer page at `/ui`, the API documentation at `/docs` and `/redoc`, its bundles served
+offline);
 `ApiKeyMiddleware` guards `/v1` and `/v2/models` (and `/metrics` and the OpenAPI pages with
 `protect_docs_and_metrics`); `api/openapi.py` completes the OpenAPI document;
 `BodyLimitMiddleware` caps request bodies per route (`caps.body_limits`: the caps the routes
@@ -39,6 +40,7 @@ from posenc.api.middleware import BodyLimitMiddleware
 from posenc.api.openapi import install_openapi
 from posenc.api.routes import (
     check,
+    docs,
     health,
     kinds,
     mrope,
@@ -189,6 +191,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version=__version__,
         summary="Exact position tables (RoPE, ALiBi, sinusoidal, T5 buckets), cached and served.",
         lifespan=lifespan,
+        # /docs and /redoc are served offline by posenc.api.routes.docs
+        docs_url=None,
+        redoc_url=None,
         telemetry=None if settings.otel else {"tracing": False, "metrics": False, "logs": False},
     )
     app.state.posenc = state
@@ -215,6 +220,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         check.router,
         version.router,
         ui.router,
+        docs.router,
     )
     for router in routers:
         app.include_router(router)
