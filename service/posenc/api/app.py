@@ -128,6 +128,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     state: AppState = app.state.posenc
     settings = state.settings
     device = resolve_device(settings.device)
+    state.metrics.set_build(str(device))
     cache = TableCache(
         max_bytes=settings.cache_bytes,
         device=device,
