@@ -23,6 +23,7 @@ import contextlib
 import difflib
 import logging
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.responses import RedirectResponse
@@ -57,7 +58,7 @@ from posenc.api.serving.head import HeadRequests
 from posenc.api.settings import Settings
 from posenc.api.state import AppState, KeyIndex, Lifecycle
 from posenc.encodings.weights import TableStore
-from posenc.presets import load_presets
+from posenc.presets import Preset, builtin_presets, read_user_presets, register_user_presets
 from posenc.runtime import InFlightBudget, TableCache, describe, resolve_device
 
 log = logging.getLogger("posenc.api")
@@ -71,6 +72,15 @@ CORS_EXPOSED = [
     "WWW-Authenticate",
 ]
 """Response headers a cross-origin page may read (CORS `Access-Control-Expose-Headers`)."""
+
+
+def app_presets(settings: Settings) -> dict[str, Preset]:
+    """The presets an app serves: the built-in ones, then those of `presets_dir`; `PresetError`
+    (one line naming the file) for a user preset that cannot be served."""
+    presets = dict(builtin_presets())
+    if settings.presets_dir:
+        presets.update(read_user_presets(Path(settings.presets_dir)))
+    return presets
 
 
 def warm_list(settings: Settings, names: list[str]) -> list[str]:
@@ -173,7 +183,10 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 def create_app(settings: Settings | None = None) -> FastAPI:
     """A posenc FastAPI app for `settings` (read from the environment when omitted)."""
     settings = settings or Settings()
-    curated = load_presets()
+    curated = app_presets(settings)
+    # a user preset's name keeps its meaning for the process (the spec language reads presets
+    # through `load_presets`, its results memoised by request)
+    register_user_presets({n: p for n, p in curated.items() if n not in builtin_presets()})
     warm_list(settings, list(curated))  # fail fast on unknown names
     metrics = Metrics()
     index = KeyIndex(settings.known_keys)

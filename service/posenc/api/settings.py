@@ -218,6 +218,11 @@ class Settings(BaseSettings):
     warm_presets: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="preset names to compute at start-up, or 'all'"
     )
+    presets_dir: str = Field(
+        "",
+        description="a directory of model config.json files (<name>.json or <name>/config.json) "
+        "served as presets beside the built-in ones, warmable by name; none: built-in only",
+    )
     api_keys: Annotated[list[SecretStr], NoDecode] = Field(
         default_factory=list,
         description="bearer keys /v1 and /v2/models need (comma-separated or a JSON array); "
