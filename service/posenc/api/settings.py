@@ -225,8 +225,8 @@ class Settings(BaseSettings):
     )
     api_keys: Annotated[list[SecretStr], NoDecode] = Field(
         default_factory=list,
-        description="bearer keys /v1 and /v2/models need (comma-separated or a JSON array); "
-        "none: open",
+        description="bearer keys /v1, /v2/models and /v2/repository need (comma-separated or a "
+        "JSON array); none: open",
     )
     protect_docs_and_metrics: bool = Field(
         False,
