@@ -175,3 +175,14 @@ def test_warm_presets_names_user_presets(tmp_path: Path) -> None:
 def test_served_presets_of_a_server_without_a_directory(client: httpx.Client) -> None:
     listed = [p["name"] for p in client.get("/v1/presets").json()["presets"]]
     assert listed == list(builtin_presets())
+
+
+def test_openapi_names_each_apps_own_presets(served: ServerHandle, client: httpx.Client) -> None:
+    def preset_enum(c: httpx.Client) -> list[str]:
+        schemas = c.get("/openapi.json").json()["components"]["schemas"]
+        names: list[str] = schemas["SpecFromPreset"]["properties"]["preset"]["enum"]
+        return names
+
+    with served.client() as c:
+        assert {"gemma-4b", "mine-llama-3.1-8b"} <= set(preset_enum(c))
+    assert preset_enum(client) == sorted(builtin_presets())
