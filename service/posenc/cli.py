@@ -3,9 +3,10 @@
 `posenc serve` has one flag per `posenc.api.Settings` field, generated from the class (`--name`
 for the field `name`, its description, its `POSENC_NAME` variable and its default in `--help`;
 booleans as `--name/--no-name`), so no setting lacks a flag. Flags override the environment.
-A configuration error (a value the settings refuse, an unknown warm preset, a device this machine
-lacks) is one line on stderr and exit 2, before anything starts; `POSENC_*` variables no setting
-reads are warned about (with the closest valid name).
+A configuration error (a value the settings refuse, a user preset that cannot be served, an
+unknown warm preset, a device this machine lacks) is one line on stderr and exit 2, before
+anything starts; `POSENC_*` variables no setting reads are warned about (with the closest valid
+name).
 """
 
 from __future__ import annotations
@@ -123,14 +124,19 @@ def describe_error(err: ValidationError) -> str:
 
 
 def check_startup(settings: Any) -> str | None:
-    """What would make the server fail to start, as one line (None: nothing): an unknown warm
-    preset or a device this machine lacks (`create_app` and the lifespan check them too)."""
-    from posenc.api.app import warm_list
-    from posenc.presets import load_presets
+    """What would make the server fail to start, as one line (None: nothing): a user preset
+    that cannot be served (`presets_dir`), an unknown warm preset or a device this machine lacks
+    (`create_app` and the lifespan check them too)."""
+    from posenc.api.app import app_presets, warm_list
+    from posenc.presets import PresetError
     from posenc.runtime import DeviceError, resolve_device
 
     try:
-        warm_list(settings, list(load_presets()))
+        presets = app_presets(settings)
+    except PresetError as err:
+        return f"{flag_name('presets_dir')} (POSENC_PRESETS_DIR): {err}"
+    try:
+        warm_list(settings, list(presets))
     except ValueError as err:
         return f"{flag_name('warm_presets')} (POSENC_WARM_PRESETS): {err}"
     try:

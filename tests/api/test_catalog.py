@@ -13,7 +13,7 @@ import torch
 from posenc.encodings import FAMILIES, compute, content_key, parse_spec
 from posenc.encodings.rope import PROFILES
 from posenc.encodings.tolerances import ATOL
-from posenc.presets import load_presets
+from posenc.presets import builtin_presets
 from tests.api.wire import decode, table_url_parts
 from tests.conftest import ServerHandle, start_server
 
@@ -64,7 +64,7 @@ def test_presets_list(client: httpx.Client) -> None:
     assert kinds == {"rope", "alibi", "t5_bias", "sinusoidal"}
 
 
-@pytest.mark.parametrize("name", sorted(load_presets()))
+@pytest.mark.parametrize("name", sorted(builtin_presets()))
 def test_each_preset(client: httpx.Client, name: str) -> None:
     body = client.get(f"/v1/presets/{name}").json()
     assert body["name"] == name

@@ -421,7 +421,7 @@ def test_metadata_errors(triton_grpc: tgrpc.InferenceServerClient) -> None:
     status, message = _grpc_error(lambda: triton_grpc.get_model_config("rope", "7"))
     assert status == "StatusCode.NOT_FOUND"
     assert message == "model 'rope' has no version '7'; versions: ['1']"
-    status, _ = _grpc_error(lambda: triton_grpc.get_model_repository_index())
+    status, _ = _grpc_error(lambda: triton_grpc.load_model("rope"))
     assert status == "StatusCode.UNIMPLEMENTED"
 
 

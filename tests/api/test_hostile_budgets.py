@@ -895,6 +895,21 @@ def test_errors_never_echo_a_large_input(server: ServerHandle) -> None:
 # --- 12. lesser: quiet UNIMPLEMENTED; malformed requests in the error contract ----------------
 
 
+SERVED_GRPC_METHODS = {
+    "ServerLive",
+    "ServerReady",
+    "ServerMetadata",
+    "ModelReady",
+    "ModelMetadata",
+    "ModelConfig",
+    "ModelInfer",
+    "ModelStreamInfer",
+    "ModelStatistics",
+    "RepositoryIndex",
+}
+"""The protocol's calls posenc serves (tests/api/test_grpc.py, test_triton_conventions.py)."""
+
+
 def test_unimplemented_grpc_calls_are_answered_without_a_traceback(
     server: ServerHandle, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -903,11 +918,18 @@ def test_unimplemented_grpc_calls_are_answered_without_a_traceback(
     caplog.set_level(logging.WARNING)
     with grpc.insecure_channel(server.grpc_url) as channel:
         stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
-        for _ in range(3):
-            with pytest.raises(grpc.RpcError) as failed:
-                stub.RepositoryIndex(service_pb2.RepositoryIndexRequest(), timeout=PATIENCE)
-            assert failed.value.code() == grpc.StatusCode.UNIMPLEMENTED
-            assert "RepositoryIndex" in failed.value.details()
+        methods = service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods
+        unserved = [m for m in methods if m.name not in SERVED_GRPC_METHODS]
+        assert len(unserved) >= 10
+        for method in unserved:
+            name = method.name
+            call = getattr(stub, name)
+            request = getattr(service_pb2, method.input_type.name)()
+            for _ in range(2):
+                with pytest.raises(grpc.RpcError) as failed:
+                    call(request, timeout=PATIENCE)
+                assert failed.value.code() == grpc.StatusCode.UNIMPLEMENTED, name
+                assert name in failed.value.details()
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert errors == [], [r.getMessage()[:200] for r in errors]
 

@@ -75,6 +75,7 @@ def test_every_setting_reaches_settings_from_its_flag() -> None:
             ["https://a.example", "https://b.example"],
         ),
         "root_path": ("/posenc/", "/posenc"),
+        "presets_dir": ("/srv/presets", "/srv/presets"),
     }
     for name, info in Settings.model_fields.items():
         if name == "api_keys":

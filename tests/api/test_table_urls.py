@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from posenc.presets import load_presets
+from posenc.presets import builtin_presets
 from tests.api.wire import decode, spec_token, table_url_parts
 from tests.conftest import ServerHandle, start_server
 from tests.encodings.hf_config import nonrotary_sweep
@@ -257,7 +257,7 @@ def test_every_resolved_spec_round_trips_in_its_url(
             continue
         resolved += 1
         entries += r.json()["specs"]
-    for preset in load_presets():
+    for preset in builtin_presets():
         entries += client.get(f"/v1/presets/{preset}").json()["parts"]
     assert resolved > 100
     seen: set[str] = set()

@@ -113,7 +113,13 @@ def test_the_server_wheel_alone_serves_a_table(dist: Path, tmp_path: Path) -> No
         with httpx.Client(base_url=proc.url, timeout=60) as client:
             assert client.get("/v2/health/ready").status_code == 200
             answer = client.post("/v1/tables", json=spec)
+            # /docs offline: the runtime lock carries the bundles (fastapi-offline)
+            bundles = [
+                client.get(f"/docs/assets/{n}")
+                for n in ("swagger-ui-bundle.js", "redoc.standalone.js")
+            ]
         assert answer.status_code == 200, answer.text[:300]
+        assert [b.status_code for b in bundles] == [200, 200]
         got = load(answer.content)
         want = compute(parse_spec(spec), torch.device("cpu")).tensors
         assert set(got) == set(want)

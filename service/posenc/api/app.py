@@ -5,7 +5,8 @@ Everything stateful is built per app: the metrics registry, the key index and th
 the gRPC service (`posenc.api.grpc`) in the lifespan (never at import), which then warms the
 configured presets in the background and flips readiness when done. Routers are composed here, in
 one place, from the route modules (`posenc.api.routes`: `/v1`, `/v2`, health and metrics, and the
-explorer page at `/ui`);
+explorer page at `/ui`, the API documentation at `/docs` and `/redoc`, its bundles served
+offline);
 `ApiKeyMiddleware` guards `/v1` and `/v2/models` (and `/metrics` and the OpenAPI pages with
 `protect_docs_and_metrics`); `api/openapi.py` completes the OpenAPI document;
 `BodyLimitMiddleware` caps request bodies per route (`caps.body_limits`: the caps the routes
@@ -22,6 +23,7 @@ import contextlib
 import difflib
 import logging
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.responses import RedirectResponse
@@ -39,6 +41,7 @@ from posenc.api.middleware import BodyLimitMiddleware
 from posenc.api.openapi import install_openapi
 from posenc.api.routes import (
     check,
+    docs,
     health,
     kinds,
     mrope,
@@ -55,7 +58,7 @@ from posenc.api.serving.head import HeadRequests
 from posenc.api.settings import Settings
 from posenc.api.state import AppState, KeyIndex, Lifecycle
 from posenc.encodings.weights import TableStore
-from posenc.presets import load_presets
+from posenc.presets import Preset, builtin_presets, read_user_presets, register_user_presets
 from posenc.runtime import InFlightBudget, TableCache, describe, resolve_device
 
 log = logging.getLogger("posenc.api")
@@ -69,6 +72,15 @@ CORS_EXPOSED = [
     "WWW-Authenticate",
 ]
 """Response headers a cross-origin page may read (CORS `Access-Control-Expose-Headers`)."""
+
+
+def app_presets(settings: Settings) -> dict[str, Preset]:
+    """The presets an app serves: the built-in ones, then those of `presets_dir`; `PresetError`
+    (one line naming the file) for a user preset that cannot be served."""
+    presets = dict(builtin_presets())
+    if settings.presets_dir:
+        presets.update(read_user_presets(Path(settings.presets_dir)))
+    return presets
 
 
 def warm_list(settings: Settings, names: list[str]) -> list[str]:
@@ -126,6 +138,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     state: AppState = app.state.posenc
     settings = state.settings
     device = resolve_device(settings.device)
+    state.metrics.set_build(str(device))
     cache = TableCache(
         max_bytes=settings.cache_bytes,
         device=device,
@@ -170,7 +183,10 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 def create_app(settings: Settings | None = None) -> FastAPI:
     """A posenc FastAPI app for `settings` (read from the environment when omitted)."""
     settings = settings or Settings()
-    curated = load_presets()
+    curated = app_presets(settings)
+    # a user preset's name keeps its meaning for the process (the spec language reads presets
+    # through `load_presets`, its results memoised by request)
+    register_user_presets({n: p for n, p in curated.items() if n not in builtin_presets()})
     warm_list(settings, list(curated))  # fail fast on unknown names
     metrics = Metrics()
     index = KeyIndex(settings.known_keys)
@@ -189,6 +205,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version=__version__,
         summary="Exact position tables (RoPE, ALiBi, sinusoidal, T5 buckets), cached and served.",
         lifespan=lifespan,
+        # /docs and /redoc are served offline by posenc.api.routes.docs
+        docs_url=None,
+        redoc_url=None,
         telemetry=None if settings.otel else {"tracing": False, "metrics": False, "logs": False},
     )
     app.state.posenc = state
@@ -215,6 +234,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         check.router,
         version.router,
         ui.router,
+        docs.router,
     )
     for router in routers:
         app.include_router(router)

@@ -1,4 +1,5 @@
-"""Bearer-token access control for the model routes (`/v1/*` and `/v2/models/*`).
+"""Bearer-token access control for the model routes (`/v1/*`, `/v2/models/*` and
+`/v2/repository/*`).
 
 Active only when `POSENC_API_KEYS` is set. A pure ASGI middleware (no per-route dependency to
 forget, nothing run in a thread) checks `Authorization: Bearer <key>` with `hmac.compare_digest`
@@ -20,7 +21,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from posenc.api.error_types import UNAUTHORIZED
 from posenc.api.errors import error_response
 
-PROTECTED_PREFIXES = ("/v1/", "/v2/models")
+PROTECTED_PREFIXES = ("/v1/", "/v2/models", "/v2/repository")
 DOCS_PREFIXES = ("/metrics", "/docs", "/redoc", "/openapi.json")
 """Guarded too with `protect_docs_and_metrics`."""
 

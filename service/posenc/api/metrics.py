@@ -20,19 +20,26 @@ observed by the cache's `on_compute` hook.
 | posenc_in_flight_refused[_per_peer]_total     | counter   |                       |
 | posenc_cache_{bytes,max_bytes,entries}        | gauge     |                       |
 | posenc_computations_in_flight                 | gauge     |                       |
+| posenc_build_info                             | info (1)  | version, python,      |
+|                                               |           | torch, device         |
+
+`posenc_build_info` is set once the lifespan has resolved the device (`set_build`).
 """
 
 from __future__ import annotations
 
+import platform
 import time
 from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+import torch
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from posenc import __version__
 from posenc.runtime import TableCache
 
 LATENCY_BUCKETS = (
@@ -82,8 +89,24 @@ class Metrics:
             buckets=COMPUTE_BUCKETS,
             registry=self.registry,
         )
+        self.build = Info(
+            "posenc_build",
+            "posenc's version, the Python and torch it runs on, and its compute device",
+            registry=self.registry,
+        )
 
         self._children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
+
+    def set_build(self, device: str) -> None:
+        """`posenc_build_info{version, python, torch, device} 1` for a server on `device`."""
+        self.build.info(
+            {
+                "version": __version__,
+                "python": platform.python_version(),
+                "torch": torch.__version__,
+                "device": device,
+            }
+        )
 
     def request_children(self, method: str, route: str, status: int) -> tuple[Counter, Histogram]:
         """The labelled request counter and latency histogram, looked up once per label set."""

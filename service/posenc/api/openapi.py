@@ -34,7 +34,6 @@ from posenc.api.error_types import UNAUTHORIZED
 from posenc.api.error_types import responses as error_responses
 from posenc.api.settings import Settings
 from posenc.encodings import FAMILIES
-from posenc.presets import load_presets
 
 REF = "#/components/schemas/{model}"
 
@@ -74,7 +73,7 @@ PARAMETER_DOCS = {
 }
 
 
-def _spec_schemas(components: dict[str, Any]) -> None:
+def _spec_schemas(components: dict[str, Any], presets: list[str]) -> None:
     """Add `SpecFields` (one schema per kind, discriminated on `kind`), `SpecFromConfig`,
     `SpecFromPreset`, `SpecObject`, `OnnxOptions` and `OnnxRequest` to `components`."""
     from posenc.onnx._options import ExportOptions
@@ -109,7 +108,6 @@ def _spec_schemas(components: dict[str, Any]) -> None:
         "required": ["hf_config"],
         "additionalProperties": True,
     }
-    presets = load_presets()
     components["SpecFromPreset"] = {
         "title": "SpecFromPreset",
         "description": "A preset's table (GET /v1/presets), and overrides (spec fields)",
@@ -224,7 +222,7 @@ def build_openapi(app: FastAPI, settings: Settings, prefixes: tuple[str, ...]) -
         schemas.pop(unused, None)
     schemas["Error"] = ERROR_SCHEMA
     schemas["OipError"] = OIP_ERROR_SCHEMA
-    _spec_schemas(schemas)
+    _spec_schemas(schemas, list(app.state.posenc.presets))
     components["securitySchemes"] = {
         "bearer": {
             "type": "http",

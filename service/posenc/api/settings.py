@@ -226,10 +226,15 @@ class Settings(BaseSettings):
     warm_presets: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="preset names to compute at start-up, or 'all'"
     )
+    presets_dir: str = Field(
+        "",
+        description="a directory of model config.json files (<name>.json or <name>/config.json) "
+        "served as presets beside the built-in ones, warmable by name; none: built-in only",
+    )
     api_keys: Annotated[list[SecretStr], NoDecode] = Field(
         default_factory=list,
-        description="bearer keys /v1 and /v2/models need (comma-separated or a JSON array); "
-        "none: open",
+        description="bearer keys /v1, /v2/models and /v2/repository need (comma-separated or a "
+        "JSON array); none: open",
     )
     protect_docs_and_metrics: bool = Field(
         False,

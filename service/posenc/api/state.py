@@ -17,6 +17,7 @@ import torch
 from posenc.api.error_types import STARTING
 from posenc.api.errors import ApiError
 from posenc.api.metrics import Metrics
+from posenc.api.oip.stats import InferenceStats
 from posenc.api.settings import Settings
 from posenc.encodings import SpecBase, TensorInfo
 from posenc.encodings.weights import TableStore
@@ -97,6 +98,9 @@ class AppState:
 
     grpc_port: int | None = None
     """The port the gRPC service listens on (the bound one when `grpc_port` is 0), while up."""
+
+    stats: InferenceStats = field(default_factory=InferenceStats)
+    """Per-model inference statistics (`/v2/models/stats`, gRPC ModelStatistics)."""
 
     def is_ready(self) -> bool:
         """Readiness: warm, not draining, the cache up (`/v2/health/ready`, gRPC ServerReady)."""

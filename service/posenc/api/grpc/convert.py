@@ -8,7 +8,8 @@ tritonclient.grpc sends) or each in its typed `contents`; outputs always travel 
 `raw_output_contents`, in output order, as Triton sends them (so the JSON limits of HTTP never
 apply, and FP16/BF16 travel like any other datatype).
 
-`model_config` is the `/v2/models/{model}/config` document as Triton's `ModelConfig` message.
+`model_config` is the `/v2/models/{model}/config` document as Triton's `ModelConfig` message,
+`model_statistics` a model's inference statistics as its `ModelStatistics`.
 
 Parameters (`map<string, InferParameter>`) become Python values: `bool_param`, `int64_param`,
 `uint64_param`, `double_param`, `string_param`; the response parameters go back the same way
@@ -37,6 +38,8 @@ from posenc.api.oip.codec import (
     tensor_from_bytes,
     tensor_from_data,
 )
+from posenc.api.oip.models import VERSION
+from posenc.api.oip.stats import ModelStats
 
 CONTENTS_FIELD: dict[str, str] = {
     "BOOL": "bool_contents",
@@ -243,4 +246,19 @@ def model_config(config: Mapping[str, Any]) -> mc.ModelConfig:
             for t in config["output"]
         ],
         parameters=parameters,
+    )
+
+
+def model_statistics(name: str, stats: ModelStats) -> pb.ModelStatistics:
+    """One model's statistics as Triton's `ModelStatistics` message (`oip/stats.py`)."""
+    durations = {
+        field: pb.StatisticDuration(count=d.count, ns=d.ns) for field, d in stats.durations.items()
+    }
+    return pb.ModelStatistics(
+        name=name,
+        version=VERSION,
+        last_inference=stats.last_inference,
+        inference_count=stats.inference_count,
+        execution_count=stats.inference_count,
+        inference_stats=pb.InferStatistics(**durations),
     )

@@ -16,9 +16,13 @@ computed once whichever protocol asked for it.
 | ModelInfer               | `POST /v2/models/{model}/infer`, outputs as raw bytes       |
 | ModelStreamInfer         | ModelInfer per streamed request, in order; a failure is an  |
 |                          | `error_message` on the stream, which stays open (Triton's)  |
-| the others (repository,  | UNIMPLEMENTED                                               |
-| shared memory,           |                                                             |
-| statistics, ...)         |                                                             |
+| ModelStatistics          | `GET /v2/models[/{model}]/stats` (`posenc.api.oip.stats`):  |
+|                          | one model's, or every model's for an empty name             |
+| RepositoryIndex          | `POST /v2/repository/index`: every model, READY (or         |
+|                          | UNAVAILABLE while warming up or draining)                   |
+| the others (model load,  | UNIMPLEMENTED, without a traceback in the log               |
+| shared memory, trace,    |                                                             |
+| log settings)            |                                                             |
 
 Errors carry the message `/v2` sends as `{"error": message}` (`posenc.api.oip.errors`) with the
 status code of its HTTP status: 400 INVALID_ARGUMENT, 401 UNAUTHENTICATED, 404 NOT_FOUND, 413
@@ -27,7 +31,8 @@ request message over `max_infer_body_bytes` is refused by gRPC itself before it 
 (RESOURCE_EXHAUSTED, gRPC's message).
 
 API keys (`POSENC_API_KEYS`) guard the model calls (ModelReady, ModelMetadata, ModelConfig,
-ModelInfer, ModelStreamInfer) as they guard `/v2/models`: the
+ModelInfer, ModelStreamInfer, ModelStatistics, RepositoryIndex) as they guard `/v2/models` and
+`/v2/repository`: the
 `authorization` metadata must be `Bearer <key>` (the check `posenc.api.auth.bearer_verdict`,
 constant time); health and server metadata stay open.
 """
@@ -51,7 +56,7 @@ from posenc.api.grpc.proto import grpc_service_pb2_grpc as pb_grpc
 from posenc.api.oip import EXTENSIONS
 from posenc.api.oip.codec import OipError
 from posenc.api.oip.errors import INTERNAL_MESSAGE, as_oip_error
-from posenc.api.oip.models import VERSION, find_model
+from posenc.api.oip.models import MODELS, VERSION, find_model
 from posenc.api.state import AppState
 from posenc.runtime import Lease, for_peer
 
@@ -216,6 +221,41 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
 
         return await self._call("ModelConfig", context, run, protected=True)
 
+    async def ModelStatistics(  # noqa: N802
+        self, request: pb.ModelStatisticsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.ModelStatisticsResponse:
+        async def run() -> pb.ModelStatisticsResponse:
+            stats = context_for(self.state, grpc=True).stats
+            if request.name:
+                names = [find_model(request.name, _version(request.version)).name]
+            else:
+                names = sorted(MODELS)
+            return pb.ModelStatisticsResponse(
+                model_stats=[convert.model_statistics(name, stats.get(name)) for name in names]
+            )
+
+        return await self._call("ModelStatistics", context, run, protected=True)
+
+    async def RepositoryIndex(  # noqa: N802
+        self, request: pb.RepositoryIndexRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.RepositoryIndexResponse:
+        async def run() -> pb.RepositoryIndexResponse:
+            ready = self.state.is_ready()
+            if request.ready and not ready:
+                return pb.RepositoryIndexResponse()
+            state = "READY" if ready else "UNAVAILABLE"
+            reason = "" if ready else "the server is warming up or draining"
+            return pb.RepositoryIndexResponse(
+                models=[
+                    pb.RepositoryIndexResponse.ModelIndex(
+                        name=name, version=VERSION, state=state, reason=reason
+                    )
+                    for name in sorted(MODELS)
+                ]
+            )
+
+        return await self._call("RepositoryIndex", context, run, protected=True)
+
     async def _infer(
         self, request: pb.ModelInferRequest, peer: str, held: list[Lease], stream: bool = False
     ) -> bytes:
@@ -228,13 +268,16 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         budget (`runtime.for_peer`)."""
         model = find_model(request.model_name, _version(request.model_version))
         service = context_for(self.state, grpc=True)
+        timer = service.stats.timer(model.name)
         with for_peer(peer):
             try:
                 parsed = convert.infer_request(request)
+                timer.mark("compute_input")
                 try:
                     result = await model.infer(service, parsed)
                 finally:
                     service.release_work()
+                timer.mark("compute_infer")
                 work = sum(t.numel() * t.element_size() for t in result.tensors.values())
                 response = await service.offload(
                     lambda: convert.infer_response_bytes(
@@ -242,12 +285,16 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
                     ),
                     work,
                 )
+                timer.mark("compute_output")
             except BaseException:
                 service.release()
+                timer.failed()
                 raise
         held.extend(service.take_held())
+        source = str(result.parameters.get("posenc_source", ""))
         if service.observe is not None:
-            service.observe(model.name, str(result.parameters.get("posenc_source", "")))
+            service.observe(model.name, source)
+        timer.succeeded(source)
         return response
 
     async def ModelInfer(  # noqa: N802
@@ -318,8 +365,6 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
 
 
 UNIMPLEMENTED = (
-    "ModelStatistics",
-    "RepositoryIndex",
     "RepositoryModelLoad",
     "RepositoryModelUnload",
     "SystemSharedMemoryStatus",

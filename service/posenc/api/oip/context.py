@@ -32,6 +32,7 @@ from typing import TypeVar
 import torch
 
 from posenc.api.oip.codec import bad_request
+from posenc.api.oip.stats import InferenceStats
 from posenc.api.serving.bind import bind_tables
 from posenc.encodings import SpecBase, Table, compute
 from posenc.encodings.weights import TableStore
@@ -71,6 +72,8 @@ class OipContext:
         output_copies: full copies of the outputs the protocol makes (`HTTP_OUTPUT_COPIES`,
             `GRPC_OUTPUT_COPIES`), charged with them.
         json_outputs: whether outputs may travel as JSON text (HTTP), charged by element.
+        stats: the app's per-model inference statistics (`oip/stats.py`), which the protocol's
+            routes record into.
     """
 
     cache: TableCache
@@ -82,6 +85,7 @@ class OipContext:
     observe: Callable[[str, str], None] | None = None
     output_copies: int = HTTP_OUTPUT_COPIES
     json_outputs: bool = True
+    stats: InferenceStats = field(default_factory=InferenceStats)
     held: list[Lease] = field(default_factory=list)
     """Charges of the outputs: released when the response has been handed over."""
     work: list[Lease] = field(default_factory=list)

@@ -14,6 +14,8 @@
 |           | /infer]` (infer is hot)                                              |
 | `health`  | `GET /v2/health/live`, `GET /v2/health/ready`, `GET /metrics`        |
 | `ui`      | `GET /ui`, `GET /ui/{name}`: the explorer page and its assets        |
+| `docs`    | `GET /docs`, `GET /redoc`, `GET /docs/assets/{name}`: Swagger UI and |
+|           | ReDoc, their bundles served offline                                  |
 
 Route modules never import each other (an import-linter contract): what several need is in
 `posenc.api.serving` (representations: formats, ETags and 304, HEAD, Range, sending tables,

@@ -5,6 +5,9 @@
     GET  /v2/models/{model}[/versions/{version}]/ready
     GET  /v2/models/{model}[/versions/{version}]/config
     POST /v2/models/{model}[/versions/{version}]/infer
+    GET  /v2/models/stats, /v2/models/{model}[/versions/{version}]/stats
+                                                     inference statistics (`oip/stats.py`)
+    POST /v2/repository/index                        every model, READY or UNAVAILABLE
 
 Every error is `{"error": message}` (what tritonclient decodes) with 400 (bad input), 404 (unknown
 model or version, or a weight table key not uploaded), 413 (a body over
@@ -39,7 +42,8 @@ from posenc.api.oip.codec import (
 )
 from posenc.api.oip.context import OipContext
 from posenc.api.oip.errors import INTERNAL_MESSAGE, as_oip_error
-from posenc.api.oip.models import VERSION, find_model
+from posenc.api.oip.models import MODELS, VERSION, OipModel, find_model
+from posenc.api.oip.stats import InferTimer
 from posenc.api.serving.body import BodyResponse
 from posenc.verified import VERIFIED_AGAINST
 
@@ -128,6 +132,24 @@ def infer_route(endpoint: Callable[..., Awaitable[Response]]) -> Callable[..., A
     return body_cap("max_infer_body_bytes")(hot(endpoint))
 
 
+def _index_request(body: bytes) -> bool:
+    """`ready` of a repository index request: an empty body (tritonclient's) or a JSON object
+    with `repository_name` (a string, ignored: there is one repository) and `ready` (a boolean:
+    only the models ready to infer)."""
+    if not body.strip():
+        return False
+    try:
+        parsed = orjson.loads(body)
+    except orjson.JSONDecodeError as err:
+        raise OipError(400, f"the repository index request is not JSON: {err}") from err
+    if not isinstance(parsed, dict) or set(parsed) - {"repository_name", "ready"}:
+        raise OipError(400, "a repository index request is {repository_name?, ready?}")
+    ready = parsed.get("ready", False)
+    if not isinstance(ready, bool) or not isinstance(parsed.get("repository_name", ""), str):
+        raise OipError(400, "ready is a boolean, repository_name a string")
+    return ready
+
+
 def build_router(context: ContextGetter) -> tuple[APIRouter, APIRouter]:
     """(server router: `GET /v2`, model router: `/v2/models/...`). API keys, when set, guard
     the model routes through the app's `ApiKeyMiddleware` (`/v2/models` prefix); `/v2` is open.
@@ -175,37 +197,103 @@ def build_router(context: ContextGetter) -> tuple[APIRouter, APIRouter]:
             # like /v1, inference is served while presets warm and while draining (readiness
             # tells load balancers); only a server without its cache answers 503
             service = context(request)
-            body = await _read_body(request, service.max_body_bytes)
-            parsed = parse_infer_request(body, request.headers.get(HEADER_LENGTH))
-            # the outputs and computed rows are charged to the in-flight budget by the model
-            # (`admit`, `OipContext.compute`); released when sent, or here on any failure
+            timer = service.stats.timer(found.name)
             try:
-                try:
-                    result = await found.infer(service, parsed)
-                finally:
-                    service.release_work()
-                outputs = [
-                    OutputTensor(name, t, parsed.binary(name)) for name, t in result.tensors.items()
-                ]
-                # binary outputs on the CPU are sent as views (no work); JSON and GPU copies are
-                work = sum(
-                    t.numel() * t.element_size()
-                    for o, t in zip(outputs, result.tensors.values(), strict=True)
-                    if not o.binary or t.device.type != "cpu"
-                )
-                encoded = await service.offload(
-                    lambda: encode_infer_response(
-                        found.name, VERSION, parsed.id, outputs, result.parameters
-                    ),
-                    work,
-                )
+                return await answer(request, found, service, timer)
             except BaseException:
-                service.release()
+                timer.failed()
                 raise
-            if service.observe is not None:
-                service.observe(found.name, str(result.parameters.get("posenc_source", "")))
-            return BodyResponse(
-                list(encoded.parts), 200, encoded.headers, encoded.media_type, service.take_held()
+
+        return await _guarded(run)
+
+    async def answer(
+        request: Request, found: OipModel, service: OipContext, timer: InferTimer
+    ) -> Response:
+        """The inference's response, each phase timed (`oip/stats.py`)."""
+        body = await _read_body(request, service.max_body_bytes)
+        parsed = parse_infer_request(body, request.headers.get(HEADER_LENGTH))
+        timer.mark("compute_input")
+        # the outputs and computed rows are charged to the in-flight budget by the model
+        # (`admit`, `OipContext.compute`); released when sent, or here on any failure
+        try:
+            try:
+                result = await found.infer(service, parsed)
+            finally:
+                service.release_work()
+            timer.mark("compute_infer")
+            outputs = [
+                OutputTensor(name, t, parsed.binary(name)) for name, t in result.tensors.items()
+            ]
+            # binary outputs on the CPU are sent as views (no work); JSON and GPU copies are
+            work = sum(
+                t.numel() * t.element_size()
+                for o, t in zip(outputs, result.tensors.values(), strict=True)
+                if not o.binary or t.device.type != "cpu"
+            )
+            encoded = await service.offload(
+                lambda: encode_infer_response(
+                    found.name, VERSION, parsed.id, outputs, result.parameters
+                ),
+                work,
+            )
+        except BaseException:
+            service.release()
+            raise
+        timer.mark("compute_output")
+        source = str(result.parameters.get("posenc_source", ""))
+        if service.observe is not None:
+            service.observe(found.name, source)
+        timer.succeeded(source)
+        return BodyResponse(
+            list(encoded.parts), 200, encoded.headers, encoded.media_type, service.take_held()
+        )
+
+    async def statistics(request: Request, model: str, version: str | None = None) -> Response:
+        async def run() -> Response:
+            found = find_model(model, version)
+            stats = context(request).stats
+            return _json({"model_stats": [stats.get(found.name).as_json(found.name, VERSION)]})
+
+        return await _guarded(run)
+
+    # before the model routes: `/v2/models/stats` is not the metadata of a model named "stats"
+    @models.get("/stats", summary="Every model's inference statistics (Triton's extension)")
+    async def all_statistics(request: Request) -> Response:
+        async def run() -> Response:
+            stats = context(request).stats
+            every = [stats.get(name).as_json(name, VERSION) for name in sorted(MODELS)]
+            return _json({"model_stats": every})
+
+        return await _guarded(run)
+
+    for template, endpoint in zip(
+        ("/{model}/stats", "/{model}/versions/{version}/stats"), _bind(statistics), strict=True
+    ):
+        models.add_api_route(
+            template,
+            endpoint,
+            methods=["GET"],
+            summary="Model inference statistics (Triton's extension)",
+            responses=oip_responses(UNKNOWN_MODEL),
+        )
+
+    @server.post(
+        "/v2/repository/index",
+        summary="The model repository's index (Triton's extension)",
+        responses=oip_responses({400: "A body that is not {repository_name?, ready?}"}),
+    )
+    async def repository_index(request: Request) -> Response:
+        async def run() -> Response:
+            only_ready = _index_request(await request.body())
+            state = "READY" if context(request).ready() else "UNAVAILABLE"
+            reason = "" if state == "READY" else "the server is warming up or draining"
+            if only_ready and state != "READY":
+                return _json([])
+            return _json(
+                [
+                    {"name": name, "version": VERSION, "state": state, "reason": reason}
+                    for name in sorted(MODELS)
+                ]
             )
 
         return await _guarded(run)

@@ -10,14 +10,13 @@ anywhere else (a Content-Security-Policy of `'self'` says so), so it works offli
 - `GET /ui`: the page; `GET /ui/{name}`: its assets (404 `not_found` for any other name).
 
 The page and its assets are open, like the OpenAPI pages: they hold no data, and every table
-they show comes through the `/v1` routes, which `ApiKeyMiddleware` guards. Each response has a
-strong ETag (sha256 of its bytes) and `Cache-Control: no-cache`: a reload revalidates with a
-304, and a new release is picked up at once.
+they show comes through the `/v1` routes, which `ApiKeyMiddleware` guards. Each response is an
+`Asset` (`serving/assets.py`): a strong ETag (sha256 of its bytes) and `Cache-Control: no-cache`,
+so a reload revalidates with a 304 and a new release is picked up at once.
 """
 
 from __future__ import annotations
 
-import hashlib
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -27,7 +26,7 @@ from starlette.responses import Response
 
 from posenc.api.error_types import NOT_FOUND
 from posenc.api.errors import ApiError
-from posenc.api.serving.conditional import not_modified
+from posenc.api.serving.assets import Asset, send_asset
 
 router = APIRouter(tags=["ui"], include_in_schema=False)
 
@@ -48,25 +47,18 @@ _ASSETS = ", ".join(sorted(n for n in MEDIA_TYPES if n != "index.html"))
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data: blob:; "
     "object-src 'none'; base-uri 'none'; frame-ancestors 'none'",
-    "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
 }
 
 
 @cache
-def _asset(name: str) -> tuple[bytes, str]:
-    """(bytes, strong ETag) of one file of `posenc/ui`, read once per process."""
-    data = (resources.files("posenc") / "ui" / name).read_bytes()
-    return data, f'"{hashlib.sha256(data).hexdigest()[:32]}"'
+def _asset(name: str) -> Asset:
+    """One file of `posenc/ui`, read once per process."""
+    return Asset.of((resources.files("posenc") / "ui" / name).read_bytes(), MEDIA_TYPES[name])
 
 
 def _send(request: Request, name: str) -> Response:
-    data, etag = _asset(name)
-    headers = {"ETag": etag, "Cache-Control": "no-cache", **SECURITY_HEADERS}
-    unchanged = not_modified(request, headers)
-    if unchanged is not None:
-        return unchanged
-    return Response(data, media_type=MEDIA_TYPES[name], headers=headers)
+    return send_asset(request, _asset(name), SECURITY_HEADERS)
 
 
 @router.get("/ui")

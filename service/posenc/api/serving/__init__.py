@@ -8,6 +8,8 @@ them need lives here.
 - `selection.py`: the `tensor` and `rows` a request selects, checked before computing;
 - `table.py`: `serve_table`, the table representation (limits, ETag, 304, encoding, digest,
   Range, the in-flight charges), `representation_etag`, `check_size`;
+- `assets.py`: `Asset`, `send_asset`: the files the server ships (the explorer's, the API
+  documentation's bundles) with their ETag, 304 and `no-cache`;
 - `conditional.py`: the one ETag rule and 304 path (`etag_matches`, `device_etag`,
   `not_modified`, `IMMUTABLE`) for tables, previews, ONNX models and the explorer's files;
 - `ranges.py`: the one Range path (206, 416, If-Range); `head.py`: the one HEAD path
