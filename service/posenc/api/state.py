@@ -17,6 +17,7 @@ import torch
 from posenc.api.error_types import STARTING
 from posenc.api.errors import ApiError
 from posenc.api.metrics import Metrics
+from posenc.api.serving.prepared import PreparedAnswers
 from posenc.api.settings import Settings
 from posenc.encodings import SpecBase, TensorInfo
 from posenc.encodings.weights import TableStore
@@ -94,6 +95,9 @@ class AppState:
 
     budget: InFlightBudget | None = None
     """The in-flight byte budget (`runtime.budget`): request bodies, computations, answers."""
+
+    prepared: PreparedAnswers = field(default_factory=PreparedAnswers)
+    """Cache hits answered from headers and bodies built once (`serving.prepared`)."""
 
     grpc_port: int | None = None
     """The port the gRPC service listens on (the bound one when `grpc_port` is 0), while up."""

@@ -82,6 +82,10 @@ class CacheEntry:
     digests: dict[Hashable, str] = field(default_factory=dict)
     """Digests of whole representations (the API's `Repr-Digest` values), one per variant, kept
     with the entry so that each is computed once."""
+    answers: dict[Hashable, object] = field(default_factory=dict)
+    """Answers the API pre-built from this entry (a hit's headers and body, per request shape),
+    dropped with the entry; their bodies are `prepared` buffers or views of `table`, so they
+    hold no bytes of their own."""
 
     @property
     def nbytes(self) -> int:
@@ -207,6 +211,15 @@ class TableCache:
     def peek(self, key: CacheKey) -> CacheEntry | None:
         """The resident entry for `key`, without touching recency or counters."""
         return self._entries.get(key)
+
+    def touch(self, entry: CacheEntry) -> bool:
+        """Count a hit on `entry` and make it the most recently used, as `get` does, when it is
+        resident; False (nothing counted) when it is not."""
+        if self._entries.get(entry.key) is not entry:
+            return False
+        self._entries.move_to_end(entry.key)
+        self.stats.hits += 1
+        return True
 
     async def get(
         self, spec: SpecBase, key: str | None = None, device: torch.device | None = None
