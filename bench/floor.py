@@ -19,6 +19,9 @@ Cases (cache hits; every server's body is checked to be the bytes posenc sent):
 - `/v2` decode step: `POST /v2/models/rope/infer` for one position, cos and sin as binary
   outputs (the step a decode loop sends).
 
+Then the per-call compute overhead of a 1 KiB table (`compute_overhead`, in process; alone with
+`--compute-only`).
+
 Each measurement is sequential requests on one keep-alive connection (`bench.serve.Conn`, a raw
 socket reading into a preallocated buffer) for `--seconds`; servers alternate within a round (the
 one going first rotates) and the median of `--rounds` is kept. Requests per second and the ratio
@@ -149,13 +152,66 @@ def build_cases(port: int) -> list[Case]:
     return cases
 
 
+TINY = {"kind": "rope", "head_dim": 8, "max_positions": 16}
+"""A 1 KiB table (cos and sin, 16 x 8 float32): what a call costs besides the math."""
+
+
+def compute_overhead(repeats: int = 2000, rounds: int = 7) -> list[list[str]]:
+    """µs of thread CPU per call, in process, medians of `rounds` alternating rounds: the
+    family's math alone (`Family.compute` on the canonical spec), `compute` of a spec seen
+    before (its facts remembered: `spec_facts`) and of a spec never seen (the facts worked out
+    per call, as every call did before they were remembered)."""
+    import torch
+
+    from posenc.encodings import compute, parse_spec
+    from posenc.encodings.base import _FACTS, FAMILIES, spec_facts
+
+    spec = parse_spec(TINY)
+    canon = spec_facts(spec).canon
+    family = FAMILIES[canon.kind]
+    cpu = torch.device("cpu")
+
+    def math() -> None:
+        family.compute(canon, cpu)
+
+    def seen() -> None:
+        compute(spec)
+
+    def unseen() -> None:
+        _FACTS.pop(id(spec), None)
+        compute(spec)
+
+    cases = {"math only": math, "compute, spec seen": seen, "compute, facts per call": unseen}
+    samples: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(rounds):
+        for name, fn in cases.items():
+            for _ in range(50):
+                fn()
+            start = time.thread_time()
+            for _ in range(repeats):
+                fn()
+            samples[name].append((time.thread_time() - start) / repeats * 1e6)
+    med = {name: statistics.median(v) for name, v in samples.items()}
+    base = med["math only"]
+    return [
+        [name, f"{value:.1f}", "" if name == "math only" else f"{value - base:.1f}"]
+        for name, value in med.items()
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=1.5, help="window per measurement")
     parser.add_argument("--rounds", type=int, default=5, help="alternating rounds (median kept)")
     parser.add_argument("--baseline", help="a git revision to measure beside this tree")
     parser.add_argument("--quick", action="store_true", help="2 rounds of 0.5 s (smoke run)")
+    parser.add_argument("--compute-only", action="store_true", help="only the compute overhead")
     args = parser.parse_args(argv)
+    if args.compute_only:
+        print(
+            table(["1 KiB table (rope 16 x 8)", "µs per call", "over the math"], compute_overhead())
+        )
+        return 0
     rounds, seconds = (2, 0.5) if args.quick else (args.rounds, args.seconds)
 
     before = load()
@@ -220,6 +276,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.baseline:
         columns += [f"{args.baseline} req/s", f"{args.baseline} / floor"]
     print(table(columns, rows, "llrrrrr"[: len(columns)]))
+    print()
+    print("Per-call compute overhead (thread CPU, in process, this tree):")
+    print()
+    print(table(["1 KiB table (rope 16 x 8)", "µs per call", "over the math"], compute_overhead()))
     return 0
 
 

@@ -72,6 +72,7 @@ def context_for(state: AppState, grpc: bool = False) -> OipContext:
         observe=lambda model, source: counter.labels(model, source).inc(),
         output_copies=GRPC_OUTPUT_COPIES if grpc else HTTP_OUTPUT_COPIES,
         json_outputs=not grpc,
+        steps=None if grpc else state.steps,
     )
 
 

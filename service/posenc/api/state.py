@@ -17,6 +17,7 @@ import torch
 from posenc.api.error_types import STARTING
 from posenc.api.errors import ApiError
 from posenc.api.metrics import Metrics
+from posenc.api.oip.steps import StepTemplates
 from posenc.api.serving.prepared import PreparedAnswers
 from posenc.api.settings import Settings
 from posenc.encodings import SpecBase, TensorInfo
@@ -98,6 +99,9 @@ class AppState:
 
     prepared: PreparedAnswers = field(default_factory=PreparedAnswers)
     """Cache hits answered from headers and bodies built once (`serving.prepared`)."""
+
+    steps: StepTemplates = field(default_factory=StepTemplates)
+    """`/v2` decode steps answered from templates (`oip.steps`)."""
 
     grpc_port: int | None = None
     """The port the gRPC service listens on (the bound one when `grpc_port` is 0), while up."""

@@ -176,6 +176,11 @@ def build_router(context: ContextGetter) -> tuple[APIRouter, APIRouter]:
             # tells load balancers); only a server without its cache answers 503
             service = context(request)
             body = await _read_body(request, service.max_body_bytes)
+            steps = service.steps
+            if steps is not None:
+                step = steps.answer(service.cache, request, body, service.observe)
+                if step is not None:
+                    return step
             parsed = parse_infer_request(body, request.headers.get(HEADER_LENGTH))
             # the outputs and computed rows are charged to the in-flight budget by the model
             # (`admit`, `OipContext.compute`); released when sent, or here on any failure
@@ -204,9 +209,18 @@ def build_router(context: ContextGetter) -> tuple[APIRouter, APIRouter]:
                 raise
             if service.observe is not None:
                 service.observe(found.name, str(result.parameters.get("posenc_source", "")))
-            return BodyResponse(
+            charge = service.charged
+            response = BodyResponse(
                 list(encoded.parts), 200, encoded.headers, encoded.media_type, service.take_held()
             )
+            entry = service.entry
+            binary = all(o.binary for o in outputs)
+            if steps is not None and result.rows_of is not None and entry is not None and binary:
+                head = bytes(encoded.parts[0])
+                steps.keep(
+                    request, body, parsed, entry, result.rows_of, found.name, head, response, charge
+                )
+            return response
 
         return await _guarded(run)
 
