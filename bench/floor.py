@@ -137,7 +137,12 @@ def extract(rev: str, into: Path) -> Path:
     return into / "service"
 
 
-def build_cases(port: int) -> list[Case]:
+def build_cases(port: int, others: list[int]) -> list[Case]:
+    """The cases with posenc's bodies (the tables resolved on `others` too: a bare key is
+    answered by the server that resolved it)."""
+    for other in others:
+        fetch(other, post_json("/v1/tables", SMALL))
+        fetch(other, post_json("/v1/tables", LARGE))
     _, small_headers = fetch(port, post_json("/v1/tables", SMALL))
     _, large_headers = fetch(port, post_json("/v1/tables", LARGE))
     cases = [
@@ -226,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
             procs.append(posenc_server(ports["baseline"], source))
         for name in names[1:]:
             wait_up(ports[name], get("/v2/health/ready"), procs[names.index(name) - 1])
-        cases = build_cases(ports["posenc"])
+        cases = build_cases(ports["posenc"], [ports[n] for n in names[2:]])
         files = []
         for i, case in enumerate(cases):
             path = scratch / f"{i}.bin"

@@ -261,30 +261,34 @@ class SpecFacts:
     outputs: dict[str, TensorInfo]
 
 
-_FACTS: dict[int, tuple[weakref.ref[SpecBase], SpecFacts]] = {}
-"""id(spec) -> (a weak reference to the spec, its facts): dropped with the spec."""
+_FACTS: dict[int, tuple[weakref.ref[SpecBase], SpecBase | None, dict[str, Any], str, Any]] = {}
+"""id(spec) -> (a weak reference to the spec, its canonical form or None when that is the spec
+itself, then the facts' other fields): dropped with the spec, and never keeping it alive."""
 
 
 def spec_facts(spec: SpecBase) -> SpecFacts:
     """`SpecFacts` of `spec`, worked out once per spec object (specs are frozen): the canonical
-    form, its JSON and sha256 and the output shapes cost ~50 µs per call on the CPU of
-    docs/benchmarks.md, as much as computing a 1 KiB table."""
+    form, its JSON and sha256 and the output shapes cost ~200 µs per call of a RoPE spec on the
+    CPU of docs/benchmarks.md (section 9), as much as computing a 1 KiB table."""
     ident = id(spec)
     found = _FACTS.get(ident)
     if found is not None and found[0]() is spec:
-        return found[1]
+        _, canon, spec_dict, key, outputs = found
+        return SpecFacts(spec if canon is None else canon, spec_dict, key, outputs)
     canon = spec.canonical()
     spec_dict = _dict_of(canon)
     facts = SpecFacts(canon, spec_dict, _key_of(spec_dict), canon.outputs())
+    memo = _FACTS  # held by the callback: module globals are gone at interpreter exit
 
     def forget(_: weakref.ref[SpecBase]) -> None:
-        _FACTS.pop(ident, None)
+        memo.pop(ident, None)
 
     try:
         ref = weakref.ref(spec, forget)
     except TypeError:  # a spec type without weak references: not remembered
         return facts
-    _FACTS[ident] = (ref, facts)
+    kept = None if canon is spec else canon
+    memo[ident] = (ref, kept, facts.spec_dict, facts.key, facts.outputs)
     return facts
 
 
