@@ -38,6 +38,7 @@ from posenc.api.grpc import GrpcServer
 from posenc.api.hot import HotRoutes, hot_routes
 from posenc.api.metrics import Metrics, MetricsMiddleware
 from posenc.api.middleware import BodyLimitMiddleware
+from posenc.api.oip.steps import STEP_TEMPLATES, StepTemplates
 from posenc.api.openapi import install_openapi
 from posenc.api.routes import (
     check,
@@ -55,6 +56,7 @@ from posenc.api.routes import (
     version,
 )
 from posenc.api.serving.head import HeadRequests
+from posenc.api.serving.prepared import PREPARED_SHAPES, PreparedAnswers
 from posenc.api.settings import Settings
 from posenc.api.state import AppState, KeyIndex, Lifecycle
 from posenc.encodings.weights import TableStore
@@ -194,6 +196,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         for part in preset.parts:
             index.pin(part.key, part.spec)
     state = AppState(settings, metrics, curated, Lifecycle(), index)
+    state.prepared = PreparedAnswers(PREPARED_SHAPES if settings.prepared_answers else 0)
+    state.steps = StepTemplates(STEP_TEMPLATES if settings.prepared_answers else 0)
     # one in-flight budget for the app's life: request bodies (`BodyLimitMiddleware`), tables
     # computed, answers being sent, over HTTP and gRPC
     state.budget = InFlightBudget(

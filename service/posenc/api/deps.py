@@ -73,6 +73,7 @@ def context_for(state: AppState, grpc: bool = False) -> OipContext:
         output_copies=GRPC_OUTPUT_COPIES if grpc else HTTP_OUTPUT_COPIES,
         json_outputs=not grpc,
         stats=state.stats,
+        steps=None if grpc else state.steps,
     )
 
 

@@ -261,6 +261,12 @@ class Settings(BaseSettings):
         description="serve GET/POST /v1/tables and /v2 infer without FastAPI's dispatch "
         "(`api/hot.py`; the responses are the same either way)",
     )
+    prepared_answers: bool = Field(
+        True,
+        description="answer a repeated /v1/tables cache hit from its headers and body built "
+        "once, and a repeated /v2 decode step from a template of its answer "
+        "(`api/serving/prepared.py`, `api/oip/steps.py`; the responses are the same either way)",
+    )
     root_path: str = Field(
         "",
         description="path prefix a reverse proxy serves posenc under (uvicorn's root_path, e.g. "

@@ -18,6 +18,8 @@ from posenc.api.error_types import STARTING
 from posenc.api.errors import ApiError
 from posenc.api.metrics import Metrics
 from posenc.api.oip.stats import InferenceStats
+from posenc.api.oip.steps import StepTemplates
+from posenc.api.serving.prepared import PreparedAnswers
 from posenc.api.settings import Settings
 from posenc.encodings import SpecBase, TensorInfo
 from posenc.encodings.weights import TableStore
@@ -95,6 +97,12 @@ class AppState:
 
     budget: InFlightBudget | None = None
     """The in-flight byte budget (`runtime.budget`): request bodies, computations, answers."""
+
+    prepared: PreparedAnswers = field(default_factory=PreparedAnswers)
+    """Cache hits answered from headers and bodies built once (`serving.prepared`)."""
+
+    steps: StepTemplates = field(default_factory=StepTemplates)
+    """`/v2` decode steps answered from templates (`oip.steps`)."""
 
     grpc_port: int | None = None
     """The port the gRPC service listens on (the bound one when `grpc_port` is 0), while up."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
@@ -86,15 +87,15 @@ class SpecBase(BaseModel):
         raise NotImplementedError
 
     def output_bytes(self) -> int:
-        return sum(t.nbytes for t in self.canonical().outputs().values())
+        return sum(t.nbytes for t in spec_facts(self).outputs.values())
 
     def cache_dtype(self) -> str:
         """The dtype the cache keys this spec under (the canonical main output dtype)."""
-        return str(getattr(self.canonical(), "dtype", "float32"))
+        return str(getattr(spec_facts(self).canon, "dtype", "float32"))
 
     def cache_precision(self) -> str:
         """The precision the cache keys this spec under (`reference` unless a family says)."""
-        return str(getattr(self.canonical(), "precision", "reference"))
+        return str(getattr(spec_facts(self).canon, "precision", "reference"))
 
 
 @dataclass(frozen=True)
@@ -246,7 +247,49 @@ def canonical_json(spec: SpecBase) -> str:
 
 def content_key(spec: SpecBase) -> str:
     """Stable sha256 over the canonical JSON and the algorithm version (64 hex digits)."""
-    return _key_of(canonical_dict(spec))
+    return spec_facts(spec).key
+
+
+@dataclass(frozen=True)
+class SpecFacts:
+    """What every computation and lookup of one spec derives from it: the canonical spec, its
+    canonical dict (shared: read only), content key and outputs (shapes, dtypes, row axes)."""
+
+    canon: SpecBase
+    spec_dict: dict[str, Any]
+    key: str
+    outputs: dict[str, TensorInfo]
+
+
+_FACTS: dict[int, tuple[weakref.ref[SpecBase], SpecBase | None, dict[str, Any], str, Any]] = {}
+"""id(spec) -> (a weak reference to the spec, its canonical form or None when that is the spec
+itself, then the facts' other fields): dropped with the spec, and never keeping it alive."""
+
+
+def spec_facts(spec: SpecBase) -> SpecFacts:
+    """`SpecFacts` of `spec`, worked out once per spec object (specs are frozen): the canonical
+    form, its JSON and sha256 and the output shapes cost ~200 µs per call of a RoPE spec on the
+    CPU of docs/benchmarks.md (section 9), as much as computing a 1 KiB table."""
+    ident = id(spec)
+    found = _FACTS.get(ident)
+    if found is not None and found[0]() is spec:
+        _, canon, spec_dict, key, outputs = found
+        return SpecFacts(spec if canon is None else canon, spec_dict, key, outputs)
+    canon = spec.canonical()
+    spec_dict = _dict_of(canon)
+    facts = SpecFacts(canon, spec_dict, _key_of(spec_dict), canon.outputs())
+    memo = _FACTS  # held by the callback: module globals are gone at interpreter exit
+
+    def forget(_: weakref.ref[SpecBase]) -> None:
+        memo.pop(ident, None)
+
+    try:
+        ref = weakref.ref(spec, forget)
+    except TypeError:  # a spec type without weak references: not remembered
+        return facts
+    kept = None if canon is spec else canon
+    memo[ident] = (ref, kept, facts.spec_dict, facts.key, facts.outputs)
+    return facts
 
 
 _CANONICAL_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False)
@@ -265,22 +308,22 @@ def _key_of(canon: dict[str, Any]) -> str:
 
 def compute(spec: SpecBase, device: str | torch.device = "cpu") -> Table:
     """Compute the table for `spec` on `device`. Pure: same spec and device, same bits."""
-    canon = spec.canonical()
+    known = spec_facts(spec)
+    canon = known.canon
     family = FAMILIES[canon.kind]
     dev = torch.device(device)
     tensors, facts = family.compute(canon, dev)
-    spec_dict = _dict_of(canon)
     meta: dict[str, Any] = {
         "kind": canon.kind,
-        "spec": spec_dict,
-        "key": _key_of(spec_dict),
+        "spec": known.spec_dict,
+        "key": known.key,
         "algorithm_version": ALGORITHM_VERSION,
         "device": str(dev),
         "shapes": {name: list(t.shape) for name, t in tensors.items()},
         "dtypes": {name: str(t.dtype).removeprefix("torch.") for name, t in tensors.items()},
         # each tensor's position axis (`TensorInfo.row_axis`, None: sent whole), so a client
         # slices rows of a table it holds without its own copy of every family's layout
-        "row_axes": {name: info.row_axis for name, info in canon.outputs().items()},
+        "row_axes": {name: info.row_axis for name, info in known.outputs.items()},
         **facts,
     }
     return Table(tensors=tensors, meta=meta)

@@ -87,6 +87,10 @@ class CacheEntry:
     """Unique for the life of the process (unlike `id()`, never reused once the entry is gone):
     what the in-flight charges of its sends are named by, so that a send need not keep the
     entry alive to keep its charge's name its own."""
+    answers: dict[Hashable, object] = field(default_factory=dict)
+    """Answers the API pre-built from this entry (a hit's headers and body, per request shape),
+    dropped with the entry; their bodies are `prepared` buffers or views of `table`, so they
+    hold no bytes of their own."""
 
     @property
     def nbytes(self) -> int:
@@ -212,6 +216,15 @@ class TableCache:
     def peek(self, key: CacheKey) -> CacheEntry | None:
         """The resident entry for `key`, without touching recency or counters."""
         return self._entries.get(key)
+
+    def touch(self, entry: CacheEntry) -> bool:
+        """Count a hit on `entry` and make it the most recently used, as `get` does, when it is
+        resident; False (nothing counted) when it is not."""
+        if self._entries.get(entry.key) is not entry:
+            return False
+        self._entries.move_to_end(entry.key)
+        self.stats.hits += 1
+        return True
 
     async def get(
         self, spec: SpecBase, key: str | None = None, device: torch.device | None = None

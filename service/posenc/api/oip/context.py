@@ -27,7 +27,7 @@ import asyncio
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import torch
 
@@ -36,9 +36,12 @@ from posenc.api.oip.stats import InferenceStats
 from posenc.api.serving.bind import bind_tables
 from posenc.encodings import SpecBase, Table, compute
 from posenc.encodings.weights import TableStore
-from posenc.runtime import OFFLOAD_BYTES, Lease, TableCache, is_out_of_memory
+from posenc.runtime import OFFLOAD_BYTES, CacheEntry, Lease, TableCache, is_out_of_memory
 from posenc.runtime.cache import WORKING_FACTOR
 from posenc.runtime.device import release_cached_memory
+
+if TYPE_CHECKING:
+    from posenc.api.oip.steps import StepTemplates
 
 T = TypeVar("T")
 
@@ -93,6 +96,12 @@ class OipContext:
 
     charged: int = 0
     """Bytes this request has charged so far (at most the whole budget)."""
+
+    entry: CacheEntry | None = None
+    """The cache entry `table` last answered from."""
+
+    steps: StepTemplates | None = None
+    """The app's decode-step templates (`oip.steps`; HTTP only)."""
 
     def _charge(self, into: list[Lease], nbytes: int) -> None:
         # one request's charges are capped at the whole budget, as a computation's are: a
@@ -149,6 +158,7 @@ class OipContext:
         """The whole table of `spec` (content key `key`) from the cache, computed at most once;
         and the outcome (`hit`, `miss`, `coalesced`)."""
         entry, outcome = await self.cache.get(spec, key)
+        self.entry = entry
         return entry.table, outcome
 
     async def compute(self, spec: SpecBase) -> Table:

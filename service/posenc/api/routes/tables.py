@@ -40,6 +40,7 @@ from posenc.api.memo import JsonMemo
 from posenc.api.serving.bind import unbound
 from posenc.api.serving.conditional import IMMUTABLE, NOT_MODIFIED
 from posenc.api.serving.params import TABLE_PARAMETERS, TABLE_RESPONSES
+from posenc.api.serving.prepared import post_signature, signature
 from posenc.api.serving.preview import (
     PREVIEW_ERRORS,
     PREVIEW_PARAMETERS,
@@ -113,11 +114,26 @@ SPEC_BODY = {
 async def post_table(request: Request) -> Response:
     """The table for the spec in the body; its stable URL is in `Content-Location`."""
     state = app_state(request)
+    shape = None
+    if signature(request.scope, "post_table") is not None:  # no per-request headers
+        shape = post_signature(request.scope, await request.body())
+    if shape is not None and state.cache is not None:
+        found = state.prepared.find(state.cache, shape)
+        if found is not None:
+            entry, prepared = found
+            state.index.remember(prepared.key, prepared.spec)
+            return state.prepared.send(state.cache, entry, prepared)
     body = await read_json_object(request)
     spec, key = SPECS.get(body, lambda: spec_from_object(body))
     state.index.remember(key, unbound(spec))
     return await serve_table(
-        request, state, spec, key, TableQuery.from_request(request), cache_control=None
+        request,
+        state,
+        spec,
+        key,
+        TableQuery.from_request(request),
+        cache_control=None,
+        shape=shape,
     )
 
 
@@ -150,9 +166,27 @@ async def get_table(request: Request) -> Response:
     """The table the URL names: immutable, so cacheable forever; 304 on a matching
     If-None-Match."""
     state = app_state(request)
-    key, spec = _known(state, request.path_params["key"])
+    shape = signature(request.scope, "get_table")
+    if shape is not None and state.cache is not None:
+        found = state.prepared.find(state.cache, shape)
+        if found is not None:
+            entry, prepared = found
+            known = state.index.get(prepared.key) is not None
+            if known or prepared.carried:  # else `_known` refuses the bare key (404)
+                if not known:
+                    state.index.remember(prepared.key, prepared.spec)  # as `_known` does
+                return state.prepared.send(state.cache, entry, prepared)
+    segment = request.path_params["key"]
+    key, spec = _known(state, segment)
     return await serve_table(
-        request, state, spec, key, TableQuery.from_request(request), cache_control=IMMUTABLE
+        request,
+        state,
+        spec,
+        key,
+        TableQuery.from_request(request),
+        cache_control=IMMUTABLE,
+        shape=shape,
+        carried="." in segment,
     )
 
 

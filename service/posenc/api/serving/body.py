@@ -15,7 +15,7 @@ SEND_CHUNK = 1 << 20
 """Bytes handed to the server per `http.response.body` message of a table body."""
 
 
-def _bytes(buffer: Buffer) -> memoryview:
+def as_bytes(buffer: Buffer) -> memoryview:
     """`buffer` as a flat byte view (no copy)."""
     view = memoryview(buffer)
     return view if view.format == "B" and view.ndim == 1 else view.cast("B")
@@ -40,7 +40,7 @@ class BodyResponse(Response):
         leases: list[Lease],
     ) -> None:
         super().__init__(None, status_code, headers, media_type)
-        self.views = [_bytes(part) for part in (body if isinstance(body, list) else [body])]
+        self.views = [as_bytes(part) for part in (body if isinstance(body, list) else [body])]
         self.leases = leases
         self.headers["content-length"] = str(sum(view.nbytes for view in self.views))
 
@@ -56,23 +56,25 @@ class BodyResponse(Response):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": self.status_code,
-                    "headers": self.raw_headers,
-                }
-            )
-            left = sum(view.nbytes for view in self.views)
-            if not left:
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
-            for view in self.views:
-                for start in range(0, view.nbytes, SEND_CHUNK):
-                    chunk = view[start : start + SEND_CHUNK]
-                    left -= chunk.nbytes
-                    await send({"type": "http.response.body", "body": chunk, "more_body": left > 0})
+            await send_views(send, self.status_code, self.raw_headers, self.views)
         finally:
             self.release()
+
+
+async def send_views(
+    send: Send, status: int, raw_headers: list[tuple[bytes, bytes]], views: list[memoryview]
+) -> None:
+    """The response start, then `views` in order, `SEND_CHUNK` bytes per body message (one empty
+    message for an empty body)."""
+    await send({"type": "http.response.start", "status": status, "headers": raw_headers})
+    left = sum(view.nbytes for view in views)
+    if not left:
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+    for view in views:
+        for start in range(0, view.nbytes, SEND_CHUNK):
+            chunk = view[start : start + SEND_CHUNK]
+            left -= chunk.nbytes
+            await send({"type": "http.response.body", "body": chunk, "more_body": left > 0})
 
 
 def acquire(cache: TableCache, charges: list[tuple[Hashable, int]]) -> list[Lease]:

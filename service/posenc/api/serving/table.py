@@ -42,12 +42,14 @@ from posenc.api.serving.conditional import device_etag, not_modified
 from posenc.api.serving.digest import entry_digest
 from posenc.api.serving.encode import Encoding
 from posenc.api.serving.formats import DEFAULT, Format, negotiate
+from posenc.api.serving.prepared import Prepared, Signature
 from posenc.api.serving.query import TableQuery
 from posenc.api.serving.ranges import apply_range
 from posenc.api.serving.selection import Selection, parse_rows, select, selected_infos
 from posenc.api.state import AppState
 from posenc.api.tableurl import table_url
 from posenc.encodings import SpecBase, Table, TensorInfo
+from posenc.encodings.weights import WeightTableSpec
 from posenc.runtime import OFFLOAD_BYTES, Buffer, CacheEntry, Lease, TableCache
 
 CPU = torch.device("cpu")
@@ -197,8 +199,14 @@ async def serve_table(
     query: TableQuery,
     *,
     cache_control: str | None,
+    shape: Signature | None = None,
+    carried: bool = False,
 ) -> Response:
-    """Negotiate, check limits, look up (or compute) and send the table for a canonical spec."""
+    """Negotiate, check limits, look up (or compute) and send the table for a canonical spec.
+
+    `shape`: the request's shape (`prepared.signature`), under which a 200 whose body the cache
+    keeps is remembered (`keep_prepared`) for the route to answer the next such request from
+    (`carried`: the URL carries the spec)."""
     fmt = negotiate(query.format, request.headers.get("accept"))
     outputs = state.index.outputs(key, spec)  # shapes only: nothing allocated before the check
     check_size(state, outputs)
@@ -274,4 +282,31 @@ async def serve_table(
         raise
     # the response keeps alive what it sends (a tensor, a prepared body), never the entry: an
     # entry evicted mid-send takes its other tensors and bodies with it, outside no charge
-    return BodyResponse(body, status, headers, fmt.media_type, leases)
+    response = BodyResponse(body, status, headers, fmt.media_type, leases)
+    kept = (
+        _is_view(entry, fmt, selection) or entry.prepared.get((fmt.name, selection.names)) is body
+    )
+    if shape is not None and status == 200 and selection.rows is None and kept:
+        keep_prepared(state, shape, entry, response, key, spec, carried, charges)
+    return response
+
+
+def keep_prepared(
+    state: AppState,
+    shape: Signature,
+    entry: CacheEntry,
+    sent: BodyResponse,
+    key: str,
+    spec: SpecBase,
+    carried: bool,
+    charges: list[tuple[Hashable, int]],
+) -> None:
+    """Remember `sent` (a 200 of a whole representation whose body the cache keeps, taking
+    `charges`) as the answer to `shape` while `entry` is resident, with `X-Posenc-Cache: hit`;
+    not for a spec naming an uploaded weight table (bound from the store per request)."""
+    cache = state.require_cache()
+    if isinstance(spec, WeightTableSpec) or cache.peek(entry.key) is not entry:
+        return
+    raw = [(n, b"hit" if n == b"x-posenc-cache" else v) for n, v in sent.raw_headers]
+    prepared = Prepared(key, spec, carried, raw, list(sent.views), charges)
+    state.prepared.keep(shape, entry, prepared)

@@ -70,6 +70,10 @@ class InferResult:
 
     tensors: dict[str, torch.Tensor]
     parameters: dict[str, Any] = field(default_factory=dict)
+    rows_of: dict[str, torch.Tensor] | None = None
+    """When each output is the rows of a whole cached table (`OipContext.entry`'s) at the
+    request's positions, in `tensors`' order: those tables (a decode step's template,
+    `oip.steps`)."""
 
 
 InferFn = Callable[[OipContext, InferRequest], Awaitable[InferResult]]

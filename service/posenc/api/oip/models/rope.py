@@ -235,7 +235,10 @@ async def infer(ctx: OipContext, request: InferRequest) -> InferResult:
     params = spec_parameters(parsed.info, source, device)
     if section is not None:
         params["posenc_mrope"] = f"{mrope_layout} {section}"
-    return InferResult(tensors, params)
+    rows_of = None
+    if source == "hit" and not mrope and "inv_freq" not in names:
+        rows_of = {n: src[n] for n in names}
+    return InferResult(tensors, params, rows_of)
 
 
 MODEL = OipModel(
