@@ -15,8 +15,8 @@ from typing import Any, ClassVar
 
 from posenc.encodings.config_values import check_number, fail
 from posenc.encodings.hf_config import audio, mrope, text, unmapped, vision, vision_rope
-from posenc.encodings.hf_config.classes import config_class
-from posenc.encodings.hf_config.rope import GENERIC_ROPE, RopeModel
+from posenc.encodings.hf_config.classes import config_class, transformers_version
+from posenc.encodings.hf_config.rope import GENERIC_ROPE, ROPE_KEYS, RopeModel
 from posenc.encodings.hf_config.view import ConfigView, Entry, head_dim
 
 Mapper = Callable[[ConfigView], list[Entry]]
@@ -207,6 +207,11 @@ REFUSED: dict[str, str] = {
     "step3p5_vision": "Step3p5's vision tower rotates patches by their 2-D grid position "
     "(Step3p7VisionRotaryEmbedding: axial RoPE, the only rope_type it builds, head_dim/4 "
     "frequencies for each of W and H): not a 1-D table; not mapped",
+    "efficientloftr": "EfficientLoFTR rotates features by their 2-D position on the coarse "
+    "feature map (EfficientLoFTRRotaryEmbedding: compute_embeddings alternates row and "
+    "column angles (1-based cumsum indices times inv_freq) over hidden_size/2 channels of a "
+    "grid sized by each input, cos/sin repeat_interleaved in pairs): not a 1-D table; "
+    "not mapped",
     "sapiens2": "Sapiens2's backbone rotates patches by their 2-D center coordinates in [-1, 1] "
     "(Sapiens2RopePositionEmbedding: head_dim/4 frequencies of rope_theta for each of H and W, "
     "from the image's patch grid, not token positions): not a 1-D table; not mapped",
@@ -814,4 +819,41 @@ def omni_thinker(view: ConfigView) -> list[Entry]:
 
 def entries(view: ConfigView) -> list[Entry]:
     """Every table the model needs, before validation, by its model_type's mapper."""
-    return MAPPERS.get(view.model_type, GENERIC_ROPE)(view)
+    mapper = MAPPERS.get(view.model_type)
+    if mapper is not None:
+        return mapper(view)
+    if not view.has_class_defaults and view.data.get("model_type") == view.model_type:
+        not_rotary(view)
+    return GENERIC_ROPE(view)
+
+
+def not_rotary(view: ConfigView) -> None:
+    """Refuse a model_type transformers knows whose config class declares no rope parameters
+    (`classes.ConfigClass.rotary` False) and that no mapper or `MODEL_DEFAULTS` entry reads:
+    its model does not read `rope_parameters`, `rope_theta` or `rope_scaling` (a vision tower
+    such as GLM-Image's or HunYuan-VL's adds interpolated learned positions, RoFormer, CLVP and
+    wav2vec2-BERT rotate by a fixed base, Moshi's depth decoder has none), so generic RoPE read
+    from a hand-added key would be accepted and wrong. Source: the generated class data
+    (`transformers_classes.json`) and each family's `modeling_<model>.py`.
+
+    A `text_config` without its own model_type is read as generic RoPE as before (transformers
+    builds the composite's default text class from it)."""
+    cls = config_class(view.model_type)
+    if cls is None:
+        return
+    named = f"model_type {view.model_type!r} ({cls.name}, transformers {transformers_version()})"
+    found = next((f for k in ROPE_KEYS if (f := view.present(k)) is not None), None)
+    if found is not None:
+        fail(
+            view.key(found[0]),
+            f"{named} declares no rope parameters: its model does not read rope_parameters, "
+            "rope_theta or rope_scaling, so a RoPE table built from this key would not be what "
+            "it computes; its position encoding is not mapped",
+            found[1],
+        )
+    fail(
+        view.key("model_type"),
+        f"{named} has no rope parameters and its position encoding (if any) is not mapped: "
+        "no alibi, relative-bias or sinusoidal fields posenc reads",
+        view.model_type,
+    )
