@@ -223,7 +223,7 @@ naming model_type) rather than answered with a wrong table."""
 MROPE_INTERLEAVED_PAIRS = frozenset(
     t
     for t in mrope.MROPE_MODELS
-    if t.startswith(("glm4v", "glm_image", "glm_ocr", "ernie4_5_vl_moe"))
+    if t.startswith(("glm4v", "glm_image", "glm_ocr", "ernie4_5_vl_moe", "hy_v4_vl"))
 )
 """M-RoPE families whose `apply_rotary_pos_emb` rotates (2i, 2i+1) pairs (`rotate_half_llm` /
 `rotate_half_text` with `repeat_interleave`d cos/sin), measured by the M-RoPE sweep."""
@@ -235,16 +235,20 @@ MROPE_REFUSED: dict[str, str] = {
     ),
     **dict.fromkeys(
         ("hunyuan_vl", "hunyuan_vl_text"),
-        "M-RoPE over len(mrope_section) axes with channel-sized sections "
-        "(HunYuanVLRotaryEmbedding); not mapped",
+        "M-RoPE over len(mrope_section) position axes with channel-sized sections "
+        "(HunYuanVLRotaryEmbedding.recomposition_frequencies splits cat(freqs, freqs) into "
+        "chunks of 2 * mrope_section[k] channels, chunk k reading axis k % len(mrope_section)): "
+        "the two channels c and c + d/2 of a rotate_half pair read different axes (with "
+        "[16, 16, 16, 16] and head_dim 128, pair 0 takes axis 0 on channel 0 and axis 2 on "
+        "channel 64), so an image token is not rotated by one angle per pair and no per-pair "
+        "axis map over the 1-D table serves it (text-only tokens, all axes equal, get the plain "
+        "table); not mapped",
     ),
-    **dict.fromkeys(
-        ("hy_v4_vl", "hy_v4_vl_text"),
-        "M-RoPE whose interleaved pairs read cat(c, c)-packed sections (HYV4VLRotaryEmbedding with "
-        "rotate_half on (2i, 2i+1)): not a rotation posenc's tables declare; not mapped",
-    ),
-    "neomme": "two-axis row/column M-RoPE (NeoMMERotaryEmbedding.recomposition_frequencies); "
-    "not mapped",
+    "neomme": "two-axis row/column M-RoPE per layer type (NeoMMERotaryEmbedding."
+    "recomposition_frequencies: even frequency pairs read the row axis, odd pairs the column "
+    "axis, cat(angles, angles) over each layer type's own inv_freq and partial width): text "
+    "tokens get the plain per-layer-type tables, but posenc's M-RoPE notes (pair_axes over "
+    "three axes, one table) do not describe two axes per layer type; not mapped",
 }
 """M-RoPE families posenc does not map: refused naming model_type, never a plain 1-D table."""
 
