@@ -16,8 +16,8 @@ Per model_type of `CONFIG_MAPPING_NAMES` (its config class):
   the default instance's (a file without rope parameters gets them: `__post_init__` may add
   keys no field names) and `rope_type` its `default_rope_type` when that is not "default" (the
   axial models), `partial_rotary_factor` where `__post_init__` supplies one no field declares
-  (`_post_init_partial`), `head_dim_scale` k where `__post_init__` derives head_dim = k * hidden_size
-  // num_attention_heads when the file gives none (Zamba2: 2);
+  (`_post_init_partial`), `head_dim_scale` k where `__post_init__` derives head_dim = k *
+  hidden_size // num_attention_heads when the file gives none (Zamba2: 2);
 - `text_config_defaults`: for a composite class that lays its text sub-config's init kwargs under
   the file's `text_config` (Voxtral Realtime), those of `KEYS`.
 

@@ -205,7 +205,8 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
             "num_heads": [4, 8, 16, 32],
         },
     ),
-    # MCG-NJU/videomae-large.
+    # MCG-NJU/videomae-large (as transformers' convert_videomae_to_pytorch.py
+    # set_architecture_configs sets "large": 1024 / 16 / 4096, decoder 512 / 8 / 2048).
     "videomae+large": (
         "videomae",
         {
@@ -234,7 +235,9 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
         {"hidden_size": 2048, "num_attention_heads": 32, "ffn_dim": 8192},
     ),
     # microsoft/swinv2-base-patch4-window12to16-192to256-22kto1k-ft: window 16 at 256 px,
-    # fine-tuned from windows of 12 (the last stage's 8 from 6).
+    # fine-tuned from windows of 12 (the last stage's 8 from 6); as transformers'
+    # convert_swinv2_timm_to_pytorch.py get_swinv2_config builds it ("base": 128,
+    # (2, 2, 18, 2), (4, 8, 16, 32); "to" in the name: pretrained_window_sizes (12, 12, 12, 6)).
     "swinv2+window16": (
         "swinv2",
         {

@@ -55,7 +55,9 @@ def _no_rope_types() -> list[str]:
             cls = _class(model_type)
         except Exception:
             continue
-        names = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
+        names = (
+            {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
+        )
         if "rope_parameters" not in names and "rope_theta" not in names:
             found.append(model_type)
     return found
@@ -67,8 +69,10 @@ def _nested_types() -> list[str]:
     for model_type in known_model_types():
         cls = config_class(model_type)
         params = cls.defaults.get("rope_parameters") if cls is not None else None
-        if isinstance(params, dict) and params and all(
-            v is None or isinstance(v, dict) for v in params.values()
+        if (
+            isinstance(params, dict)
+            and params
+            and all(v is None or isinstance(v, dict) for v in params.values())
         ):
             found.append(model_type)
     return found
@@ -103,6 +107,7 @@ def test_a_class_without_rope_parameters_refuses_hand_added_rope_keys(
         base = released.default_config(model_type)
     except sweep.UnbuildableError:
         base = {"model_type": model_type}
+
     def answer(config: dict[str, Any]) -> tuple[int, Any]:
         response = client.post("/v1/resolve", json={"hf_config": config, "max_positions": 16})
         assert response.status_code < 500, response.text
