@@ -278,6 +278,10 @@ NOT_SERVED: dict[str, dict[str, str]] = {
         "learned:positions": "ProphetNetPositionalEmbeddings",
     },
     "longt5+transient-global": {"t5_bias:encoder_global": "compute_side_bias"},
+    "udop": {
+        "t5_bias:encoder_horizontal": "RelativePositionBiasHorizontal",
+        "t5_bias:encoder_vertical": "RelativePositionBiasVertical",
+    },
     # The checkpoint's learned table is not in config.json: the window index is served.
     "swin+absolute": {"learned": "table_key"},
     "granite_docling": {"vision_config": "learned position_embedding"},
@@ -537,6 +541,12 @@ def _t5_buckets(model_type: str, cfg: Any, named: NamedSpec) -> Pair:
             )
             theirs = lookup(positions)[0, 0]
         return ours, theirs.to(torch.int64)
+    if model_type == "udop" and named.name == "t5_bias:encoder":
+        # UdopStack.relative_bias's 1-D module, built by create_relative_bias from the config:
+        # its own buckets over key - query sequence positions.
+        (one_d,) = [b for b in mod.create_relative_bias(cfg) if type(b).__name__.endswith("1D")]
+        theirs = one_d.get_bucket(attention_mask=torch.ones(1, k, dtype=torch.long))[0]
+        return ours, theirs[offset : offset + q]
     if model_type == "prophetnet":
         # The decoder's main stream: compute_all_stream_relative_buckets on position ids 1..K.
         positions = torch.arange(1, k + 1)[None]

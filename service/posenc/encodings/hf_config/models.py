@@ -715,6 +715,7 @@ MAPPERS: dict[str, Mapper] = {
     "mpnet": text.mpnet,
     "prophetnet": text.prophetnet,
     **dict.fromkeys(("layoutlmv2", "layoutlmv3"), text.layoutlm),
+    "udop": text.udop,
     "pegasus": text.pegasus,
     "xglm": text.xglm,
     "nllb-moe": text.fairseq_sinusoids,

@@ -58,9 +58,7 @@ REFUSED: dict[str, str] = {
     "data2vec-text": "learned absolute position embeddings (RoBERTa-like; checkpoint weights), "
     "not a formula",
     "aimv2_text_model": "learned absolute position embeddings (checkpoint weights), not a formula",
-    # T5 buckets with extra parts.
-    "udop": "T5 buckets plus 2-D layout biases (RelativePositionBiasHorizontal/Vertical over "
-    "bounding boxes) summed per layer; not mapped",
+    # T5 buckets with extra parts (UDOP: text.udop serves the 1-D part).
     "pix2struct_vision_model": "learned row/column patch embeddings (row_embedder, "
     "column_embedder: checkpoint weights), not a formula",
     # Sinusoids inside models with other parts.
