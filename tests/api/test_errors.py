@@ -304,7 +304,8 @@ def test_a_misspelt_name_gets_a_suggestion(
     # a known model_type refused for having no table suggests nothing (not itself)
     known = client.post("/v1/resolve", json={"hf_config": {"model_type": "chameleon_vqgan"}})
     assert known.status_code == 422, known.text
-    assert "unknown model_type without" in known.json()["error"]
+    assert "(ChameleonVQVAEConfig, transformers" in known.json()["error"]
+    assert "has no rope parameters" in known.json()["error"]
     assert "did you mean" not in known.json()["error"]
 
 

@@ -15,8 +15,9 @@ Per model_type of `CONFIG_MAPPING_NAMES` (its config class):
   is kept as `rope_theta_by_layer_type`, read by the family's own conversion), `rope_parameters`
   the default instance's (a file without rope parameters gets them: `__post_init__` may add
   keys no field names) and `rope_type` its `default_rope_type` when that is not "default" (the
-  axial models), `head_dim_scale` k where `__post_init__` derives head_dim = k * hidden_size
-  // num_attention_heads when the file gives none (Zamba2: 2);
+  axial models), `partial_rotary_factor` where `__post_init__` supplies one no field declares
+  (`_post_init_partial`), `head_dim_scale` k where `__post_init__` derives head_dim = k *
+  hidden_size // num_attention_heads when the file gives none (Zamba2: 2);
 - `text_config_defaults`: for a composite class that lays its text sub-config's init kwargs under
   the file's `text_config` (Voxtral Realtime), those of `KEYS`.
 
@@ -158,6 +159,32 @@ def _head_dim_scale(cls: type, fields: set[str]) -> int | None:
     return ratios.pop()
 
 
+def _post_init_partial(cls: type, fields: set[str]) -> float | None:
+    """The `partial_rotary_factor` a class's `__post_init__` puts in rope parameters that name
+    none (GLM's, Nemotron's, Persimmon's `kwargs.setdefault("partial_rotary_factor", 0.5)`,
+    Qwen3-Next's 0.25, Moonshine's 0.9: `convert_rope_params_to_dict` setdefaults it into a
+    file's `rope_parameters`), for a class without a `partial_rotary_factor` field; None when the
+    value is derived from other sizes (Mistral 4's qk_rope_head_dim / head_dim: it changes when
+    one of them does) or the class adds none."""
+    if "partial_rotary_factor" in fields:
+        return None
+    flat = {"rope_type": "default", "rope_theta": 10000.0}
+    try:
+        base = cls()
+        values = {cls(rope_parameters=dict(flat)).rope_parameters.get("partial_rotary_factor")}  # type: ignore[call-arg, attr-defined]
+        for key in ("hidden_size", "head_dim", "qk_rope_head_dim", "num_attention_heads"):
+            size = getattr(base, key, None) if key in fields else None
+            if isinstance(size, int) and size > 0:
+                config = cls(rope_parameters=dict(flat), **{key: 2 * size})  # type: ignore[call-arg]
+                values.add(config.rope_parameters.get("partial_rotary_factor"))  # type: ignore[attr-defined]
+    except Exception:
+        return None
+    if len(values) != 1:
+        return None
+    value = values.pop()
+    return float(value) if isinstance(value, (int, float)) else None
+
+
 def class_facts(cls: type) -> dict[str, Any]:
     """`attribute_map` and the defaults of `KEYS` of one config class."""
     fields = {f.name: f for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else {}
@@ -183,6 +210,9 @@ def class_facts(cls: type) -> dict[str, Any]:
         params = _default_rope_parameters(cls)
         if params:
             defaults["rope_parameters"] = params
+        partial = _post_init_partial(cls, set(fields))
+        if partial is not None:
+            defaults["partial_rotary_factor"] = partial
         scale = _head_dim_scale(cls, set(fields))
         if scale is not None:
             defaults["head_dim_scale"] = scale

@@ -337,7 +337,8 @@ def reference(data: Mapping[str, Any], ids: torch.Tensor) -> dict[str, Any]:
 
 
 def widen(half: torch.Tensor, pairing: str) -> torch.Tensor:
-    """(N, d/2) -> (N, d): cat(c, c) for half split, repeat_interleave for interleaved pairs."""
+    """(N, d/2) -> (N, d): cat(c, c) for half split (and a spec's `full_layout: cat`),
+    repeat_interleave for interleaved pairs."""
     if pairing == "interleaved":
         return half.repeat_interleave(2, dim=-1)
     return torch.cat([half, half], dim=-1)
@@ -388,8 +389,11 @@ def judge(data: Mapping[str, Any]) -> sweep.Verdict:
         return sweep.Verdict("wrong", ["accepted without notes['mrope']"])
     pairing = str(notes.get("pairing"))
     facts = {"layout": mrope["layout"], "section": mrope["mrope_section"], "pairing": pairing}
-    cos = widen(gather(cos_t, ids, mrope["pair_axes"]), pairing)
-    sin = widen(gather(sin_t, ids, mrope["pair_axes"]), pairing)
+    # the module's own full-width layout: cat(c, c) where the spec says so (HY-V4-VL's module
+    # emits it beside interleaved pairs; its apply repeat_interleaves the first half)
+    layout = "half_split" if getattr(spec, "full_layout", None) == "cat" else pairing
+    cos = widen(gather(cos_t, ids, mrope["pair_axes"]), layout)
+    sin = widen(gather(sin_t, ids, mrope["pair_axes"]), layout)
     reasons = []
     if cos.shape != ref["cos"].shape:
         return sweep.Verdict(
@@ -407,7 +411,7 @@ def judge(data: Mapping[str, Any]) -> sweep.Verdict:
     if not (torch.equal(q_model, q_mine) and torch.equal(k_model, k_mine)):
         reasons.append("the model's apply_rotary_pos_emb differs with posenc's cos/sin")
     c, s = cos[:, : rotary // 2], sin[:, : rotary // 2]
-    if pairing == "interleaved":
+    if layout == "interleaved":
         c, s = cos[:, 0:rotary:2], sin[:, 0:rotary:2]
     want = q_model[0, 0].double() @ k_model[0, 0].double().T
     got_q = sweep.rotate(q[0].double(), c, s, rotary, pairing)

@@ -205,7 +205,8 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
             "num_heads": [4, 8, 16, 32],
         },
     ),
-    # MCG-NJU/videomae-large.
+    # MCG-NJU/videomae-large (as transformers' convert_videomae_to_pytorch.py
+    # set_architecture_configs sets "large": 1024 / 16 / 4096, decoder 512 / 8 / 2048).
     "videomae+large": (
         "videomae",
         {
@@ -234,7 +235,9 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
         {"hidden_size": 2048, "num_attention_heads": 32, "ffn_dim": 8192},
     ),
     # microsoft/swinv2-base-patch4-window12to16-192to256-22kto1k-ft: window 16 at 256 px,
-    # fine-tuned from windows of 12 (the last stage's 8 from 6).
+    # fine-tuned from windows of 12 (the last stage's 8 from 6); as transformers'
+    # convert_swinv2_timm_to_pytorch.py get_swinv2_config builds it ("base": 128,
+    # (2, 2, 18, 2), (4, 8, 16, 32); "to" in the name: pretrained_window_sizes (12, 12, 12, 6)).
     "swinv2+window16": (
         "swinv2",
         {
@@ -275,6 +278,10 @@ NOT_SERVED: dict[str, dict[str, str]] = {
         "learned:positions": "ProphetNetPositionalEmbeddings",
     },
     "longt5+transient-global": {"t5_bias:encoder_global": "compute_side_bias"},
+    "udop": {
+        "t5_bias:encoder_horizontal": "RelativePositionBiasHorizontal",
+        "t5_bias:encoder_vertical": "RelativePositionBiasVertical",
+    },
     # The checkpoint's learned table is not in config.json: the window index is served.
     "swin+absolute": {"learned": "table_key"},
     "granite_docling": {"vision_config": "learned position_embedding"},
@@ -534,6 +541,12 @@ def _t5_buckets(model_type: str, cfg: Any, named: NamedSpec) -> Pair:
             )
             theirs = lookup(positions)[0, 0]
         return ours, theirs.to(torch.int64)
+    if model_type == "udop" and named.name == "t5_bias:encoder":
+        # UdopStack.relative_bias's 1-D module, built by create_relative_bias from the config:
+        # its own buckets over key - query sequence positions.
+        (one_d,) = [b for b in mod.create_relative_bias(cfg) if type(b).__name__.endswith("1D")]
+        theirs = one_d.get_bucket(attention_mask=torch.ones(1, k, dtype=torch.long))[0]
+        return ours, theirs[offset : offset + q]
     if model_type == "prophetnet":
         # The decoder's main stream: compute_all_stream_relative_buckets on position ids 1..K.
         positions = torch.arange(1, k + 1)[None]

@@ -15,8 +15,8 @@ from typing import Any, ClassVar
 
 from posenc.encodings.config_values import check_number, fail
 from posenc.encodings.hf_config import audio, mrope, text, unmapped, vision, vision_rope
-from posenc.encodings.hf_config.classes import config_class
-from posenc.encodings.hf_config.rope import GENERIC_ROPE, RopeModel
+from posenc.encodings.hf_config.classes import config_class, transformers_version
+from posenc.encodings.hf_config.rope import GENERIC_ROPE, ROPE_KEYS, RopeModel
 from posenc.encodings.hf_config.view import ConfigView, Entry, head_dim
 
 Mapper = Callable[[ConfigView], list[Entry]]
@@ -207,6 +207,11 @@ REFUSED: dict[str, str] = {
     "step3p5_vision": "Step3p5's vision tower rotates patches by their 2-D grid position "
     "(Step3p7VisionRotaryEmbedding: axial RoPE, the only rope_type it builds, head_dim/4 "
     "frequencies for each of W and H): not a 1-D table; not mapped",
+    "efficientloftr": "EfficientLoFTR rotates features by their 2-D position on the coarse "
+    "feature map (EfficientLoFTRRotaryEmbedding: compute_embeddings alternates row and "
+    "column angles (1-based cumsum indices times inv_freq) over hidden_size/2 channels of a "
+    "grid sized by each input, cos/sin repeat_interleaved in pairs): not a 1-D table; "
+    "not mapped",
     "sapiens2": "Sapiens2's backbone rotates patches by their 2-D center coordinates in [-1, 1] "
     "(Sapiens2RopePositionEmbedding: head_dim/4 frequencies of rope_theta for each of H and W, "
     "from the image's patch grid, not token positions): not a 1-D table; not mapped",
@@ -218,7 +223,7 @@ naming model_type) rather than answered with a wrong table."""
 MROPE_INTERLEAVED_PAIRS = frozenset(
     t
     for t in mrope.MROPE_MODELS
-    if t.startswith(("glm4v", "glm_image", "glm_ocr", "ernie4_5_vl_moe"))
+    if t.startswith(("glm4v", "glm_image", "glm_ocr", "ernie4_5_vl_moe", "hy_v4_vl"))
 )
 """M-RoPE families whose `apply_rotary_pos_emb` rotates (2i, 2i+1) pairs (`rotate_half_llm` /
 `rotate_half_text` with `repeat_interleave`d cos/sin), measured by the M-RoPE sweep."""
@@ -230,16 +235,20 @@ MROPE_REFUSED: dict[str, str] = {
     ),
     **dict.fromkeys(
         ("hunyuan_vl", "hunyuan_vl_text"),
-        "M-RoPE over len(mrope_section) axes with channel-sized sections "
-        "(HunYuanVLRotaryEmbedding); not mapped",
+        "M-RoPE over len(mrope_section) position axes with channel-sized sections "
+        "(HunYuanVLRotaryEmbedding.recomposition_frequencies splits cat(freqs, freqs) into "
+        "chunks of 2 * mrope_section[k] channels, chunk k reading axis k % len(mrope_section)): "
+        "the two channels c and c + d/2 of a rotate_half pair read different axes (with "
+        "[16, 16, 16, 16] and head_dim 128, pair 0 takes axis 0 on channel 0 and axis 2 on "
+        "channel 64), so an image token is not rotated by one angle per pair and no per-pair "
+        "axis map over the 1-D table serves it (text-only tokens, all axes equal, get the plain "
+        "table); not mapped",
     ),
-    **dict.fromkeys(
-        ("hy_v4_vl", "hy_v4_vl_text"),
-        "M-RoPE whose interleaved pairs read cat(c, c)-packed sections (HYV4VLRotaryEmbedding with "
-        "rotate_half on (2i, 2i+1)): not a rotation posenc's tables declare; not mapped",
-    ),
-    "neomme": "two-axis row/column M-RoPE (NeoMMERotaryEmbedding.recomposition_frequencies); "
-    "not mapped",
+    "neomme": "two-axis row/column M-RoPE per layer type (NeoMMERotaryEmbedding."
+    "recomposition_frequencies: even frequency pairs read the row axis, odd pairs the column "
+    "axis, cat(angles, angles) over each layer type's own inv_freq and partial width): text "
+    "tokens get the plain per-layer-type tables, but posenc's M-RoPE notes (pair_axes over "
+    "three axes, one table) do not describe two axes per layer type; not mapped",
 }
 """M-RoPE families posenc does not map: refused naming model_type, never a plain 1-D table."""
 
@@ -706,6 +715,7 @@ MAPPERS: dict[str, Mapper] = {
     "mpnet": text.mpnet,
     "prophetnet": text.prophetnet,
     **dict.fromkeys(("layoutlmv2", "layoutlmv3"), text.layoutlm),
+    "udop": text.udop,
     "pegasus": text.pegasus,
     "xglm": text.xglm,
     "nllb-moe": text.fairseq_sinusoids,
@@ -814,4 +824,41 @@ def omni_thinker(view: ConfigView) -> list[Entry]:
 
 def entries(view: ConfigView) -> list[Entry]:
     """Every table the model needs, before validation, by its model_type's mapper."""
-    return MAPPERS.get(view.model_type, GENERIC_ROPE)(view)
+    mapper = MAPPERS.get(view.model_type)
+    if mapper is not None:
+        return mapper(view)
+    if not view.has_class_defaults and view.data.get("model_type") == view.model_type:
+        not_rotary(view)
+    return GENERIC_ROPE(view)
+
+
+def not_rotary(view: ConfigView) -> None:
+    """Refuse a model_type transformers knows whose config class declares no rope parameters
+    (`classes.ConfigClass.rotary` False) and that no mapper or `MODEL_DEFAULTS` entry reads:
+    its model does not read `rope_parameters`, `rope_theta` or `rope_scaling` (a vision tower
+    such as GLM-Image's or HunYuan-VL's adds interpolated learned positions, RoFormer, CLVP and
+    wav2vec2-BERT rotate by a fixed base, Moshi's depth decoder has none), so generic RoPE read
+    from a hand-added key would be accepted and wrong. Source: the generated class data
+    (`transformers_classes.json`) and each family's `modeling_<model>.py`.
+
+    A `text_config` without its own model_type is read as generic RoPE as before (transformers
+    builds the composite's default text class from it)."""
+    cls = config_class(view.model_type)
+    if cls is None:
+        return
+    named = f"model_type {view.model_type!r} ({cls.name}, transformers {transformers_version()})"
+    found = next((f for k in ROPE_KEYS if (f := view.present(k)) is not None), None)
+    if found is not None:
+        fail(
+            view.key(found[0]),
+            f"{named} declares no rope parameters: its model does not read rope_parameters, "
+            "rope_theta or rope_scaling, so a RoPE table built from this key would not be what "
+            "it computes; its position encoding is not mapped",
+            found[1],
+        )
+    fail(
+        view.key("model_type"),
+        f"{named} has no rope parameters and its position encoding (if any) is not mapped: "
+        "no alibi, relative-bias or sinusoidal fields posenc reads",
+        view.model_type,
+    )

@@ -14,7 +14,8 @@ Layouts (`MROPE_MODELS`, read from each model's `recomposition_frequencies`):
 - chunked (Qwen2-VL, Qwen2.5-VL, Qwen2.5-Omni, PaddleOCR-VL; GLM-4V, GLM-4.1V-MoE, GLM-Image,
   GLM-OCR with interleaved pairs): consecutive runs of mrope_section[k] pairs read axis k
   (`m[i % 3]` of the split); the sections sum to d/2.
-- interleaved (Qwen3-VL (+MoE), Qwen3.5 (+MoE), Qwen4-Exp, Qwen3-Omni-MoE, Cosmos3-Edge): pair
+- interleaved (Qwen3-VL (+MoE), Qwen3.5 (+MoE), Qwen4-Exp, Qwen3-Omni-MoE, Cosmos3-Edge, HY-V4-VL
+  with interleaved pairs): pair
   i reads axis 1 if i % 3 == 1 and i < 3*s[1], axis 2 if i % 3 == 2 and i < 3*s[2], else axis 0
   (the layout [THWTHW..TT]).
 - ernie (ERNIE-4.5-VL): pairs below s[0]+s[1] alternate height (even i) and width (odd i); the
@@ -97,6 +98,10 @@ MROPE_MODELS: dict[str, MRopeFacts] = {
         ),
         MRopeFacts("interleaved", (24, 20, 20), None),
     ),
+    # HY-V4-VL: Qwen3-VL's interleaved THW layout over the qk_rope_head_dim frequencies; its
+    # module emits cat(c, c) whose first half its apply_rotary_pos_emb repeat_interleaves
+    # (pairs (2i, 2i+1), GLM style); its get_rope_index is not served
+    **dict.fromkeys(("hy_v4_vl", "hy_v4_vl_text"), MRopeFacts("interleaved", (24, 20, 20), None)),
     **dict.fromkeys(
         ("ernie4_5_vl_moe", "ernie4_5_vl_moe_text"),
         MRopeFacts("ernie", (22, 22, 20), "ernie4_5_vl"),

@@ -222,7 +222,36 @@ class RopeModel:
             return view.key(name), {
                 str(k): (None if v is None else dict(v)) for k, v in params.items()
             }
+        if name == "rope_parameters" and params and view.has("rope_parameters"):
+            self.refuse_flat(view, params)
         return view.key(name), {None: dict(params)}
+
+    def refuse_flat(self, view: ConfigView, params: Mapping[str, Any]) -> None:
+        """Refuse a file's flat `rope_parameters` where the config class keeps them per layer
+        type (its default `rope_parameters` nested: Gemma 3 / 4, ModernBERT, MiMo-V2-Flash,
+        LFM3, ...): the model's rotary module reads `rope_parameters[layer_type]`, so a flat
+        dict fails there (`KeyError: 'full_attention'`, or the class's validation) or, in the
+        Gemma 3 family, each layer type is filled from the class defaults and the flat keys go
+        unread; one table from them would be accepted and wrong. (The v4 `rope_scaling` of a
+        released Gemma 3 file is the family's own reading.)"""
+        found = view.class_default("rope_parameters")
+        default = found[1] if found is not None else None
+        if not isinstance(default, Mapping) or not default:
+            return
+        if not all(
+            k not in SCALAR_ROPE_KEYS and (v is None or isinstance(v, Mapping))
+            for k, v in default.items()
+        ):
+            return
+        fail(
+            view.key("rope_parameters"),
+            f"flat, while model_type {view.model_type!r} keeps rope parameters per layer type "
+            f"({', '.join(map(str, default))}): transformers' rotary module reads "
+            "rope_parameters[layer_type], so a flat dict fails there (KeyError or the config "
+            "class's validation) or, in the Gemma 3 family, each layer type takes the class "
+            "defaults and the flat keys go unread; nest them by layer type",
+            dict(params),
+        )
 
     def class_parameters(self, view: ConfigView, params: Any) -> Any:
         """The class's default rope parameters less the keys the file sets at its top level
@@ -327,7 +356,8 @@ class RopeModel:
         self, view: ConfigView, params: Mapping[str, Any], key: str, layer_head_dim: int
     ) -> int:
         """int(head_dim * partial_rotary_factor): the rope parameters' factor, else the
-        top-level one, else the family's rotary fraction; head_dim without any."""
+        top-level one, else the family's rotary fraction, else the class's `__post_init__`
+        default (transformers' `convert_rope_params_to_dict` order); head_dim without any."""
         where = f"{key}.partial_rotary_factor"
         fraction = params.get("partial_rotary_factor")
         if fraction is None:
@@ -335,6 +365,15 @@ class RopeModel:
             fraction = view.data.get("partial_rotary_factor")
         if fraction is None:
             where, fraction = self.rotary_fraction(view)
+        if fraction is None:
+            # the factor the config class's `__post_init__` setdefaults into rope parameters
+            # that name none (GLM's 0.5, Qwen3-Next's 0.25: `classes` data); recorded in
+            # notes.defaults_applied
+            found = view.class_default("partial_rotary_factor")
+            if found is not None:
+                where = view.key(found[0])
+                fraction = found[1]
+                view.applied[where] = fraction
         if fraction is None:
             return layer_head_dim
         fraction = check_number(where, fraction)

@@ -338,6 +338,92 @@ def _longt5_global(view: ConfigView, base: dict[str, Any]) -> Entry:
     return Entry("t5_bias", "encoder_global", dict(base), {}, problem=problem)
 
 
+UDOP_BIAS_DEFAULTS: dict[str, tuple[int, int]] = {"1d": (1, 128)}
+"""`modeling_udop.RelativePositionBias1D`'s (scaling_factor, max_distance) defaults (its
+relative_attention_num_buckets default is the base class's 32)."""
+
+
+def udop(view: ConfigView) -> list[Entry]:
+    """UDOP (`modeling_udop.UdopStack`): the encoder adds one position bias to every layer, the
+    sum of `create_relative_bias(config)` over `relative_bias_args` (the class default
+    `[{"type": "1d"}, {"type": "horizontal"}, {"type": "vertical"}]`); its "1d" part is T5's
+    bidirectional bucketing (`UdopAttention._relative_position_bucket`) of key - query sequence
+    positions, served; "horizontal" / "vertical" bucket the differences of each token's
+    bounding-box x / y centres (scaled by 100): box-dependent, listed unserved. The decoder's
+    layer 0 computes T5's causal buckets (`UdopAttention.compute_bias`, the config's
+    relative_attention_num_buckets / relative_attention_max_distance), shared by its layers."""
+    args = view.get("relative_bias_args")
+    if args is None:
+        args = [{"type": "1d"}, {"type": "horizontal"}, {"type": "vertical"}]
+    key = view.key("relative_bias_args")
+    if not isinstance(args, list) or not all(
+        isinstance(a, Mapping) and isinstance(a.get("type"), str) for a in args
+    ):
+        fail(key, "must be a list of objects with a type ('1d', 'horizontal', 'vertical')", args)
+    heads = view.number("num_heads", "num_attention_heads", required=False)
+    notes: dict[str, Any] = {
+        "bias": "the (num_buckets, num_heads) relative_attention_bias weights of each bias "
+        "module are in the checkpoint; pass them as relative_attention_bias to get the bias "
+        "table",
+        "scaling": "UDOP adds the bias to unscaled scores (no 1/sqrt(d)), as T5",
+        "key_length": f"{T5_DEFAULT_KEY_LENGTH} (UDOP has no n_positions); override key_length "
+        "per request",
+    }
+    if heads is not None:
+        notes["num_heads"] = int(heads)
+    entries: list[Entry] = []
+    ones = [i for i, a in enumerate(args) if a["type"] == "1d"]
+    if len(ones) > 1:
+        fail(key, "more than one '1d' bias (their sum is not one bucket table); not mapped", args)
+    for i, arg in enumerate(args):
+        kind = arg["type"]
+        where = f"{key}[{i}]"
+        if kind != "1d":
+            problem = FieldProblem(
+                where,
+                f"UDOP's {kind} layout bias (RelativePositionBias{kind.capitalize()}: T5 "
+                f"buckets of the differences of each token's bounding-box "
+                f"{'x' if kind == 'horizontal' else 'y'} centre, scaled by "
+                f"{arg.get('scaling_factor', 100)}) depends on each input's boxes: no fixed "
+                "table; not served",
+                kind,
+            )
+            entries.append(Entry("t5_bias", f"encoder_{kind}", {}, {}, problem=problem))
+            continue
+        scaling, distance = UDOP_BIAS_DEFAULTS["1d"]
+        if arg.get("scaling_factor", scaling) != 1:
+            fail(f"{where}.scaling_factor", "UDOP's 1d bias raises for a scaling_factor not 1", arg)
+        if arg.get("prefix_bucket", False):
+            fail(
+                f"{where}.prefix_bucket",
+                "true: two extra buckets for the prefix tokens, found from each input's "
+                "bounding boxes (bbox y < 0): box-dependent; not mapped",
+                True,
+            )
+        encoder = {
+            "kind": "t5_bias",
+            "num_buckets": int(arg.get("relative_attention_num_buckets", 32)),
+            "max_distance": int(arg.get("max_distance", distance)),
+            "bidirectional": bool(arg.get("bidirectional", True)),
+            "key_length": T5_DEFAULT_KEY_LENGTH,
+        }
+        encoder_notes = {
+            **notes,
+            "transformers": "UdopStack.relative_bias (RelativePositionBias1D, relative_bias_args"
+            f"[{i}]): one bias for every encoder layer, summed with the box biases",
+        }
+        entries.append(Entry("t5_bias", "encoder", encoder, encoder_notes))
+    decoder = {
+        "kind": "t5_bias",
+        "num_buckets": int(view.number("relative_attention_num_buckets")),
+        "max_distance": int(view.number("relative_attention_max_distance")),
+        "bidirectional": False,
+        "key_length": T5_DEFAULT_KEY_LENGTH,
+    }
+    decoder_notes = {**notes, "transformers": "UdopAttention.compute_bias of decoder layer 0"}
+    return [*entries, Entry("t5_bias", "decoder", decoder, decoder_notes)]
+
+
 def layoutlm(view: ConfigView) -> list[Entry]:
     """LayoutLMv2 / LayoutLMv3 1-D relative bias (`modeling_layoutlmv2.relative_position_bucket`,
     `LayoutLMv3Encoder.relative_position_bucket` over position_ids[key] - position_ids[query]):

@@ -26,10 +26,8 @@ REFUSED: dict[str, str] = {
         t: _SAM.format(module=m)
         for t, m in {
             "sam3_detr_decoder": "Sam3SinePositionEmbedding",
-            "sam3_detr_encoder": "Sam3SinePositionEmbedding",
             "sam3_geometry_encoder": "Sam3SinePositionEmbedding",
             "sam3_mask_decoder": "Sam3 mask decoder",
-            "sam3_vision_model": "Sam3SinePositionEmbedding",
             "sam3_lite_text_detr_decoder": "Sam3LiteText SinePositionEmbedding",
             "sam3_lite_text_detr_encoder": "Sam3LiteText SinePositionEmbedding",
             "sam3_lite_text_geometry_encoder": "Sam3LiteText SinePositionEmbedding",
@@ -46,6 +44,14 @@ REFUSED: dict[str, str] = {
         "Fourier features (a Gaussian matrix in the checkpoint), not a formula"
         for t in ("sam2_mask_decoder", "edgetam_mask_decoder")
     },
+    # modeling_sam3.py: the encoder takes the neck's embeddings; the neck's are config-sized
+    "sam3_detr_encoder": "no sine table of its own: Sam3DetrEncoder adds the vision_pos_embeds "
+    "it is given (the vision neck's FPN sine embeddings); not mapped",
+    "sam3_vision_model": "Sam3VisionNeck's Sam3SinePositionEmbedding (normalized DETR sine, "
+    "fpn_hidden_size / 2 features per axis) over each FPN level, sized by the ViT grid "
+    "(image_size / patch_size) times scale_factors (288, 144, 72, 36 at the defaults): a fixed "
+    "table per level, as SAM 2's neck, not mapped yet; the backbone's positions (learned "
+    "pretrain_image_size grid, interpolated; axial RoPE) are not tables",
     "sam2_hiera_det_model": "learned absolute positions (Sam2HieraDetModel pos_embed and "
     "pos_embed_window: checkpoint weights), not a formula",
     "sam3_lite_text_text_model": "SAM 3 Lite's text encoder: its positions are not mapped",
@@ -58,9 +64,7 @@ REFUSED: dict[str, str] = {
     "data2vec-text": "learned absolute position embeddings (RoBERTa-like; checkpoint weights), "
     "not a formula",
     "aimv2_text_model": "learned absolute position embeddings (checkpoint weights), not a formula",
-    # T5 buckets with extra parts.
-    "udop": "T5 buckets plus 2-D layout biases (RelativePositionBiasHorizontal/Vertical over "
-    "bounding boxes) summed per layer; not mapped",
+    # T5 buckets with extra parts (UDOP: text.udop serves the 1-D part).
     "pix2struct_vision_model": "learned row/column patch embeddings (row_embedder, "
     "column_embedder: checkpoint weights), not a formula",
     # Sinusoids inside models with other parts.
