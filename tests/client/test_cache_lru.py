@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -220,3 +221,24 @@ def test_concurrent_processes_share_a_capped_cache(server: ServerHandle, tmp_pat
                           capture_output=True, text=True, check=False)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert "stale" not in done.stdout
+
+
+SIZES = ["4GiB", "512MiB", "1.5GB", "1048576", "100B", "2kb", " 3 MiB ", "0", "1TiB", ".5KiB"]
+NOT_SIZES = ["4g", "512m", "1.5B", "-1", "lots", "", "1e9", "3 MiBs", "0.3B"]
+
+
+@pytest.mark.parametrize("text", SIZES + NOT_SIZES)
+def test_client_and_server_read_sizes_alike(text: str) -> None:
+    """The client's `--cache-max-bytes` and the server's size settings take the same spellings
+    (two copies: the client package never imports the server's): each string is the same
+    number of bytes to both, or refused by both."""
+    from posenc.api.settings import parse_bytes
+
+    def read(parse: Callable[[str], object]) -> object:
+        try:
+            return parse(text)
+        except ValueError:
+            return "refused"
+
+    assert read(parse_size) == read(parse_bytes)
+    assert (read(parse_size) == "refused") == (text in NOT_SIZES)

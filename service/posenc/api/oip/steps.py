@@ -33,11 +33,10 @@ import numpy as np
 import torch
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
 
 from posenc.api.oip.codec import HEADER_LENGTH, InferRequest
-from posenc.api.serving.body import acquire, send_views
-from posenc.runtime import CacheEntry, Lease, TableCache
+from posenc.api.serving.body import ReadyResponse, acquire
+from posenc.runtime import CacheEntry, TableCache
 
 STEP_TEMPLATES = 1024
 """Request headers remembered (each holds a response header and its lines; the rows are the
@@ -62,33 +61,6 @@ class Step:
     head: bytes
     raw_headers: list[tuple[bytes, bytes]]
     charge: int
-
-
-class StepResponse(Response):
-    """A step's body (the response header, then each output's rows) sent with the template's
-    header lines, holding the output charge until the send ends (as `BodyResponse`)."""
-
-    def __init__(self, step: Step, body: bytes, leases: list[Lease]) -> None:
-        self.status_code = 200
-        self.background = None
-        self.raw_headers = list(step.raw_headers)  # outer middlewares add to it in place
-        self.body = body
-        self.leases = leases
-
-    def release(self) -> None:
-        """Give the charge back (idempotent)."""
-        leases, self.leases = self.leases, []
-        for lease in leases:
-            lease.release()
-
-    def __del__(self) -> None:
-        self.release()
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await send_views(send, 200, self.raw_headers, [memoryview(self.body)])
-        finally:
-            self.release()
 
 
 def _shape(request: Request, body: bytes) -> tuple[Hashable, int] | None:
@@ -163,7 +135,7 @@ class StepTemplates:
             parts += [flat[p * size : (p + 1) * size] for p in positions]
         if observe is not None:
             observe(step.model, "hit")
-        return StepResponse(step, b"".join(parts), leases)
+        return ReadyResponse(step.raw_headers, [memoryview(b"".join(parts))], leases)
 
     def keep(
         self,

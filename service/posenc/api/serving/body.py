@@ -21,7 +21,48 @@ def as_bytes(buffer: Buffer) -> memoryview:
     return view if view.format == "B" and view.ndim == 1 else view.cast("B")
 
 
-class BodyResponse(Response):
+class LeasedResponse(Response):
+    """A response sending `views` (`send_views`) after `raw_headers`, holding its in-flight
+    `leases` until the send ends, however it ends (completed, client gone, cancelled), and
+    keeping alive only what it sends."""
+
+    views: list[memoryview]
+    leases: list[Lease]
+
+    def release(self) -> None:
+        """Give the in-flight charges back (idempotent)."""
+        leases, self.leases = getattr(self, "leases", []), []
+        for lease in leases:
+            lease.release()
+
+    def __del__(self) -> None:
+        # a response dropped unsent (the request cancelled before it was called) must not keep
+        # its charges for the life of the process
+        self.release()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await send_views(send, self.status_code, self.raw_headers, self.views)
+        finally:
+            self.release()
+
+
+class ReadyResponse(LeasedResponse):
+    """A 200 whose header lines are ready (a cache hit's prepared answer, a /v2 decode step),
+    without `Response.__init__`'s header building; a copy of the lines per response, since outer
+    middlewares (CORS) add to the start message's list in place."""
+
+    def __init__(
+        self, raw_headers: list[tuple[bytes, bytes]], views: list[memoryview], leases: list[Lease]
+    ) -> None:
+        self.status_code = 200
+        self.background = None
+        self.raw_headers = list(raw_headers)
+        self.views = views
+        self.leases = leases
+
+
+class BodyResponse(LeasedResponse):
     """A body sent as views of its buffers (one table buffer, or a /v2 answer's parts in order,
     never joined), `SEND_CHUNK` bytes at a time, holding its in-flight `leases` until the send
     ends, however it ends (completed, client gone, cancelled).
@@ -43,22 +84,6 @@ class BodyResponse(Response):
         self.views = [as_bytes(part) for part in (body if isinstance(body, list) else [body])]
         self.leases = leases
         self.headers["content-length"] = str(sum(view.nbytes for view in self.views))
-
-    def release(self) -> None:
-        """Give the in-flight charges back (idempotent)."""
-        for lease in getattr(self, "leases", ()):
-            lease.release()
-
-    def __del__(self) -> None:
-        # a response dropped unsent (the request cancelled before it was called) must not keep
-        # its charges for the life of the process
-        self.release()
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await send_views(send, self.status_code, self.raw_headers, self.views)
-        finally:
-            self.release()
 
 
 async def send_views(

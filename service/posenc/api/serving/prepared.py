@@ -26,12 +26,11 @@ from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass
 
-from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
+from starlette.types import Scope
 
-from posenc.api.serving.body import acquire, send_views
+from posenc.api.serving.body import ReadyResponse, acquire
 from posenc.encodings import SpecBase
-from posenc.runtime import CacheEntry, Lease, TableCache
+from posenc.runtime import CacheEntry, TableCache
 
 Signature = tuple[Hashable, ...]
 """A request shape: the route's name, then what decides its answer (`signature`)."""
@@ -59,36 +58,6 @@ class Prepared:
     raw_headers: list[tuple[bytes, bytes]]
     views: list[memoryview]
     charges: list[tuple[Hashable, int]]
-
-
-class PreparedResponse(Response):
-    """`Prepared` sent: its header lines and views, holding its in-flight leases until the send
-    ends (as `BodyResponse`). A `Response` for FastAPI's dispatch (which returns it as it is),
-    without `Response.__init__`'s header building: the lines are ready."""
-
-    def __init__(self, prepared: Prepared, leases: list[Lease]) -> None:
-        self.status_code = 200
-        self.background = None
-        # a copy per response: outer middlewares (CORS) add to the start message's list in place
-        self.raw_headers = list(prepared.raw_headers)
-        self.prepared = prepared
-        # the views keep alive what is sent, never the entry (charges are named by its serial)
-        self.leases = leases
-
-    def release(self) -> None:
-        """Give the in-flight charges back (idempotent)."""
-        leases, self.leases = self.leases, []
-        for lease in leases:
-            lease.release()
-
-    def __del__(self) -> None:
-        self.release()
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await send_views(send, 200, self.raw_headers, self.prepared.views)
-        finally:
-            self.release()
 
 
 def signature(scope: Scope, route: str, *extra: Hashable) -> Signature | None:
@@ -139,11 +108,12 @@ class PreparedAnswers:
         self._shapes.move_to_end(shape)
         return entry, prepared
 
-    def send(self, cache: TableCache, entry: CacheEntry, prepared: Prepared) -> PreparedResponse:
+    def send(self, cache: TableCache, entry: CacheEntry, prepared: Prepared) -> ReadyResponse:
         """The answer, a hit counted on `entry` and its charges taken (`Overloaded` raised when
         they do not fit, as on the slow path)."""
         cache.touch(entry)
-        return PreparedResponse(prepared, acquire(cache, prepared.charges))
+        # the views keep alive what is sent, never the entry (charges are named by its serial)
+        return ReadyResponse(prepared.raw_headers, prepared.views, acquire(cache, prepared.charges))
 
     def keep(self, shape: Signature, entry: CacheEntry, prepared: Prepared) -> None:
         """Remember `prepared` as `shape`'s answer while `entry` is resident."""
