@@ -54,6 +54,7 @@ from bench.serve import (
     get,
     post,
     post_json,
+    start_floor,
     wait_up,
 )
 
@@ -232,17 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in names[1:]:
             wait_up(ports[name], get("/v2/health/ready"), procs[names.index(name) - 1])
         cases = build_cases(ports["posenc"], [ports[n] for n in names[2:]])
-        files = []
-        for i, case in enumerate(cases):
-            path = scratch / f"{i}.bin"
-            path.write_bytes(case.body)
-            files.append(str(path))
-        floor = subprocess.Popen(
-            [sys.executable, "-m", "bench.serve", "--floor-server", str(ports["floor"]),
-             "--files", *files],
-        )  # fmt: skip
-        procs.append(floor)
-        wait_up(ports["floor"], get("/0"), floor)
+        procs.append(start_floor(ports["floor"], [case.body for case in cases], scratch))
         rows = []
         for index, case in enumerate(cases):
             requests = {name: case.request for name in names}

@@ -350,6 +350,25 @@ def start_nginx(binary: str, root: Path, port: int, bodies: list[bytes]) -> subp
     return subprocess.Popen([*argv, "-g", "daemon off;"])
 
 
+def start_floor(port: int, bodies: list[bytes], scratch: Path) -> subprocess.Popen[bytes]:
+    """The bare Starlette floor (`floor_main`) on `port`, answering `/<i>` with `bodies[i]`
+    (written under `scratch`), once it answers."""
+    files = []
+    for i, body in enumerate(bodies):
+        path = scratch / f"{i}.bin"
+        path.write_bytes(body)
+        files.append(str(path))
+    floor = subprocess.Popen(
+        [sys.executable, "-m", "bench.serve", "--floor-server", str(port), "--files", *files],
+    )
+    try:
+        wait_up(port, get("/0"), floor)
+    except BaseException:
+        floor.kill()
+        raise
+    return floor
+
+
 def wait_up(port: int, raw: bytes, proc: subprocess.Popen[bytes]) -> None:
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -713,17 +732,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         wait_up(ports["posenc"], get("/v2/health/ready"), server)
         cases, cold_http = build_cases(ports["posenc"], args.quick)
-        files = []
-        for i, case in enumerate(cases):
-            path = scratch / f"{i}.bin"
-            path.write_bytes(case.body)
-            files.append(str(path))
-        floor = subprocess.Popen(
-            [sys.executable, "-m", "bench.serve", "--floor-server", str(ports["floor"]),
-             "--files", *files],
-        )  # fmt: skip
-        procs.append(floor)
-        wait_up(ports["floor"], get("/0"), floor)
+        procs.append(start_floor(ports["floor"], [case.body for case in cases], scratch))
         if nginx is None:
             print("nginx not found: no static-file ceiling (`make nginx` installs it)")
             del ports["nginx"]
