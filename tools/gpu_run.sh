@@ -7,8 +7,11 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH=/tmp/site:$PWD/service:$PWD/clients/python/src
 PYBIN=$(python3 -c 'import sys;print(sys.executable)')
 D=$(dirname "$PYBIN")
-printf '#!%s\nimport sys\nfrom posenc.cli import main\nif __name__ == "__main__":\n    sys.exit(main())\n' "$PYBIN" > "$D/posenc"
-printf '#!%s\nimport sys\nfrom posenc_client.cli import main\nif __name__ == "__main__":\n    sys.exit(main())\n' "$PYBIN" > "$D/posenc-client"
+# console-script shims that find the tree without PYTHONPATH (tests start `posenc serve` with a bare env)
+for pair in posenc:posenc.cli posenc-client:posenc_client.cli; do
+  printf '#!%s\nimport sys\nsys.path[:0] = [%s]\nfrom %s import main\nif __name__ == "__main__":\n    sys.exit(main())\n' \
+    "$PYBIN" "'/tmp/site', '$PWD/service', '$PWD/clients/python/src'" "${pair#*:}" > "$D/${pair%%:*}"
+done
 chmod +x "$D/posenc" "$D/posenc-client"
 { nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv; uname -r; nproc; free -g | head -2;
   python3 -c "import torch,transformers,onnxruntime,numpy,sys;print(sys.version.split()[0], torch.__version__, torch.version.cuda, transformers.__version__, onnxruntime.__version__, numpy.__version__, torch.cuda.get_device_name())"; git log --oneline -1; } 2>&1 | tee $OUT/machine.txt
