@@ -34,6 +34,7 @@ from transformers.models.auto.configuration_auto import (
 
 from posenc.encodings import ConfigError, compute, parse_spec
 from posenc.encodings.hf_config import NamedSpec, resolve_hf_parts
+from tests.encodings.hf_config.released_nonrotary import RELEASED
 
 MARKERS: dict[str, tuple[str, ...]] = {
     "alibi": ("build_alibi_tensor",),
@@ -116,139 +117,9 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
         {"context_length": 512, "patch_length": 12, "patch_stride": 12, "use_cls_token": True},
     ),
     # Released sizes whose tables differ from the class default's (head counts, widths,
-    # windows, grids), each as its checkpoint's config.json sets them.
-    # bigscience/bloom (112 heads: not a power of two), bloom-7b1, bloom-560m.
-    "bloom+176b": ("bloom", {"n_head": 112, "hidden_size": 14336, "n_layer": 70}),
-    "bloom+7b1": ("bloom", {"n_head": 32, "hidden_size": 4096, "n_layer": 30}),
-    "bloom+560m": ("bloom", {"n_head": 16, "hidden_size": 1024, "n_layer": 24}),
-    # mosaicml/mpt-7b, mpt-30b.
-    "mpt+7b": ("mpt", {"d_model": 4096, "n_heads": 32, "n_layers": 32}),
-    "mpt+30b": ("mpt", {"d_model": 7168, "n_heads": 64, "n_layers": 48, "max_seq_len": 8192}),
-    # tiiuae/falcon-rw-7b: 64 heads of 64.
-    "falcon+rw-7b": (
-        "falcon",
-        {"alibi": True, "hidden_size": 4096, "num_attention_heads": 64, "num_hidden_layers": 36},
-    ),
-    # openai/whisper-tiny, whisper-large-v3.
-    "whisper+tiny": (
-        "whisper",
-        {"d_model": 384, "encoder_attention_heads": 6, "decoder_attention_heads": 6},
-    ),
-    "whisper+large-v3": (
-        "whisper",
-        {
-            "d_model": 1280,
-            "encoder_attention_heads": 20,
-            "decoder_attention_heads": 20,
-            "num_mel_bins": 128,
-        },
-    ),
-    # xlnet/xlnet-base-cased.
-    "xlnet+base": ("xlnet", {"d_model": 768, "n_head": 12, "n_layer": 12, "d_inner": 3072}),
-    # microsoft/swin-base-patch4-window12-384: window 12.
-    "swin+window12": (
-        "swin",
-        {
-            "image_size": 384,
-            "window_size": 12,
-            "embed_dim": 128,
-            "depths": [2, 2, 18, 2],
-            "num_heads": [4, 8, 16, 32],
-        },
-    ),
-    # microsoft/beit-large-patch16-512: a 32 x 32 grid with relative position bias.
-    "beit+large": (
-        "beit",
-        {
-            "use_relative_position_bias": True,
-            "image_size": 512,
-            "hidden_size": 1024,
-            "num_attention_heads": 16,
-            "num_hidden_layers": 24,
-            "intermediate_size": 4096,
-        },
-    ),
-    # facebook/vit-mae-large, vit-mae-huge (patch 14).
-    "vit_mae+large": (
-        "vit_mae",
-        {"hidden_size": 1024, "num_attention_heads": 16, "intermediate_size": 4096},
-    ),
-    "vit_mae+huge": (
-        "vit_mae",
-        {
-            "hidden_size": 1280,
-            "num_attention_heads": 16,
-            "intermediate_size": 5120,
-            "patch_size": 14,
-        },
-    ),
-    # Helsinki-NLP/opus-mt-en-de: d_model 512, 512 positions.
-    "marian+opus-mt": (
-        "marian",
-        {
-            "d_model": 512,
-            "max_position_embeddings": 512,
-            "encoder_attention_heads": 8,
-            "decoder_attention_heads": 8,
-            "encoder_ffn_dim": 2048,
-            "decoder_ffn_dim": 2048,
-        },
-    ),
-    # naver-clova-ix/donut-base's encoder: window 10 over a 2560 x 1920 page.
-    "donut-swin+base": (
-        "donut-swin",
-        {
-            "image_size": [2560, 1920],
-            "window_size": 10,
-            "embed_dim": 128,
-            "depths": [2, 2, 14, 2],
-            "num_heads": [4, 8, 16, 32],
-        },
-    ),
-    # MCG-NJU/videomae-large (as transformers' convert_videomae_to_pytorch.py
-    # set_architecture_configs sets "large": 1024 / 16 / 4096, decoder 512 / 8 / 2048).
-    "videomae+large": (
-        "videomae",
-        {
-            "hidden_size": 1024,
-            "num_attention_heads": 16,
-            "intermediate_size": 4096,
-            "decoder_hidden_size": 512,
-            "decoder_num_attention_heads": 8,
-            "decoder_intermediate_size": 2048,
-        },
-    ),
-    # google/pegasus-x-base: d_model 768.
-    "pegasus_x+base": (
-        "pegasus_x",
-        {
-            "d_model": 768,
-            "encoder_attention_heads": 12,
-            "decoder_attention_heads": 12,
-            "encoder_ffn_dim": 3072,
-            "decoder_ffn_dim": 3072,
-        },
-    ),
-    # facebook/musicgen-large's decoder: hidden 2048.
-    "musicgen_decoder+large": (
-        "musicgen_decoder",
-        {"hidden_size": 2048, "num_attention_heads": 32, "ffn_dim": 8192},
-    ),
-    # microsoft/swinv2-base-patch4-window12to16-192to256-22kto1k-ft: window 16 at 256 px,
-    # fine-tuned from windows of 12 (the last stage's 8 from 6); as transformers'
-    # convert_swinv2_timm_to_pytorch.py get_swinv2_config builds it ("base": 128,
-    # (2, 2, 18, 2), (4, 8, 16, 32); "to" in the name: pretrained_window_sizes (12, 12, 12, 6)).
-    "swinv2+window16": (
-        "swinv2",
-        {
-            "image_size": 256,
-            "window_size": 16,
-            "pretrained_window_sizes": [12, 12, 12, 6],
-            "embed_dim": 128,
-            "depths": [2, 2, 18, 2],
-            "num_heads": [4, 8, 16, 32],
-        },
-    ),
+    # windows, grids): each checkpoint's config.json values and their source in
+    # released_nonrotary.RELEASED.
+    **{case: (r.model_type, r.config) for case, r in RELEASED.items()},
     # Time-series checkpoints set prediction_length (the class default is None).
     **{
         f"{t}+prediction_length": (t, {"prediction_length": 24})
