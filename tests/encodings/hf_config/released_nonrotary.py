@@ -182,7 +182,8 @@ RELEASED: dict[str, Released] = {
         "whisper",
         "openai/whisper-large-v3",
         "github.com/Xianchao-Wu/distil-whisper training/run_pseudo_labelling.py (a printout of "
-        "openai/whisper-large-v3's config.json, Hub snapshot 06f233fe06e710322aca913c1bc4249a0d71fce1)",
+        "openai/whisper-large-v3's config.json, Hub snapshot "
+        "06f233fe06e710322aca913c1bc4249a0d71fce1)",
         {
             "d_model": 1280,
             "decoder_attention_heads": 20,

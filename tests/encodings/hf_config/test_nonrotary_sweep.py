@@ -245,7 +245,8 @@ def test_every_released_row_names_its_checkpoint_and_source() -> None:
     assert size_rows == set(released.RELEASED)
     for case, row in released.RELEASED.items():
         assert sweep.VARIANTS[case] == (row.model_type, row.config), case
-        assert row.source and row.config, case
+        assert row.source, case
+        assert row.config, case
         if row.verified:
             assert "/" in row.checkpoint, case
     assert len(released.RELEASED) >= 19
