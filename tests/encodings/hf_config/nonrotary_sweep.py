@@ -938,6 +938,20 @@ def render(results: dict[str, tuple[str, str, list[str]]]) -> str:
         "|---|---|---|",
         *(f"| {family} | {models} | {source} |" for family, models, source in FAMILY_SOURCES),
         "",
+        "Released variants (`+` rows of sizes released checkpoints use): the config.json values "
+        "each row carries and where they were read (`released_nonrotary.RELEASED`; the Hub is "
+        "not reachable from the test machines). `file` rows copy the config.json itself and "
+        "resolve, posted raw, to the same tables as the row; `code` rows take the values the "
+        "checkpoint's training or conversion code sets over the config class's defaults.",
+        "",
+        "| case | checkpoint | values from | source |",
+        "|---|---|---|---|",
+        *(
+            f"| {case} | {row.checkpoint if row.verified else 'unverified'} | "
+            f"{'file' if row.copy else 'code'} | {row.source} |"
+            for case, row in sorted(RELEASED.items())
+        ),
+        "",
         "| case | families | served tables | status | reason / parts not served "
         "| verified against |",
         "|---|---|---|---|---|---|",
