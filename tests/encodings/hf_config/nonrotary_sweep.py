@@ -160,6 +160,7 @@ NOT_SERVED: dict[str, dict[str, str]] = {
     "kosmos-2": {"vision_config": "vision model"},
     "sam2": {"prompt_encoder_config": "random Fourier", "backbone_config": "Hiera"},
     "sam2_vision_model": {"backbone_config": "Hiera"},
+    "sam3_vision_model": {"backbone_config": "Sam3ViTEmbeddings.position_embeddings"},
     "edgetam": {"prompt_encoder_config": "random Fourier"},
     "kosmos-2.5": {"vision_config": "row/column"},
     "pix2struct": {"vision_config": "row/column"},
@@ -735,6 +736,16 @@ def _sinusoidal_2d(model_type: str, cfg: Any, named: NamedSpec) -> Pair:
         height, width = vision.backbone_feature_sizes[int(named.name[-1])]
         shape = torch.Size((1, vision.fpn_hidden_size, height, width))
         return ours, module(shape, "cpu", torch.float32)[0]
+    if model_type == "sam3_vision_model":
+        # Sam3VisionNeck as built (a narrow backbone width: the tables do not read it) on the
+        # ViT grid of an image_size input: its own fpn_position_encoding of the level.
+        backbone = cfg.backbone_config
+        side = backbone.image_size // backbone.patch_size
+        narrow = {"backbone_config": backbone.to_dict() | {"hidden_size": 32}}
+        neck = _modeling(model_type).Sam3VisionNeck(_rebuilt(model_type, cfg, narrow))
+        with torch.no_grad():
+            _, tables = neck(torch.zeros(1, 32, side, side))
+        return ours, tables[int(named.name[-1])][0]
     if model_type in ("aimv2", "aimv2_vision_model"):
         # Aimv2VisionEmbeddings.forward on the config's image size: the builder, halves swapped.
         vision = getattr(cfg, "vision_config", cfg)
@@ -842,7 +853,7 @@ FAMILY_SOURCES: tuple[tuple[str, str, str], ...] = (
     (
         "`sinusoidal_2d` detr",
         "DETR family, Mask2Former, MaskFormer, OneFormer, DAB-DETR, "
-        "Grounding DINO, RT-DETR family, OmDet-Turbo, SAM 2 / EdgeTAM necks",
+        "Grounding DINO, RT-DETR family, OmDet-Turbo, SAM 2 / EdgeTAM / SAM 3 necks",
         "each model's `*SinePositionEmbedding` / `build_2d_sincos_position_embedding`",
     ),
     (

@@ -47,11 +47,6 @@ REFUSED: dict[str, str] = {
     # modeling_sam3.py: the encoder takes the neck's embeddings; the neck's are config-sized
     "sam3_detr_encoder": "no sine table of its own: Sam3DetrEncoder adds the vision_pos_embeds "
     "it is given (the vision neck's FPN sine embeddings); not mapped",
-    "sam3_vision_model": "Sam3VisionNeck's Sam3SinePositionEmbedding (normalized DETR sine, "
-    "fpn_hidden_size / 2 features per axis) over each FPN level, sized by the ViT grid "
-    "(image_size / patch_size) times scale_factors (288, 144, 72, 36 at the defaults): a fixed "
-    "table per level, as SAM 2's neck, not mapped yet; the backbone's positions (learned "
-    "pretrain_image_size grid, interpolated; axial RoPE) are not tables",
     "sam2_hiera_det_model": "learned absolute positions (Sam2HieraDetModel pos_embed and "
     "pos_embed_window: checkpoint weights), not a formula",
     "sam3_lite_text_text_model": "SAM 3 Lite's text encoder: its positions are not mapped",
@@ -163,6 +158,17 @@ LEFT_OUT: dict[str, tuple[tuple[str, str, str], ...]] = {
         )
         for t, m in (("sam2", "Sam2"), ("edgetam", "EdgeTam"))
     },
+    "sam3_vision_model": (
+        (
+            "backbone_config",
+            "the ViT backbone's positions are not served with the neck's sine tables: its "
+            "learned absolute positions (Sam3ViTEmbeddings.position_embeddings over the "
+            "pretrain_image_size grid, tiled to the input: checkpoint weights) are not a "
+            "formula, and its axial rotary (Sam3ViTRotaryEmbedding) is the sam3_vit_model "
+            "config's own",
+            "backbone_config",
+        ),
+    ),
     "kosmos-2": (
         (
             "vision_config",
