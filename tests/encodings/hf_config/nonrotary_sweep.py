@@ -71,19 +71,21 @@ MARKERS: dict[str, tuple[str, ...]] = {
 """family -> strings whose presence in a modeling file marks a model using that family."""
 
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
-    # tiiuae/falcon-rw-1b, falcon-rw-7b: alibi=true.
+    # tiiuae/falcon-rw-1b, falcon-rw-7b: alibi=true (tests/data/configs/tiiuae__falcon-rw-1b.json;
+    # falcon+rw-7b in released_nonrotary).
     "falcon+alibi": ("falcon", {"alibi": True}),
     # google/long-t5-tglobal-*: the transient-global encoder (a second, global-block bias).
     "longt5+transient-global": ("longt5", {"encoder_attention_type": "transient-global"}),
     # XGLM reads row position + 2 whatever its padding index: a padding index other than 1.
     "xglm+pad_token_id": ("xglm", {"pad_token_id": 0}),
-    # google-t5/t5-small's config.json carries n_positions=512.
+    # google-t5/t5-small's config.json carries n_positions=512 (tests/data/configs).
     "t5+n_positions": ("t5", {"n_positions": 512}),
-    # microsoft/trocr-base-handwritten and -printed: sinusoidal positions.
-    "trocr+sinusoidal": ("trocr", {"use_learned_position_embeddings": False}),
-    # microsoft/swin-*: 224 px, window 7 (the default config's own values; absolute variant).
+    # The absolute-embedding flag at the class defaults (224 px, window 7): a hand-made variant,
+    # not a release (microsoft/swin-tiny-patch4-window7-224 sets use_absolute_embeddings false,
+    # tests/data/configs).
     "swin+absolute": ("swin", {"use_absolute_embeddings": True}),
-    # BEiT / data2vec-vision checkpoints: relative position bias per layer.
+    # BEiT / data2vec-vision checkpoints: relative position bias per layer
+    # (microsoft/beit-base-patch16-224's config.json, tests/data/configs).
     "beit+relative": ("beit", {"use_relative_position_bias": True}),
     "data2vec-vision+relative": ("data2vec-vision", {"use_relative_position_bias": True}),
     # Two table widths: pixel decoder (feature_size // 2) and transformer decoder (hidden_dim // 2).

@@ -1,4 +1,5 @@
-"""Released checkpoints of the non-rotary sweep (`nonrotary_sweep.VARIANTS`, the `+size` rows):
+"""Released checkpoints of the non-rotary sweep (`nonrotary_sweep.VARIANTS`: the `+size` rows and
+TrOCR's sinusoidal decoder):
 per case the checkpoint it stands for, the config.json values a public source shows for it, and
 that source (issue 31: every released row checked against the real file, or marked unverified).
 
@@ -342,6 +343,25 @@ RELEASED: dict[str, Released] = {
             "decoder_hidden_size": 512,
             "decoder_num_attention_heads": 8,
             "decoder_intermediate_size": 2048,
+        },
+        copy=False,
+    ),
+    # The sinusoidal TrOCR decoders are large-printed and the stage-1 checkpoints (the base
+    # handwritten / printed ones learn their positions), with 1024 positions.
+    "trocr+sinusoidal": Released(
+        "trocr",
+        "microsoft/trocr-large-printed (decoder)",
+        "github.com/huggingface/transformers src/transformers/models/trocr/"
+        "convert_trocr_unilm_to_pytorch.py ('large-printed' or 'stage1' in the checkpoint: "
+        "sinusoidal positions, max_position_embeddings 1024, scale_embedding, no "
+        "layernorm_embedding, relu, untied embeddings; TrOCRConfig's defaults otherwise)",
+        {
+            "use_learned_position_embeddings": False,
+            "max_position_embeddings": 1024,
+            "scale_embedding": True,
+            "layernorm_embedding": False,
+            "activation_function": "relu",
+            "tie_word_embeddings": False,
         },
         copy=False,
     ),
