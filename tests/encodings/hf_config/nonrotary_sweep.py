@@ -34,6 +34,7 @@ from transformers.models.auto.configuration_auto import (
 
 from posenc.encodings import ConfigError, compute, parse_spec
 from posenc.encodings.hf_config import NamedSpec, resolve_hf_parts
+from tests.encodings.hf_config.released_nonrotary import RELEASED
 
 MARKERS: dict[str, tuple[str, ...]] = {
     "alibi": ("build_alibi_tensor",),
@@ -70,19 +71,21 @@ MARKERS: dict[str, tuple[str, ...]] = {
 """family -> strings whose presence in a modeling file marks a model using that family."""
 
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
-    # tiiuae/falcon-rw-1b, falcon-rw-7b: alibi=true.
+    # tiiuae/falcon-rw-1b, falcon-rw-7b: alibi=true (tests/data/configs/tiiuae__falcon-rw-1b.json;
+    # falcon+rw-7b in released_nonrotary).
     "falcon+alibi": ("falcon", {"alibi": True}),
     # google/long-t5-tglobal-*: the transient-global encoder (a second, global-block bias).
     "longt5+transient-global": ("longt5", {"encoder_attention_type": "transient-global"}),
     # XGLM reads row position + 2 whatever its padding index: a padding index other than 1.
     "xglm+pad_token_id": ("xglm", {"pad_token_id": 0}),
-    # google-t5/t5-small's config.json carries n_positions=512.
+    # google-t5/t5-small's config.json carries n_positions=512 (tests/data/configs).
     "t5+n_positions": ("t5", {"n_positions": 512}),
-    # microsoft/trocr-base-handwritten and -printed: sinusoidal positions.
-    "trocr+sinusoidal": ("trocr", {"use_learned_position_embeddings": False}),
-    # microsoft/swin-*: 224 px, window 7 (the default config's own values; absolute variant).
+    # The absolute-embedding flag at the class defaults (224 px, window 7): a hand-made variant,
+    # not a release (microsoft/swin-tiny-patch4-window7-224 sets use_absolute_embeddings false,
+    # tests/data/configs).
     "swin+absolute": ("swin", {"use_absolute_embeddings": True}),
-    # BEiT / data2vec-vision checkpoints: relative position bias per layer.
+    # BEiT / data2vec-vision checkpoints: relative position bias per layer
+    # (microsoft/beit-base-patch16-224's config.json, tests/data/configs).
     "beit+relative": ("beit", {"use_relative_position_bias": True}),
     "data2vec-vision+relative": ("data2vec-vision", {"use_relative_position_bias": True}),
     # Two table widths: pixel decoder (feature_size // 2) and transformer decoder (hidden_dim // 2).
@@ -116,139 +119,9 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
         {"context_length": 512, "patch_length": 12, "patch_stride": 12, "use_cls_token": True},
     ),
     # Released sizes whose tables differ from the class default's (head counts, widths,
-    # windows, grids), each as its checkpoint's config.json sets them.
-    # bigscience/bloom (112 heads: not a power of two), bloom-7b1, bloom-560m.
-    "bloom+176b": ("bloom", {"n_head": 112, "hidden_size": 14336, "n_layer": 70}),
-    "bloom+7b1": ("bloom", {"n_head": 32, "hidden_size": 4096, "n_layer": 30}),
-    "bloom+560m": ("bloom", {"n_head": 16, "hidden_size": 1024, "n_layer": 24}),
-    # mosaicml/mpt-7b, mpt-30b.
-    "mpt+7b": ("mpt", {"d_model": 4096, "n_heads": 32, "n_layers": 32}),
-    "mpt+30b": ("mpt", {"d_model": 7168, "n_heads": 64, "n_layers": 48, "max_seq_len": 8192}),
-    # tiiuae/falcon-rw-7b: 64 heads of 64.
-    "falcon+rw-7b": (
-        "falcon",
-        {"alibi": True, "hidden_size": 4096, "num_attention_heads": 64, "num_hidden_layers": 36},
-    ),
-    # openai/whisper-tiny, whisper-large-v3.
-    "whisper+tiny": (
-        "whisper",
-        {"d_model": 384, "encoder_attention_heads": 6, "decoder_attention_heads": 6},
-    ),
-    "whisper+large-v3": (
-        "whisper",
-        {
-            "d_model": 1280,
-            "encoder_attention_heads": 20,
-            "decoder_attention_heads": 20,
-            "num_mel_bins": 128,
-        },
-    ),
-    # xlnet/xlnet-base-cased.
-    "xlnet+base": ("xlnet", {"d_model": 768, "n_head": 12, "n_layer": 12, "d_inner": 3072}),
-    # microsoft/swin-base-patch4-window12-384: window 12.
-    "swin+window12": (
-        "swin",
-        {
-            "image_size": 384,
-            "window_size": 12,
-            "embed_dim": 128,
-            "depths": [2, 2, 18, 2],
-            "num_heads": [4, 8, 16, 32],
-        },
-    ),
-    # microsoft/beit-large-patch16-512: a 32 x 32 grid with relative position bias.
-    "beit+large": (
-        "beit",
-        {
-            "use_relative_position_bias": True,
-            "image_size": 512,
-            "hidden_size": 1024,
-            "num_attention_heads": 16,
-            "num_hidden_layers": 24,
-            "intermediate_size": 4096,
-        },
-    ),
-    # facebook/vit-mae-large, vit-mae-huge (patch 14).
-    "vit_mae+large": (
-        "vit_mae",
-        {"hidden_size": 1024, "num_attention_heads": 16, "intermediate_size": 4096},
-    ),
-    "vit_mae+huge": (
-        "vit_mae",
-        {
-            "hidden_size": 1280,
-            "num_attention_heads": 16,
-            "intermediate_size": 5120,
-            "patch_size": 14,
-        },
-    ),
-    # Helsinki-NLP/opus-mt-en-de: d_model 512, 512 positions.
-    "marian+opus-mt": (
-        "marian",
-        {
-            "d_model": 512,
-            "max_position_embeddings": 512,
-            "encoder_attention_heads": 8,
-            "decoder_attention_heads": 8,
-            "encoder_ffn_dim": 2048,
-            "decoder_ffn_dim": 2048,
-        },
-    ),
-    # naver-clova-ix/donut-base's encoder: window 10 over a 2560 x 1920 page.
-    "donut-swin+base": (
-        "donut-swin",
-        {
-            "image_size": [2560, 1920],
-            "window_size": 10,
-            "embed_dim": 128,
-            "depths": [2, 2, 14, 2],
-            "num_heads": [4, 8, 16, 32],
-        },
-    ),
-    # MCG-NJU/videomae-large (as transformers' convert_videomae_to_pytorch.py
-    # set_architecture_configs sets "large": 1024 / 16 / 4096, decoder 512 / 8 / 2048).
-    "videomae+large": (
-        "videomae",
-        {
-            "hidden_size": 1024,
-            "num_attention_heads": 16,
-            "intermediate_size": 4096,
-            "decoder_hidden_size": 512,
-            "decoder_num_attention_heads": 8,
-            "decoder_intermediate_size": 2048,
-        },
-    ),
-    # google/pegasus-x-base: d_model 768.
-    "pegasus_x+base": (
-        "pegasus_x",
-        {
-            "d_model": 768,
-            "encoder_attention_heads": 12,
-            "decoder_attention_heads": 12,
-            "encoder_ffn_dim": 3072,
-            "decoder_ffn_dim": 3072,
-        },
-    ),
-    # facebook/musicgen-large's decoder: hidden 2048.
-    "musicgen_decoder+large": (
-        "musicgen_decoder",
-        {"hidden_size": 2048, "num_attention_heads": 32, "ffn_dim": 8192},
-    ),
-    # microsoft/swinv2-base-patch4-window12to16-192to256-22kto1k-ft: window 16 at 256 px,
-    # fine-tuned from windows of 12 (the last stage's 8 from 6); as transformers'
-    # convert_swinv2_timm_to_pytorch.py get_swinv2_config builds it ("base": 128,
-    # (2, 2, 18, 2), (4, 8, 16, 32); "to" in the name: pretrained_window_sizes (12, 12, 12, 6)).
-    "swinv2+window16": (
-        "swinv2",
-        {
-            "image_size": 256,
-            "window_size": 16,
-            "pretrained_window_sizes": [12, 12, 12, 6],
-            "embed_dim": 128,
-            "depths": [2, 2, 18, 2],
-            "num_heads": [4, 8, 16, 32],
-        },
-    ),
+    # windows, grids): each checkpoint's config.json values and their source in
+    # released_nonrotary.RELEASED.
+    **{case: (r.model_type, r.config) for case, r in RELEASED.items()},
     # Time-series checkpoints set prediction_length (the class default is None).
     **{
         f"{t}+prediction_length": (t, {"prediction_length": 24})
@@ -289,6 +162,7 @@ NOT_SERVED: dict[str, dict[str, str]] = {
     "kosmos-2": {"vision_config": "vision model"},
     "sam2": {"prompt_encoder_config": "random Fourier", "backbone_config": "Hiera"},
     "sam2_vision_model": {"backbone_config": "Hiera"},
+    "sam3_vision_model": {"backbone_config": "Sam3ViTEmbeddings.position_embeddings"},
     "edgetam": {"prompt_encoder_config": "random Fourier"},
     "kosmos-2.5": {"vision_config": "row/column"},
     "pix2struct": {"vision_config": "row/column"},
@@ -864,6 +738,16 @@ def _sinusoidal_2d(model_type: str, cfg: Any, named: NamedSpec) -> Pair:
         height, width = vision.backbone_feature_sizes[int(named.name[-1])]
         shape = torch.Size((1, vision.fpn_hidden_size, height, width))
         return ours, module(shape, "cpu", torch.float32)[0]
+    if model_type == "sam3_vision_model":
+        # Sam3VisionNeck as built (a narrow backbone width: the tables do not read it) on the
+        # ViT grid of an image_size input: its own fpn_position_encoding of the level.
+        backbone = cfg.backbone_config
+        side = backbone.image_size // backbone.patch_size
+        narrow = {"backbone_config": backbone.to_dict() | {"hidden_size": 32}}
+        neck = _modeling(model_type).Sam3VisionNeck(_rebuilt(model_type, cfg, narrow))
+        with torch.no_grad():
+            _, tables = neck(torch.zeros(1, 32, side, side))
+        return ours, tables[int(named.name[-1])][0]
     if model_type in ("aimv2", "aimv2_vision_model"):
         # Aimv2VisionEmbeddings.forward on the config's image size: the builder, halves swapped.
         vision = getattr(cfg, "vision_config", cfg)
@@ -971,7 +855,7 @@ FAMILY_SOURCES: tuple[tuple[str, str, str], ...] = (
     (
         "`sinusoidal_2d` detr",
         "DETR family, Mask2Former, MaskFormer, OneFormer, DAB-DETR, "
-        "Grounding DINO, RT-DETR family, OmDet-Turbo, SAM 2 / EdgeTAM necks",
+        "Grounding DINO, RT-DETR family, OmDet-Turbo, SAM 2 / EdgeTAM / SAM 3 necks",
         "each model's `*SinePositionEmbedding` / `build_2d_sincos_position_embedding`",
     ),
     (
@@ -1066,6 +950,20 @@ def render(results: dict[str, tuple[str, str, list[str]]]) -> str:
         "| posenc family | served for | compared with (transformers " + version + ") |",
         "|---|---|---|",
         *(f"| {family} | {models} | {source} |" for family, models, source in FAMILY_SOURCES),
+        "",
+        "Released variants (`+` rows of sizes released checkpoints use): the config.json values "
+        "each row carries and where they were read (`released_nonrotary.RELEASED`; the Hub is "
+        "not reachable from the test machines). `file` rows copy the config.json itself and "
+        "resolve, posted raw, to the same tables as the row; `code` rows take the values the "
+        "checkpoint's training or conversion code sets over the config class's defaults.",
+        "",
+        "| case | checkpoint | values from | source |",
+        "|---|---|---|---|",
+        *(
+            f"| {case} | {row.checkpoint if row.verified else 'unverified'} | "
+            f"{'file' if row.copy else 'code'} | {row.source} |"
+            for case, row in sorted(RELEASED.items())
+        ),
         "",
         "| case | families | served tables | status | reason / parts not served "
         "| verified against |",

@@ -7,16 +7,19 @@ a refusal, and a composite served in part lists each part it leaves out (`unserv
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
 import torch
+from transformers import GenerationConfig
 
 from posenc.encodings import ConfigError, compute, parse_spec
 from posenc.encodings.hf_config import MAPPERS, resolve_hf_config, resolve_hf_parts
 from posenc.encodings.hf_config.unmapped import LEFT_OUT, REFUSED, refuse
 from posenc.encodings.hf_config.unmapped import left_out as left_out_parts
 from tests.encodings.hf_config import nonrotary_sweep as sweep
+from tests.encodings.hf_config import released_nonrotary as released
 
 CASES = sweep.cases()
 GENERIC = "unknown model_type without rope/alibi/relative-bias/sinusoidal fields"
@@ -230,3 +233,89 @@ def test_layoutlm_bias_from_the_weights_the_notes_name(model_type: str) -> None:
         else:
             theirs = encoder._cal_1d_pos_emb(positions)[0]
     assert torch.equal(ours, theirs)
+
+
+RELEASED_CASES = sorted(released.RELEASED)
+
+
+def test_every_released_row_names_its_checkpoint_and_source() -> None:
+    """Each `+size` row of the sweep stands for a released checkpoint (`released.RELEASED`) whose
+    config.json values come from a named public source; an unverified row claims no release."""
+    size_rows = {case for case in sweep.VARIANTS if case in released.RELEASED}
+    assert size_rows == set(released.RELEASED)
+    for case, row in released.RELEASED.items():
+        assert sweep.VARIANTS[case] == (row.model_type, row.config), case
+        assert row.source, case
+        assert row.config, case
+        if row.verified:
+            assert "/" in row.checkpoint, case
+    assert len(released.RELEASED) >= 20
+
+
+# Keys transformers' config class consumes under another name (BloomConfig: `n_embed` is the
+# legacy spelling of hidden_size, popped in __init__).
+_RENAMED = {("bloom", "n_embed"): "hidden_size"}
+# Keys of the released files that transformers 5.24's config classes do not declare, none of
+# which sizes a position table in transformers' modeling code: Megatron-DeepSpeed's BLOOM flags
+# (fusions, offset_alibi, n_inner, unk_token_id), MPT's tokenizer_name / verbose, Falcon-RW's
+# apply_residual_connection_post_layernorm, Marian's v4 keys (static_position_embeddings, which
+# posenc still checks: false is refused), generation parameters (GenerationConfig's fields) and
+# the weights' dtype.
+_UNREAD = {
+    "attention_softmax_in_fp32",
+    "bias_dropout_fusion",
+    "masked_softmax_fusion",
+    "n_inner",
+    "offset_alibi",
+    "skip_bias_add",
+    "skip_bias_add_qkv",
+    "unk_token_id",
+    "tokenizer_name",
+    "verbose",
+    "apply_residual_connection_post_layernorm",
+    "add_bias_logits",
+    "add_final_layer_norm",
+    "classif_dropout",
+    "normalize_before",
+    "normalize_embedding",
+    "static_position_embeddings",
+    "torch_dtype",
+} | {k for k in vars(GenerationConfig()) if not k.startswith("_")}
+
+
+@pytest.mark.parametrize("case", RELEASED_CASES)
+def test_the_sweep_row_holds_the_released_values(case: str) -> None:
+    """transformers' config object the sweep builds for a released row (and compares tables
+    against) holds every value of the released config.json: no key silently ignored (Falcon's
+    legacy n_head, which transformers 5.24's FalconConfig does not alias, would fail here)."""
+    row = released.RELEASED[case]
+    cfg, built = _config(row.model_type, row.config)
+    cls = type(cfg)
+    declared = {f.name for f in dataclasses.fields(cls)} | set(cls.attribute_map)
+    for key, value in row.config.items():
+        name = _RENAMED.get((row.model_type, key), key)
+        if name not in declared:
+            # Not a key of the config class: one transformers does not read at all.
+            assert key in _UNREAD, (case, key, "not read by", cls.__name__)
+            continue
+        got = built[name] if name in built else getattr(cfg, name)
+        if isinstance(value, dict):
+            got = got if isinstance(got, dict) else got.to_dict()
+            assert {k: got[k] for k in value} == value, (case, key)
+        elif isinstance(value, list):
+            assert list(got) == value, (case, key, got)
+        else:
+            assert got == value, (case, key, got)
+
+
+@pytest.mark.parametrize("case", [c for c in RELEASED_CASES if released.RELEASED[c].copy])
+def test_a_released_config_resolves_as_its_sweep_row(case: str) -> None:
+    """The released config.json itself, posted as a user would (`resolve_hf_parts` of the raw
+    mapping, its own key spellings: BLOOM 176B's n_embed / num_attention_heads), resolves to the
+    same tables as the sweep's row, which `test_exact_or_refused_with_the_reason` compares with
+    the model's own code."""
+    row = released.RELEASED[case]
+    raw = resolve_hf_parts({"model_type": row.model_type, **row.config})
+    built = resolve_hf_parts(_config(row.model_type, row.config)[1])
+    assert [(n.name, n.spec) for n in raw.specs] == [(n.name, n.spec) for n in built.specs]
+    assert raw.specs, case

@@ -750,6 +750,7 @@ MAPPERS: dict[str, Mapper] = {
     "levit": vision.levit,
     **dict.fromkeys(("swinv2", "swin2sr"), vision.swinv2),
     **dict.fromkeys(vision.SAM2_NECKS, vision.sam2_neck),
+    "sam3_vision_model": vision.sam3_neck,
     "maskformer-swin": vision.swin_copy,
     # Vision-only towers with rotary positions: their tables are vision_rope entries.
     **dict.fromkeys(vision_rope.VISION_ONLY, vision_rope.no_text),

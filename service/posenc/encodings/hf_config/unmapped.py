@@ -16,22 +16,40 @@ from posenc.encodings.config_values import fail
 from posenc.encodings.hf_config import audio, vision
 from posenc.encodings.hf_config.view import ConfigView, Entry
 
-_SAM = (
-    "sine embeddings ({module}) of feature maps and prompts whose sizes come from each input; "
-    "not mapped"
-)
-
 REFUSED: dict[str, str] = {
+    # modeling_sam3.py / modeling_sam3_lite_text.py: only the vision neck's sine tables are
+    # fixed by the config (sam3_vision_model serves them); the other parts' sines are of boxes.
     **{
-        t: _SAM.format(module=m)
+        t: f"box-dependent sine: {m}.encode_boxes of each query's reference box (refined by "
+        "every decoder layer from the input), not a fixed table"
         for t, m in {
             "sam3_detr_decoder": "Sam3SinePositionEmbedding",
+            "sam3_lite_text_detr_decoder": "Sam3LiteTextSinePositionEmbedding",
+        }.items()
+    },
+    **{
+        t: f"box-dependent sine: the geometry encoder encodes each box prompt's centre with "
+        f"{m}.encode_1d_positions of its continuous coordinates (beside the raw width and "
+        "height), not a fixed table"
+        for t, m in {
             "sam3_geometry_encoder": "Sam3SinePositionEmbedding",
-            "sam3_mask_decoder": "Sam3 mask decoder",
-            "sam3_lite_text_detr_decoder": "Sam3LiteText SinePositionEmbedding",
-            "sam3_lite_text_detr_encoder": "Sam3LiteText SinePositionEmbedding",
-            "sam3_lite_text_geometry_encoder": "Sam3LiteText SinePositionEmbedding",
-            "sam3_lite_text_mask_decoder": "Sam3LiteText mask decoder",
+            "sam3_lite_text_geometry_encoder": "Sam3LiteTextSinePositionEmbedding",
+        }.items()
+    },
+    **{
+        t: f"no position table of its own: {m} and its pixel decoder add no position encoding "
+        "(the vision neck's sine tables, served for sam3_vision_model, enter upstream)"
+        for t, m in {
+            "sam3_mask_decoder": "Sam3MaskDecoder",
+            "sam3_lite_text_mask_decoder": "Sam3LiteTextMaskDecoder",
+        }.items()
+    },
+    **{
+        t: f"no sine table of its own: {m} adds the vision_pos_embeds it is given (the vision "
+        "neck's FPN sine tables, served for sam3_vision_model)"
+        for t, m in {
+            "sam3_detr_encoder": "Sam3DetrEncoder",
+            "sam3_lite_text_detr_encoder": "Sam3LiteTextDetrEncoder",
         }.items()
     },
     **{
@@ -44,14 +62,6 @@ REFUSED: dict[str, str] = {
         "Fourier features (a Gaussian matrix in the checkpoint), not a formula"
         for t in ("sam2_mask_decoder", "edgetam_mask_decoder")
     },
-    # modeling_sam3.py: the encoder takes the neck's embeddings; the neck's are config-sized
-    "sam3_detr_encoder": "no sine table of its own: Sam3DetrEncoder adds the vision_pos_embeds "
-    "it is given (the vision neck's FPN sine embeddings); not mapped",
-    "sam3_vision_model": "Sam3VisionNeck's Sam3SinePositionEmbedding (normalized DETR sine, "
-    "fpn_hidden_size / 2 features per axis) over each FPN level, sized by the ViT grid "
-    "(image_size / patch_size) times scale_factors (288, 144, 72, 36 at the defaults): a fixed "
-    "table per level, as SAM 2's neck, not mapped yet; the backbone's positions (learned "
-    "pretrain_image_size grid, interpolated; axial RoPE) are not tables",
     "sam2_hiera_det_model": "learned absolute positions (Sam2HieraDetModel pos_embed and "
     "pos_embed_window: checkpoint weights), not a formula",
     "sam3_lite_text_text_model": "SAM 3 Lite's text encoder: its positions are not mapped",
@@ -163,6 +173,17 @@ LEFT_OUT: dict[str, tuple[tuple[str, str, str], ...]] = {
         )
         for t, m in (("sam2", "Sam2"), ("edgetam", "EdgeTam"))
     },
+    "sam3_vision_model": (
+        (
+            "backbone_config",
+            "the ViT backbone's positions are not served with the neck's sine tables: its "
+            "learned absolute positions (Sam3ViTEmbeddings.position_embeddings over the "
+            "pretrain_image_size grid, tiled to the input: checkpoint weights) are not a "
+            "formula, and its axial rotary (Sam3ViTRotaryEmbedding) is the sam3_vit_model "
+            "config's own",
+            "backbone_config",
+        ),
+    ),
     "kosmos-2": (
         (
             "vision_config",

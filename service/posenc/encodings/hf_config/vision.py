@@ -199,6 +199,74 @@ def sam2_neck(view: ConfigView) -> list[Entry]:
     return entries
 
 
+SAM3_FPN_SCALES: dict[float, str] = {
+    4.0: "two stride-2 ConvTranspose2d",
+    2.0: "one stride-2 ConvTranspose2d",
+    1.0: "no resampling",
+    0.5: "MaxPool2d(kernel_size=2, stride=2): floor(side / 2)",
+}
+"""The scale factors `Sam3FPNLayer` builds (transformers 5.24 modeling_sam3.py; any other
+raises NotImplementedError) -> how the level's feature map is resampled."""
+
+
+def _sam3_side(side: int, scale: float) -> int:
+    """The side of a `Sam3FPNLayer` output for a `side` x `side` ViT grid (`SAM3_FPN_SCALES`)."""
+    return side // 2 if scale == 0.5 else side * int(scale)
+
+
+def sam3_neck(view: ConfigView) -> list[Entry]:
+    """SAM 3's vision neck (`Sam3VisionNeck`, transformers 5.24 modeling_sam3.py): one
+    `Sam3SinePositionEmbedding(fpn_hidden_size // 2, normalize=True)` table, without a mask, per
+    `scale_factors` entry, over that FPN level's feature map. `Sam3VisionModel` reshapes the ViT
+    output to its patch grid (input side // `backbone_config.patch_size`) and each `Sam3FPNLayer`
+    resamples it (x4, x2, x1, max-pooled /2): at an `backbone_config.image_size` input (1008 / 14
+    = 72 at the defaults) the levels are 288, 144, 72 and 36 wide, one DETR-style table each,
+    `sinusoidal_2d:level<i>`. The config's `backbone_feature_sizes` (three levels) is not what the
+    neck reads. The ViT backbone's positions are listed unserved (`unmapped.LEFT_OUT`)."""
+    backbone = view.get("backbone_config")
+    if not isinstance(backbone, Mapping):
+        fail(
+            view.key("backbone_config"),
+            "required: the ViT backbone's image_size and patch_size size SAM 3's FPN levels",
+            backbone,
+        )
+    inner = ConfigView(backbone, view.key("backbone_config."), view.model_type, None)
+    image_size = int(inner.number("image_size"))
+    patch_size = int(inner.number("patch_size"))
+    scales = view.get("scale_factors")
+    if not isinstance(scales, list) or not scales:
+        fail(view.key("scale_factors"), "required: the FPN levels' scale factors", scales)
+    features = int(view.number("fpn_hidden_size")) // 2
+    side = image_size // patch_size
+    entries = []
+    for i, scale in enumerate(scales):
+        if scale not in SAM3_FPN_SCALES:
+            fail(
+                view.key(f"scale_factors[{i}]"),
+                f"Sam3FPNLayer builds only scale factors {sorted(SAM3_FPN_SCALES)}",
+                scale,
+            )
+        level = _sam3_side(side, float(scale))
+        data = {
+            "kind": "sinusoidal_2d",
+            "style": "detr",
+            "num_pos_feats": features,
+            "normalize": True,
+            "height": level,
+            "width": level,
+        }
+        notes = {
+            "transformers": "Sam3VisionNeck.position_encoding(Sam3SinePositionEmbedding("
+            f"fpn_hidden_size // 2, normalize=True)) of FPN level {i} "
+            f"(fpn_position_encoding[{i}]), computed in the features' dtype",
+            "size": f"backbone_config.image_size // patch_size = {side}, scale_factors[{i}] = "
+            f"{scale} ({SAM3_FPN_SCALES[float(scale)]}): {level} x {level}; another input size "
+            "gives other levels",
+        }
+        entries.append(Entry("sinusoidal_2d", f"level{i}", data, notes))
+    return entries
+
+
 def levit(view: ConfigView) -> list[Entry]:
     """LeViT (`modeling_levit.LevitEncoder`): stage i attends over an R_i x R_i grid (R_0 =
     image_size // patch_size) through `LevitAttention.attention_bias_idxs` (stride 1), and a
