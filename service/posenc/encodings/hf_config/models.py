@@ -450,29 +450,76 @@ class RotaryDimRope(RopeModel):
 @dataclass(frozen=True)
 class Mistral4Rope(RopeModel):
     """Mistral 4 (`Mistral4RotaryEmbedding`): the rotary width is int(head_dim *
-    partial_rotary_factor) of the model's head_dim, which must be qk_rope_head_dim."""
+    partial_rotary_factor) of the model's head_dim, which must be qk_rope_head_dim. Rope
+    parameters without `partial_rotary_factor` take the one `Mistral4Config.__post_init__`
+    setdefaults, qk_rope_head_dim / head_dim (listed in `notes.defaults_applied`)."""
+
+    default_source: ClassVar[str] = "Mistral4Config's default"
 
     def rotary_dim(
         self, view: ConfigView, params: Mapping[str, Any], key: str, layer_head_dim: int
     ) -> int:
         model_head_dim = int(view.number("head_dim"))
-        fraction = params.get("partial_rotary_factor", view.data.get("partial_rotary_factor"))
         where = f"{key}.partial_rotary_factor"
-        dim = model_head_dim if fraction is None else int(model_head_dim * fraction)
+        fraction = self.given_fraction(view, params, where, layer_head_dim, model_head_dim)
+        source = "given"
+        if fraction is None:
+            fraction = layer_head_dim / model_head_dim
+            view.applied[where] = fraction
+            source = f"{self.default_source}: qk_rope_head_dim / head_dim"
+        dim = int(model_head_dim * fraction)
         if dim != layer_head_dim:
             fail(
                 where,
-                f"rotates int(head_dim {model_head_dim} * {fraction}) = {dim} channels, not "
-                f"qk_rope_head_dim {layer_head_dim}",
+                f"{source} {fraction} rotates int(head_dim {model_head_dim} * {fraction}) = "
+                f"{dim} channels, not qk_rope_head_dim {layer_head_dim}",
                 fraction,
             )
         return dim
+
+    def given_fraction(
+        self,
+        view: ConfigView,
+        params: Mapping[str, Any],
+        where: str,
+        layer_head_dim: int,
+        model_head_dim: int,
+    ) -> float | None:
+        """The file's partial_rotary_factor (the rope parameters', else the top-level one)."""
+        fraction = params.get("partial_rotary_factor", view.data.get("partial_rotary_factor"))
+        return None if fraction is None else check_number(where, fraction)
 
 
 @dataclass(frozen=True)
 class Dots3NoteRope(Mistral4Rope, V4Refused):
     """dots.3 note (`Dots3NoteTextConfig`): Mistral 4's rotary width, rope parameters per layer
-    type whose v4 conversion is not mapped (only v5 `rope_parameters`)."""
+    type whose v4 conversion is not mapped (only v5 `rope_parameters`). Its
+    `convert_rope_params_to_dict` sets every layer type's partial_rotary_factor to
+    qk_rope_head_dim / head_dim whatever the file says: a file's other value is refused (it
+    would go unread), a missing one takes that (listed in `notes.defaults_applied`)."""
+
+    default_source: ClassVar[str] = "Dots3NoteTextConfig's"
+
+    def given_fraction(
+        self,
+        view: ConfigView,
+        params: Mapping[str, Any],
+        where: str,
+        layer_head_dim: int,
+        model_head_dim: int,
+    ) -> float | None:
+        fraction = super().given_fraction(view, params, where, layer_head_dim, model_head_dim)
+        derived = layer_head_dim / model_head_dim
+        if fraction is not None and fraction != derived:
+            fail(
+                where,
+                f"Dots3NoteTextConfig.convert_rope_params_to_dict replaces it with "
+                f"qk_rope_head_dim / head_dim = {layer_head_dim} / {model_head_dim} = {derived} "
+                f"(transformers rotates {int(model_head_dim * derived)} channels): the file's "
+                f"{fraction} would go unread; give {derived} or leave it out",
+                fraction,
+            )
+        return fraction
 
 
 POLAR_LAYOUT = (
