@@ -1,10 +1,13 @@
 """The M-RoPE sweep: every multimodal-RoPE model type of the installed transformers, its config
 resolved by posenc and compared with the model's own rotary module on (3, N) position ids whose
-three axes differ (issue 18).
+three axes differ (issue 18); NeoMME's module reads two axes (row, column): (2, N) ids, and the
+models that keep rope parameters per layer type (NeoMME, Cohere Compass) are compared per layer
+type (issue 30).
 
 Enumeration (`mrope_model_types`): every model_type of `CONFIG_MAPPING_NAMES` whose modeling
 module defines a text `*RotaryEmbedding` (not a vision one) with `recomposition_frequencies` (the
-per-axis recombination of M-RoPE), read from the installed package, not a hand list; the
+per-axis recombination of M-RoPE) over `mrope_section` or over the axes its forward expands the
+position ids to, read from the installed package, not a hand list; the
 composites' vision, audio and vocoder sub-configs (`is_sub_config`) are left out. Configs
 (`cases`): each type's class defaults (`to_dict()`) and the rope sweep's YaRN variant, in the v5
 and v4 config.json forms, plus released checkpoints' config.json (`RELEASED`).
@@ -568,10 +571,12 @@ def render(results: Mapping[tuple[str, str, str], sweep.Verdict]) -> str:
         "",
         "Generated with the table above by `make models-doc` "
         "(`tests/encodings/hf_config/mrope_sweep.py`): every model type whose modeling module "
-        "recombines per-axis (temporal, height, width) frequencies, each config resolved by "
-        "posenc and compared on (3, N) position ids with three different axes: `exact` is "
-        "bit-equal cos/sin (posenc's table gathered per `notes.mrope.pair_axes`) and equal q, k "
-        "after the model's own `apply_rotary_pos_emb`. `get_rope_index` is the rule of `POST "
+        "recombines per-axis (temporal, height, width; NeoMME's row, column) frequencies, each "
+        "config resolved by posenc and compared on (3, N) (NeoMME: (2, N)) position ids whose "
+        "axes differ, per layer type where the model keeps rope parameters per layer type: "
+        "`exact` is bit-equal cos/sin (posenc's table gathered per `notes.mrope.pair_axes`) and "
+        "equal q, k after the model's own `apply_rotary_pos_emb`; `built` cases are configs its "
+        "class defaults cannot give (`mrope_sweep.BUILT`). `get_rope_index` is the rule of `POST "
         "/v1/mrope/position_ids` for the model's position ids.",
         "",
         "| model type | layout | mrope_section | pairing | get_rope_index | outcome |",
@@ -593,10 +598,22 @@ def render(results: Mapping[tuple[str, str, str], sweep.Verdict]) -> str:
             groups.setdefault(f"{verdict.outcome}{why}", []).append(f"{variant}/{form}")
         outcome = "<br>".join(f"{k}: {', '.join(v)}" for k, v in groups.items())
         lines.append(
-            f"| {model_type} | {facts.get('layout', '-')} | {facts.get('section', '-')} "
-            f"| {facts.get('pairing', '-')} | {rule} | {outcome} |"
+            f"| {model_type} | {_fact(facts.get('layout'))} | {_fact(facts.get('section'))} "
+            f"| {_fact(facts.get('pairing'))} | {rule} | {outcome} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _fact(value: Any) -> str:
+    """A table cell of one fact; one per layer type (`layer: value`, joined) where they differ."""
+    if value is None:
+        return "-"
+    if isinstance(value, dict):
+        distinct = {json.dumps(v) for v in value.values()}
+        if len(distinct) == 1:
+            return str(next(iter(value.values())))
+        return "<br>".join(f"{k}: {v}" for k, v in sorted(value.items()))
+    return str(value)
 
 
 def run_all() -> dict[tuple[str, str, str], sweep.Verdict]:
