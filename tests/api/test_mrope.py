@@ -258,3 +258,96 @@ def test_v2_mrope_layout_errors(triton: http.InferenceServerClient) -> None:
     ok = triton.infer("rope", [pos], parameters={**spec, "mrope_section": "[10, 10, 12]",
                                                   "mrope_layout": "ernie"})  # fmt: skip
     assert ok.get_response()["parameters"]["posenc_mrope"] == "ernie [10, 10, 12]"
+
+
+PER_LAYER = {
+    "neomme (class defaults: the released shape)": None,
+    **{name: name for name in mrope_sweep.BUILT},
+}
+
+
+def _per_layer_config(name: str | None) -> dict[str, Any]:
+    if name is None:
+        return mrope_sweep.case_config("neomme", "default", "v5")
+    return json.loads(json.dumps(mrope_sweep.BUILT[name]))
+
+
+@pytest.mark.parametrize("name", list(PER_LAYER.values()), ids=list(PER_LAYER))
+def test_per_layer_type_mrope_through_the_api_equals_the_model(
+    client: httpx.Client, triton: http.InferenceServerClient, server: ServerHandle, name: str | None
+) -> None:
+    """NeoMME (two axes, row and column) and Cohere Compass (a section per layer type): each
+    `rope:<layer type>` table of /v1/resolve, fetched from its URL and gathered per its
+    `notes.mrope.pair_axes` over `notes.mrope.axes`, and the /v2 rope model with the spec and
+    `notes.mrope.v2_parameters`, give the model's own rotary module's cos/sin for that layer
+    type on position ids whose axes differ; and the model's apply_rotary_pos_emb rotates q and
+    k alike from them."""
+    data = _per_layer_config(name)
+    resolved = client.post("/v1/resolve", json={"hf_config": data, "max_positions": 256})
+    assert resolved.status_code == 200, resolved.text
+    entries = {e["name"]: e for e in resolved.json()["specs"] if e["name"].startswith("rope")}
+    rotary = _rotary(data)
+    kinds = sorted(rotary.rope_type)
+    axes = mrope_sweep.axis_count(type(rotary))
+    ids = mrope_sweep.positions(mrope_sweep.N, axes)
+    module = mrope_sweep._module(mrope_sweep._text_config(mrope_sweep.sweep.load_config(data)))
+    for layer_type in kinds:
+        entry = entries.get(f"rope:{layer_type}") or entries["rope"]
+        mrope = entry["notes"]["mrope"]
+        assert len(mrope["axes"]) == axes
+        want_cos, want_sin = rotary(torch.zeros(1), ids[:, None, :], layer_type=layer_type)
+        got = client.get(entry["url"], params={"format": "npz"})
+        assert got.status_code == 200, got.text
+        npz = np.load(io.BytesIO(got.content))
+        half = entry["spec"]["rotary_dim"] // 2
+        assert entry["notes"]["pairing"] == "half_split"
+        cos_t = torch.from_numpy(npz["cos"].copy())[:, :half]
+        sin_t = torch.from_numpy(npz["sin"].copy())[:, :half]
+        cos = mrope_sweep.widen(mrope_sweep.gather(cos_t, ids, mrope["pair_axes"]), "half_split")
+        sin = mrope_sweep.widen(mrope_sweep.gather(sin_t, ids, mrope["pair_axes"]), "half_split")
+        params = {"spec": json.dumps(entry["spec"]), **{
+            k: json.dumps(v) if isinstance(v, list) else v
+            for k, v in mrope["v2_parameters"].items()
+        }}  # fmt: skip
+        position_ids = ids[:, None, :].numpy()
+        result = triton.infer("rope", [make_input("position_ids", position_ids)], parameters=params)
+        v2_cos, v2_sin = as_torch(result, "cos")[0], as_torch(result, "sin")[0]
+        for mine_cos, mine_sin in ((cos, sin), (v2_cos, v2_sin)):
+            if server.device.type == "cpu":
+                assert torch.equal(mine_cos, want_cos[0]), layer_type
+                assert torch.equal(mine_sin, want_sin[0]), layer_type
+            else:
+                torch.testing.assert_close(mine_cos, want_cos[0], atol=2.4e-7, rtol=0)
+                torch.testing.assert_close(mine_sin, want_sin[0], atol=2.4e-7, rtol=0)
+        torch.manual_seed(0)
+        head_dim = entry["spec"]["head_dim"]
+        q, k = torch.randn(2, 1, 2, ids.shape[1], head_dim).unbind(0)
+        q_model, k_model = module.apply_rotary_pos_emb(q, k, want_cos, want_sin)
+        q_mine, k_mine = module.apply_rotary_pos_emb(q, k, cos[None], sin[None])
+        assert torch.equal(q_model, q_mine)
+        assert torch.equal(k_model, k_mine)
+
+
+def test_per_layer_type_mrope_notes() -> None:
+    """NeoMME's notes name its two axes and the row/column alternation; a Cohere Compass layer
+    type with null rope parameters runs without rotation (nope_layers), its flat rope_theta /
+    rope_type beside the layer types dropped as its config class drops them."""
+    from posenc.api.specs import resolve_config
+
+    neomme = {
+        e.name: e.notes
+        for e in resolve_config({"hf_config": _per_layer_config(None), "max_positions": 64})
+    }
+    full = neomme["rope:full_attention"]["mrope"]
+    assert full["axes"] == ["row", "column"]
+    assert full["layout"] == "row_column"
+    assert full["pair_axes"] == [0, 1] * (len(full["pair_axes"]) // 2)
+    assert full["v2_parameters"] == {
+        "mrope_section": full["mrope_section"],
+        "mrope_layout": "row_column",
+    }
+    assert "position_ids (2, N) = row, column" in full["apply"]
+    name = "cohere_compass: NoPE full attention, flat keys beside the layer types"
+    (entry,) = resolve_config({"hf_config": _per_layer_config(name), "max_positions": 64})
+    assert entry.notes["nope_layers"] == [3]
+    assert entry.notes["mrope"]["axes"] == ["temporal", "height", "width"]

@@ -133,6 +133,8 @@ def mrope_pair_axes(section: Sequence[int], layout: str) -> torch.Tensor:
     axis 0 otherwise (the layout [THWTHW...TT]). ERNIE-4.5-VL
     (`Ernie4_5_VLMoeTextRotaryEmbedding`: pre-permuted inverse frequencies, h and w stacked back):
     pairs below section[0] + section[1] alternate axis 1 (even) and 2 (odd), the rest read axis 0.
+    Row-column (NeoMME, `NeoMMERotaryEmbedding.recomposition_frequencies`: two axes, 0 row and 1
+    column, `section` [s, s]): pair i reads axis i % 2.
     """
     half = sum(section)
     if layout == "chunked":
@@ -140,6 +142,9 @@ def mrope_pair_axes(section: Sequence[int], layout: str) -> torch.Tensor:
             torch.arange(len(section), dtype=torch.int64), torch.tensor(list(section))
         )
     axes = torch.zeros(half, dtype=torch.int64)
+    if layout == "row_column":
+        axes[1::2] = 1
+        return axes
     if layout == "ernie":
         hw = section[0] + section[1]
         axes[0:hw:2] = 1

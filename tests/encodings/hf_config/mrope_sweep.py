@@ -1,10 +1,13 @@
 """The M-RoPE sweep: every multimodal-RoPE model type of the installed transformers, its config
 resolved by posenc and compared with the model's own rotary module on (3, N) position ids whose
-three axes differ (issue 18).
+three axes differ (issue 18); NeoMME's module reads two axes (row, column): (2, N) ids, and the
+models that keep rope parameters per layer type (NeoMME, Cohere Compass) are compared per layer
+type (issue 30).
 
 Enumeration (`mrope_model_types`): every model_type of `CONFIG_MAPPING_NAMES` whose modeling
 module defines a text `*RotaryEmbedding` (not a vision one) with `recomposition_frequencies` (the
-per-axis recombination of M-RoPE), read from the installed package, not a hand list; the
+per-axis recombination of M-RoPE) over `mrope_section` or over the axes its forward expands the
+position ids to, read from the installed package, not a hand list; the
 composites' vision, audio and vocoder sub-configs (`is_sub_config`) are left out. Configs
 (`cases`): each type's class defaults (`to_dict()`) and the rope sweep's YaRN variant, in the v5
 and v4 config.json forms, plus released checkpoints' config.json (`RELEASED`).
@@ -92,10 +95,21 @@ def _text_rotary_names(source: str) -> list[str]:
         if (
             "vision" not in name.lower()
             and "def recomposition_frequencies" in body
-            and "self.mrope_section" in body
+            and ("self.mrope_section" in body or _AXES.search(body))
         ):
             names.append(name)
     return names
+
+
+_AXES = re.compile(r"position_ids = position_ids\.expand\((\d+), -1, -1\)")
+"""A rotary forward that expands the position ids over its axes itself (NeoMME's two, Cohere
+Compass's three): the axis count of (A, B, N) ids it reads."""
+
+
+def axis_count(rotary: type) -> int:
+    """How many position axes the rotary class's forward reads (3 unless it expands to others)."""
+    found = _AXES.search(inspect.getsource(rotary))
+    return int(found.group(1)) if found else 3
 
 
 RELEASED: dict[str, dict[str, Any]] = {
@@ -232,9 +246,59 @@ layer counts and vocabularies left at the class defaults, since only the rotary 
 built)."""
 
 
+_COHERE_TEXT: dict[str, Any] = {
+    "model_type": "cohere_compass_text",
+    "num_hidden_layers": 4,
+    "layer_types": [
+        "sliding_attention",
+        "sliding_attention",
+        "sliding_attention",
+        "full_attention",
+    ],
+}
+
+BUILT: dict[str, dict[str, Any]] = {
+    "cohere_compass_text: per-layer sections, YaRN on full attention": {
+        **_COHERE_TEXT,
+        "rope_parameters": {
+            "sliding_attention": {
+                "rope_type": "default",
+                "rope_theta": 10000.0,
+                "mrope_section": [16, 24, 24],
+            },
+            "full_attention": {
+                "rope_type": "yarn",
+                "rope_theta": 1000000.0,
+                "factor": 4.0,
+                "original_max_position_embeddings": 8192,
+                "mrope_section": [24, 20, 20],
+            },
+        },
+    },
+    "cohere_compass: NoPE full attention, flat keys beside the layer types": {
+        "model_type": "cohere_compass",
+        "text_config": {
+            **_COHERE_TEXT,
+            "rope_parameters": {
+                "rope_theta": 50000.0,
+                "rope_type": "default",
+                "sliding_attention": {"rope_type": "default", "rope_theta": 50000.0},
+                "full_attention": None,
+            },
+        },
+    },
+}
+"""Configs of M-RoPE types whose class defaults transformers cannot run (Cohere Compass's config
+class has no rope parameters: its rotary module raises KeyError 'full_attention'): rope
+parameters per layer type as its `convert_rope_params_to_dict` and rotary module read them (each
+type's own inverse frequency and `mrope_section`, a null type running without rotation, the
+flat `rope_theta` / `rope_type` of hub files popped), the other keys the class defaults."""
+
+
 def cases() -> list[tuple[str, str, str]]:
     """(model_type, variant, form) of every case: class defaults and YaRN in both forms per type,
-    and each released checkpoint (variant = its name, form "file")."""
+    each released checkpoint (variant = its name, form "file") and each `BUILT` config (form
+    "built")."""
     out = [
         (t, variant, form)
         for t in mrope_model_types()
@@ -242,6 +306,7 @@ def cases() -> list[tuple[str, str, str]]:
         for form in sweep.FORMS
     ]
     out += [(str(data["model_type"]), name, "file") for name, data in RELEASED.items()]
+    out += [(str(data["model_type"]), name, "built") for name, data in BUILT.items()]
     return out
 
 
@@ -251,6 +316,8 @@ def case_config(model_type: str, variant: str, form: str) -> dict[str, Any]:
     Omni models' thinker_config), or the rope sweep's YaRN variant."""
     if form == "file":
         return copy.deepcopy(RELEASED[variant])
+    if form == "built":
+        return copy.deepcopy(BUILT[variant])
     if variant == "default":
         with sweep._quiet():
             config = sweep._config_class(model_type)()
@@ -259,10 +326,10 @@ def case_config(model_type: str, variant: str, form: str) -> dict[str, Any]:
     return sweep.case_config(model_type, variant, form)
 
 
-def positions(length: int = N) -> torch.Tensor:
-    """(3, N) position ids whose axes all differ (a wrong axis shows in every section)."""
+def positions(length: int = N, axes: int = 3) -> torch.Tensor:
+    """(axes, N) position ids whose axes all differ (a wrong axis shows in every section)."""
     n = torch.arange(length)
-    return torch.stack([n, (n * 7 + 3) % 97, (n * 13 + 5) % 89])
+    return torch.stack([n, (n * 7 + 3) % 97, (n * 13 + 5) % 89][:axes])
 
 
 def _text_config(config: Any) -> Any:
@@ -308,16 +375,26 @@ def _rotary_class(module: Any, text: Any) -> type:
     return chosen[0]
 
 
-def reference(data: Mapping[str, Any], ids: torch.Tensor) -> dict[str, Any]:
-    """The model's cos/sin (N, W) for (3, N) ids, its apply function and rotary class name."""
+def reference(data: Mapping[str, Any], ids: torch.Tensor | None = None) -> dict[str, Any]:
+    """The model's cos/sin (N, W) per layer type (`layers`: None for a single table) for
+    (A, N) ids (default `positions` over the rotary's own axis count, `ids`), its apply
+    function and rotary class name."""
     config = sweep.load_config(data)
     text = _text_config(config)
     module = _module(text)
+    layers: dict[str | None, tuple[torch.Tensor, torch.Tensor]] = {}
     try:
+        cls = _rotary_class(module, text)
+        if ids is None:
+            ids = positions(N, axis_count(cls))
         with sweep._quiet():
-            rotary = _rotary_class(module, text)(text)
+            rotary = cls(text)
             x = torch.zeros(1, dtype=torch.float32)
-            cos, sin = rotary(x, ids[:, None, :])
+            kinds = getattr(rotary, "rope_type", None)
+            for layer_type in sorted(kinds) if isinstance(kinds, Mapping) else [None]:
+                kwargs = {} if layer_type is None else {"layer_type": layer_type}
+                cos, sin = rotary(x, ids[:, None, :], **kwargs)
+                layers[layer_type] = (cos[0].float(), sin[0].float())
     except sweep.UnbuildableError:
         raise
     except Exception as err:
@@ -325,9 +402,12 @@ def reference(data: Mapping[str, Any], ids: torch.Tensor) -> dict[str, Any]:
     apply = getattr(module, "apply_rotary_pos_emb", None)
     if apply is None:
         raise sweep.UnbuildableError(f"{module.__name__} has no apply_rotary_pos_emb")
+    only = layers.get(None)
     return {
-        "cos": cos[0].float(),
-        "sin": sin[0].float(),
+        "cos": None if only is None else only[0],
+        "sin": None if only is None else only[1],
+        "layers": layers,
+        "ids": ids,
         "apply": apply,
         "rotary": type(rotary).__name__,
         "head_dim": int(
@@ -351,8 +431,11 @@ def gather(table: torch.Tensor, ids: torch.Tensor, axes: list[int]) -> torch.Ten
     return table[rows.T, columns[None, :]]
 
 
-def posenc_entry(data: Mapping[str, Any]) -> tuple[Any, dict[str, Any], torch.Tensor, torch.Tensor]:
-    """resolve_config's rope entry (spec, notes) and its half-width float32 table."""
+def posenc_entries(
+    data: Mapping[str, Any],
+) -> dict[str | None, tuple[Any, dict[str, Any], torch.Tensor, torch.Tensor]]:
+    """resolve_config's rope entries by layer type (None: the one `rope` table), each (spec,
+    notes, half-width float32 cos, sin)."""
     from posenc.api.specs import resolve_config
     from posenc.encodings import compute
 
@@ -361,32 +444,79 @@ def posenc_entry(data: Mapping[str, Any]) -> tuple[Any, dict[str, Any], torch.Te
         for n in resolve_config({"hf_config": copy.deepcopy(dict(data)), "max_positions": ROWS})
         if n.spec.kind == "rope"
     ]
-    if len(named) != 1:
-        raise AssertionError(f"expected one rope table, got {[n.name for n in named]}")
-    spec = named[0].spec.canonical()
-    half = spec.model_copy(update={"width": "half", "packing": "separate", "dtype": "float32"})
-    table = compute(half, device="cpu")
-    return spec, dict(named[0].notes), table.tensors["cos"], table.tensors["sin"]
+    if not named:
+        raise AssertionError("expected a rope table, got none")
+    out = {}
+    for entry in named:
+        role = entry.name.split(":", 1)[1] if ":" in entry.name else None
+        spec = entry.spec.canonical()
+        half = spec.model_copy(update={"width": "half", "packing": "separate", "dtype": "float32"})
+        table = compute(half, device="cpu")
+        out[role] = (spec, dict(entry.notes), table.tensors["cos"], table.tensors["sin"])
+    return out
+
+
+def posenc_entry(data: Mapping[str, Any]) -> tuple[Any, dict[str, Any], torch.Tensor, torch.Tensor]:
+    """resolve_config's one rope entry (spec, notes) and its half-width float32 table."""
+    entries = posenc_entries(data)
+    if list(entries) != [None]:
+        raise AssertionError(f"expected one rope table, got {list(entries)}")
+    return entries[None]
 
 
 def judge(data: Mapping[str, Any]) -> sweep.Verdict:
-    """The verdict of one config (see the module docstring)."""
+    """The verdict of one config (see the module docstring); a model with a table per layer
+    type is judged on each, posenc's `rope:<layer type>` against the module's forward for
+    that layer type."""
     from posenc.encodings import SpecError
 
-    ids = positions()
     try:
-        ref = reference(data, ids)
+        ref = reference(data)
     except sweep.UnbuildableError as err:
         return sweep.Verdict("unbuildable", [str(err)])
     except Exception as err:
         return sweep.Verdict("unbuildable", [f"config: {type(err).__name__}: {str(err)[:160]}"])
     try:
-        spec, notes, cos_t, sin_t = posenc_entry(data)
+        mine = posenc_entries(data)
     except SpecError as err:
         return sweep.rejection(err, data)
+    if list(mine) == [None]:
+        # one distinct table (posenc names it `rope`): every layer type's
+        mine = dict.fromkeys(ref["layers"], mine[None])
+    if set(mine) != set(ref["layers"]):
+        model, served = sorted(map(str, ref["layers"])), sorted(map(str, mine))
+        return sweep.Verdict("wrong", [f"tables: model {model}, posenc {served}"])
+    reasons: list[str] = []
+    facts: dict[str, Any] = {}
+    for layer_type, (cos_m, sin_m) in ref["layers"].items():
+        spec, notes, cos_t, sin_t = mine[layer_type]
+        verdict = _judge_table(ref, ref["ids"], cos_m, sin_m, spec, notes, cos_t, sin_t)
+        where = "" if layer_type is None else f"{layer_type}: "
+        reasons += [where + r for r in verdict.reasons]
+        if layer_type is None:
+            facts = verdict.facts
+        else:
+            for name, value in verdict.facts.items():
+                facts.setdefault(name, {})[layer_type] = value
+    return sweep.Verdict("wrong" if reasons else "exact", reasons, facts)
+
+
+def _judge_table(
+    ref: Mapping[str, Any],
+    ids: torch.Tensor,
+    cos_m: torch.Tensor,
+    sin_m: torch.Tensor,
+    spec: Any,
+    notes: Mapping[str, Any],
+    cos_t: torch.Tensor,
+    sin_t: torch.Tensor,
+) -> sweep.Verdict:
+    """One table against the model's cos/sin for it (see the module docstring)."""
     mrope = notes.get("mrope")
     if not isinstance(mrope, dict):
         return sweep.Verdict("wrong", ["accepted without notes['mrope']"])
+    if len(mrope.get("axes", ())) != ids.shape[0]:
+        return sweep.Verdict("wrong", [f"axes: model {ids.shape[0]}, posenc {mrope.get('axes')}"])
     pairing = str(notes.get("pairing"))
     facts = {"layout": mrope["layout"], "section": mrope["mrope_section"], "pairing": pairing}
     # the module's own full-width layout: cat(c, c) where the spec says so (HY-V4-VL's module
@@ -395,18 +525,18 @@ def judge(data: Mapping[str, Any]) -> sweep.Verdict:
     cos = widen(gather(cos_t, ids, mrope["pair_axes"]), layout)
     sin = widen(gather(sin_t, ids, mrope["pair_axes"]), layout)
     reasons = []
-    if cos.shape != ref["cos"].shape:
+    if cos.shape != cos_m.shape:
         return sweep.Verdict(
-            "wrong", [f"width: model {tuple(ref['cos'].shape)}, posenc {tuple(cos.shape)}"], facts
+            "wrong", [f"width: model {tuple(cos_m.shape)}, posenc {tuple(cos.shape)}"], facts
         )
-    if not (torch.equal(cos, ref["cos"]) and torch.equal(sin, ref["sin"])):
-        diff = float(torch.maximum((cos - ref["cos"]).abs(), (sin - ref["sin"]).abs()).max())
+    if not (torch.equal(cos, cos_m) and torch.equal(sin, sin_m)):
+        diff = float(torch.maximum((cos - cos_m).abs(), (sin - sin_m).abs()).max())
         reasons.append(f"cos/sin differ (max |d| {diff:.3g})")
     torch.manual_seed(0)
     q = torch.randn(1, 2, ids.shape[1], ref["head_dim"])
     k = torch.randn(1, 2, ids.shape[1], ref["head_dim"])
     rotary = int(spec.resolved_rotary_dim())
-    q_model, k_model = ref["apply"](q, k, ref["cos"][None], ref["sin"][None])
+    q_model, k_model = ref["apply"](q, k, cos_m[None], sin_m[None])
     q_mine, k_mine = ref["apply"](q, k, cos[None], sin[None])
     if not (torch.equal(q_model, q_mine) and torch.equal(k_model, k_mine)):
         reasons.append("the model's apply_rotary_pos_emb differs with posenc's cos/sin")
@@ -441,10 +571,12 @@ def render(results: Mapping[tuple[str, str, str], sweep.Verdict]) -> str:
         "",
         "Generated with the table above by `make models-doc` "
         "(`tests/encodings/hf_config/mrope_sweep.py`): every model type whose modeling module "
-        "recombines per-axis (temporal, height, width) frequencies, each config resolved by "
-        "posenc and compared on (3, N) position ids with three different axes: `exact` is "
-        "bit-equal cos/sin (posenc's table gathered per `notes.mrope.pair_axes`) and equal q, k "
-        "after the model's own `apply_rotary_pos_emb`. `get_rope_index` is the rule of `POST "
+        "recombines per-axis (temporal, height, width; NeoMME's row, column) frequencies, each "
+        "config resolved by posenc and compared on (3, N) (NeoMME: (2, N)) position ids whose "
+        "axes differ, per layer type where the model keeps rope parameters per layer type: "
+        "`exact` is bit-equal cos/sin (posenc's table gathered per `notes.mrope.pair_axes`) and "
+        "equal q, k after the model's own `apply_rotary_pos_emb`; `built` cases are configs its "
+        "class defaults cannot give (`mrope_sweep.BUILT`). `get_rope_index` is the rule of `POST "
         "/v1/mrope/position_ids` for the model's position ids.",
         "",
         "| model type | layout | mrope_section | pairing | get_rope_index | outcome |",
@@ -466,10 +598,22 @@ def render(results: Mapping[tuple[str, str, str], sweep.Verdict]) -> str:
             groups.setdefault(f"{verdict.outcome}{why}", []).append(f"{variant}/{form}")
         outcome = "<br>".join(f"{k}: {', '.join(v)}" for k, v in groups.items())
         lines.append(
-            f"| {model_type} | {facts.get('layout', '-')} | {facts.get('section', '-')} "
-            f"| {facts.get('pairing', '-')} | {rule} | {outcome} |"
+            f"| {model_type} | {_fact(facts.get('layout'))} | {_fact(facts.get('section'))} "
+            f"| {_fact(facts.get('pairing'))} | {rule} | {outcome} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _fact(value: Any) -> str:
+    """A table cell of one fact; one per layer type (`layer: value`, joined) where they differ."""
+    if value is None:
+        return "-"
+    if isinstance(value, dict):
+        distinct = {json.dumps(v) for v in value.values()}
+        if len(distinct) == 1:
+            return str(next(iter(value.values())))
+        return "<br>".join(f"{k}: {v}" for k, v in sorted(value.items()))
+    return str(value)
 
 
 def run_all() -> dict[tuple[str, str, str], sweep.Verdict]:

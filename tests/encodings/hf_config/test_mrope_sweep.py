@@ -71,6 +71,19 @@ def test_pair_axes_match_the_v2_gather(section: list[int]) -> None:
         assert pair_axes(layout, section, sum(section)) == want
 
 
+@pytest.mark.parametrize("pairs", [4, 16, 32])
+def test_row_column_pair_axes_match_the_v2_gather(pairs: int) -> None:
+    """NeoMME's row_column layout: notes.mrope.pair_axes (even pairs row, odd pairs column) is
+    the /v2 gather's axis map for its two-axis section [pairs/2, pairs/2]."""
+    from posenc.encodings.hf_config.mrope import pair_axes, row_column_section
+    from posenc.runtime.rows import mrope_pair_axes
+
+    section = row_column_section("rope_parameters.full_attention", pairs)
+    assert section == [pairs // 2, pairs // 2]
+    want = mrope_pair_axes(section, "row_column").tolist()
+    assert pair_axes("row_column", section, pairs) == want == [0, 1] * (pairs // 2)
+
+
 def test_dynamic_ntk_takes_the_largest_position_id() -> None:
     """notes.mrope.seq_len: a dynamic NTK M-RoPE table built for seq_len = max(position_ids) + 1
     is the model's (its dynamic_rope_update reads the (3, N) ids), bit for bit."""

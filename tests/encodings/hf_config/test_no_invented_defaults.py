@@ -81,3 +81,53 @@ def test_removed_key_is_answered_as_transformers_answers(
     if removed == "original_max_position_embeddings":
         # transformers' standardize_rope_params fills it from max_position_embeddings
         assert applied.get(f"rope_parameters.{removed}") == 4096, mine[0].notes
+
+
+def _mla_config(model_type: str, factor: float | None) -> dict[str, Any]:
+    """The rope sweep's (shrunk) class-default config of an MLA family whose config class derives
+    partial_rotary_factor from qk_rope_head_dim / head_dim, with every layer type's factor
+    removed (None) or set."""
+    data = sweep.case_config(model_type, "default", "v5")
+    params = data["rope_parameters"]
+    for part in (params, *params.values()):
+        if isinstance(part, dict) and ("rope_theta" in part or "rope_type" in part):
+            part.pop("partial_rotary_factor", None)
+            if factor is not None:
+                part["partial_rotary_factor"] = factor
+    return data
+
+
+@pytest.mark.parametrize("model_type", ["mistral4", "dots3_note_text"])
+def test_mla_partial_factor_takes_the_class_default(model_type: str) -> None:
+    """Mistral4Config setdefaults (Dots3NoteTextConfig sets) partial_rotary_factor to
+    qk_rope_head_dim / head_dim: rope parameters without it are served exact against the
+    model's rotary module, the default listed in notes.defaults_applied (issue 30: it was
+    refused with 'int(head_dim 128 * None)')."""
+    data = _mla_config(model_type, None)
+    tables = sweep.posenc_tables(data, sweep.SEQ)
+    verdict = sweep.judge(sweep._model_or_module(data, sweep.SEQ), tables)
+    assert verdict.outcome == "exact", verdict.line()
+    for table in tables:
+        applied = table.notes["defaults_applied"]
+        keys = [k for k in applied if k.endswith(".partial_rotary_factor")]
+        assert keys, applied
+        assert all(0 < applied[k] < 1 for k in keys), applied
+
+
+@pytest.mark.parametrize(("model_type", "factor"), [("mistral4", 0.75), ("dots3_note_text", 0.5)])
+def test_mla_partial_factor_refusal_states_the_reason(model_type: str, factor: float) -> None:
+    """A factor whose width is not qk_rope_head_dim is refused naming the key, the reason the
+    numbers transformers uses (no None leaking into it): Mistral 4 would rotate other channels
+    than its q_rot, dots.3 note overwrites the file's value."""
+    data = _mla_config(model_type, factor)
+    with pytest.raises(SpecError) as raised:
+        sweep.posenc_tables(data, sweep.SEQ)
+    (problem, *_) = raised.value.problems
+    assert problem.field.endswith(".partial_rotary_factor") or problem.field == (
+        "rope_parameters.partial_rotary_factor"
+    )
+    assert "None" not in problem.message, problem.message
+    assert str(factor) in problem.message
+    assert "qk_rope_head_dim" in problem.message
+    if model_type == "dots3_note_text":
+        assert "convert_rope_params_to_dict" in problem.message

@@ -200,10 +200,15 @@ NOPE_RULES = {
 parameters, which every family's reading turns into NoPE layers."""
 
 REFUSED: dict[str, str] = {
-    "deepseek_v4": "DeepSeek-V4 rotates the trailing qk_rope_head_dim channels of each head "
-    "([nope | rope] layout: apply_rotary_pos_emb's x[..., -rope_dim:]) with interleaved pairs, "
-    "takes its 'main' or 'compress' table by layer type and de-rotates the attention output "
-    "with -sin; posenc's specs rotate the leading channels: not mapped",
+    "deepseek_v4": "DeepSeek-V4's cos/sin are 1-D tables (DeepseekV4RotaryEmbedding: one per "
+    "rope_parameters key 'main' / 'compress', interleaved pairs), but what a posenc table states "
+    "about applying them is not what the model does: its apply_rotary_pos_emb rotates the "
+    "trailing qk_rope_head_dim channels of each head ([nope | rope] layout, x[..., -rope_dim:]) "
+    "where posenc's rotary_dim is the leading channels; its sliding_attention layers take 'main' "
+    "and its compressed_sparse / heavily_compressed attention layers 'compress' "
+    "(DeepseekV4Attention.rope_layer_type: keys that are not config.layer_types' names); its "
+    "compressors rotate each compressed KV entry at position i * compress_rate + "
+    "first_window_position; and it de-rotates the attention output with -sin: not mapped",
     "step3p5_vision": "Step3p5's vision tower rotates patches by their 2-D grid position "
     "(Step3p7VisionRotaryEmbedding: axial RoPE, the only rope_type it builds, head_dim/4 "
     "frequencies for each of W and H): not a 1-D table; not mapped",
@@ -230,10 +235,6 @@ MROPE_INTERLEAVED_PAIRS = frozenset(
 
 MROPE_REFUSED: dict[str, str] = {
     **dict.fromkeys(
-        ("cohere_compass", "cohere_compass_text"),
-        "M-RoPE with a section per layer type (CohereCompassRotaryEmbedding); not mapped",
-    ),
-    **dict.fromkeys(
         ("hunyuan_vl", "hunyuan_vl_text"),
         "M-RoPE over len(mrope_section) position axes with channel-sized sections "
         "(HunYuanVLRotaryEmbedding.recomposition_frequencies splits cat(freqs, freqs) into "
@@ -244,11 +245,6 @@ MROPE_REFUSED: dict[str, str] = {
         "axis map over the 1-D table serves it (text-only tokens, all axes equal, get the plain "
         "table); not mapped",
     ),
-    "neomme": "two-axis row/column M-RoPE per layer type (NeoMMERotaryEmbedding."
-    "recomposition_frequencies: even frequency pairs read the row axis, odd pairs the column "
-    "axis, cat(angles, angles) over each layer type's own inv_freq and partial width): text "
-    "tokens get the plain per-layer-type tables, but posenc's M-RoPE notes (pair_axes over "
-    "three axes, one table) do not describe two axes per layer type; not mapped",
 }
 """M-RoPE families posenc does not map: refused naming model_type, never a plain 1-D table."""
 
@@ -450,29 +446,131 @@ class RotaryDimRope(RopeModel):
 @dataclass(frozen=True)
 class Mistral4Rope(RopeModel):
     """Mistral 4 (`Mistral4RotaryEmbedding`): the rotary width is int(head_dim *
-    partial_rotary_factor) of the model's head_dim, which must be qk_rope_head_dim."""
+    partial_rotary_factor) of the model's head_dim, which must be qk_rope_head_dim. Rope
+    parameters without `partial_rotary_factor` take the one `Mistral4Config.__post_init__`
+    setdefaults, qk_rope_head_dim / head_dim (listed in `notes.defaults_applied`)."""
+
+    default_source: ClassVar[str] = "Mistral4Config's default"
 
     def rotary_dim(
         self, view: ConfigView, params: Mapping[str, Any], key: str, layer_head_dim: int
     ) -> int:
         model_head_dim = int(view.number("head_dim"))
-        fraction = params.get("partial_rotary_factor", view.data.get("partial_rotary_factor"))
         where = f"{key}.partial_rotary_factor"
-        dim = model_head_dim if fraction is None else int(model_head_dim * fraction)
+        fraction = self.given_fraction(view, params, where, layer_head_dim, model_head_dim)
+        source = "given"
+        if fraction is None:
+            fraction = layer_head_dim / model_head_dim
+            view.applied[where] = fraction
+            source = f"{self.default_source}: qk_rope_head_dim / head_dim"
+        dim = int(model_head_dim * fraction)
         if dim != layer_head_dim:
             fail(
                 where,
-                f"rotates int(head_dim {model_head_dim} * {fraction}) = {dim} channels, not "
-                f"qk_rope_head_dim {layer_head_dim}",
+                f"{source} {fraction} rotates int(head_dim {model_head_dim} * {fraction}) = "
+                f"{dim} channels, not qk_rope_head_dim {layer_head_dim}",
                 fraction,
             )
         return dim
+
+    def given_fraction(
+        self,
+        view: ConfigView,
+        params: Mapping[str, Any],
+        where: str,
+        layer_head_dim: int,
+        model_head_dim: int,
+    ) -> float | None:
+        """The file's partial_rotary_factor (the rope parameters', else the top-level one)."""
+        fraction = params.get("partial_rotary_factor", view.data.get("partial_rotary_factor"))
+        return None if fraction is None else check_number(where, fraction)
 
 
 @dataclass(frozen=True)
 class Dots3NoteRope(Mistral4Rope, V4Refused):
     """dots.3 note (`Dots3NoteTextConfig`): Mistral 4's rotary width, rope parameters per layer
-    type whose v4 conversion is not mapped (only v5 `rope_parameters`)."""
+    type whose v4 conversion is not mapped (only v5 `rope_parameters`). Its
+    `convert_rope_params_to_dict` sets every layer type's partial_rotary_factor to
+    qk_rope_head_dim / head_dim whatever the file says: a file's other value is refused (it
+    would go unread), a missing one takes that (listed in `notes.defaults_applied`)."""
+
+    default_source: ClassVar[str] = "Dots3NoteTextConfig's"
+
+    def given_fraction(
+        self,
+        view: ConfigView,
+        params: Mapping[str, Any],
+        where: str,
+        layer_head_dim: int,
+        model_head_dim: int,
+    ) -> float | None:
+        fraction = super().given_fraction(view, params, where, layer_head_dim, model_head_dim)
+        derived = layer_head_dim / model_head_dim
+        if fraction is not None and fraction != derived:
+            fail(
+                where,
+                f"Dots3NoteTextConfig.convert_rope_params_to_dict replaces it with "
+                f"qk_rope_head_dim / head_dim = {layer_head_dim} / {model_head_dim} = {derived} "
+                f"(transformers rotates {int(model_head_dim * derived)} channels): the file's "
+                f"{fraction} would go unread; give {derived} or leave it out",
+                fraction,
+            )
+        return fraction
+
+
+@dataclass(frozen=True)
+class NeoMMERope(mrope.MRopeModel, V4Refused):
+    """NeoMME (`NeoMMEConfig`, `NeoMMERotaryEmbedding`): two-axis (row, column) M-RoPE with one
+    table per layer type (`mrope.py`, layout "row_column"); only v5 `rope_parameters` are mapped
+    (V4Refused). `convert_rope_params_to_dict` fills each layer type of `layer_types` in them:
+    rope_type "default", rope_theta (the file's top-level one, else `default_theta` of the
+    type), partial_rotary_factor (`default_partial_rotary_factor` of the type); each one filled
+    is listed in `notes.defaults_applied`."""
+
+    THETA: ClassVar[Mapping[str, float]] = {
+        "full_attention": 1_000_000.0,
+        "sliding_attention": 10_000.0,
+    }
+    PARTIAL: ClassVar[Mapping[str, float]] = {"full_attention": 0.25, "sliding_attention": 1.0}
+
+    def declared_layer_types(self, view: ConfigView) -> list[str]:
+        """config.layer_types, else `NeoMMEConfig.__post_init__`'s: full attention every 6th
+        layer and the last, sliding attention otherwise."""
+        declared = super().declared_layer_types(view)
+        if declared:
+            return declared
+        count = int(view.number("num_hidden_layers"))
+        return [
+            "full_attention" if (i + 1) % 6 == 0 or i == count - 1 else "sliding_attention"
+            for i in range(count)
+        ]
+
+    def layers(self, view: ConfigView) -> tuple[str, dict[str | None, dict[str, Any] | None]]:
+        key, layers = super().layers(view)
+        if list(layers) == [None]:
+            return key, layers  # flat: refused by MRopeModel.entries
+        top = view.data.get("rope_theta")
+        for layer_type in dict.fromkeys(self.declared_layer_types(view)):
+            params = layers.get(layer_type, {})
+            if params is None:
+                fail(
+                    f"{key}.{layer_type}",
+                    "null: NeoMMEConfig.convert_rope_params_to_dict fills every layer type's "
+                    "rope parameters (a null one fails there); NeoMME has no NoPE layers",
+                    None,
+                )
+            filled = dict(params)
+            defaults = {
+                "rope_type": "default",
+                "rope_theta": self.THETA.get(layer_type) if top is None else top,
+                "partial_rotary_factor": self.PARTIAL.get(layer_type),
+            }
+            for name, value in defaults.items():
+                if name not in filled and value is not None:
+                    filled[name] = value
+                    view.applied[f"{key}.{layer_type}.{name}"] = value
+            layers[layer_type] = filled
+        return key, layers
 
 
 POLAR_LAYOUT = (
@@ -671,9 +769,7 @@ MAPPERS: dict[str, Mapper] = {
     # MiMo-V2-Flash ignores v4 rope keys (its convert_rope_params_to_dict returns them
     # untouched: the class's per-layer-type defaults apply); Dory fills per-layer-type
     # defaults before converting. Only their v5 rope_parameters are mapped.
-    **dict.fromkeys(
-        ("embedding_gemma2_text", "neomme", "beam", "mimo_v2_flash", "dory"), V4Refused()
-    ),
+    **dict.fromkeys(("embedding_gemma2_text", "beam", "mimo_v2_flash", "dory"), V4Refused()),
     "minimax_m2": RotaryDimRope(),
     "phimoe": PhimoeRope(),
     "cohere2_moe": Cohere2MoeRope(interleaved_pairs=True),
@@ -762,6 +858,7 @@ MAPPERS: dict[str, Mapper] = {
         for t, facts in mrope.MROPE_MODELS.items()
     },
     **{t: RopeModel(refusal=why) for t, why in MROPE_REFUSED.items()},
+    "neomme": NeoMMERope(facts=mrope.MROPE_MODELS["neomme"]),
     **dict.fromkeys(mrope.OMNI_THINKERS, lambda view: omni_thinker(view)),
 }
 """model_type -> its mapper; a model type not listed is read as transformers' generic RoPE

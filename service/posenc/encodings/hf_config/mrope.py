@@ -20,6 +20,15 @@ Layouts (`MROPE_MODELS`, read from each model's `recomposition_frequencies`):
   (the layout [THWTHW..TT]).
 - ernie (ERNIE-4.5-VL): pairs below s[0]+s[1] alternate height (even i) and width (odd i); the
   last s[2] pairs read the temporal axis.
+- row_column (NeoMME, `NeoMMERotaryEmbedding`): two position axes (0 row, 1 column), position ids
+  (2, N); pair i reads axis i % 2 ("row0-col0-row1-col1", `mrope_section` [d/4, d/4] in its own
+  words). The section is the module's, not a config key.
+
+Per layer type (NeoMME; Cohere Compass, `CohereCompassRotaryEmbedding`: the interleaved layout
+with each layer type's own `mrope_section`, default [24, 20, 20]): the rotary module keeps one
+inverse frequency (rope_theta, rope_type, partial width) per layer type and recomposes each
+alike, so each `rope:<layer type>` table carries its own `notes["mrope"]`. `notes["mrope"]["axes"]`
+names the position axes in order (three, or NeoMME's two): `pair_axes` index into them.
 
 ERNIE-4.5-VL pre-permutes its inverse frequencies (`inv_freq_3d`: the even then the odd pairs of
 the first s[0]+s[1]) and undoes it by stacking h and w back: pair i keeps frequency inv_freq[i],
@@ -53,12 +62,18 @@ MROPE_KEYS = ("mrope_section", "mrope_interleaved")
 
 @dataclass(frozen=True)
 class MRopeFacts:
-    """One M-RoPE family: `layout` ("chunked", "interleaved", "ernie"), the rotary module's
-    default `mrope_section`, and the `get_rope_index` rule of `mrope_index` (None: not served)."""
+    """One M-RoPE family: `layout` ("chunked", "interleaved", "ernie", "row_column"), the rotary
+    module's default `mrope_section` (empty for "row_column": the module's own split), the
+    `get_rope_index` rule of `mrope_index` (None: not served), the position `axes` in order, and
+    `per_layer_type` (rope parameters, hence tables and sections, per layer type), and
+    `pops_flat_keys` (the config class drops a flat rope_theta / rope_type saved beside them)."""
 
     layout: str
-    default_section: tuple[int, int, int]
+    default_section: tuple[int, ...]
     rule: str | None
+    axes: tuple[str, ...] = ("temporal", "height", "width")
+    per_layer_type: bool = False
+    pops_flat_keys: bool = False
 
 
 _QWEN2 = MRopeFacts("chunked", (16, 24, 24), "qwen2_vl")
@@ -106,6 +121,13 @@ MROPE_MODELS: dict[str, MRopeFacts] = {
         ("ernie4_5_vl_moe", "ernie4_5_vl_moe_text"),
         MRopeFacts("ernie", (22, 22, 20), "ernie4_5_vl"),
     ),
+    # Cohere Compass: Qwen3-VL's interleaved THW layout, a section per layer type
+    **dict.fromkeys(
+        ("cohere_compass", "cohere_compass_text"),
+        MRopeFacts("interleaved", (24, 20, 20), None, per_layer_type=True, pops_flat_keys=True),
+    ),
+    # NeoMME: two axes (row, column), even pairs row and odd pairs column, per layer type
+    "neomme": MRopeFacts("row_column", (), None, axes=("row", "column"), per_layer_type=True),
 }
 """model_type -> its M-RoPE facts (the composite type, for flat v4 config.json files, and the
 text config's type)."""
@@ -116,11 +138,12 @@ parts are not served)."""
 
 
 def pair_axes(layout: str, section: list[int], pairs: int) -> list[int]:
-    """The position axis (0 temporal, 1 height, 2 width) each of `pairs` frequency pairs reads.
+    """The position axis (0 temporal, 1 height, 2 width; "row_column": 0 row, 1 column) each of
+    `pairs` frequency pairs reads.
 
     Args:
-        layout: "chunked", "interleaved" or "ernie" (see the module table).
-        section: the three `mrope_section` pair counts (validated by the caller).
+        layout: "chunked", "interleaved", "ernie" or "row_column" (see the module table).
+        section: the `mrope_section` pair counts per axis (validated by the caller).
         pairs: rotary_dim // 2, the table's half width.
 
     Returns:
@@ -128,6 +151,8 @@ def pair_axes(layout: str, section: list[int], pairs: int) -> list[int]:
     """
     if layout == "chunked":
         return [k % 3 for k, count in enumerate(section) for _ in range(count)]
+    if layout == "row_column":
+        return [i % 2 for i in range(pairs)]
     if layout == "interleaved":
         axes = [0] * pairs
         for axis in (1, 2):
@@ -176,23 +201,47 @@ class MRopeModel(RopeModel):
         return "default" if rope_type == "mrope" else super().rename(rope_type, params)
 
     def layers(self, view: ConfigView) -> tuple[str, dict[str | None, dict[str, Any] | None]]:
-        key, layers = super().layers(view)
+        key, layers = super().layers(per_layer_view(view, self.facts))
         return key, {
             t: None if p is None else {k: v for k, v in p.items() if k not in MROPE_KEYS}
             for t, p in layers.items()
         }
 
     def entries(self, view: ConfigView) -> list[Entry]:
-        key, raw_layers = RopeModel.layers(self, view)
-        if list(raw_layers) != [None]:
+        key, raw_layers = RopeModel.layers(self, per_layer_view(view, self.facts))
+        nested = list(raw_layers) != [None]
+        if nested and not self.facts.per_layer_type:
             fail(key, "M-RoPE with rope parameters per layer type is not mapped", None)
-        raw = (raw_layers[None] or {}).get("mrope_section")
+        if self.facts.per_layer_type and not nested:
+            fail(
+                key,
+                f"flat or empty, while model_type {view.model_type!r}'s rotary module reads "
+                "rope_parameters[layer_type] (one inverse frequency and mrope_section per layer "
+                "type; transformers raises KeyError): nest them by layer type",
+                None,
+            )
+        if self.facts.per_layer_type:
+            _, filled = self.layers(view)
+            missing = [t for t in self.declared_layer_types(view) if t not in filled]
+            if missing:
+                fail(
+                    key,
+                    f"has no rope parameters for layer type(s) {sorted(set(missing))} of "
+                    "layer_types: the rotary module reads rope_parameters[layer_type] for each "
+                    "(transformers raises KeyError)",
+                    None,
+                )
         entries = super().entries(view)
         layout = self.facts.layout
         for entry in entries:
+            layer_key = key if entry.role is None else f"{key}.{entry.role}"
+            raw = (raw_layers.get(entry.role) or {}).get("mrope_section")
             pairs = int(entry.data.get("rotary_dim", entry.data["head_dim"])) // 2
-            given = list(self.facts.default_section) if raw is None else raw
-            section = read_section(given, f"{key}.mrope_section", layout, pairs)
+            if layout == "row_column":
+                section = row_column_section(layer_key, pairs)
+            else:
+                given = list(self.facts.default_section) if raw is None else raw
+                section = read_section(given, f"{layer_key}.mrope_section", layout, pairs)
             if layout == "ernie" and entry.notes.get("rope_type") != "default":
                 fail(
                     f"{key}.rope_type",
@@ -201,11 +250,11 @@ class MRopeModel(RopeModel):
                 )
             entry.notes["mrope"] = mrope_notes(self.facts, section, pairs, raw is None)
             if entry.notes.get("rope_type") == "dynamic":
-                # dynamic_rope_update: seq_len = max(position_ids) + 1 over the three axes.
+                # dynamic_rope_update: seq_len = max(position_ids) + 1 over the axes.
                 entry.notes["mrope"]["seq_len"] = (
                     "dynamic NTK: transformers takes seq_len = max(position_ids) + 1 over the "
-                    "three axes (N + mrope_position_deltas), not the token count N: pass that "
-                    "as seq_len"
+                    f"{len(self.facts.axes)} axes (N + mrope_position_deltas), not the token "
+                    "count N: pass that as seq_len"
                 )
             # An odd head size is the config's: name the key a spec error comes from.
             size = view.key("head_dim" if view.has("head_dim") else "hidden_size")
@@ -213,25 +262,74 @@ class MRopeModel(RopeModel):
         return entries
 
 
+def per_layer_view(view: ConfigView, facts: MRopeFacts) -> ConfigView:
+    """The view whose `rope_parameters` drop the flat `rope_theta` / `rope_type` saved beside
+    per-layer-type dicts, as `CohereCompassTextConfig.convert_rope_params_to_dict` pops them
+    (released hub files carry such dangling keys); the view itself otherwise."""
+    params = view.data.get("rope_parameters")
+    if not facts.pops_flat_keys or not isinstance(params, Mapping):
+        return view
+    if not any(isinstance(v, Mapping) for v in params.values()):
+        return view
+    dangling = {"rope_theta", "rope_type"} & set(params)
+    if not dangling:
+        return view
+    data = {**view.data, "rope_parameters": {k: v for k, v in params.items() if k not in dangling}}
+    cleaned = ConfigView(
+        data,
+        view.prefix,
+        view.model_type,
+        view.defaults if view.has_class_defaults else None,
+        view.aliases,
+    )
+    cleaned.applied = view.applied
+    return cleaned
+
+
+def row_column_section(key: str, pairs: int) -> list[int]:
+    """NeoMME's split of `pairs` frequency pairs over (row, column): even pairs read the row,
+    odd pairs the column (`NeoMMERotaryEmbedding.recomposition_frequencies` takes
+    `freq[0][..., 0::2]` and `freq[1][..., 1::2]` and stacks them back pair by pair). Its config
+    class requires a rotary width that is a multiple of four (`_validate_rotary_dims`): with an
+    odd pair count the two strided halves differ in length and the stack fails."""
+    if pairs % 2:
+        fail(
+            key.rsplit(".", 1)[0] + ".partial_rotary_factor" if "." in key else key,
+            f"gives a rotary width of {2 * pairs} channels, not a multiple of 4: NeoMME's "
+            "config class refuses it (its row and column pairs alternate)",
+            None,
+        )
+    return [pairs // 2, pairs // 2]
+
+
 def mrope_notes(facts: MRopeFacts, section: list[int], pairs: int, default: bool) -> dict[str, Any]:
     """What a runtime needs beside the 1-D table to apply the model's M-RoPE."""
+    axes = len(facts.axes)
+    source = "the rotary module's default" if default else "config"
+    if facts.layout == "row_column":
+        source = "the rotary module (NeoMMERotaryEmbedding: even pairs row, odd pairs column)"
     notes: dict[str, Any] = {
         "mrope_section": section,
-        "section_source": "the rotary module's default" if default else "config",
+        "section_source": source,
         "layout": facts.layout,
+        "axes": list(facts.axes),
         "pair_axes": pair_axes(facts.layout, section, pairs),
-        "apply": "position_ids (3, N) = temporal, height, width; cos[n, i] = "
+        "apply": f"position_ids ({axes}, N) = {', '.join(facts.axes)}; cos[n, i] = "
         "table_cos[position_ids[pair_axes[i], n], i] for pair i (sin alike), then widened as "
-        "`pairing` says; text-only tokens have three equal ids: the table's rows",
+        f"`pairing` says; text-only tokens have {axes} equal ids: the table's rows",
         "position_ids": (
             f"POST /v1/mrope/position_ids (rule {facts.rule!r}: transformers' get_rope_index)"
             if facts.rule is not None
             else "this model's get_rope_index is not served"
         ),
     }
-    notes["v2_parameters"] = (
-        {"mrope_section": section, "mrope_layout": "ernie"}
-        if facts.layout == "ernie"
-        else {"mrope_section": section, "mrope_interleaved": facts.layout == "interleaved"}
-    )
+    if facts.layout == "row_column":
+        notes["v2_parameters"] = {"mrope_section": section, "mrope_layout": "row_column"}
+    elif facts.layout == "ernie":
+        notes["v2_parameters"] = {"mrope_section": section, "mrope_layout": "ernie"}
+    else:
+        notes["v2_parameters"] = {
+            "mrope_section": section,
+            "mrope_interleaved": facts.layout == "interleaved",
+        }
     return notes

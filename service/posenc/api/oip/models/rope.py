@@ -8,8 +8,10 @@ RoPE fields go into `rope_scaling` (`rope_type`, `factor`, `original_max_positio
 Multimodal RoPE: with `mrope_section` (three pair counts summing to d/2) and position ids whose
 leading axis is 3 (temporal, height, width), each frequency pair reads the angle of its axis:
 chunked sections as Qwen2-VL, `mrope_interleaved` as Qwen3-VL, or `mrope_layout` ("chunked",
-"interleaved", "ernie": ERNIE-4.5-VL's alternating height/width pairs) (`posenc.runtime.rows`);
-the outputs drop that leading axis. `/v1/resolve` states these parameters per model
+"interleaved", "ernie": ERNIE-4.5-VL's alternating height/width pairs; "row_column": NeoMME's two
+axes, row and column, with two pair counts [d/4, d/4] and position ids whose leading axis is 2,
+even pairs row and odd pairs column) (`posenc.runtime.rows`); the outputs drop that leading
+axis. `/v1/resolve` states these parameters per model
 (`notes.mrope.v2_parameters`). Position ids without the leading 3 are the text-only case
 (transformers expands them to all three axes, which changes nothing).
 
@@ -59,7 +61,8 @@ POSITION_IDS = TensorDecl(
     "position_ids",
     "INT64",
     (-1,),
-    "position ids, any shape; a leading axis of 3 (T, H, W) with mrope_section",
+    "position ids, any shape; a leading axis of 3 (T, H, W) with mrope_section (2, row and "
+    "column, with mrope_layout row_column)",
     accepts=INDEX_TYPES,
 )
 FLOATS = ("FP32", "FP16", "BF16")
@@ -71,7 +74,7 @@ OUTPUTS = (
     TensorDecl("inv_freq", "FP32", (-1,), "inverse frequencies [d/2] (FP64 when exact)"),
 )
 MROPE_KEYS = ("mrope_section", "mrope_interleaved", "mrope_layout")
-MROPE_LAYOUTS = ("chunked", "interleaved", "ernie")
+MROPE_LAYOUTS = ("chunked", "interleaved", "ernie", "row_column")
 TOP_LEVEL = frozenset(RopeSpec.model_fields)
 
 
@@ -121,7 +124,11 @@ def build_spec(parameters: dict[str, Any]) -> RopeRequest:
     spec = parse_spec({**base, "kind": "rope"})
     assert isinstance(spec, RopeSpec)
     canon = spec.canonical()
-    section = _section(extras.get("mrope_section"), canon.resolved_rotary_dim())
+    section = _section(
+        extras.get("mrope_section"),
+        canon.resolved_rotary_dim(),
+        2 if extras.get("mrope_layout") == "row_column" else 3,
+    )
     interleaved = extras.get("mrope_interleaved", False)
     if isinstance(interleaved, str) and interleaved.lower() in ("true", "false"):
         interleaved = interleaved.lower() == "true"
@@ -136,24 +143,30 @@ def build_spec(parameters: dict[str, Any]) -> RopeRequest:
         raise bad_request("mrope_layout needs mrope_section (and agrees with mrope_interleaved)")
     if layout == "ernie" and section is not None and (section[0] != section[1] or not section[2]):
         raise bad_request(f"mrope_layout ernie needs sections [s, s, t] with t > 0, got {section}")
+    if layout == "row_column" and section is not None and section[0] != section[1]:
+        raise bad_request(
+            f"mrope_layout row_column alternates row and column pairs: [s, s], got {section}"
+        )
     return RopeRequest(describe(canon), section, layout)
 
 
-def _section(value: Any, rotary_dim: int) -> list[int] | None:
+def _section(value: Any, rotary_dim: int, axes: int = 3) -> list[int] | None:
+    """The pair count of each of `axes` position axes (three; two for row_column)."""
     if value is None:
         return None
+    count = {2: "two", 3: "three"}[axes]
     if isinstance(value, str):
         parts = [part.strip() for part in value.split(",")]
         if not all(p.isascii() and p.isdigit() for p in parts):
-            raise bad_request(f"mrope_section must be three integers, got {value!r}")
+            raise bad_request(f"mrope_section must be {count} integers, got {value!r}")
         value = [int(p) for p in parts]
     if not isinstance(value, list) or not all(
         isinstance(v, int) and not isinstance(v, bool) for v in value
     ):
-        raise bad_request(f"mrope_section must be three integers, got {value!r}")
+        raise bad_request(f"mrope_section must be {count} integers, got {value!r}")
     section: list[int] = value
-    if len(section) != 3 or any(s < 0 for s in section):
-        raise bad_request(f"mrope_section must be three non-negative integers, got {section}")
+    if len(section) != axes or any(s < 0 for s in section):
+        raise bad_request(f"mrope_section must be {count} non-negative integers, got {section}")
     if sum(section) != rotary_dim // 2:
         raise bad_request(
             f"mrope_section {section} must sum to rotary_dim/2 = {rotary_dim // 2} "
@@ -187,7 +200,7 @@ async def infer(ctx: OipContext, request: InferRequest) -> InferResult:
     assert positions is not None
     positions = positions.to(torch.int64)
     bounds = positions_in_range(positions, "position_ids", MAX_POSITIONS)
-    mrope = section is not None and positions.dim() >= 1 and positions.shape[0] == 3
+    mrope = section is not None and positions.dim() >= 1 and positions.shape[0] == len(section)
     lead = tuple(positions.shape[1:] if mrope else positions.shape)
 
     infos = parsed.info.outputs
@@ -250,8 +263,9 @@ MODEL = OipModel(
     parameters={
         "mrope_section": "three pair counts (T, H, W) summing to rotary_dim/2: Qwen2-VL MRoPE",
         "mrope_interleaved": "true: Qwen3-VL interleaved sections [THWTHW..TT]",
-        "mrope_layout": "chunked (Qwen2-VL), interleaved (Qwen3-VL) or ernie (ERNIE-4.5-VL: "
-        "height/width pairs alternating, then time)",
+        "mrope_layout": "chunked (Qwen2-VL), interleaved (Qwen3-VL), ernie (ERNIE-4.5-VL: "
+        "height/width pairs alternating, then time) or row_column (NeoMME: two axes, "
+        "mrope_section [s, s], position ids (2, ...), even pairs row, odd pairs column)",
         "rope_scaling keys": "flat rope_type, factor, ... go into rope_scaling",
     },
     notes=(
