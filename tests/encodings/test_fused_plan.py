@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import torch
 
+import posenc.encodings
 from posenc.encodings import compute, fused, parse_spec
 from posenc.encodings.rope import RopeSpec, half_cos_sin, rope_inv_freq, tables
 from posenc.encodings.rope.compute import fused_tables
@@ -125,6 +126,7 @@ def test_without_triton_the_torch_path_runs(monkeypatch: pytest.MonkeyPatch) -> 
     are not `usable`, and the family functions hand back None for the torch path."""
     monkeypatch.setitem(sys.modules, "triton", None)  # `import triton` raises ImportError
     monkeypatch.delitem(sys.modules, "posenc.encodings._triton_trig", raising=False)
+    monkeypatch.delattr(posenc.encodings, "_triton_trig", raising=False)
     fused.kernels.cache_clear()
     try:
         assert fused.kernels() is None

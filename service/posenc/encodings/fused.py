@@ -24,6 +24,8 @@ checked against the torch layouts on the CPU (tests/encodings/test_fused_plan.py
 
 from __future__ import annotations
 
+import importlib
+import logging
 import os
 from dataclasses import dataclass
 from functools import cache
@@ -43,6 +45,8 @@ ENABLED: bool = os.environ.get("POSENC_FUSED_KERNELS", "1").strip().lower() not 
 
 OUT_DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16})
 """Output dtypes the kernel casts to (float32 results, round-to-nearest-even)."""
+
+_log = logging.getLogger(__name__)
 
 ColumnMap = tuple[int, int, int]
 """(mul, add, dup): frequency f goes to column f * mul + add of a row, and dup further if dup."""
@@ -68,15 +72,20 @@ class TrigPlan:
 def kernels() -> ModuleType | None:
     """The Triton kernel module, or None where triton does not import (CPU wheels, no driver)."""
     try:
-        from posenc.encodings import _triton_trig
+        return importlib.import_module("posenc.encodings._triton_trig")
     except Exception:  # ImportError, or triton failing to find its toolchain or driver
         return None
-    return _triton_trig
+
+
+FAILED: list[str] = []
+"""Why the kernel failed to compile or launch, once it has (the fused path is then off for the
+process, with a warning logged: the torch path serves instead of an error)."""
 
 
 def usable(device: torch.device) -> bool:
-    """Whether a table on `device` may take the fused path at all (CUDA, enabled, triton)."""
-    return ENABLED and device.type == "cuda" and kernels() is not None
+    """Whether a table on `device` may take the fused path at all (CUDA, enabled, triton, and
+    the kernel has not failed in this process)."""
+    return ENABLED and device.type == "cuda" and not FAILED and kernels() is not None
 
 
 def rope_plan(
@@ -142,8 +151,9 @@ def run(
     pos_step: int = 1,
     angle_scale: float = 1.0,
     out_scale: float = 1.0,
-) -> dict[str, torch.Tensor]:
-    """The plan's tensors, filled by one kernel launch from `inv` (n,) float32 on a CUDA device.
+) -> dict[str, torch.Tensor] | None:
+    """The plan's tensors, filled by one kernel launch from `inv` (n,) float32 on a CUDA device,
+    or None when the kernel fails to compile or launch (`FAILED`: the caller's torch path runs).
 
     `kernels()` must not be None (callers check `usable` first)."""
     module = kernels()
@@ -153,18 +163,23 @@ def run(
         name: torch.empty(shape, dtype=plan.dtype, device=dev)
         for name, shape in plan.shapes.items()
     }
-    module.launch(
-        inv.contiguous(),
-        outputs[plan.cos_out],
-        outputs[plan.sin_out],
-        n_rows=next(iter(plan.shapes.values()))[0],
-        n_cos=plan.n_cos,
-        pos_start=pos_start,
-        pos_step=pos_step,
-        row_stride=plan.row_stride,
-        cos_map=plan.cos_map,
-        sin_map=plan.sin_map,
-        angle_scale=angle_scale,
-        out_scale=out_scale,
-    )
+    try:
+        module.launch(
+            inv.contiguous(),
+            outputs[plan.cos_out],
+            outputs[plan.sin_out],
+            n_rows=next(iter(plan.shapes.values()))[0],
+            n_cos=plan.n_cos,
+            pos_start=pos_start,
+            pos_step=pos_step,
+            row_stride=plan.row_stride,
+            cos_map=plan.cos_map,
+            sin_map=plan.sin_map,
+            angle_scale=angle_scale,
+            out_scale=out_scale,
+        )
+    except Exception as err:  # a toolchain or driver problem triton only meets at compile time
+        FAILED.append(f"{type(err).__name__}: {err}")
+        _log.warning("fused CUDA kernel failed, torch's ops serve instead: %s", FAILED[0])
+        return None
     return outputs

@@ -487,13 +487,16 @@ def fused_table(spec: SinusoidalSpec, device: torch.device) -> torch.Tensor | No
     )
     if plan is None:
         return None
-    (table,) = fused.run(
+    outputs = fused.run(
         plan,
         to_device(float32_inv_freq(spec), device),
         pos_start=int(spec.position_offset or 0),
         pos_step=-1 if spec.position_step == -1 else 1,
         angle_scale=float(1.0 if spec.scale is None else spec.scale),
-    ).values()
+    )
+    if outputs is None:
+        return None
+    table = outputs["embedding"]
     if n + spec.dim // 2 < spec.dim:  # odd dim under zero_pad: the last column
         table[:, n + spec.dim // 2 :] = 0.0
     return table
