@@ -30,8 +30,10 @@ second) on a server's first request for it. The row stride and column maps stay 
 they decide whether stores vectorise.
 """
 
-ELEMENTS_PER_PROGRAM = 4096
-"""Angles per program: the issue-36 probe's 32 x 128 tile (868 GB/s at 16K positions on an H200)."""
+ELEMENTS_PER_PROGRAM = 2048
+"""Angles per program (16 per thread at 4 warps), each stored as cos and sin, twice at full width:
+the values written per program of the issue-36 probe's 32 x 128 tile (868 GB/s at 16K positions
+on an H200), whose columns each computed their own cos/sin."""
 
 
 @triton.jit(do_not_specialize=NOT_SPECIALIZED)  # type: ignore[untyped-decorator, unused-ignore]

@@ -27,6 +27,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import threading
 from dataclasses import dataclass
 from functools import cache
 from types import ModuleType
@@ -47,6 +48,10 @@ OUT_DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16})
 """Output dtypes the kernel casts to (float32 results, round-to-nearest-even)."""
 
 _log = logging.getLogger(__name__)
+
+_LAUNCH = threading.Lock()
+"""Launches one at a time: a first launch compiles, and Triton's compile cache is not meant for
+threads racing on it (a launch is microseconds: the kernel runs asynchronously)."""
 
 ColumnMap = tuple[int, int, int]
 """(mul, add, dup): frequency f goes to column f * mul + add of a row, and dup further if dup."""
@@ -164,20 +169,21 @@ def run(
         for name, shape in plan.shapes.items()
     }
     try:
-        module.launch(
-            inv.contiguous(),
-            outputs[plan.cos_out],
-            outputs[plan.sin_out],
-            n_rows=next(iter(plan.shapes.values()))[0],
-            n_cos=plan.n_cos,
-            pos_start=pos_start,
-            pos_step=pos_step,
-            row_stride=plan.row_stride,
-            cos_map=plan.cos_map,
-            sin_map=plan.sin_map,
-            angle_scale=angle_scale,
-            out_scale=out_scale,
-        )
+        with _LAUNCH:
+            module.launch(
+                inv.contiguous(),
+                outputs[plan.cos_out],
+                outputs[plan.sin_out],
+                n_rows=next(iter(plan.shapes.values()))[0],
+                n_cos=plan.n_cos,
+                pos_start=pos_start,
+                pos_step=pos_step,
+                row_stride=plan.row_stride,
+                cos_map=plan.cos_map,
+                sin_map=plan.sin_map,
+                angle_scale=angle_scale,
+                out_scale=out_scale,
+            )
     except Exception as err:  # a toolchain or driver problem triton only meets at compile time
         FAILED.append(f"{type(err).__name__}: {err}")
         _log.warning("fused CUDA kernel failed, torch's ops serve instead: %s", FAILED[0])
