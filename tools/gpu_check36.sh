@@ -10,6 +10,12 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl 2>&1 | tail -3
 fi
 export PYTHONPATH=/tmp/site:$PWD/service:$PWD/clients/python/src
+# the console-script shims tests/conftest.py starts servers through (as tools/gpu_run.sh writes them)
+PYBIN=$(python3 -c 'import sys;print(sys.executable)')
+D=$(dirname "$PYBIN")
+printf '#!%s\nimport sys\nfrom posenc.cli import main\nif __name__ == "__main__":\n    sys.exit(main())\n' "$PYBIN" > "$D/posenc"
+printf '#!%s\nimport sys\nfrom posenc_client.cli import main\nif __name__ == "__main__":\n    sys.exit(main())\n' "$PYBIN" > "$D/posenc-client"
+chmod +x "$D/posenc" "$D/posenc-client"
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv;
   python3 -c "import sys, torch; print(sys.version.split()[0], torch.__version__, torch.version.cuda, torch.cuda.get_device_name())";
   python3 -c "import triton; print('triton', triton.__version__)";
