@@ -36,8 +36,10 @@ fresh pages, as a table entering the cache is, and timings do not depend on what
 
 GPU section (only when CUDA is available; otherwise it prints why it is skipped): the device's
 copy bandwidth measured in the same run (`dst.copy_(src)` of 1 GiB fp32, bytes written per second)
-and, for tables of 4 K to 1 M positions, bytes written per second by `compute(spec, "cuda")`
-(synchronised) as a fraction of it.
+and, for tables of 4 K to 1 M positions (and T5 buckets of 1024 to 4096 squared), bytes written
+per second by `compute(spec, "cuda")` as a fraction of it: per synchronised call (wall time, the
+host's work included) and per call on the device (CUDA events, kernels and copies only), for the
+fused Triton kernel (issue 36, where the table takes it) and for torch's ops (the fused path off).
 """
 
 from __future__ import annotations
@@ -67,7 +69,10 @@ from bench._common import (
     table,
     time_call,
 )
-from posenc.encodings import SpecBase, compute, parse_spec
+from posenc.encodings import SpecBase, compute, fused, parse_spec
+from posenc.encodings.rope import RopeSpec, rope_inv_freq
+from posenc.encodings.rope.compute import fused_tables
+from posenc.encodings.sinusoidal import SinusoidalSpec, fused_table
 
 Tensors = dict[str, torch.Tensor]
 Reference = Callable[[], Callable[[], Tensors]]
@@ -723,6 +728,55 @@ GPU_SPECS: dict[str, dict[str, Any]] = {
 }
 
 
+GPU_T5 = (1024, 2048, 4096)
+"""T5 bucket tables (query x key positions) timed on the device as well."""
+
+EVENT_CALLS = 10
+"""Calls per CUDA-event measurement (device time per call: their span / EVENT_CALLS)."""
+
+
+def takes_fused(spec: SpecBase, device: torch.device) -> bool:
+    """Whether `compute(spec, device)` takes the fused kernel (posenc.encodings.fused)."""
+    canon = spec.canonical()
+    if not fused.usable(device):
+        return False
+    if isinstance(canon, RopeSpec):
+        inv, scaling, _ = rope_inv_freq(canon, device)
+        return fused_tables(canon, inv, scaling) is not None
+    if isinstance(canon, SinusoidalSpec):
+        return fused_table(canon, device) is not None
+    return False
+
+
+def wall_seconds(spec: SpecBase, device: torch.device, rounds: int) -> float:
+    """Median wall time of one synchronised `compute(spec, device)` (host work included)."""
+
+    def once() -> float:
+        start = time.perf_counter()
+        compute(spec, device)
+        torch.cuda.synchronize(device)
+        return time.perf_counter() - start
+
+    once()
+    return statistics.median(once() for _ in range(rounds))
+
+
+def device_seconds(spec: SpecBase, device: torch.device) -> float:
+    """Device time of one `compute(spec, device)`: CUDA events around EVENT_CALLS calls queued
+    behind a spin kernel (`torch.cuda._sleep`), so the host's launches run ahead and the span
+    holds the calls' kernels and copies back to back, not the host's gaps between them."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    compute(spec, device)
+    torch.cuda.synchronize(device)
+    torch.cuda._sleep(20_000_000)  # ~10 ms of a ~2 GHz SM: longer than queuing the calls
+    start.record()
+    for _ in range(EVENT_CALLS):
+        compute(spec, device)
+    end.record()
+    torch.cuda.synchronize(device)
+    return start.elapsed_time(end) / 1e3 / EVENT_CALLS
+
+
 def run_gpu(rounds: int) -> str:
     if not torch.cuda.is_available():
         return (
@@ -731,38 +785,75 @@ def run_gpu(rounds: int) -> str:
         )
     device = torch.device("cuda", 0)
     bandwidth = copy_bandwidth(device)
+    was = fused.ENABLED
     rows = []
-    for name, base in GPU_SPECS.items():
-        for p in GPU_POSITIONS:
-            spec = parse_spec({**base, "max_positions": p})
+    specs = [
+        (name, parse_spec({**base, "max_positions": p}), p)
+        for name, base in GPU_SPECS.items()
+        for p in GPU_POSITIONS
+    ] + [
+        (
+            "t5_bias buckets (q = k)",
+            parse_spec({"kind": "t5_bias", "query_length": n, "key_length": n}),
+            n,
+        )
+        for n in GPU_T5
+    ]
+    try:
+        for name, spec, p in specs:
+            fused.ENABLED = True
             out = compute(spec, device)
             nbytes = sum(t.numel() * t.element_size() for t in out.tensors.values())
             del out
-
-            def once(spec: SpecBase = spec) -> float:
-                start = time.perf_counter()
-                compute(spec, device)
-                torch.cuda.synchronize(device)
-                return time.perf_counter() - start
-
-            seconds = statistics.median(once() for _ in range(rounds))
-            rate = nbytes / seconds
+            fast = takes_fused(spec, device)
+            timings = []
+            for enabled in (True, False) if fast else (False,):
+                fused.ENABLED = enabled
+                timings.append((wall_seconds(spec, device, rounds), device_seconds(spec, device)))
+            torch.cuda.empty_cache()
+            wall, dev = timings[0]
+            torch_wall, torch_dev = timings[-1]
             rows.append(
                 [
                     name,
                     f"{p:,}",
                     mib(nbytes),
-                    ms(seconds),
-                    f"{rate / 1e9:,.1f}",
-                    f"**{rate / bandwidth:.0%}**",
+                    "fused" if fast else "torch",
+                    ms(wall),
+                    ms(dev),
+                    f"{nbytes / dev / 1e9:,.1f}",
+                    f"**{nbytes / dev / bandwidth:.0%}**",
+                    f"{nbytes / wall / bandwidth:.0%}",
+                    ms(torch_dev) if fast else "=",
+                    f"{nbytes / torch_dev / bandwidth:.0%}" if fast else "=",
+                    ms(torch_wall) if fast else "=",
                 ]
             )
-            torch.cuda.empty_cache()
-    columns = ["table", "positions", "bytes", "ms", "GB/s written", "of copy bandwidth"]
+    finally:
+        fused.ENABLED = was
+    columns = [
+        "table",
+        "positions",
+        "bytes",
+        "path",
+        "wall ms",
+        "device ms",
+        "GB/s (device)",
+        "of copy bw (device)",
+        "of copy bw (wall)",
+        "torch path device ms",
+        "torch of copy bw (device)",
+        "torch path wall ms",
+    ]
     return (
         f"device: {torch.cuda.get_device_name(device)}; copy bandwidth (1 GiB fp32 "
-        f"`copy_`, bytes written per second): {bandwidth / 1e9:,.0f} GB/s\n\n"
-        + table(columns, rows, "lrrrrr")
+        f"`copy_`, bytes written per second): {bandwidth / 1e9:,.0f} GB/s; fused kernel "
+        f"(triton) {'available' if fused.usable(device) else 'NOT available'}\n\n"
+        "wall: one synchronised `compute` (median); device: CUDA events around "
+        f"{EVENT_CALLS} calls queued behind a spin kernel (kernels and copies only); path: the "
+        "fused Triton kernel or torch's ops (`POSENC_FUSED_KERNELS`); the torch columns are "
+        "the same table with the fused path off ('=': the same path)\n\n"
+        + table(columns, rows, "lrrlrrrrrrrr")
     )
 
 

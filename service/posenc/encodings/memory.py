@@ -55,3 +55,17 @@ def empty(
 def empty_like(t: torch.Tensor) -> torch.Tensor:
     """`empty(t.shape, t.dtype, t.device)`."""
     return empty(tuple(t.shape), t.dtype, t.device)
+
+
+def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A CPU tensor (a frequency vector: a few hundred bytes) moved to `device`, same bits.
+
+    To CUDA it goes through a pinned copy with a non-blocking transfer: a copy from pageable
+    memory synchronises the stream (torch's `copy_` waits for the copy, and with it for all work
+    queued before it), a copy from pinned memory is queued behind that work instead. The pinned
+    copy is this function's own, and torch's caching host allocator keeps its block from reuse
+    until the transfer's recorded event completes, so nothing can overwrite it in flight.
+    """
+    if device.type != "cuda":
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)

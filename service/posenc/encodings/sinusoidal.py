@@ -74,8 +74,9 @@ import torch
 from pydantic import Field, ValidationError, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from posenc.encodings import fused
 from posenc.encodings.base import DTYPES, SpecBase, TensorInfo, register_family
-from posenc.encodings.memory import empty
+from posenc.encodings.memory import empty, to_device
 
 MAX_DIM = 65536
 MAX_POSITIONS = 1 << 24
@@ -440,28 +441,65 @@ def sinusoidal_angles(spec: SinusoidalSpec, device: torch.device) -> torch.Tenso
     scale = float(1.0 if spec.scale is None else spec.scale)
     # The frequencies (n,) are computed on the CPU and moved: CUDA's pow/exp differ by an ulp on
     # some elements, which the angles multiply by the position (rope.compute.rope_inv_freq).
-    k = torch.arange(n, dtype=torch.int64)
-    if spec.compute_dtype == "float32" and spec.frequencies == "pow":
-        # transformers' RoPE init order: 1.0 / (base ** (arange(0, d, 2).float() / d)); k / den
-        # rounds the same real number as 2k / d (den = d / 2 for freq_shift 0).
-        dt = torch.float32
-        inv = (1.0 / (base ** (k.to(dt) / den)) if n > 1 else torch.ones(1, dtype=dt)).to(device)
-        pos = _positions(spec, dt, device)
-        angles = pos[:, None] * inv[None, :]
-    elif spec.compute_dtype == "float64":
+    if spec.compute_dtype == "float64":
+        k = torch.arange(n, dtype=torch.int64)
         dt = torch.float64
         exponent = k.to(dt) / den if n > 1 else k.to(dt)
         pos = _positions(spec, dt, device)
-        angles = pos[:, None] / (base**exponent).to(device)[None, :]
+        angles = pos[:, None] / to_device(base**exponent, device)[None, :]
     else:
-        dt = torch.float32
-        step = -(math.log(base) / den) if n > 1 else 0.0
-        inv = torch.exp(k.to(dt) * step).to(device)
-        pos = _positions(spec, dt, device)
+        inv = to_device(float32_inv_freq(spec), device)
+        pos = _positions(spec, torch.float32, device)
         angles = pos[:, None] * inv[None, :]
     if scale != 1.0:
         angles = scale * angles
     return angles
+
+
+def float32_inv_freq(spec: SinusoidalSpec) -> torch.Tensor:
+    """The float32 frequencies (n,) of a canonical spec with `compute_dtype` float32, on the CPU:
+    fairseq/Whisper's `exp(k * -(ln(base) / den))` (the scalar in Python float, rounded to fp32),
+    or with `frequencies: pow` transformers' RoPE init order `1.0 / (base ** (k.float() / den))`
+    (k / den rounds the same real number as 2k / d: den = d / 2 for freq_shift 0)."""
+    n = spec.num_frequencies()
+    den = spec.denominator()
+    base = float(spec.base or 10000.0)
+    k = torch.arange(n, dtype=torch.int64)
+    dt = torch.float32
+    if spec.frequencies == "pow":
+        return 1.0 / (base ** (k.to(dt) / den)) if n > 1 else torch.ones(1, dtype=dt)
+    step = -(math.log(base) / den) if n > 1 else 0.0
+    return torch.exp(k.to(dt) * step)
+
+
+def fused_table(spec: SinusoidalSpec, device: torch.device) -> torch.Tensor | None:
+    """`arrange(spec, sinusoidal_angles(spec, device))` cast to the spec dtype, from one fused
+    kernel launch (`posenc.encodings.fused`), bit for bit; padding rows are left to the caller.
+    None where the fused path does not apply (not CUDA, no triton, disabled, float64 compute,
+    explicit positions, PatchTST standardisation, an odd interleaved table's extra sin)."""
+    if spec.compute_dtype != "float32" or spec.positions is not None:
+        return None
+    if spec.standardize is not None or not fused.usable(device):
+        return None
+    n = spec.num_frequencies()
+    plan = fused.sinusoidal_plan(
+        n=n, dim=spec.dim, rows=spec.num_rows(), layout=str(spec.layout), dtype=str(spec.dtype)
+    )
+    if plan is None:
+        return None
+    outputs = fused.run(
+        plan,
+        to_device(float32_inv_freq(spec), device),
+        pos_start=int(spec.position_offset or 0),
+        pos_step=-1 if spec.position_step == -1 else 1,
+        angle_scale=float(1.0 if spec.scale is None else spec.scale),
+    )
+    if outputs is None:
+        return None
+    table = outputs["embedding"]
+    if n + spec.dim // 2 < spec.dim:  # odd dim under zero_pad: the last column
+        table[:, n + spec.dim // 2 :] = 0.0
+    return table
 
 
 def _positions(spec: SinusoidalSpec, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -531,7 +569,8 @@ def compute_sinusoidal(
     spec: SinusoidalSpec, device: torch.device
 ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """`embedding` (P, dim) for a canonical spec; facts: frequency count and denominator."""
-    table = arrange(spec, sinusoidal_angles(spec, device))
+    fast = fused_table(spec, device)
+    table = arrange(spec, sinusoidal_angles(spec, device)) if fast is None else fast
     if spec.padding_idx is not None:
         _zero_padding_rows(spec, table)
     if spec.standardize == "patchtst":

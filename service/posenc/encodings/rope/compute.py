@@ -18,8 +18,9 @@ from typing import Any
 
 import torch
 
+from posenc.encodings import fused
 from posenc.encodings.base import DTYPES, register_family
-from posenc.encodings.memory import empty, empty_like
+from posenc.encodings.memory import empty, empty_like, to_device
 from posenc.encodings.rope.spec import RopeSpec
 from posenc.encodings.rope.variants import VARIANTS, RopeInputs
 
@@ -47,7 +48,7 @@ def rope_inv_freq(
     )
     variant = VARIANTS[spec.rope_scaling.rope_type]
     inv, scaling, facts = variant.inv_freq(spec.rope_scaling, inputs)
-    return inv.to(device), scaling, facts
+    return to_device(inv, device), scaling, facts
 
 
 def half_cos_sin(
@@ -154,14 +155,39 @@ def tables(
     return outputs
 
 
+def fused_tables(
+    spec: RopeSpec, inv: torch.Tensor, scaling: float
+) -> dict[str, torch.Tensor] | None:
+    """`tables(spec, inv, scaling, arange(max_positions))` from one fused kernel launch
+    (`posenc.encodings.fused`): bit for bit the same tensors, or None where the fused path does not
+    apply (not CUDA, no triton, disabled, exact precision, polar trig), for `tables` to run."""
+    if spec.precision != "reference" or spec.trig is not None or inv.dtype != torch.float32:
+        return None
+    if not fused.usable(inv.device):
+        return None
+    plan = fused.rope_plan(
+        half=inv.numel(),
+        rows=spec.max_positions,
+        width=str(spec.width),
+        packing=str(spec.packing),
+        repeats_interleaved=spec.repeats_interleaved(),
+        dtype=str(spec.dtype),
+    )
+    if plan is None:
+        return None
+    return fused.run(plan, inv, out_scale=scaling)
+
+
 @register_family("rope", RopeSpec, "RoPE cos/sin caches for every transformers scaling variant")
 def compute_rope(
     spec: RopeSpec, device: torch.device
 ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """cos/sin (P, w) or packed caches plus inv_freq (d/2,); facts: attention scaling and more."""
     inv, scaling, facts = rope_inv_freq(spec, device)
-    positions = torch.arange(spec.max_positions, dtype=torch.int64, device=device)
-    tensors = tables(spec, inv, scaling, positions)
+    tensors = fused_tables(spec, inv, scaling)
+    if tensors is None:
+        positions = torch.arange(spec.max_positions, dtype=torch.int64, device=device)
+        tensors = tables(spec, inv, scaling, positions)
     tensors["inv_freq"] = inv
     meta = {
         "attention_scaling": scaling,

@@ -1,0 +1,139 @@
+"""The one Triton kernel of the fused CUDA path (`posenc.encodings.fused`): angles to cos/sin
+tables in one pass. The only module importing triton (untyped: mypy ignores its imports).
+
+For row r (position `pos_start + r * pos_step`, int64 converted to float32 with one rounding,
+as `positions.to(float32)`) and frequency f < n_freq (`inv[f]`, float32, computed on the CPU):
+`ang = pos * inv[f]`, times `angle_scale` when `has_angle_scale`; `cos = libdevice.cos(ang)`
+and `sin = libdevice.sin(ang)` (CUDA's accurate `cosf`/`sinf`, what torch's CUDA `cos`/`sin`
+call; `tl.cos`/`tl.sin` are approximations), times `out_scale` when `has_out_scale`; then cast
+to the output dtype with round-to-nearest-even (torch's `.to`). Each step is one float32
+operation with no additions, so no multiply-add can be contracted: the bits of torch's ops on
+the same operands.
+
+cos of frequency f goes to column `f * cos_mul + cos_add` of the row (row `r * row_stride` of
+`cos_ptr`), and again `cos_dup` further when `has_dup`; sin likewise into `sin_ptr`. cos is
+stored for f < n_cos only (a sinusoidal table's extra sin frequency has no cos).
+"""
+
+import torch
+import triton
+import triton.language as tl
+from triton.language.extra.cuda import libdevice
+
+MAX_BLOCK_F = 256
+"""Frequencies per program at most (a power of two)."""
+
+NOT_SPECIALIZED = ["n_rows", "n_freq", "n_cos", "pos_start", "pos_step"]
+"""Arguments Triton compiles no variant for (it specialises integers on divisibility by 16):
+the table's length and frequency count vary per spec, and each variant is a compile (about a
+second) on a server's first request for it. The row stride and column maps stay specialised:
+they decide whether stores vectorise.
+"""
+
+ELEMENTS_PER_PROGRAM = 2048
+"""Angles per program (16 per thread at 4 warps), each stored as cos and sin, twice at full width:
+the values written per program of the issue-36 probe's 32 x 128 tile (868 GB/s at 16K positions
+on an H200), whose columns each computed their own cos/sin."""
+
+
+@triton.jit(do_not_specialize=NOT_SPECIALIZED)  # type: ignore[untyped-decorator, unused-ignore]
+def _trig_kernel(  # type: ignore[no-untyped-def, unused-ignore]
+    inv_ptr,
+    cos_ptr,
+    sin_ptr,
+    n_rows,
+    n_freq,
+    n_cos,
+    pos_start,
+    pos_step,
+    row_stride,
+    cos_mul,
+    cos_add,
+    cos_dup,
+    sin_mul,
+    sin_add,
+    sin_dup,
+    angle_scale,
+    out_scale,
+    has_angle_scale: tl.constexpr,
+    has_out_scale: tl.constexpr,
+    has_dup: tl.constexpr,
+    block_p: tl.constexpr,
+    block_f: tl.constexpr,
+):
+    rows = tl.program_id(0).to(tl.int64) * block_p + tl.arange(0, block_p).to(tl.int64)
+    f = tl.program_id(1) * block_f + tl.arange(0, block_f)
+    row_ok = rows < n_rows
+    sin_ok = f < n_freq
+    cos_ok = f < n_cos
+    inv = tl.load(inv_ptr + f, mask=sin_ok, other=0.0)
+    pos = (pos_start + rows * pos_step).to(tl.float32)
+    ang = pos[:, None] * inv[None, :]
+    if has_angle_scale:
+        ang = ang * angle_scale
+    c = libdevice.cos(ang)
+    s = libdevice.sin(ang)
+    if has_out_scale:
+        c = c * out_scale
+        s = s * out_scale
+    c = c.to(cos_ptr.dtype.element_ty)
+    s = s.to(sin_ptr.dtype.element_ty)
+    base = rows[:, None] * row_stride
+    cos_at = base + (f * cos_mul + cos_add)[None, :]
+    sin_at = base + (f * sin_mul + sin_add)[None, :]
+    cos_mask = row_ok[:, None] & cos_ok[None, :]
+    sin_mask = row_ok[:, None] & sin_ok[None, :]
+    tl.store(cos_ptr + cos_at, c, mask=cos_mask)
+    tl.store(sin_ptr + sin_at, s, mask=sin_mask)
+    if has_dup:
+        tl.store(cos_ptr + cos_at + cos_dup, c, mask=cos_mask)
+        tl.store(sin_ptr + sin_at + sin_dup, s, mask=sin_mask)
+
+
+def launch(
+    inv: torch.Tensor,
+    cos_out: torch.Tensor,
+    sin_out: torch.Tensor,
+    *,
+    n_rows: int,
+    n_cos: int,
+    pos_start: int,
+    pos_step: int,
+    row_stride: int,
+    cos_map: tuple[int, int, int],
+    sin_map: tuple[int, int, int],
+    angle_scale: float,
+    out_scale: float,
+) -> None:
+    """Fill `cos_out`/`sin_out` (contiguous, on `inv`'s CUDA device; the same tensor when one
+    table holds both) from `inv` (n_freq,) float32, on the current stream of that device. The
+    maps are (mul, add, dup) column rules in elements; dup 0 means no duplicate."""
+    n_freq = inv.numel()
+    block_f = min(triton.next_power_of_2(n_freq), MAX_BLOCK_F)
+    block_p = max(1, ELEMENTS_PER_PROGRAM // block_f)
+    grid = (triton.cdiv(n_rows, block_p), triton.cdiv(n_freq, block_f))
+    with torch.cuda.device(inv.device):
+        _trig_kernel[grid](
+            inv,
+            cos_out,
+            sin_out,
+            n_rows,
+            n_freq,
+            n_cos,
+            pos_start,
+            pos_step,
+            row_stride,
+            cos_map[0],
+            cos_map[1],
+            cos_map[2],
+            sin_map[0],
+            sin_map[1],
+            sin_map[2],
+            angle_scale,
+            out_scale,
+            has_angle_scale=angle_scale != 1.0,
+            has_out_scale=out_scale != 1.0,
+            has_dup=cos_map[2] != 0 or sin_map[2] != 0,
+            block_p=block_p,
+            block_f=block_f,
+        )

@@ -1,0 +1,42 @@
+#!/bin/bash
+# Issue 36's GPU check (the fused Triton path): its CUDA tests, the drift and GPU-path tests, the
+# plan tests, and the GPU section of bench.compute, on the device machine with the environment of
+# tools/gpu_run.sh (wheels from .whl/ into /tmp/site, PYTHONPATH). Logs go to $OUT.
+# Usage: bash tools/gpu_check36.sh   (worst case under 600 s: the timeouts below add up to 585 s)
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/gpu_check36}
+mkdir -p "$OUT"
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl 2>&1 | tail -3
+fi
+export PYTHONPATH=/tmp/site:$PWD/service:$PWD/clients/python/src
+# the console-script shims tests/conftest.py starts servers through (as tools/gpu_run.sh writes them)
+PYBIN=$(python3 -c 'import sys;print(sys.executable)')
+D=$(dirname "$PYBIN")
+printf '#!%s\nimport sys\nfrom posenc.cli import main\nif __name__ == "__main__":\n    sys.exit(main())\n' "$PYBIN" > "$D/posenc"
+printf '#!%s\nimport sys\nfrom posenc_client.cli import main\nif __name__ == "__main__":\n    sys.exit(main())\n' "$PYBIN" > "$D/posenc-client"
+chmod +x "$D/posenc" "$D/posenc-client"
+{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv;
+  python3 -c "import sys, torch; print(sys.version.split()[0], torch.__version__, torch.version.cuda, torch.cuda.get_device_name())";
+  python3 -c "import triton; print('triton', triton.__version__)";
+  python3 -c "import torch; from posenc.encodings import fused; print('fused usable:', fused.usable(torch.device('cuda')), 'ENABLED:', fused.ENABLED)";
+  git log --oneline -1; } 2>&1 | tee "$OUT/machine36.txt"
+rc=0
+echo "== fused CUDA tests (tests/runtime/test_fused_cuda.py)"
+timeout 300 python3 -m pytest -q -p no:cacheprovider -n 6 -rfEs tests/runtime/test_fused_cuda.py \
+  > "$OUT/fused_cuda_tests.log" 2>&1 || rc=1
+grep -E "^(FAILED|ERROR)" "$OUT/fused_cuda_tests.log" | head -30; tail -3 "$OUT/fused_cuda_tests.log"
+echo "== drift and GPU paths (tests/runtime/test_gpu_drift.py tests/api/test_gpu_paths.py)"
+timeout 120 python3 -m pytest -q -p no:cacheprovider -rfEs tests/runtime/test_gpu_drift.py tests/api/test_gpu_paths.py \
+  > "$OUT/drift_tests.log" 2>&1 || rc=1
+grep -E "^(FAILED|ERROR)" "$OUT/drift_tests.log" | head -20; tail -3 "$OUT/drift_tests.log"
+echo "== plans and dispatch (tests/encodings/test_fused_plan.py, CPU)"
+timeout 90 python3 -m pytest -q -p no:cacheprovider -n 8 -rfEs tests/encodings/test_fused_plan.py \
+  > "$OUT/fused_plan_tests.log" 2>&1 || rc=1
+grep -E "^(FAILED|ERROR)" "$OUT/fused_plan_tests.log" | head -20; tail -3 "$OUT/fused_plan_tests.log"
+echo "== bench.compute --gpu-only --no-plot"
+start=$(date +%s)
+timeout 75 python3 -m bench.compute --gpu-only --no-plot > "$OUT/bench_compute36.md" 2>&1 || rc=1
+echo "bench took $(( $(date +%s) - start )) s"
+tail -40 "$OUT/bench_compute36.md"
+exit $rc
