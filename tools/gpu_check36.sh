@@ -13,8 +13,10 @@ export PYTHONPATH=/tmp/site:$PWD/service:$PWD/clients/python/src
 # the console-script shims tests/conftest.py starts servers through (as tools/gpu_run.sh writes them)
 PYBIN=$(python3 -c 'import sys;print(sys.executable)')
 D=$(dirname "$PYBIN")
-printf '#!%s\nimport sys\nfrom posenc.cli import main\nif __name__ == "__main__":\n    sys.exit(main())\n' "$PYBIN" > "$D/posenc"
-printf '#!%s\nimport sys\nfrom posenc_client.cli import main\nif __name__ == "__main__":\n    sys.exit(main())\n' "$PYBIN" > "$D/posenc-client"
+for pair in posenc:posenc.cli posenc-client:posenc_client.cli; do
+  printf '#!%s\nimport sys\nsys.path[:0] = [%s]\nfrom %s import main\nif __name__ == "__main__":\n    sys.exit(main())\n' \
+    "$PYBIN" "'/tmp/site', '$PWD/service', '$PWD/clients/python/src'" "${pair#*:}" > "$D/${pair%%:*}"
+done
 chmod +x "$D/posenc" "$D/posenc-client"
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv;
   python3 -c "import sys, torch; print(sys.version.split()[0], torch.__version__, torch.version.cuda, torch.cuda.get_device_name())";
@@ -23,7 +25,7 @@ chmod +x "$D/posenc" "$D/posenc-client"
   git log --oneline -1; } 2>&1 | tee "$OUT/machine36.txt"
 rc=0
 echo "== fused CUDA tests (tests/runtime/test_fused_cuda.py)"
-timeout 300 python3 -m pytest -q -p no:cacheprovider -n 6 -rfEs tests/runtime/test_fused_cuda.py \
+timeout 300 python3 -m pytest -q -p no:cacheprovider -n ${FUSED_WORKERS:-6} -rfEs tests/runtime/test_fused_cuda.py \
   > "$OUT/fused_cuda_tests.log" 2>&1 || rc=1
 grep -E "^(FAILED|ERROR)" "$OUT/fused_cuda_tests.log" | head -30; tail -3 "$OUT/fused_cuda_tests.log"
 echo "== drift and GPU paths (tests/runtime/test_gpu_drift.py tests/api/test_gpu_paths.py)"
