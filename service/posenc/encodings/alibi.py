@@ -58,7 +58,7 @@ from posenc.encodings._lengths import MAX_POSITIONS, check_lengths, resolve_leng
 from posenc.encodings._toeplitz import toeplitz
 from posenc.encodings.base import DTYPES, SpecBase, TensorInfo, register_family
 from posenc.encodings.errors import FieldProblem, SpecError
-from posenc.encodings.memory import empty
+from posenc.encodings.memory import empty, to_device
 
 MAX_HEADS = 4096
 """Positions (query_offset + query_length, key_length) stay below 2^24: exact in fp32."""
@@ -292,7 +292,7 @@ def alibi_slopes(
     # numpy rounds float64 -> float32 as torch does (to nearest, ties to even), without torch's
     # per-call overhead on a handful of values
     rounded = torch.from_numpy(np.asarray(values, dtype=np.float64).astype(np.float32))
-    return rounded.to(device)
+    return to_device(rounded, torch.device(device))
 
 
 def alibi_bias(spec: AlibiSpec, slopes: torch.Tensor) -> torch.Tensor:

@@ -30,6 +30,7 @@ from posenc.encodings._lengths import MAX_POSITIONS, check_lengths, resolve_leng
 from posenc.encodings._toeplitz import toeplitz
 from posenc.encodings.base import DTYPES, SpecBase, TensorInfo, register_family
 from posenc.encodings.errors import FieldProblem, SpecError
+from posenc.encodings.memory import to_device
 
 MAX_BUCKETS = 1 << 16
 MAX_HEADS = 4096
@@ -185,7 +186,9 @@ def t5_buckets(spec: T5BiasSpec, device: torch.device | str = "cpu") -> torch.Te
     """Buckets (Q, K) int64 for a canonical spec: a CPU lookup over the Q + K - 1 distinct
     relative positions, laid out on `device` as the Toeplitz table they form."""
     return toeplitz(
-        _bucket_lut(spec).to(device), int(spec.query_length or 0), int(spec.key_length or 0)
+        to_device(_bucket_lut(spec), torch.device(device)),
+        int(spec.query_length or 0),
+        int(spec.key_length or 0),
     )
 
 
@@ -218,10 +221,10 @@ def compute_t5_bias(
     Both depend on the relative position only: the Q + K - 1 distinct buckets (and their bias
     values per head, gathered and cast) are laid out as Toeplitz tables in one pass each."""
     q, k = int(spec.query_length or 0), int(spec.key_length or 0)
-    lut = _bucket_lut(spec).to(device)
+    lut = to_device(_bucket_lut(spec), device)
     tensors = {"buckets": toeplitz(lut, q, k)}
     if spec.relative_attention_bias is not None:
-        table = torch.tensor(spec.relative_attention_bias, dtype=torch.float32, device=device)
+        table = to_device(torch.tensor(spec.relative_attention_bias, dtype=torch.float32), device)
         tensors["bias"] = toeplitz(table.t()[:, lut].to(DTYPES[spec.dtype]), q, k)
     nb, max_exact = spec.bucket_split()
     facts: dict[str, Any] = {"max_exact": max_exact, "buckets_per_direction": nb}
