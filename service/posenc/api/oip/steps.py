@@ -31,10 +31,9 @@ from typing import Any
 
 import numpy as np
 import torch
-from starlette.requests import Request
 from starlette.responses import Response
 
-from posenc.api.oip.codec import HEADER_LENGTH, InferRequest
+from posenc.api.oip.codec import InferRequest
 from posenc.api.serving.body import ReadyResponse, acquire
 from posenc.runtime import CacheEntry, TableCache
 
@@ -63,21 +62,16 @@ class Step:
     charge: int
 
 
-def _shape(request: Request, body: bytes) -> tuple[Hashable, int] | None:
-    """(template key, JSON header length) of an infer request, or None when it has no
-    template: no `Inference-Header-Content-Length`, a `Content-Encoding`, a long header."""
-    text = None
-    for name, value in request.scope["headers"]:
-        if name == b"content-encoding":
-            return None
-        if name == b"inference-header-content-length":
-            text = value
-    if text is None or not text.isdigit():
+def _shape(path: str, header_length: bytes | None, body: bytes) -> tuple[Hashable, int] | None:
+    """(template key, JSON header length) of an infer request to `path` (its
+    `Inference-Header-Content-Length` value, None when absent), or None when it has no template:
+    no header length, a long header."""
+    if header_length is None or not header_length.isdigit():
         return None
-    end = int(text)
+    end = int(header_length)
     if not 0 < end <= min(len(body), MAX_TEMPLATE_HEADER):
         return None
-    return (request.scope["path"], body[:end]), end
+    return (path, body[:end]), end
 
 
 def host_array(t: torch.Tensor) -> np.ndarray[Any, Any]:
@@ -101,15 +95,17 @@ class StepTemplates:
     def answer(
         self,
         cache: TableCache,
-        request: Request,
+        path: str,
+        header_length: bytes | None,
         body: bytes,
         observe: Callable[[str, str], None] | None,
     ) -> Response | None:
-        """The answer to `request` (its `body` read) from its template, or None (nothing done:
-        the slow path answers)."""
+        """The answer to an infer request to `path` without a `Content-Encoding` (its
+        `Inference-Header-Content-Length` value `header_length`, its `body` read) from its
+        template, or None (nothing done: the slow path answers)."""
         if not self._keys:
             return None
-        shape = _shape(request, body)
+        shape = _shape(path, header_length, body)
         if shape is None:
             return None
         key, end = shape
@@ -139,7 +135,8 @@ class StepTemplates:
 
     def keep(
         self,
-        request: Request,
+        path: str,
+        header_length: bytes | None,
         body: bytes,
         parsed: InferRequest,
         entry: CacheEntry,
@@ -150,10 +147,11 @@ class StepTemplates:
         charge: int,
     ) -> None:
         """Remember the answer `sent` (response header `head`, outputs the rows of `rows_of` at
-        the positions, all binary) to `request` as its header's template while `entry` is
-        resident; nothing when the request has no template (module docstring)."""
-        shape = _shape(request, body) if self.size else None
-        if shape is None or len(parsed.inputs) != 1 or request.headers.get(HEADER_LENGTH) is None:
+        the positions, all binary) to an infer request to `path` without a `Content-Encoding`
+        (`header_length` and `body` as `answer` takes them) as its header's template while
+        `entry` is resident; nothing when the request has no template (module docstring)."""
+        shape = _shape(path, header_length, body) if self.size else None
+        if shape is None or len(parsed.inputs) != 1:
             return
         key, end = shape
         (given,) = parsed.inputs.values()
