@@ -252,10 +252,9 @@ def build_router(context: ContextGetter) -> tuple[APIRouter, APIRouter]:
             # a decode step whose shape was answered before: its rows sliced from the cached
             # table (`oip/steps.py`), counted as a cache hit; no `OipContext` is built for it
             step = steps.answer(
-                cache, scope["path"], header_length, body, state.metrics.observe_infer
+                cache, scope["path"], header_length, body, state.metrics.observe_infer, timer
             )
             if step is not None:
-                timer.mark("compute_input")
                 timer.succeeded("hit")
                 return step
         service = context(request)
