@@ -183,7 +183,7 @@ def _index_request(body: bytes) -> bool:
 
 def build_router(context: ContextGetter) -> tuple[APIRouter, APIRouter]:
     """(server router: `GET /v2`, model router: `/v2/models/...`). API keys, when set, guard
-    the model routes through the app's the `Gate` middleware (`/v2/models` prefix); `/v2` is open.
+    the model routes through the app's `Gate` middleware (`/v2/models` prefix); `/v2` is open.
 
     `context(request)` returns the app's `OipContext` (`posenc.api.deps.oip_context`).
     """
