@@ -154,3 +154,48 @@ def test_an_evicted_table_is_computed_again() -> None:
         answers.append(seen)
     assert answers[0] == answers[1]
     assert b'"posenc_source":"miss"' in answers[0][4][1]
+
+
+def _counts(server: ServerHandle) -> dict[str, float]:
+    """What both paths must move alike: Triton's statistics of `rope` (counts; durations
+    differ), `posenc_v2_infer_total{model=rope}` by source, the cache's hits, the requests
+    counted per route and status."""
+    with server.client() as c:
+        (stats,) = c.get("/v2/models/rope/stats").json()["model_stats"]
+        metrics = scrape(c)
+    counts: dict[str, float] = {
+        f"stats.{k}": d["count"] for k, d in stats["inference_stats"].items()
+    }
+    counts["stats.inference_count"] = stats["inference_count"]
+    for source in ("hit", "miss", "computed"):
+        counts[f"infer.{source}"] = value(
+            metrics, "posenc_v2_infer_total", model="rope", source=source
+        )
+    for status in ("200", "400"):
+        counts[f"http.{status}"] = value(
+            metrics,
+            "posenc_http_requests_total",
+            method="POST",
+            route="/v2/models/{model}/infer",
+            status=status,
+        )
+    counts["cache.hits"] = server.state.require_cache().stats.hits
+    return counts
+
+
+def test_statistics_and_metrics_move_alike(servers: tuple[ServerHandle, ServerHandle]) -> None:
+    """A templated step is counted as the slow path counts it: a success and a cache hit in
+    Triton's statistics, a `hit` inference, a 200 under the route's template, a cache hit."""
+    fast, slow = servers
+    params = {**ROPE, "rope_theta": 20000.0}
+    before = [_counts(s) for s in servers]
+    for positions in POSITIONS:
+        body, headers = step(np.array(positions, dtype=np.int64), params, {"cos": True})
+        got = _exchange(fast, "/v2/models/rope/infer", body, headers)
+        assert got == _exchange(slow, "/v2/models/rope/infer", body, headers)
+    moved_fast, moved_slow = (
+        {k: v - b[k] for k, v in _counts(s).items()} for b, s in zip(before, servers, strict=True)
+    )
+    assert moved_fast == moved_slow
+    assert moved_fast["stats.cache_hit"] >= 6
+    assert moved_fast["http.200"] >= 8

@@ -6,14 +6,13 @@ the gRPC service (`posenc.api.grpc`) in the lifespan (never at import), which th
 configured presets in the background and flips readiness when done. Routers are composed here, in
 one place, from the route modules (`posenc.api.routes`: `/v1`, `/v2`, health and metrics, and the
 explorer page at `/ui`, the API documentation at `/docs` and `/redoc`, its bundles served
-offline);
-`ApiKeyMiddleware` guards `/v1` and `/v2/models` (and `/metrics` and the OpenAPI pages with
-`protect_docs_and_metrics`); `api/openapi.py` completes the OpenAPI document;
-`BodyLimitMiddleware` caps request bodies per route (`caps.body_limits`: the caps the routes
-declare, `@body_cap`); `GET /` redirects to the
-explorer (`/ui`); with `cors_origins`, Starlette's `CORSMiddleware` is the outermost layer (a
-browser's preflight never meets the key check). Behind `root_path`, every middleware matches the
-path without the prefix (`starlette._utils.get_route_path`).
+offline); one pure ASGI pass (`middleware.Gate`) counts every request in the metrics, guards
+`/v1` and `/v2/models` with the API keys (and `/metrics` and the OpenAPI pages with
+`protect_docs_and_metrics`), caps request bodies per route (`caps.body_limits`: the caps the
+routes declare, `@body_cap`) and answers HEAD; `api/openapi.py` completes the OpenAPI document;
+`GET /` redirects to the explorer (`/ui`); with `cors_origins`, Starlette's `CORSMiddleware` is
+the outermost layer (a browser's preflight never meets the key check). Behind `root_path`, every
+middleware matches the path without the prefix (`starlette._utils.get_route_path`).
 """
 
 from __future__ import annotations
@@ -30,14 +29,14 @@ from fastapi.responses import RedirectResponse
 from starlette.middleware.cors import CORSMiddleware
 
 from posenc import __version__
-from posenc.api.auth import DOCS_PREFIXES, PROTECTED_PREFIXES, ApiKeyMiddleware
+from posenc.api.auth import DOCS_PREFIXES, PROTECTED_PREFIXES
 from posenc.api.caps import body_limits
 from posenc.api.deps import oip_context
 from posenc.api.errors import install_error_handlers
 from posenc.api.grpc import GrpcServer
 from posenc.api.hot import HotRoutes, hot_routes
-from posenc.api.metrics import Metrics, MetricsMiddleware
-from posenc.api.middleware import BodyLimitMiddleware
+from posenc.api.metrics import Metrics
+from posenc.api.middleware import Gate
 from posenc.api.oip.steps import STEP_TEMPLATES, StepTemplates
 from posenc.api.openapi import install_openapi
 from posenc.api.routes import (
@@ -55,7 +54,6 @@ from posenc.api.routes import (
     uploads,
     version,
 )
-from posenc.api.serving.head import HeadRequests
 from posenc.api.serving.prepared import PREPARED_SHAPES, PreparedAnswers
 from posenc.api.settings import Settings
 from posenc.api.state import AppState, KeyIndex, Lifecycle
@@ -198,7 +196,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     state = AppState(settings, metrics, curated, Lifecycle(), index)
     state.prepared = PreparedAnswers(PREPARED_SHAPES if settings.prepared_answers else 0)
     state.steps = StepTemplates(STEP_TEMPLATES if settings.prepared_answers else 0)
-    # one in-flight budget for the app's life: request bodies (`BodyLimitMiddleware`), tables
+    # one in-flight budget for the app's life: request bodies (`middleware.Gate`), tables
     # computed, answers being sent, over HTTP and gRPC
     state.budget = InFlightBudget(
         settings.in_flight_bytes, settings.retry_after_seconds, settings.in_flight_bytes_per_peer
@@ -242,21 +240,22 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     for router in routers:
         app.include_router(router)
-    # the last added is the outermost: metrics see every request, refused ones included
+    # the last added is the outermost: the gate's metrics see every request, refused ones
+    # included (api/middleware.py: metrics, API keys, body caps, HEAD in one pass)
     if settings.hot_routes:
         app.add_middleware(HotRoutes, routes=hot_routes(tables.router, oip_models))
-    app.add_middleware(HeadRequests)  # every GET route answers HEAD (serving/head.py)
+    keys = [k.get_secret_value() for k in settings.api_keys]
+    guarded = PROTECTED_PREFIXES + (DOCS_PREFIXES if settings.protect_docs_and_metrics else ())
     app.add_middleware(
-        BodyLimitMiddleware,
+        Gate,
+        metrics=metrics,
         max_bytes=settings.max_body_bytes,
         routes=body_limits(settings, routers),
         budget=state.budget,
+        keys=keys,
+        prefixes=guarded,
     )
-    keys = [k.get_secret_value() for k in settings.api_keys]
-    guarded = PROTECTED_PREFIXES + (DOCS_PREFIXES if settings.protect_docs_and_metrics else ())
-    app.add_middleware(ApiKeyMiddleware, keys=keys, prefixes=guarded)
     install_openapi(app, settings, guarded)
-    app.add_middleware(MetricsMiddleware, metrics=metrics)
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware,

@@ -1,7 +1,7 @@
 """Request body caps declared on the routes themselves: `@body_cap("max_upload_bytes")` on an
 endpoint names the `Settings` field holding its cap (larger than `max_body_bytes`, which every
 other route gets); `body_limits` turns the marked routes of the app into the
-`BodyLimitMiddleware`'s (path pattern, cap) list, from each route's own path."""
+`Gate` middleware's (path pattern, cap) list, from each route's own path."""
 
 from __future__ import annotations
 

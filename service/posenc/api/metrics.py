@@ -1,10 +1,12 @@
 """Prometheus metrics on a per-app `CollectorRegistry` (two apps in one process never collide).
 
-HTTP request metrics are recorded by `MetricsMiddleware`, a pure ASGI middleware (no
-BaseHTTPMiddleware: it would buffer streamed bodies), labelled with the route *template*
+HTTP request metrics are recorded by the app's `Gate` (`api/gate.py`), a pure ASGI middleware
+(no BaseHTTPMiddleware: it would buffer streamed bodies), labelled with the route *template*
 (`/v1/tables/{key}`), never the raw path; gRPC calls by the service itself (`observe_grpc`). Cache
 counters are read from `TableCache.stats` at scrape time by `CacheCollector`; compute time is
-observed by the cache's `on_compute` hook.
+observed by the cache's `on_compute` hook; `/v2` inferences (HTTP and gRPC) by where their rows
+came from through `observe_infer`. Labelled children are looked up once per label set and kept
+(`request_children`, `observe_infer`): prometheus_client's `labels()` costs a few µs a call.
 
 | metric                                        | type      | labels                |
 |-----------------------------------------------|-----------|-----------------------|
@@ -14,6 +16,7 @@ observed by the cache's `on_compute` hook.
 | posenc_grpc_requests_total                    | counter   | method, code          |
 | posenc_grpc_request_duration_seconds          | histogram | method                |
 | posenc_compute_seconds                        | histogram | kind, device          |
+| posenc_v2_infer_total                         | counter   | model, source         |
 | posenc_cache_{hits,misses,coalesced}_total    | counter   |                       |
 | posenc_cache_evictions_total                  | counter   |                       |
 | posenc_compute_{rejected,fallbacks}_total     | counter   |                       |
@@ -29,15 +32,12 @@ observed by the cache's `on_compute` hook.
 from __future__ import annotations
 
 import platform
-import time
 from collections.abc import Iterator
 
 import torch
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-from starlette.routing import Route
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from posenc import __version__
 from posenc.runtime import TableCache
@@ -89,6 +89,12 @@ class Metrics:
             buckets=COMPUTE_BUCKETS,
             registry=self.registry,
         )
+        self.v2_infer = Counter(
+            "posenc_v2_infer",
+            "/v2 inferences by model and where their rows came from",
+            ("model", "source"),
+            registry=self.registry,
+        )
         self.build = Info(
             "posenc_build",
             "posenc's version, the Python and torch it runs on, and its compute device",
@@ -96,6 +102,7 @@ class Metrics:
         )
 
         self._children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
+        self._infer_children: dict[tuple[str, str], Counter] = {}
 
     def set_build(self, device: str) -> None:
         """`posenc_build_info{version, python, torch, device} 1` for a server on `device`."""
@@ -119,6 +126,14 @@ class Metrics:
             )
             self._children[key] = found
         return found
+
+    def observe_infer(self, model: str, source: str) -> None:
+        """One `/v2` inference of `model` whose rows came from `source` (`hit`, `miss`,
+        `coalesced`, `computed`): `posenc_v2_infer_total{model, source}`."""
+        child = self._infer_children.get((model, source))
+        if child is None:
+            child = self._infer_children[(model, source)] = self.v2_infer.labels(model, source)
+        child.inc()
 
     def observe_grpc(self, method: str, code: str, seconds: float) -> None:
         """One gRPC call of `method` that ended with status `code` (`OK`, `NOT_FOUND`, ...)."""
@@ -184,35 +199,3 @@ class CacheCollector(Collector):
             )
         for name, doc, value in gauges:
             yield GaugeMetricFamily(name, doc, value=value)
-
-
-class MetricsMiddleware:
-    """Counts requests, times them and tracks in-flight requests per route template."""
-
-    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
-        self.app = app
-        self.metrics = metrics
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        status = 500
-        start = time.perf_counter()
-        self.metrics.in_flight.inc()
-
-        async def send_wrapper(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_wrapper)
-        finally:
-            route = scope.get("route")
-            template = route.path if isinstance(route, Route) else "<unmatched>"
-            counter, latency = self.metrics.request_children(scope["method"], template, status)
-            self.metrics.in_flight.dec()
-            counter.inc()
-            latency.observe(time.perf_counter() - start)

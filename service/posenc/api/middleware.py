@@ -1,9 +1,20 @@
-"""Pure ASGI middleware: the request body caps and the body budget.
+"""The app's one pure ASGI middleware pass, `Gate`: metrics, API keys, body caps and budget,
+the client's share of the budget, and HEAD.
 
-`BodyLimitMiddleware` picks the cap of a request from its path (`routes`: the first full match of
-a pattern, else `max_bytes`), answers 413 (the error contract) when `Content-Length` exceeds it,
-before reading any of the body, and raises `ApiError` 413 (answered by the error handlers) when a
-body streamed without one grows past it, so a route never holds more than its cap.
+Each of these was its own middleware; every layer costs a coroutine call and a wrapper per
+request, which is most of what a cache hit costs over the framework (`docs/benchmarks.md`,
+section 9). `Gate` does them in one pass, in the order the layers had (outermost first):
+
+1. metrics (`metrics.Metrics`): the in-flight gauge, then the request counted under its route
+   template (`scope["route"]`, `<unmatched>` when routing found none) with the status it was
+   answered with (500 when none was sent) and its latency, refused requests included;
+2. API keys (`auth.refusal`): a request to a guarded path (`prefixes`) without one of `keys` as
+   its bearer token is answered 401, nothing else done;
+3. the body cap of the request's path (`routes`: the first full match of a pattern, else
+   `max_bytes`): 413 (the error contract) when `Content-Length` exceeds it, before reading any of
+   the body, and `ApiError` 413 (answered by the error handlers) raised from `receive` when a
+   body streamed without one grows past it, so a route never holds more than its cap;
+4. HEAD (`serving.head.HeadRequests`): a HEAD request runs as its GET, without the body.
 
 Bodies are also charged to the in-flight budget (`runtime.budget`, `budget`): `BODY_COPIES` times
 the declared `Content-Length` before any of the body is read (503 `overloaded` with `Retry-After`
@@ -13,21 +24,27 @@ charge is held until the request's response is sent. A body's charge is capped a
 budget, as a computation's is: a body larger than that is still taken, alone. So however many
 clients upload at once, the bodies held stay inside the budget.
 
-Every request is served inside `runtime.for_peer(host)` (the client's address, from the ASGI
-scope): the charges it makes, its body's and those of the routes it reaches (computations,
-bodies being sent), count toward its peer's share of the budget (`in_flight_bytes_per_peer`).
+Every request past the key check is served inside `runtime.for_peer(host)` (the client's address,
+from the ASGI scope): the charges it makes, its body's and those of the routes it reaches
+(computations, bodies being sent), count toward its peer's share of the budget
+(`in_flight_bytes_per_peer`).
 """
 
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Sequence
 
 from starlette._utils import get_route_path
+from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from posenc.api.auth import PROTECTED_PREFIXES, refusal
 from posenc.api.error_types import BODY_TOO_LARGE
 from posenc.api.errors import ApiError, error_response, to_response
+from posenc.api.metrics import Metrics
+from posenc.api.serving.head import HeadRequests
 from posenc.runtime import InFlightBudget, Lease, Overloaded, for_peer
 
 BODY_COPIES = 2
@@ -41,20 +58,28 @@ RouteLimit = tuple[re.Pattern[str], int]
 """A path pattern (matched in full) and the body cap of the requests to it."""
 
 
-class BodyLimitMiddleware:
-    """Reject request bodies larger than the cap of their route with 413 `body_too_large`."""
+class Gate:
+    """Metrics, API keys, body caps and budget, the peer's share and HEAD in one pass (the
+    module docstring)."""
 
     def __init__(
         self,
         app: ASGIApp,
+        metrics: Metrics,
         max_bytes: int,
         routes: Sequence[RouteLimit] = (),
         budget: InFlightBudget | None = None,
+        keys: Sequence[str] = (),
+        prefixes: tuple[str, ...] = PROTECTED_PREFIXES,
     ) -> None:
         self.app = app
+        self.head = HeadRequests(app)
+        self.metrics = metrics
         self.max_bytes = max_bytes
         self.routes = tuple(routes)
         self.budget = budget
+        self.keys = [k.encode() for k in keys]
+        self.prefixes = prefixes
 
     def limit_for(self, path: str) -> int:
         """The body cap of a request to `path`."""
@@ -76,12 +101,38 @@ class BodyLimitMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        client = scope.get("client")
-        with for_peer(str(client[0]) if client else ""):
-            await self._limited(scope, receive, send)
+        metrics = self.metrics
+        status = 500
+        start = time.perf_counter()
+        metrics.in_flight.inc()
 
-    async def _limited(self, scope: Scope, receive: Receive, send: Send) -> None:
-        limit = self.limit_for(get_route_path(scope))
+        async def send_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            path = get_route_path(scope)
+            refused = (
+                refusal(scope, self.keys) if self.keys and path.startswith(self.prefixes) else None
+            )
+            if refused is not None:
+                await refused(scope, receive, send_status)
+            else:
+                client = scope.get("client")
+                with for_peer(str(client[0]) if client else ""):
+                    await self._limited(scope, receive, send_status, path)
+        finally:
+            route = scope.get("route")
+            template = route.path if isinstance(route, Route) else "<unmatched>"
+            counter, latency = metrics.request_children(scope["method"], template, status)
+            metrics.in_flight.dec()
+            counter.inc()
+            latency.observe(time.perf_counter() - start)
+
+    async def _limited(self, scope: Scope, receive: Receive, send: Send, path: str) -> None:
+        limit = self.limit_for(path)
         budget = self.budget
         leases: list[Lease] = []
         charged = 0
@@ -122,8 +173,9 @@ class BodyLimitMiddleware:
                     charged += step
             return message
 
+        app = self.head if scope["method"] == "HEAD" else self.app
         try:
-            await self.app(scope, limited_receive, send)
+            await app(scope, limited_receive, send)
         finally:
             for lease in leases:
                 lease.release()

@@ -14,7 +14,7 @@ FastAPI's generated document is completed here, once per app (`install_openapi`)
   error_type it may carry); FastAPI's `HTTPValidationError` (never sent: `api/errors.py` maps
   validation errors to `Error`) is removed;
 - path parameters declared on every templated path (some handlers read `request.path_params`);
-- the Bearer scheme (`bearer`), required by every route `ApiKeyMiddleware` guards when
+- the Bearer scheme (`bearer`), required by every route the `Gate` middleware guards when
   `api_keys` is set (each then documents its 401), `/metrics` included with
   `protect_docs_and_metrics` (which also puts this document and `/docs` behind the key).
 
@@ -202,13 +202,13 @@ def _complete_operation(
 
 
 def guarded_path(path: str, settings: Settings, prefixes: tuple[str, ...]) -> bool:
-    """True when `ApiKeyMiddleware` asks requests to `path` for a key."""
+    """True when the `Gate` middleware asks requests to `path` for a key."""
     return bool(settings.api_keys) and path.startswith(prefixes)
 
 
 def build_openapi(app: FastAPI, settings: Settings, prefixes: tuple[str, ...]) -> dict[str, Any]:
     """The completed OpenAPI document of `app` (see the module docstring); `prefixes`: the
-    paths `ApiKeyMiddleware` guards."""
+    paths the `Gate` middleware guards."""
     doc = get_openapi(
         title=app.title,
         version=app.version,

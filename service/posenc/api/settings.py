@@ -264,8 +264,9 @@ class Settings(BaseSettings):
     prepared_answers: bool = Field(
         True,
         description="answer a repeated /v1/tables cache hit from its headers and body built "
-        "once, and a repeated /v2 decode step from a template of its answer "
-        "(`api/serving/prepared.py`, `api/oip/steps.py`; the responses are the same either way)",
+        "once, and a repeated /v2 decode step (HTTP, gRPC unary or stream) from a template of "
+        "its answer (`api/serving/prepared.py`, `api/oip/steps.py`, `api/grpc/steps.py`; the "
+        "responses are the same either way)",
     )
     root_path: str = Field(
         "",

@@ -150,7 +150,7 @@ STREAM_RESPONSE_FIELD = 2
 """`ModelStreamInferResponse.infer_response`' field number (grpc_service.proto)."""
 
 
-def _varint(n: int) -> bytes:
+def varint(n: int) -> bytes:
     """`n` as a protobuf base-128 varint."""
     out = bytearray()
     while n >= 0x80:
@@ -160,9 +160,9 @@ def _varint(n: int) -> bytes:
     return bytes(out)
 
 
-def _length_delimited(field: int, size: int) -> bytes:
+def length_delimited(field: int, size: int) -> bytes:
     """The tag and length of a length-delimited field (wire type 2) of `size` bytes."""
-    return _varint(field << 3 | 2) + _varint(size)
+    return varint(field << 3 | 2) + varint(size)
 
 
 def infer_response_bytes(
@@ -193,11 +193,11 @@ def infer_response_bytes(
     parts = [b"", head.SerializeToString()]  # [the stream message's field head, the message]
     for t in tensors.values():
         raw = host_bytes(t)
-        parts.append(_length_delimited(RAW_OUTPUT_FIELD, len(raw)))
+        parts.append(length_delimited(RAW_OUTPUT_FIELD, len(raw)))
         parts.extend(bytes(raw[i : i + WIRE_CHUNK]) for i in range(0, len(raw), WIRE_CHUNK))
     if stream:
         inner = sum(len(p) for p in parts)
-        parts[0] = _length_delimited(STREAM_RESPONSE_FIELD, inner)
+        parts[0] = length_delimited(STREAM_RESPONSE_FIELD, inner)
     return b"".join(parts)
 
 

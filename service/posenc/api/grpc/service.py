@@ -53,6 +53,9 @@ from posenc.api.deps import context_for
 from posenc.api.grpc import convert
 from posenc.api.grpc.proto import grpc_service_pb2 as pb
 from posenc.api.grpc.proto import grpc_service_pb2_grpc as pb_grpc
+from posenc.api.grpc.steps import answer as steps_answer
+from posenc.api.grpc.steps import keep as steps_keep
+from posenc.api.grpc.steps import step_key
 from posenc.api.oip import EXTENSIONS
 from posenc.api.oip.codec import OipError
 from posenc.api.oip.errors import INTERNAL_MESSAGE, as_oip_error
@@ -267,8 +270,22 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         sent (on a failure they are released here); they count toward `peer`'s share of the
         budget (`runtime.for_peer`)."""
         model = find_model(request.model_name, _version(request.model_version))
-        service = context_for(self.state, grpc=True)
-        timer = service.stats.timer(model.name)
+        state = self.state
+        cache = state.require_cache()  # 503 while starting or stopping, as `context_for`
+        timer = state.stats.timer(model.name)
+        steps = state.steps
+        key = step_key(request) if steps.size else None
+        if key is not None and steps:
+            # a decode step whose shape was answered before (`grpc/steps.py`): a cache hit
+            with for_peer(peer):
+                templated = steps_answer(steps, cache, key, request, stream, timer)
+            if templated is not None:
+                name, response, leases = templated
+                held.extend(leases)
+                state.metrics.observe_infer(name, "hit")
+                timer.succeeded("hit")
+                return response
+        service = context_for(state, grpc=True)
         with for_peer(peer):
             try:
                 parsed = convert.infer_request(request)
@@ -290,11 +307,28 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
                 service.release()
                 timer.failed()
                 raise
+        charge = service.charged
         held.extend(service.take_held())
         source = str(result.parameters.get("posenc_source", ""))
         if service.observe is not None:
             service.observe(model.name, source)
         timer.succeeded(source)
+        entry = service.entry
+        if key is not None and result.rows_of is not None and entry is not None:
+            (given,) = parsed.inputs.values()
+            steps_keep(
+                steps,
+                key,
+                request,
+                given.tensor,
+                entry,
+                result.rows_of,
+                model.name,
+                VERSION,
+                result.tensors,
+                result.parameters,
+                charge,
+            )
         return response
 
     async def ModelInfer(  # noqa: N802

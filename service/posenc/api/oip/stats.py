@@ -116,7 +116,10 @@ class InferenceStats:
 
     def timer(self, model: str) -> InferTimer:
         """A timer recording into `model`'s statistics."""
-        return InferTimer(self._models.setdefault(model, ModelStats()))
+        record = self._models.get(model)
+        if record is None:  # not `setdefault`: a `ModelStats` is a dozen objects to build
+            record = self._models[model] = ModelStats()
+        return InferTimer(record)
 
     def get(self, model: str) -> ModelStats:
         """`model`'s statistics (all zero before its first inference)."""

@@ -27,16 +27,18 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
-from starlette.requests import Request
 from starlette.responses import Response
 
-from posenc.api.oip.codec import HEADER_LENGTH, InferRequest
+from posenc.api.oip.codec import InferRequest
+from posenc.api.oip.stats import InferTimer
 from posenc.api.serving.body import ReadyResponse, acquire
-from posenc.runtime import CacheEntry, TableCache
+from posenc.runtime import CacheEntry, Lease, TableCache
+
+T = TypeVar("T")
 
 STEP_TEMPLATES = 1024
 """Request headers remembered (each holds a response header and its lines; the rows are the
@@ -47,37 +49,88 @@ MAX_TEMPLATE_HEADER = 16 << 10
 
 
 @dataclass(frozen=True)
-class Step:
-    """What answers one request header against one resident entry (module docstring)."""
+class Rows:
+    """The rows half of a template, whatever the protocol: the positions' datatype and count,
+    each output's table as flat bytes and its row size, and the output charge."""
 
     model: str
-    header_end: int
     dtype: np.dtype[Any]
     count: int
     rows: int
+    """Rows every output's table has (a position must be below)."""
     flats: tuple[memoryview, ...]
     """Each output's table as flat bytes (a view of the cached tensor's memory)."""
     row_bytes: tuple[int, ...]
-    head: bytes
-    raw_headers: list[tuple[bytes, bytes]]
     charge: int
 
-
-def _shape(request: Request, body: bytes) -> tuple[Hashable, int] | None:
-    """(template key, JSON header length) of an infer request, or None when it has no
-    template: no `Inference-Header-Content-Length`, a `Content-Encoding`, a long header."""
-    text = None
-    for name, value in request.scope["headers"]:
-        if name == b"content-encoding":
+    def positions(self, data: bytes, offset: int = 0) -> list[int] | None:
+        """The positions a request carries as `data[offset:]`, or None when they are not this
+        template's (another count) or not all rows of the tables (the slow path answers)."""
+        if len(data) - offset != self.count * self.dtype.itemsize:
             return None
-        if name == b"inference-header-content-length":
-            text = value
-    if text is None or not text.isdigit():
+        positions: list[int] = np.frombuffer(data, self.dtype, self.count, offset).tolist()
+        if positions and (min(positions) < 0 or max(positions) >= self.rows):
+            return None
+        return positions
+
+    def blocks(self, positions: list[int]) -> list[list[memoryview]]:
+        """Each output's rows at `positions` (row bytes sliced from the table's flat bytes, no
+        numpy per row)."""
+        return [
+            [flat[p * size : (p + 1) * size] for p in positions]
+            for flat, size in zip(self.flats, self.row_bytes, strict=True)
+        ]
+
+    def lease(self, cache: TableCache) -> list[Lease]:
+        """The output charge, taken (`Overloaded` when it does not fit)."""
+        return acquire(cache, [(object(), self.charge)]) if self.charge else []
+
+
+def rows_template(
+    model: str, given: torch.Tensor, rows_of: dict[str, torch.Tensor], charge: int
+) -> Rows | None:
+    """The `Rows` of an answer whose outputs were the rows of `rows_of` (cached tables) at the
+    positions `given` (the request's input), or None when it has none: positions that are not
+    integers, a table not in host memory."""
+    if given.is_floating_point() or given.is_complex():
         return None
-    end = int(text)
+    if not all(t.device.type == "cpu" for t in rows_of.values()):
+        return None
+    array = given.numpy()
+    arrays = [np.ascontiguousarray(host_array(t)) for t in rows_of.values()]
+    if any(a.base is None for a in arrays):  # a copy: not the cache's memory
+        return None
+    return Rows(
+        model,
+        array.dtype,
+        array.size,
+        min(a.shape[0] for a in arrays),
+        tuple(memoryview(a.data).cast("B") for a in arrays),
+        tuple(a.nbytes // a.shape[0] if a.shape[0] else 0 for a in arrays),
+        charge,
+    )
+
+
+@dataclass(frozen=True)
+class Step:
+    """What answers one HTTP request header against one resident entry (module docstring)."""
+
+    rows: Rows
+    header_end: int
+    head: bytes
+    raw_headers: list[tuple[bytes, bytes]]
+
+
+def _shape(path: str, header_length: bytes | None, body: bytes) -> tuple[Hashable, int] | None:
+    """(template key, JSON header length) of an infer request to `path` (its
+    `Inference-Header-Content-Length` value, None when absent), or None when it has no template:
+    no header length, a long header."""
+    if header_length is None or not header_length.isdigit():
+        return None
+    end = int(header_length)
     if not 0 < end <= min(len(body), MAX_TEMPLATE_HEADER):
         return None
-    return (request.scope["path"], body[:end]), end
+    return (path, body[:end]), end
 
 
 def host_array(t: torch.Tensor) -> np.ndarray[Any, Any]:
@@ -98,48 +151,81 @@ class StepTemplates:
     def __len__(self) -> int:
         return len(self._keys)
 
+    def find(self, cache: TableCache, key: Hashable, kind: type[T]) -> tuple[CacheEntry, T] | None:
+        """The resident entry and the template of kind `kind` kept under `key`, or None (a
+        template whose entry was evicted is forgotten)."""
+        ref = self._keys.get(key)
+        if ref is None:
+            return None
+        entry = ref()
+        step = entry.answers.get(key) if entry is not None else None
+        if entry is None or not isinstance(step, kind) or cache.peek(entry.key) is not entry:
+            self._forget(key)
+            return None
+        return entry, step
+
+    def used(self, cache: TableCache, key: Hashable, entry: CacheEntry) -> None:
+        """The template under `key` answered: most recently used, its entry a cache hit."""
+        self._keys.move_to_end(key)
+        cache.touch(entry)
+
+    def remember(self, key: Hashable, entry: CacheEntry, step: object) -> None:
+        """Keep `step` under `key` while `entry` is resident (the least recently used template
+        forgotten past `size`)."""
+        if not self.size:
+            return
+        entry.answers[key] = step
+        self._keys[key] = weakref.ref(entry)
+        self._keys.move_to_end(key)
+        while len(self._keys) > self.size:
+            self._forget(next(iter(self._keys)))
+
     def answer(
         self,
         cache: TableCache,
-        request: Request,
+        path: str,
+        header_length: bytes | None,
         body: bytes,
         observe: Callable[[str, str], None] | None,
+        timer: InferTimer,
     ) -> Response | None:
-        """The answer to `request` (its `body` read) from its template, or None (nothing done:
-        the slow path answers)."""
+        """The answer to an infer request to `path` without a `Content-Encoding` (its
+        `Inference-Header-Content-Length` value `header_length`, its `body` read) from its
+        template, or None (nothing done: the slow path answers); its phases marked on `timer`
+        as the slow path marks them (the caller records the success)."""
         if not self._keys:
             return None
-        shape = _shape(request, body)
+        shape = _shape(path, header_length, body)
         if shape is None:
             return None
         key, end = shape
-        ref = self._keys.get(key)
-        entry = ref() if ref is not None else None
-        step = entry.answers.get(key) if entry is not None else None
-        if entry is None or not isinstance(step, Step) or cache.peek(entry.key) is not entry:
-            if ref is not None:
-                self._forget(key)
+        found = self.find(cache, key, Step)
+        if found is None:
             return None
-        if len(body) - end != step.count * step.dtype.itemsize:
+        entry, step = found
+        rows = step.rows
+        positions = rows.positions(body, end)
+        if positions is None:
             return None
-        positions = np.frombuffer(body, step.dtype, step.count, end).tolist()
-        if positions and (min(positions) < 0 or max(positions) >= step.rows):
-            return None
-        self._keys.move_to_end(key)
-        cache.touch(entry)
-        leases = acquire(cache, [(object(), step.charge)]) if step.charge else []
-        # the body assembled once: the header, then each output's rows (row bytes sliced from
-        # the table's flat bytes, no numpy per row)
+        timer.mark("compute_input")
+        self.used(cache, key, entry)
+        leases = rows.lease(cache)
+        blocks = rows.blocks(positions)
+        timer.mark("compute_infer")
+        # the body assembled once: the header, then each output's rows
         parts: list[bytes | memoryview] = [step.head]
-        for flat, size in zip(step.flats, step.row_bytes, strict=True):
-            parts += [flat[p * size : (p + 1) * size] for p in positions]
+        for block in blocks:
+            parts += block
+        body = b"".join(parts)
+        timer.mark("compute_output")
         if observe is not None:
-            observe(step.model, "hit")
-        return ReadyResponse(step.raw_headers, [memoryview(b"".join(parts))], leases)
+            observe(rows.model, "hit")
+        return ReadyResponse(step.raw_headers, [memoryview(body)], leases)
 
     def keep(
         self,
-        request: Request,
+        path: str,
+        header_length: bytes | None,
         body: bytes,
         parsed: InferRequest,
         entry: CacheEntry,
@@ -150,43 +236,18 @@ class StepTemplates:
         charge: int,
     ) -> None:
         """Remember the answer `sent` (response header `head`, outputs the rows of `rows_of` at
-        the positions, all binary) to `request` as its header's template while `entry` is
-        resident; nothing when the request has no template (module docstring)."""
-        shape = _shape(request, body) if self.size else None
-        if shape is None or len(parsed.inputs) != 1 or request.headers.get(HEADER_LENGTH) is None:
+        the positions, all binary) to an infer request to `path` without a `Content-Encoding`
+        (`header_length` and `body` as `answer` takes them) as its header's template while
+        `entry` is resident; nothing when the request has no template (module docstring)."""
+        shape = _shape(path, header_length, body) if self.size else None
+        if shape is None or len(parsed.inputs) != 1:
             return
         key, end = shape
         (given,) = parsed.inputs.values()
-        if given.tensor.is_floating_point() or given.tensor.is_complex():
+        rows = rows_template(model, given.tensor, rows_of, charge)
+        if rows is None or rows.positions(body, end) is None:
             return
-        array = given.tensor.numpy()
-        if len(body) - end != array.nbytes or not all(
-            t.device.type == "cpu" for t in rows_of.values()
-        ):
-            return
-        arrays = [np.ascontiguousarray(host_array(t)) for t in rows_of.values()]
-        if any(a.base is None for a in arrays):  # a copy: not the cache's memory
-            return
-        rows = min(a.shape[0] for a in arrays)
-        flats = tuple(memoryview(a.data).cast("B") for a in arrays)
-        row_bytes = tuple(a.nbytes // a.shape[0] if a.shape[0] else 0 for a in arrays)
-        step = Step(
-            model,
-            end,
-            array.dtype,
-            array.size,
-            rows,
-            flats,
-            row_bytes,
-            head,
-            list(sent.raw_headers),
-            charge,
-        )
-        entry.answers[key] = step
-        self._keys[key] = weakref.ref(entry)
-        self._keys.move_to_end(key)
-        while len(self._keys) > self.size:
-            self._forget(next(iter(self._keys)))
+        self.remember(key, entry, Step(rows, end, head, list(sent.raw_headers)))
 
     def _forget(self, key: Hashable) -> None:
         ref = self._keys.pop(key, None)

@@ -9,7 +9,7 @@ The body is the model (any media type; `Content-Encoding` refused). A model save
 data may be sent as its graph-only `.onnx`: caches stored in external data are not read (their
 sites are `not_checkable`) and are listed under `external`, the model's weights are never
 sent. The body is capped by `max_upload_bytes` from `Content-Length` before any of it is read,
-and while it streams (`BodyLimitMiddleware`). `?key=` names the table to compare with: a rope
+and while it streams (the `Gate` middleware). `?key=` names the table to compare with: a rope
 table this server resolved (a key of /v1/resolve, /v1/tables or a preset's). Its spec is taken
 as `posenc-client verify` asks for it (`sites.TableRequest`): half width, the caches' dtype and
 rows, and per side of a LongRoPE length switch (`If`) the `seq_len` at and past its

@@ -25,14 +25,16 @@ from typing import Any
 
 import orjson
 from fastapi import APIRouter, Request
+from starlette.requests import ClientDisconnect
 from starlette.responses import Response
+from starlette.types import Receive, Scope
 
 import posenc
 from posenc.api.caps import body_cap
+from posenc.api.deps import app_state
 from posenc.api.hot import hot
 from posenc.api.oip import EXTENSIONS
 from posenc.api.oip.codec import (
-    HEADER_LENGTH,
     OipError,
     OutputTensor,
     decompress,
@@ -45,6 +47,8 @@ from posenc.api.oip.errors import INTERNAL_MESSAGE, as_oip_error
 from posenc.api.oip.models import MODELS, VERSION, OipModel, find_model
 from posenc.api.oip.stats import InferTimer
 from posenc.api.serving.body import BodyResponse
+from posenc.api.state import AppState
+from posenc.runtime import TableCache
 from posenc.verified import VERIFIED_AGAINST
 
 log = logging.getLogger("posenc.api.oip")
@@ -75,19 +79,46 @@ async def _guarded(fn: Callable[[], Awaitable[Response]]) -> Response:
         return error_response(exc)
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length")
+def _body_headers(scope: Scope) -> tuple[bytes | None, bytes | None, bytes | None]:
+    """The first `Content-Length`, `Content-Encoding` and `Inference-Header-Content-Length` of a
+    request (raw values; None when absent), in one pass over its headers."""
+    length = encoding = header_length = None
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            length = value if length is None else length
+        elif name == b"content-encoding":
+            encoding = value if encoding is None else encoding
+        elif name == b"inference-header-content-length":
+            header_length = value if header_length is None else header_length
+    return length, encoding, header_length
+
+
+async def _read_body(
+    receive: Receive, limit: int, declared: bytes | None, encoding: bytes | None
+) -> bytes:
+    """The request body, read from the ASGI `receive` as Starlette's `Request.stream` reads it
+    (`ClientDisconnect` when the client goes), without its per-chunk generator: 413 over `limit`
+    (the declared `Content-Length` before anything is read), then undone from `encoding`."""
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise OipError(413, f"request body of {declared} bytes exceeds the limit of {limit}")
+        text = declared.decode()
+        raise OipError(413, f"request body of {text} bytes exceeds the limit of {limit}")
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise OipError(413, f"request body exceeds the limit of {limit} bytes")
-        chunks.append(chunk)
-    body = b"".join(chunks)
-    return decompress(body, request.headers.get("content-encoding"), limit)
+    while True:
+        message = await receive()
+        if message["type"] == "http.request":
+            chunk: bytes = message.get("body", b"")
+            if chunk:
+                size += len(chunk)
+                if size > limit:
+                    raise OipError(413, f"request body exceeds the limit of {limit} bytes")
+                chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        elif message["type"] == "http.disconnect":
+            raise ClientDisconnect()
+    body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    return decompress(body, None if encoding is None else encoding.decode("latin-1"), limit)
 
 
 Handler = Callable[[Request, str, "str | None"], Awaitable[Response]]
@@ -152,7 +183,7 @@ def _index_request(body: bytes) -> bool:
 
 def build_router(context: ContextGetter) -> tuple[APIRouter, APIRouter]:
     """(server router: `GET /v2`, model router: `/v2/models/...`). API keys, when set, guard
-    the model routes through the app's `ApiKeyMiddleware` (`/v2/models` prefix); `/v2` is open.
+    the model routes through the app's `Gate` middleware (`/v2/models` prefix); `/v2` is open.
 
     `context(request)` returns the app's `OipContext` (`posenc.api.deps.oip_context`).
     """
@@ -192,35 +223,43 @@ def build_router(context: ContextGetter) -> tuple[APIRouter, APIRouter]:
         return await _guarded(run)
 
     async def infer(request: Request, model: str, version: str | None = None) -> Response:
-        async def run() -> Response:
+        # `_guarded` written out: one decode step is a few dozen µs, two frames a few of them
+        try:
             found = find_model(model, version)
             # like /v1, inference is served while presets warm and while draining (readiness
             # tells load balancers); only a server without its cache answers 503
-            service = context(request)
-            timer = service.stats.timer(found.name)
+            state = app_state(request)
+            cache = state.require_cache()
+            timer = state.stats.timer(found.name)
             try:
-                return await answer(request, found, service, timer)
+                return await answer(request, found, state, cache, timer)
             except BaseException:
                 timer.failed()
                 raise
-
-        return await _guarded(run)
+        except Exception as exc:
+            return error_response(exc)
 
     async def answer(
-        request: Request, found: OipModel, service: OipContext, timer: InferTimer
+        request: Request, found: OipModel, state: AppState, cache: TableCache, timer: InferTimer
     ) -> Response:
         """The inference's response, each phase timed (`oip/stats.py`)."""
-        body = await _read_body(request, service.max_body_bytes)
-        steps = service.steps
-        if steps is not None:
+        scope = request.scope
+        declared, encoding, header_length = _body_headers(scope)
+        limit = state.settings.max_infer_body_bytes
+        body = await _read_body(request.receive, limit, declared, encoding)
+        steps = state.steps if encoding is None else None
+        if steps:
             # a decode step whose shape was answered before: its rows sliced from the cached
-            # table (`oip/steps.py`), counted as a cache hit
-            step = steps.answer(service.cache, request, body, service.observe)
+            # table (`oip/steps.py`), counted as a cache hit; no `OipContext` is built for it
+            step = steps.answer(
+                cache, scope["path"], header_length, body, state.metrics.observe_infer, timer
+            )
             if step is not None:
-                timer.mark("compute_input")
                 timer.succeeded("hit")
                 return step
-        parsed = parse_infer_request(body, request.headers.get(HEADER_LENGTH))
+        service = context(request)
+        length = None if header_length is None else header_length.decode("latin-1")
+        parsed = parse_infer_request(body, length)
         timer.mark("compute_input")
         # the outputs and computed rows are charged to the in-flight budget by the model
         # (`admit`, `OipContext.compute`); released when sent, or here on any failure
@@ -262,7 +301,16 @@ def build_router(context: ContextGetter) -> tuple[APIRouter, APIRouter]:
         if steps is not None and result.rows_of is not None and entry is not None and binary:
             head = bytes(encoded.parts[0])
             steps.keep(
-                request, body, parsed, entry, result.rows_of, found.name, head, response, charge
+                scope["path"],
+                header_length,
+                body,
+                parsed,
+                entry,
+                result.rows_of,
+                found.name,
+                head,
+                response,
+                charge,
             )
         return response
 

@@ -10,7 +10,7 @@ anywhere else (a Content-Security-Policy of `'self'` says so), so it works offli
 - `GET /ui`: the page; `GET /ui/{name}`: its assets (404 `not_found` for any other name).
 
 The page and its assets are open, like the OpenAPI pages: they hold no data, and every table
-they show comes through the `/v1` routes, which `ApiKeyMiddleware` guards. Each response is an
+they show comes through the `/v1` routes, which the `Gate` middleware guards. Each response is an
 `Asset` (`serving/assets.py`): a strong ETag (sha256 of its bytes) and `Cache-Control: no-cache`,
 so a reload revalidates with a 304 and a new release is picked up at once.
 """

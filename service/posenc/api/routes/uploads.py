@@ -21,7 +21,7 @@ table by key and shape (`learned`: `table_key`, `table_shape`; `relative_index`:
 is stored on the way, so that its canonical, key-only spec works afterwards). A key the store
 does not hold is 404 `unknown_table` naming the spec's key field. Bodies are capped by
 `max_upload_bytes`: from `Content-Length` before any of the body is read, and while it streams
-(`BodyLimitMiddleware`).
+(the `Gate` middleware).
 """
 
 from __future__ import annotations

@@ -3,12 +3,12 @@ send (ETag, Content-Length, Repr-Digest, ...) and no body, through this one path
 
 FastAPI's routes take the methods they declare (Starlette's own `Route` adds HEAD beside GET;
 FastAPI's `APIRoute` does not), while the 405's `Allow` (`errors.allowed_methods`) lists HEAD
-wherever GET is taken. `HeadRequests` (a pure ASGI middleware outside the hot-route dispatcher)
-runs a HEAD request to such a path as its GET, on a copy of the scope (the server keeps its own
-and drops the body for HEAD: uvicorn does), and hands the server the response's start and empty
-body messages: a 304 for a matching `If-None-Match`, Range answers and errors are those of the
-GET; the route routing found is copied back for the metrics. A path without GET is left
-alone (its 405 names HEAD's method).
+wherever GET is taken. `HeadRequests` (run by the app's `middleware.Gate`, outside the hot-route
+dispatcher) runs a HEAD request to such a path as its GET, on a copy of the scope (the server
+keeps its own and drops the body for HEAD: uvicorn does), and hands the server the response's
+start and empty body messages: a 304 for a matching `If-None-Match`, Range answers and errors are
+those of the GET; the route routing found is copied back for the metrics. A path without GET is
+left alone (its 405 names HEAD's method).
 """
 
 from __future__ import annotations
