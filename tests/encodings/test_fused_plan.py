@@ -152,12 +152,18 @@ def test_without_triton_the_torch_path_runs(monkeypatch: pytest.MonkeyPatch) -> 
     [(None, True), ("1", True), ("0", False), ("false", False), ("off", False), ("No", False)],
 )
 def test_the_environment_flag_turns_the_fused_path_off(value: str | None, enabled: bool) -> None:
+    """The server's `fused_kernels` setting (`POSENC_FUSED_KERNELS`) sets the switch when the
+    app is built (in a process of its own: the switch is the process's)."""
     env = {k: v for k, v in os.environ.items() if k != "POSENC_FUSED_KERNELS"}
     if value is not None:
         env["POSENC_FUSED_KERNELS"] = value
     code = (
         "import torch\n"
+        "from posenc.api.app import create_app\n"
+        "from posenc.api.settings import Settings\n"
         "from posenc.encodings import fused\n"
+        f"fused.ENABLED = {not enabled!r}  # the opposite: create_app must set it\n"
+        "create_app(Settings())\n"
         "print(fused.ENABLED, fused.usable(torch.device('cuda')) if not fused.ENABLED else '-')\n"
     )
     out = subprocess.run(

@@ -57,6 +57,7 @@ from posenc.api.routes import (
 from posenc.api.serving.prepared import PREPARED_SHAPES, PreparedAnswers
 from posenc.api.settings import Settings
 from posenc.api.state import AppState, KeyIndex, Lifecycle
+from posenc.encodings import fused
 from posenc.encodings.weights import TableStore
 from posenc.presets import Preset, builtin_presets, read_user_presets, register_user_presets
 from posenc.runtime import InFlightBudget, TableCache, describe, resolve_device
@@ -194,6 +195,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         for part in preset.parts:
             index.pin(part.key, part.spec)
     state = AppState(settings, metrics, curated, Lifecycle(), index)
+    fused.ENABLED = settings.fused_kernels
     state.prepared = PreparedAnswers(PREPARED_SHAPES if settings.prepared_answers else 0)
     state.steps = StepTemplates(STEP_TEMPLATES if settings.prepared_answers else 0)
     # one in-flight budget for the app's life: request bodies (`middleware.Gate`), tables

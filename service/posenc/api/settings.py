@@ -268,6 +268,12 @@ class Settings(BaseSettings):
         "its answer (`api/serving/prepared.py`, `api/oip/steps.py`, `api/grpc/steps.py`; the "
         "responses are the same either way)",
     )
+    fused_kernels: bool = Field(
+        True,
+        description="on a CUDA device with triton, compute RoPE and sinusoidal tables with one "
+        "fused kernel (`encodings/fused.py`: bit-identical to torch's ops, fewer launches); "
+        "false keeps torch's ops",
+    )
     root_path: str = Field(
         "",
         description="path prefix a reverse proxy serves posenc under (uvicorn's root_path, e.g. "

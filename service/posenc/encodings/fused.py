@@ -6,8 +6,8 @@ Bit-identical to the torch CUDA path it replaces (tests/runtime/test_fused_cuda.
 float32 operations on the same operands (CPU-computed frequencies moved to the device), the same
 accurate `cosf`/`sinf`, the same round-to-nearest-even cast. It is taken only when the device is
 CUDA, triton imports, `ENABLED` is true and the spec maps (below); otherwise the torch path runs
-unchanged. `POSENC_FUSED_KERNELS=0` (or `false`/`no`/`off`) in the environment turns it off at
-start; tests and benches set `ENABLED` directly.
+unchanged. The server sets `ENABLED` from its `fused_kernels` setting (`POSENC_FUSED_KERNELS`,
+`--no-fused-kernels`); tests and benches set it directly.
 
 What maps: RoPE at reference precision without `trig: "polar"` (every scaling variant, since all
 of them only change the frequency vector and the attention scaling; every width, packing,
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-import os
 import threading
 from dataclasses import dataclass
 from functools import cache
@@ -36,13 +35,9 @@ import torch
 
 from posenc.encodings.base import DTYPES
 
-ENABLED: bool = os.environ.get("POSENC_FUSED_KERNELS", "1").strip().lower() not in {
-    "0",
-    "false",
-    "no",
-    "off",
-}
-"""Whether CUDA tables may take the fused kernel (`POSENC_FUSED_KERNELS`, default on)."""
+ENABLED: bool = True
+"""Whether CUDA tables may take the fused kernel: the server sets it from its `fused_kernels`
+setting (`POSENC_FUSED_KERNELS`, default on) when it builds the app."""
 
 OUT_DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16})
 """Output dtypes the kernel casts to (float32 results, round-to-nearest-even)."""
