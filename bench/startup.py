@@ -12,7 +12,7 @@ Each run spawns `posenc serve --device <device>` and polls `/v2/health/live` and
 - all: every shipped preset.
 
 Rounds alternate the configurations; medians are reported, with the server's RSS once ready.
-`python -c "import torch"` and `python -c "import posenc.api"` are timed alike, for scale. On a
+`python -c "import torch"` and `python -c "import posenc.api.app"` are timed alike, for scale. On a
 machine with CUDA, `--device cuda` measures the GPU server (device initialisation included).
 """
 
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     deployed = deployed_presets()
     configs = {"none": "", f"deployed ({deployed or 'none'})": deployed, "all": "all"}
     samples: dict[str, list[tuple[float, float, int]]] = {name: [] for name in configs}
-    imports: dict[str, list[float]] = {"torch": [], "posenc.api": []}
+    imports: dict[str, list[float]] = {"torch": [], "posenc.api.app": []}
     names = list(configs)
     for r in range(rounds):
         for name in names[r % len(names) :] + names[: r % len(names)]:

@@ -40,6 +40,28 @@ from posenc.api.state import AppState
 START_TIMEOUT = 60.0
 
 
+def _share_cores() -> int | None:
+    """Under pytest-xdist, give each worker its share of the CPU cores for torch's intra-op
+    threads (at least one) unless `OMP_NUM_THREADS` says otherwise; the same number goes to
+    `OMP_NUM_THREADS` for the servers and tools the tests start as subprocesses.
+
+    torch's default (one thread per core in every worker) oversubscribes the machine: with
+    `-n 2` on 2 cores, four spinning threads make a (24, 128) @ (128, 24) float64 matmul take
+    ~30 ms instead of ~0.2 ms, and the model sweeps ran twice as long. Pure scheduling: the
+    tests and the tables they check are unchanged (same kernels, fewer threads). Returns the
+    thread count set, None where nothing was changed (`-n 0`, or `OMP_NUM_THREADS` given)."""
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if not workers or "OMP_NUM_THREADS" in os.environ:
+        return None
+    threads = max(1, (os.cpu_count() or 1) // max(1, int(workers)))
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    torch.set_num_threads(threads)
+    return threads
+
+
+_share_cores()
+
+
 @dataclass
 class ServerHandle:
     """A running in-process server: its base URL, app, settings and thread."""

@@ -150,7 +150,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `posenc` console script: 0 after a clean stop, 2 for a configuration
     error, 3 when start-up failed otherwise."""
     args = build_parser().parse_args(argv)
-    from posenc.api.server import configure_logging, serve
+    # settings first, the server (torch, the app) only once they are valid: a bad flag or
+    # variable is answered in a fraction of a second, not after torch has been imported
     from posenc.api.settings import Settings, unknown_environment
 
     overrides: dict[str, Any] = {k: v for k, v in vars(args).items() if k != "command"}
@@ -159,6 +160,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValidationError as err:
         print(f"posenc: configuration error: {describe_error(err)}", file=sys.stderr)
         return 2
+    from posenc.api.server import configure_logging, serve
+
     problem = check_startup(settings)
     if problem is not None:
         print(f"posenc: configuration error: {problem}", file=sys.stderr)

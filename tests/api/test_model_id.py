@@ -134,8 +134,8 @@ def test_without_huggingface_hub(hub_env: HubEnv, monkeypatch: pytest.MonkeyPatc
 
 def test_hub_unreachable(hub_env: HubEnv) -> None:
     """Online with the Hub refusing connections: a cached model answers from the cache, an
-    uncached one is a 502 hub_unreachable (after huggingface_hub's own retries, ~23 s; on a server
-    of its own, whose metrics may count a 5xx)."""
+    uncached one is a 502 hub_unreachable naming the refusal (at once: `hub.hub_refuses` spares
+    huggingface_hub's ~23 s of retries; on a server of its own, whose metrics may count a 5xx)."""
     hub_env.online(closed_port_url())
     with start_server() as server, server.client(timeout=120) as client:
         cached = _resolve(client, {"model_id": LLAMA})
@@ -146,6 +146,23 @@ def test_hub_unreachable(hub_env: HubEnv) -> None:
     assert body["error_type"] == "hub_unreachable"
     assert "acme/not-cached" in body["error"]
     assert str(hub_env.cache.root) in body["error"]
+    assert "refused)" in body["error"]
+
+
+def test_hub_refuses_only_what_cannot_answer(
+    hub_env: HubEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`hub_refuses`: a refused connection is a reason; a Hub that accepts connections, or one
+    behind a proxy (which decides), is None: huggingface_hub asks it."""
+    from posenc.api.hub import hub_refuses
+
+    url = closed_port_url()
+    assert hub_refuses(url) == f"connection to 127.0.0.1:{url.rsplit(':', 1)[1]} refused"
+    assert hub_refuses(hub_env.fake.url) is None
+    monkeypatch.setenv("HTTP_PROXY", hub_env.fake.url)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    assert hub_refuses(url) is None
 
 
 def test_client_maps_the_new_error_types(hub_env: HubEnv, client: httpx.Client) -> None:

@@ -155,7 +155,7 @@ def test_online_hub_errors(hub_env: HubEnv, pclient: Client) -> None:
         assert reason in str(info.value)
         assert model_id in str(info.value)
         assert "\n" not in str(info.value)
-    hub_env.online(closed_port_url())  # huggingface_hub retries 5 times (23 s), then the cache
+    hub_env.online(closed_port_url())  # refused: the cache, at once (`_hub.hub_refuses`)
     assert _specs(pclient, LLAMA) == _specs(pclient, MODELS[LLAMA]["main"])
 
 
@@ -288,8 +288,8 @@ def test_cli_plug_and_verify(hub_env: HubEnv, server: ServerHandle, tmp_path: Pa
 
 def test_cli_exit_codes(hub_env: HubEnv, server: ServerHandle, tmp_path: Path) -> None:
     """Offline and uncached: 5; online, the Hub refusing the id: 2 (like an unreadable config
-    file); the Hub unreachable: 4 (`HubUnreachableError`, after huggingface_hub's own retries,
-    which it logs); each a one-line message naming the id."""
+    file); the Hub unreachable: 4 (`HubUnreachableError`, at once where the connection is
+    refused, naming the refusal); each a one-line message naming the id."""
     code, _, err = _cli(server, tmp_path, "resolve", "acme/not-cached")
     assert (code, err.count("\n")) == (5, 1)
     assert "acme/not-cached" in err
@@ -303,6 +303,7 @@ def test_cli_exit_codes(hub_env: HubEnv, server: ServerHandle, tmp_path: Path) -
     assert err.splitlines()[-1].startswith(
         "posenc-client: model acme/not-cached: the Hub cannot be reached and the cache "
     )
+    assert err.splitlines()[-1].endswith(" refused)")
     code, _, err = _cli(server, tmp_path, "--offline", "resolve", "acme/not-cached")
     assert code == 5
     assert "the client is offline" in err

@@ -6,10 +6,11 @@ huggingface_hub reads its environment itself: `HF_HUB_CACHE` (else `$HF_HOME/hub
 `~/.cache/huggingface/hub`) is the cache, `HF_HUB_OFFLINE=1` keeps the server to it
 (`try_to_load_from_cache`), `HF_TOKEN` opens gated repositories. Online, `hf_hub_download`
 fetches `config.json` at the revision (`main` when absent) and answers from the cache when the Hub
-cannot be reached. Nothing else of the repository is read. The Python client resolves ids on the
-user's machine instead (`posenc_client._hub`, the same id syntax and offline rules) and sends the
-config, so a server needs huggingface_hub only for clients that send `model_id` (the explorer,
-plain HTTP).
+cannot be reached: at once where one connection attempt says it cannot be (refused, no route, name
+unknown: `hub_refuses`), else after huggingface_hub's own retries (~23 s). Nothing else of the
+repository is read. The Python client resolves ids on the user's machine instead
+(`posenc_client._hub`, the same id syntax and offline rules) and sends the config, so a server
+needs huggingface_hub only for clients that send `model_id` (the explorer, plain HTTP).
 
 Errors (`error_types.MODEL_ID`): 422 `invalid_model_id` (not `ORG/NAME[@REVISION]`, or beside
 `hf_config`), 404 `unknown_model` (no repository, revision or config.json; gated), 404
@@ -19,8 +20,12 @@ Errors (`error_types.MODEL_ID`): 422 `invalid_model_id` (not `ORG/NAME[@REVISION
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import re
+import socket
+import urllib.parse
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -80,6 +85,34 @@ def _error(error: ErrorType, model_id: str, message: str) -> ApiError:
     return ApiError(error, f"model {model_id}: {message}", detail)
 
 
+def hub_refuses(endpoint: str) -> str | None:
+    """Why the Hub at `endpoint` cannot be reached at all, from one connection attempt: the
+    connection refused, no route to its host, or its name unknown; None otherwise (it accepts
+    connections, it is slow to, or a proxy stands between: huggingface_hub's own requests and
+    retries decide). huggingface_hub retries such a failure 5 times, backing off 1 to 8 s (~23 s
+    in all), before it answers from the cache; where the Hub cannot answer, the cache's answer
+    (`local_files_only`) is the same, at once."""
+    parts = urllib.parse.urlsplit(endpoint)
+    host = parts.hostname
+    if not host or parts.scheme not in ("http", "https"):
+        return None
+    proxies = urllib.request.getproxies()
+    if (parts.scheme in proxies or "all" in proxies) and not urllib.request.proxy_bypass(host):
+        return None
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((host, port), timeout=5):
+            return None
+    except ConnectionRefusedError:
+        return f"connection to {host}:{port} refused"
+    except socket.gaierror as err:
+        return f"host {host} unknown ({err.strerror})"
+    except OSError as err:
+        if err.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH):
+            return f"no route to {host}:{port}"
+        return None
+
+
 def _config_path(model_id: str, repo_id: str, revision: str | None) -> str:
     """The cached (or, online, downloaded) config.json of the repository; raises `ApiError`."""
     try:
@@ -102,8 +135,17 @@ def _config_path(model_id: str, repo_id: str, revision: str | None) -> str:
                 "no config.json for it: send the config.json as hf_config",
             )
         return found
+    refused = hub_refuses(constants.ENDPOINT)
     try:
-        return str(hf_hub_download(repo_id, "config.json", revision=revision, cache_dir=cache))
+        return str(
+            hf_hub_download(
+                repo_id,
+                "config.json",
+                revision=revision,
+                cache_dir=cache,
+                local_files_only=refused is not None,
+            )
+        )
     except errors.GatedRepoError:
         message = "the repository is gated and this server has no access to it"
     except errors.RepositoryNotFoundError:
@@ -116,7 +158,8 @@ def _config_path(model_id: str, repo_id: str, revision: str | None) -> str:
         raise _error(
             HUB_UNREACHABLE,
             model_id,
-            f"the Hugging Face Hub cannot be reached and the cache {cache} lacks its config.json",
+            f"the Hugging Face Hub cannot be reached{f' ({refused})' if refused else ''} and the "
+            f"cache {cache} lacks its config.json",
         ) from None
     except errors.HfHubHTTPError as err:
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]

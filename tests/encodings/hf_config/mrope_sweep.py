@@ -31,7 +31,6 @@ from __future__ import annotations
 import copy
 import functools
 import importlib
-import inspect
 import json
 import re
 from collections.abc import Mapping
@@ -348,14 +347,12 @@ def _module(config: Any) -> Any:
 def _rotary_class(module: Any, text: Any) -> type:
     """The rotary class the text config's model builds (`self.rotary_emb = <Class>(...)` in the
     `__init__` of the module's model class for this config class)."""
-    names = _text_rotary_names(inspect.getsource(module))
+    names = _text_rotary_names(sweep.source(module))
     built = set()
     for obj in vars(module).values():
         if isinstance(obj, type) and getattr(obj, "config_class", None) is type(text):
             init = obj.__dict__.get("__init__")
-            found = (
-                re.search(r"self\.rotary_emb = (\w+)\(", inspect.getsource(init)) if init else None
-            )
+            found = re.search(r"self\.rotary_emb = (\w+)\(", sweep.source(init)) if init else None
             if found:
                 built.add(found.group(1))
     mrope = tuple(getattr(module, n) for n in names if hasattr(module, n))

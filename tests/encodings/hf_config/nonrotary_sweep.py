@@ -16,6 +16,7 @@ import argparse
 import functools
 import importlib
 import inspect
+import json
 import math
 import sys
 import warnings
@@ -450,6 +451,23 @@ def _t5_buckets(model_type: str, cfg: Any, named: NamedSpec) -> Pair:
     return ours, theirs
 
 
+@functools.lru_cache(maxsize=2)
+def _videomae_tables(config_json: str) -> dict[str, torch.Tensor]:
+    """VideoMAEForPreTraining as built from the config (a JSON string: the cache's key): the
+    encoder's and the decoder's fixed tables, {"encoder", "decoder"}. Built once for both roles
+    of a case: its constructor computes both tables (`get_sinusoid_encoding_table`, a Python
+    loop over every row and column: seconds at VideoMAE-large's width)."""
+    small = {"num_hidden_layers": 1, "decoder_num_hidden_layers": 1}
+    keys = {
+        k: v
+        for k, v in json.loads(config_json).items()
+        if k not in ("model_type", "transformers_version")
+    }
+    model = _modeling("videomae").VideoMAEForPreTraining(hf_config("videomae", keys | small))
+    encoder = model.videomae.embeddings.position_embeddings
+    return {"encoder": encoder[0], "decoder": model.position_embeddings[0]}
+
+
 def _sinusoidal(model_type: str, cfg: Any, named: NamedSpec) -> Pair:
     ours = compute(named.spec).tensors["embedding"]
     mod = _modeling(model_type)
@@ -542,11 +560,8 @@ def _sinusoidal(model_type: str, cfg: Any, named: NamedSpec) -> Pair:
         embeddings = model.embeddings if model_type == "distilbert" else model
         theirs = embeddings.position_embeddings.weight.detach()
     elif model_type == "videomae":
-        # VideoMAEForPreTraining as built: the encoder's and the decoder's fixed tables.
-        small = {"num_hidden_layers": 1, "decoder_num_hidden_layers": 1}
-        model = mod.VideoMAEForPreTraining(_rebuilt(model_type, cfg, small))
-        encoder = model.videomae.embeddings.position_embeddings
-        theirs = (encoder if role == "encoder" else model.position_embeddings)[0]
+        tables = _videomae_tables(json.dumps(cfg.to_dict(), sort_keys=True))
+        theirs = tables["encoder" if role == "encoder" else "decoder"]
     elif model_type == "ctrl":
         theirs = mod.positional_encoding(cfg.n_positions, cfg.n_embd, torch.float)
     elif model_type == "xlnet":

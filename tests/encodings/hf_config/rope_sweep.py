@@ -44,12 +44,14 @@ ratchet, `ratchet`); `--summary` prints the counts and the accepted-and-wrong ca
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import copy
 import functools
 import importlib
 import inspect
 import json
+import linecache
 import math
 import re
 import sys
@@ -1163,6 +1165,44 @@ def _reference(data: dict[str, Any], length: int) -> Reference:
 # The rotary module alone: when transformers cannot build or run the whole tiny model
 
 
+@functools.cache
+def _class_lines(filename: str) -> dict[str, int]:
+    """qualname -> 0-based first line (its first decorator's) of every class defined in the
+    file, the first definition of each name in source order: what `inspect.findsource` finds for
+    a class (its `_ClassFinder`), from one parse of the file instead of one per class."""
+    lines = linecache.getlines(filename)
+    found: dict[str, int] = {}
+
+    def visit(node: ast.AST, stack: tuple[str, ...]) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef):
+                qualname = ".".join((*stack, child.name))
+                first = child.decorator_list[0] if child.decorator_list else child
+                found.setdefault(qualname, first.lineno - 1)
+                visit(child, (*stack, child.name))
+            elif isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                visit(child, (*stack, child.name, "<locals>"))
+            else:
+                visit(child, stack)
+
+    visit(ast.parse("".join(lines)), ())
+    return found
+
+
+@functools.cache
+def source(obj: Any) -> str:
+    """`inspect.getsource(obj)`, once per object, and for a class from one parse of its file
+    (`_class_lines`): Python 3.11's `inspect` parses the whole modeling file on every class it
+    is asked for, and the sweeps ask for the same classes in every case of a model type (a
+    quarter of the sweep's time) and for every class of a module (`test_axial_only.py`)."""
+    if isinstance(obj, type):
+        filename = inspect.getsourcefile(obj)
+        start = _class_lines(filename).get(obj.__qualname__) if filename else None
+        if filename and start is not None:
+            return "".join(inspect.getblock(linecache.getlines(filename)[start:]))
+    return inspect.getsource(obj)
+
+
 def _modeling_module(text: Any) -> Any:
     """The modeling module beside the text config's class (`configuration_x` -> `modeling_x`)."""
     name = type(text).__module__.replace(".configuration_", ".modeling_")
@@ -1188,7 +1228,7 @@ def _text_rotary_class(module: Any, text: Any) -> type[torch.nn.Module]:
         built: set[str] = set()
         for obj in vars(module).values():
             if isinstance(obj, type) and getattr(obj, "config_class", None) is type(text):
-                built |= set(re.findall(r"\b(\w+RotaryEmbedding)\(", inspect.getsource(obj)))
+                built |= set(re.findall(r"\b(\w+RotaryEmbedding)\(", source(obj)))
         found = [c for c in found if c.__name__ in built] or found
     if len(found) != 1:
         names = sorted(c.__name__ for c in found)
@@ -1213,7 +1253,7 @@ def _attention_apply(module: Any) -> tuple[str, Callable[..., Any]]:
             and name.endswith("Attention")
             and not any(w in name.lower() for w in (*VISION_WORDS, *NOT_SOFTMAX))
         ):
-            called |= set(_APPLY_CALL.findall(inspect.getsource(obj))) & set(functions)
+            called |= set(_APPLY_CALL.findall(source(obj))) & set(functions)
     if not called and len(functions) == 1:
         called = set(functions)
     if len(called) != 1:
@@ -1332,14 +1372,14 @@ def _own_rotary(
         and p.annotation is type(text)
     ]
     found = annotated if annotated else classes
-    if len(found) != 1 or "mrope_section" in inspect.getsource(found[0]):
+    if len(found) != 1 or "mrope_section" in source(found[0]):
         return None
     cls = found[0]
     attention = vars(module).get(cls.__name__.removesuffix("RotaryEmbedding") + "Attention")
     functions = _apply_functions(module)
     if attention is None:
         return None
-    called = set(_APPLY_CALL.findall(inspect.getsource(attention))) & set(functions)
+    called = set(_APPLY_CALL.findall(source(attention))) & set(functions)
     if len(called) != 1:
         return None
     name = called.pop()
@@ -1358,7 +1398,7 @@ def _module_reference(data: dict[str, Any], length: int) -> Reference:
     module = _modeling_module(text)
     try:
         cls = _text_rotary_class(module, text)
-        if "mrope_section" in inspect.getsource(cls):
+        if "mrope_section" in source(cls):
             raise UnbuildableError(
                 f"rotary module: {cls.__name__} applies mrope_section (multimodal RoPE: issue 18)"
             )
@@ -1877,7 +1917,7 @@ def long_positions(
             if own is None:
                 return None
             cls = own[0]
-        if "mrope_section" in inspect.getsource(cls):
+        if "mrope_section" in source(cls):
             return None
         with _quiet():
             rotary = cls(config=text)

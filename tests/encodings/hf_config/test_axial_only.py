@@ -45,8 +45,7 @@ def _axial_only_classes(config: Any) -> list[type]:
     return [
         cls
         for _, cls in inspect.getmembers(module, inspect.isclass)
-        if cls.__module__ == module.__name__
-        and "supports only axial rope" in inspect.getsource(cls)
+        if cls.__module__ == module.__name__ and "supports only axial rope" in sweep.source(cls)
     ]
 
 

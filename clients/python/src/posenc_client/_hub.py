@@ -12,7 +12,9 @@ config.json comes from huggingface_hub's cache (`HF_HUB_CACHE`, else `$HF_HOME/h
   (`try_to_load_from_cache`), `ModelNotCachedError` naming the id and the cache when it lacks it;
 - online: `hf_hub_download(repo_id, "config.json", revision=...)`, which answers from the cache
   when the revision's file is there and the Hub cannot be reached, and uses the user's token
-  (`HF_TOKEN`, `hf auth login`) for gated repositories.
+  (`HF_TOKEN`, `hf auth login`) for gated repositories. Where one connection attempt shows the
+  Hub cannot be reached (refused, no route, name unknown: `hub_refuses`) the cache answers at
+  once, not after huggingface_hub's retries (~23 s).
 
 `REVISION` is a branch, a tag or a commit hash (`main` when absent). Every failure is a
 `ModelIdError` with a one-line message naming the id.
@@ -20,7 +22,11 @@ config.json comes from huggingface_hub's cache (`HF_HUB_CACHE`, else `$HF_HOME/h
 
 from __future__ import annotations
 
+import errno
 import re
+import socket
+import urllib.parse
+import urllib.request
 from dataclasses import dataclass
 
 from posenc_client._exceptions import HubUnreachableError, ModelIdError, ModelNotCachedError
@@ -57,6 +63,34 @@ def parse_model_id(text: str) -> ModelId | None:
     return ModelId(repo_id, found["revision"])
 
 
+def hub_refuses(endpoint: str) -> str | None:
+    """Why the Hub at `endpoint` cannot be reached at all, from one connection attempt: the
+    connection refused, no route to its host, or its name unknown; None otherwise (it accepts
+    connections, it is slow to, or a proxy stands between: huggingface_hub's own requests and
+    retries decide). huggingface_hub retries such a failure 5 times, backing off 1 to 8 s (~23 s
+    in all), before it answers from the cache; where the Hub cannot answer, the cache's answer
+    (`local_files_only`) is the same, at once."""
+    parts = urllib.parse.urlsplit(endpoint)
+    host = parts.hostname
+    if not host or parts.scheme not in ("http", "https"):
+        return None
+    proxies = urllib.request.getproxies()
+    if (parts.scheme in proxies or "all" in proxies) and not urllib.request.proxy_bypass(host):
+        return None
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((host, port), timeout=5):
+            return None
+    except ConnectionRefusedError:
+        return f"connection to {host}:{port} refused"
+    except socket.gaierror as err:
+        return f"host {host} unknown ({err.strerror})"
+    except OSError as err:
+        if err.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH):
+            return f"no route to {host}:{port}"
+        return None
+
+
 def hub_config_path(model_id: ModelId, *, offline: bool) -> str:
     """The local path of `model_id`'s config.json (downloaded into the Hub cache when online);
     called for a name that is no local file or folder. Raises `ModelIdError`
@@ -82,10 +116,15 @@ def hub_config_path(model_id: ModelId, *, offline: bool) -> str:
                 model_id=str(model_id),
             )
         return found
+    refused = hub_refuses(constants.ENDPOINT)
     try:
         return str(
             hf_hub_download(
-                model_id.repo_id, "config.json", revision=model_id.revision, cache_dir=cache
+                model_id.repo_id,
+                "config.json",
+                revision=model_id.revision,
+                cache_dir=cache,
+                local_files_only=refused is not None,
             )
         )
     except errors.GatedRepoError:
@@ -102,7 +141,7 @@ def hub_config_path(model_id: ModelId, *, offline: bool) -> str:
     except (errors.LocalEntryNotFoundError, errors.OfflineModeIsEnabled) as err:
         raise HubUnreachableError(
             f"model {model_id}: the Hub cannot be reached and the cache {cache} lacks its "
-            f"config.json ({_first_line(err)})",
+            f"config.json ({refused or _first_line(err)})",
             model_id=str(model_id),
         ) from None
     except errors.HfHubHTTPError as err:
