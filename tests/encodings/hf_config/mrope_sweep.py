@@ -107,7 +107,7 @@ Compass's three): the axis count of (A, B, N) ids it reads."""
 
 def axis_count(rotary: type) -> int:
     """How many position axes the rotary class's forward reads (3 unless it expands to others)."""
-    found = _AXES.search(inspect.getsource(rotary))
+    found = _AXES.search(sweep.source(rotary))
     return int(found.group(1)) if found else 3
 
 
