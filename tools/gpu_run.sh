@@ -16,7 +16,7 @@ chmod +x "$D/posenc" "$D/posenc-client"
 { nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv; uname -r; nproc; free -g | head -2;
   python3 -c "import torch,transformers,onnxruntime,numpy,sys;print(sys.version.split()[0], torch.__version__, torch.version.cuda, transformers.__version__, onnxruntime.__version__, numpy.__version__, torch.cuda.get_device_name())"; git log --oneline -1; } 2>&1 | tee $OUT/machine.txt
 echo "== CUDA modules"
-timeout 120 python3 -m pytest -q -p no:cacheprovider -rfEs tests/api/test_gpu_paths.py tests/encodings/test_alibi.py \
+timeout 300 python3 -m pytest -q -p no:cacheprovider -n 8 -rfEs tests/api/test_gpu_paths.py tests/encodings/test_alibi.py \
   tests/encodings/test_t5_bias.py tests/encodings/test_learned.py tests/runtime 2>&1 | tee $OUT/cuda_tests.log | tail -15
 echo "== suite"
 timeout 330 python3 -m pytest -q -p no:cacheprovider -n 14 --dist loadgroup --ignore=tests/deploy --ignore=tests/ui \
