@@ -3,21 +3,9 @@
 # plan tests, and the GPU section of bench.compute, on the device machine with the environment of
 # tools/gpu_run.sh (wheels from .whl/ into /tmp/site, PYTHONPATH). Logs go to $OUT.
 # Usage: bash tools/gpu_check36.sh   (worst case under 600 s: the timeouts below add up to 585 s)
-export PYTHONUNBUFFERED=1
+source "$(dirname "$0")/gpu_env.sh"
 OUT=${OUT:-/tmp/gpu_check36}
 mkdir -p "$OUT"
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl 2>&1 | tail -3
-fi
-export PYTHONPATH=/tmp/site:$PWD/service:$PWD/clients/python/src
-# the console-script shims tests/conftest.py starts servers through (as tools/gpu_run.sh writes them)
-PYBIN=$(python3 -c 'import sys;print(sys.executable)')
-D=$(dirname "$PYBIN")
-for pair in posenc:posenc.cli posenc-client:posenc_client.cli; do
-  printf '#!%s\nimport sys\nsys.path[:0] = [%s]\nfrom %s import main\nif __name__ == "__main__":\n    sys.exit(main())\n' \
-    "$PYBIN" "'/tmp/site', '$PWD/service', '$PWD/clients/python/src'" "${pair#*:}" > "$D/${pair%%:*}"
-done
-chmod +x "$D/posenc" "$D/posenc-client"
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv;
   python3 -c "import sys, torch; print(sys.version.split()[0], torch.__version__, torch.version.cuda, torch.cuda.get_device_name())";
   python3 -c "import triton; print('triton', triton.__version__)";

@@ -2,17 +2,7 @@
 # The GPU run of docs/gpu.md: the CUDA-only modules, the whole suite against a GPU server and the
 # GPU benches, on a machine with CUDA torch and no network (the device machine). The wheels the
 # machine lacks travel in .whl/ (docs/gpu.md lists them). Usage: bash tools/gpu_run.sh [quick]
-export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl 2>&1 | tail -3
-export PYTHONPATH=/tmp/site:$PWD/service:$PWD/clients/python/src
-PYBIN=$(python3 -c 'import sys;print(sys.executable)')
-D=$(dirname "$PYBIN")
-# console-script shims that find the tree without PYTHONPATH (tests start `posenc serve` with a bare env)
-for pair in posenc:posenc.cli posenc-client:posenc_client.cli; do
-  printf '#!%s\nimport sys\nsys.path[:0] = [%s]\nfrom %s import main\nif __name__ == "__main__":\n    sys.exit(main())\n' \
-    "$PYBIN" "'/tmp/site', '$PWD/service', '$PWD/clients/python/src'" "${pair#*:}" > "$D/${pair%%:*}"
-done
-chmod +x "$D/posenc" "$D/posenc-client"
+source "$(dirname "$0")/gpu_env.sh"
 { nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv; uname -r; nproc; free -g | head -2;
   python3 -c "import torch,transformers,onnxruntime,numpy,sys;print(sys.version.split()[0], torch.__version__, torch.version.cuda, transformers.__version__, onnxruntime.__version__, numpy.__version__, torch.cuda.get_device_name())"; git log --oneline -1; } 2>&1 | tee $OUT/machine.txt
 echo "== CUDA modules"
