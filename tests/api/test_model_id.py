@@ -149,16 +149,23 @@ def test_hub_unreachable(hub_env: HubEnv) -> None:
     assert "refused)" in body["error"]
 
 
+@pytest.mark.parametrize("side", ["server", "client"])
 def test_hub_refuses_only_what_cannot_answer(
-    hub_env: HubEnv, monkeypatch: pytest.MonkeyPatch
+    hub_env: HubEnv, monkeypatch: pytest.MonkeyPatch, side: str
 ) -> None:
     """`hub_refuses`: a refused connection is a reason; a Hub that accepts connections, or one
-    behind a proxy (which decides), is None: huggingface_hub asks it."""
-    from posenc.api.hub import hub_refuses
+    behind a proxy (which decides), is None: huggingface_hub asks it. Two copies, the server's
+    (`posenc.api.hub`) and the client's (`posenc_client._hub`: the client never imports the
+    server), held to the same answers."""
+    if side == "server":
+        from posenc.api.hub import hub_refuses
+    else:
+        from posenc_client._hub import hub_refuses
 
     url = closed_port_url()
     assert hub_refuses(url) == f"connection to 127.0.0.1:{url.rsplit(':', 1)[1]} refused"
     assert hub_refuses(hub_env.fake.url) is None
+    assert hub_refuses("ftp://127.0.0.1:1") is None  # not a scheme it knows: the Hub client's
     monkeypatch.setenv("HTTP_PROXY", hub_env.fake.url)
     monkeypatch.delenv("NO_PROXY", raising=False)
     monkeypatch.delenv("no_proxy", raising=False)
