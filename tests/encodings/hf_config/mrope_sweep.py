@@ -295,9 +295,11 @@ BUILT: dict[str, dict[str, Any]] = {
             },
         },
     },
-    # tencent/HunyuanOCR's text model (HunYuanVLConfig folds flat text keys into text_config):
-    # the v4 "xdrope" type with NTK alpha 1000 and four axes of 16 pairs each, as its released
-    # config.json and the mlx-vlm / vLLM ports of it carry them (hidden 1024, 16 heads of 128)
+    # tencent/HunyuanOCR's text model, flat (HunYuanVLConfig folds flat text keys into
+    # text_config): the v4 "xdrope" type with NTK alpha 1000 and four axes of 16 pairs each,
+    # hidden 1024, 16 heads of 128, 8 KV heads, as mlx-vlm's hunyuan_vl port carries them (its
+    # test config and TextModelArgs defaults; vLLM's XDRotaryEmbedding test uses the same
+    # [16, 16, 16, 16]); the released config.json itself was not in the reference corpus
     "hunyuan_vl: HunyuanOCR, xdrope [16, 16, 16, 16], alpha 1000": {
         "model_type": "hunyuan_vl",
         "hidden_size": 1024,
