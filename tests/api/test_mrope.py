@@ -263,8 +263,10 @@ def test_v2_mrope_layout_errors(triton: http.InferenceServerClient) -> None:
 
 PER_LAYER = {
     "neomme (class defaults: the released shape)": None,
-    **{name: name for name in mrope_sweep.BUILT},
+    **{name: name for name in mrope_sweep.BUILT if name.startswith("cohere_compass")},
 }
+CHANNEL_CHUNKS = [name for name in mrope_sweep.BUILT if name.startswith("hunyuan_vl")]
+"""HunYuan-VL's built configs (HunyuanOCR's four axes, a three-axis one): `channel_axes`."""
 
 
 def _per_layer_config(name: str | None) -> dict[str, Any]:
@@ -356,3 +358,92 @@ def test_per_layer_type_mrope_notes() -> None:
     (entry,) = resolve_config({"hf_config": _per_layer_config(name), "max_positions": 64})
     assert entry.notes["nope_layers"] == [3]
     assert entry.notes["mrope"]["axes"] == ["temporal", "height", "width"]
+
+
+@pytest.mark.parametrize("name", CHANNEL_CHUNKS)
+def test_channel_chunks_mrope_through_the_api_equals_the_model(
+    client: httpx.Client, triton: http.InferenceServerClient, server: ServerHandle, name: str
+) -> None:
+    """HunYuan-VL (issue 30): the `rope` table of /v1/resolve, fetched from its URL (full width,
+    half-split) and gathered per channel by `notes.mrope.channel_axes` over
+    `len(mrope_section)` axes, and the /v2 rope model with the spec and
+    `notes.mrope.v2_parameters` (mrope_layout channel_chunks), give HunYuanVLRotaryEmbedding's
+    cos/sin on position ids whose axes all differ; its apply_rotary_pos_emb rotates q and k
+    alike from them. A per-pair gather (the two channels of a pair on one axis) would not."""
+    data = json.loads(json.dumps(mrope_sweep.BUILT[name]))
+    resolved = client.post("/v1/resolve", json={"hf_config": data, "max_positions": 256})
+    assert resolved.status_code == 200, resolved.text
+    (entry,) = [e for e in resolved.json()["specs"] if e["name"].startswith("rope")]
+    mrope = entry["notes"]["mrope"]
+    rotary = _rotary(data)
+    axes = mrope_sweep.axis_count(type(rotary), rotary)
+    assert axes == len(mrope["axes"]) == len(mrope["mrope_section"]) == len(rotary.mrope_section)
+    assert mrope["layout"] == "channel_chunks"
+    assert "pair_axes" not in mrope
+    assert mrope["v2_parameters"] == {
+        "mrope_section": mrope["mrope_section"],
+        "mrope_layout": "channel_chunks",
+    }
+    ids = mrope_sweep.positions(mrope_sweep.N, axes)
+    assert all(not torch.equal(ids[a], ids[b]) for a in range(axes) for b in range(a))
+    want_cos, want_sin = rotary(torch.zeros(1), ids[:, None, :])
+    got = client.get(entry["url"], params={"format": "npz", "device": "cpu"})
+    assert got.status_code == 200, got.text
+    npz = np.load(io.BytesIO(got.content))
+    assert entry["notes"]["pairing"] == "half_split"
+    assert npz["cos"].shape[1] == entry["spec"]["rotary_dim"] == len(mrope["channel_axes"])
+    cos_t = torch.from_numpy(npz["cos"].copy())
+    sin_t = torch.from_numpy(npz["sin"].copy())
+    cos = mrope_sweep.gather(cos_t, ids, mrope["channel_axes"])
+    sin = mrope_sweep.gather(sin_t, ids, mrope["channel_axes"])
+    assert torch.equal(cos, want_cos[0])
+    assert torch.equal(sin, want_sin[0])
+    # the two channels of some rotate_half pair read different axes: a per-pair map cannot serve
+    half = len(mrope["channel_axes"]) // 2
+    assert mrope["channel_axes"][:half] != mrope["channel_axes"][half:]
+    params = {"spec": json.dumps(entry["spec"]), **{
+        k: json.dumps(v) if isinstance(v, list) else v
+        for k, v in mrope["v2_parameters"].items()
+    }}  # fmt: skip
+    result = triton.infer("rope", [make_input("position_ids", ids[:, None, :].numpy())],
+                          parameters=params)  # fmt: skip
+    assert result.get_response()["parameters"]["posenc_mrope"] == (
+        f"channel_chunks {mrope['mrope_section']}"
+    )
+    v2_cos, v2_sin = as_torch(result, "cos")[0], as_torch(result, "sin")[0]
+    assert served_as_reference(v2_cos, want_cos[0], server.device)
+    assert served_as_reference(v2_sin, want_sin[0], server.device)
+    module = mrope_sweep._module(mrope_sweep._text_config(mrope_sweep.sweep.load_config(data)))
+    torch.manual_seed(0)
+    q, k = torch.randn(2, 1, 2, ids.shape[1], entry["spec"]["head_dim"]).unbind(0)
+    q_model, k_model = module.apply_rotary_pos_emb(q, k, want_cos, want_sin)
+    q_mine, k_mine = module.apply_rotary_pos_emb(q, k, cos[None], sin[None])
+    assert torch.equal(q_model, q_mine)
+    assert torch.equal(k_model, k_mine)
+
+
+def test_channel_chunks_refusals(client: httpx.Client, triton: http.InferenceServerClient) -> None:
+    """HunYuan-VL without a section (its class default: the rotary module takes len(None)) is
+    refused naming mrope_section; the /v2 channel_chunks layout refuses a half-width spec."""
+    from tritonclient.utils import InferenceServerException
+
+    data = mrope_sweep.case_config("hunyuan_vl_text", "default", "v5")
+    refused = client.post("/v1/resolve", json={"hf_config": data, "max_positions": 64})
+    assert refused.status_code == 422, refused.text
+    assert "mrope_section" in refused.text
+    # NTK alpha without head_dim: HunYuanVLRotaryEmbedding reads config.head_dim (None: TypeError)
+    built = json.loads(json.dumps(mrope_sweep.BUILT[CHANNEL_CHUNKS[0]]))
+    del built["head_dim"], built["attention_head_dim"]
+    built["hidden_size"] = 128 * built["num_attention_heads"]  # the section's sum stays d/2
+    with pytest.raises(mrope_sweep.sweep.UnbuildableError, match="TypeError"):
+        mrope_sweep.reference(built)
+    refused = client.post("/v1/resolve", json={"hf_config": built, "max_positions": 64})
+    assert refused.status_code == 422, refused.text
+    assert "head_dim" in refused.text
+    pos = make_input("position_ids", np.zeros((4, 1, 4), np.int64))
+    spec = {"head_dim": 64, "max_positions": 32, "mrope_section": "[8, 8, 8, 8]",
+            "mrope_layout": "channel_chunks"}  # fmt: skip
+    with pytest.raises(InferenceServerException, match="width 'full'"):
+        triton.infer("rope", [pos], parameters={**spec, "width": "half"})
+    ok = triton.infer("rope", [pos], parameters=spec)
+    assert ok.get_response()["parameters"]["posenc_mrope"] == "channel_chunks [8, 8, 8, 8]"

@@ -155,6 +155,15 @@ def mrope_pair_axes(section: Sequence[int], layout: str) -> torch.Tensor:
     return axes
 
 
+def mrope_channel_axes(section: Sequence[int]) -> torch.Tensor:
+    """Position axis of each channel of a full-width half-split (`cat(c, c)`) table,
+    (2 * sum(section),): HunYuan-VL (`HunYuanVLRotaryEmbedding.recomposition_frequencies`)
+    splits the full width into chunks of 2 * section[k] channels, chunk k reading axis k, so the
+    two channels of a rotate_half pair may read different axes (no per-pair map)."""
+    sizes = torch.tensor([2 * s for s in section], dtype=torch.int64)
+    return torch.repeat_interleave(torch.arange(len(section), dtype=torch.int64), sizes)
+
+
 def lookup_bias(weights: torch.Tensor, buckets: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """`bias[h, ...] = weights[buckets[...], h]` (H, *buckets.shape): T5's learned relative bias,
     `weights` (num_buckets, H) read as float32, gathered, cast last (as `compute_t5_bias`)."""

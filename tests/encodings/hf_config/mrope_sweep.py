@@ -105,9 +105,18 @@ _AXES = re.compile(r"position_ids = position_ids\.expand\((\d+), -1, -1\)")
 Compass's three): the axis count of (A, B, N) ids it reads."""
 
 
-def axis_count(rotary: type) -> int:
-    """How many position axes the rotary class's forward reads (3 unless it expands to others)."""
-    found = _AXES.search(sweep.source(rotary))
+_SECTION_AXES = "position_ids = position_ids.expand(len(self.mrope_section), -1, -1)"
+"""A rotary forward that expands the position ids over one axis per `mrope_section` entry
+(HunYuan-VL: HunyuanOCR's four)."""
+
+
+def axis_count(rotary: type, module: Any = None) -> int:
+    """How many position axes the rotary class's forward reads (3 unless it expands to others;
+    `len(module.mrope_section)` for a built `module` whose forward expands over its section)."""
+    text = sweep.source(rotary)
+    if module is not None and _SECTION_AXES in text:
+        return len(module.mrope_section)
+    found = _AXES.search(text)
     return int(found.group(1)) if found else 3
 
 
@@ -286,9 +295,46 @@ BUILT: dict[str, dict[str, Any]] = {
             },
         },
     },
+    # tencent/HunyuanOCR's text model, flat (HunYuanVLConfig folds flat text keys into
+    # text_config): the v4 "xdrope" type with NTK alpha 1000 and four axes of 16 pairs each,
+    # hidden 1024, 16 heads of 128, 8 KV heads, as mlx-vlm's hunyuan_vl port carries them (its
+    # test config and TextModelArgs defaults; vLLM's XDRotaryEmbedding test uses the same
+    # [16, 16, 16, 16]); the released config.json itself was not in the reference corpus
+    "hunyuan_vl: HunyuanOCR, xdrope [16, 16, 16, 16], alpha 1000": {
+        "model_type": "hunyuan_vl",
+        "hidden_size": 1024,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "attention_head_dim": 128,
+        "max_position_embeddings": 32768,
+        "rope_theta": 10000.0,
+        "rope_scaling": {
+            "alpha": 1000.0,
+            "beta_fast": 32,
+            "beta_slow": 1,
+            "factor": 1.0,
+            "mscale": 1.0,
+            "mscale_all_dim": 1.0,
+            "type": "xdrope",
+            "xdrope_section": [16, 16, 16, 16],
+        },
+    },
+    "hunyuan_vl_text: three axes [16, 24, 24], default RoPE": {
+        "model_type": "hunyuan_vl_text",
+        "hidden_size": 1024,
+        "num_attention_heads": 8,
+        "head_dim": 128,
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": 10000.0,
+            "mrope_section": [16, 24, 24],
+        },
+    },
 }
 """Configs of M-RoPE types whose class defaults transformers cannot run (Cohere Compass's config
-class has no rope parameters: its rotary module raises KeyError 'full_attention'): rope
+class has no rope parameters: its rotary module raises KeyError 'full_attention'; HunYuan-VL's
+has no `mrope_section`: its rotary module takes len(None)): rope
 parameters per layer type as its `convert_rope_params_to_dict` and rotary module read them (each
 type's own inverse frequency and `mrope_section`, a null type running without rotation, the
 flat `rope_theta` / `rope_type` of hub files popped), the other keys the class defaults."""
@@ -328,7 +374,7 @@ def case_config(model_type: str, variant: str, form: str) -> dict[str, Any]:
 def positions(length: int = N, axes: int = 3) -> torch.Tensor:
     """(axes, N) position ids whose axes all differ (a wrong axis shows in every section)."""
     n = torch.arange(length)
-    return torch.stack([n, (n * 7 + 3) % 97, (n * 13 + 5) % 89][:axes])
+    return torch.stack([n, (n * 7 + 3) % 97, (n * 13 + 5) % 89, (n * 5 + 11) % 83][:axes])
 
 
 def _text_config(config: Any) -> Any:
@@ -382,10 +428,10 @@ def reference(data: Mapping[str, Any], ids: torch.Tensor | None = None) -> dict[
     layers: dict[str | None, tuple[torch.Tensor, torch.Tensor]] = {}
     try:
         cls = _rotary_class(module, text)
-        if ids is None:
-            ids = positions(N, axis_count(cls))
         with sweep._quiet():
             rotary = cls(text)
+            if ids is None:
+                ids = positions(N, axis_count(cls, rotary))
             x = torch.zeros(1, dtype=torch.float32)
             kinds = getattr(rotary, "rope_type", None)
             for layer_type in sorted(kinds) if isinstance(kinds, Mapping) else [None]:
@@ -422,7 +468,8 @@ def widen(half: torch.Tensor, pairing: str) -> torch.Tensor:
 
 
 def gather(table: torch.Tensor, ids: torch.Tensor, axes: list[int]) -> torch.Tensor:
-    """(P, d/2) table, (3, N) ids, per-pair axes -> (N, d/2): column i from row ids[axes[i]]."""
+    """(P, W) table, (A, N) ids, per-column axes -> (N, W): column i from row ids[axes[i]]
+    (W = d/2 with `pair_axes`, d with HunYuan-VL's `channel_axes` over the full width)."""
     columns = torch.arange(len(axes))
     rows = ids[torch.tensor(axes)]  # (d/2, N)
     return table[rows.T, columns[None, :]]
@@ -519,8 +566,13 @@ def _judge_table(
     # the module's own full-width layout: cat(c, c) where the spec says so (HY-V4-VL's module
     # emits it beside interleaved pairs; its apply repeat_interleaves the first half)
     layout = "half_split" if getattr(spec, "full_layout", None) == "cat" else pairing
-    cos = widen(gather(cos_t, ids, mrope["pair_axes"]), layout)
-    sin = widen(gather(sin_t, ids, mrope["pair_axes"]), layout)
+    if "channel_axes" in mrope:
+        # HunYuan-VL: the full-width table (cat(c, c)) gathered per channel
+        cos = gather(widen(cos_t, layout), ids, mrope["channel_axes"])
+        sin = gather(widen(sin_t, layout), ids, mrope["channel_axes"])
+    else:
+        cos = widen(gather(cos_t, ids, mrope["pair_axes"]), layout)
+        sin = widen(gather(sin_t, ids, mrope["pair_axes"]), layout)
     reasons = []
     if cos.shape != cos_m.shape:
         return sweep.Verdict(
@@ -541,14 +593,35 @@ def _judge_table(
     if layout == "interleaved":
         c, s = cos[:, 0:rotary:2], sin[:, 0:rotary:2]
     want = q_model[0, 0].double() @ k_model[0, 0].double().T
-    got_q = sweep.rotate(q[0].double(), c, s, rotary, pairing)
-    got_k = sweep.rotate(k[0].double(), c, s, rotary, pairing)
-    got = got_q[0] @ got_k[0].T
+    if "channel_axes" in mrope:
+        # the pairs of a channel map are no single angle each: rotate_half over the declared
+        # rotary width with the gathered full-width cos/sin, channel by channel
+        got = (
+            _rotate_channels(q[0, 0], cos, sin, rotary)
+            @ _rotate_channels(k[0, 0], cos, sin, rotary).T
+        )
+    else:
+        got_q = sweep.rotate(q[0].double(), c, s, rotary, pairing)
+        got_k = sweep.rotate(k[0].double(), c, s, rotary, pairing)
+        got = got_q[0] @ got_k[0].T
     scale = float(q[0, 0].norm(dim=-1).max() * k[0, 0].norm(dim=-1).max())
     err = float((want - got).abs().max()) / scale
     if not err < sweep.QK_RTOL:
         reasons.append(f"q.k off by {err:.3g} under posenc's {pairing} over {rotary} channels")
     return sweep.Verdict("wrong" if reasons else "exact", reasons, facts)
+
+
+def _rotate_channels(
+    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotary: int
+) -> torch.Tensor:
+    """(N, D) x rotated over its first `rotary` channels as half-split pairs (channel c with
+    c + rotary/2) by full-width (N, rotary) cos/sin, in float64: x*cos + rotate_half(x)*sin."""
+    x = x.double()
+    r, rest = x[:, :rotary], x[:, rotary:]
+    half = rotary // 2
+    turned = torch.cat((-r[:, half:], r[:, :half]), dim=-1)
+    out = r * cos[:, :rotary].double() + turned * sin[:, :rotary].double()
+    return torch.cat((out, rest), dim=-1)
 
 
 def run_case(model_type: str, variant: str, form: str) -> sweep.Verdict:

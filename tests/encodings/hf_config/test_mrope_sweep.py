@@ -118,3 +118,22 @@ def test_dynamic_ntk_takes_the_largest_position_id() -> None:
     sin = mrope_sweep.widen(mrope_sweep.gather(table["sin"], ids, axes), "half_split")
     assert torch.equal(cos, ref["cos"])
     assert torch.equal(sin, ref["sin"])
+
+
+@pytest.mark.parametrize("section", [[16, 16, 16, 16], [16, 24, 24], [3, 0, 5], [8]])
+def test_channel_axes_match_the_v2_gather(section: list[int]) -> None:
+    """HunYuan-VL: notes.mrope.channel_axes is the per-channel map the /v2 rope model gathers
+    with (`runtime.rows.mrope_channel_axes`), and both are HunYuanVLRotaryEmbedding's own
+    recomposition of a tensor whose every channel holds its axis number."""
+    import torch
+    from transformers.models.hunyuan_vl.modeling_hunyuan_vl import HunYuanVLRotaryEmbedding
+
+    from posenc.encodings.hf_config.mrope import channel_axes
+    from posenc.runtime.rows import mrope_channel_axes
+
+    axes = len(section)
+    freq = torch.arange(axes, dtype=torch.float32)[:, None].expand(axes, sum(section))
+    module = HunYuanVLRotaryEmbedding.__new__(HunYuanVLRotaryEmbedding)
+    module.mrope_section = section
+    want = module.recomposition_frequencies(freq).to(torch.int64).tolist()
+    assert channel_axes(section) == mrope_channel_axes(section).tolist() == want

@@ -28,6 +28,8 @@ each model's config class and modeling code):
 | M-RoPE text models (Qwen2/2.5/3-VL, GLM-4V,   | `rope` (the 1-D table every axis reads) with    |
 | ERNIE-4.5-VL, Omni thinkers) `mrope_section`, | notes.mrope: section, layout, pair_axes         |
 | v4 `{"type": "mrope"}`                        | (`mrope.py`; position ids: `mrope_index`)       |
+| HunYuan-VL `mrope_section` / `xdrope_section` | notes.mrope: layout channel_chunks, per-channel |
+| (A axes, chunks of 2*s[k] channels)           | channel_axes over the full width               |
 | BLOOM `n_head`                                | `alibi` slopes                                  |
 | Falcon `alibi: true`                          | `alibi`, slope_scale 1/sqrt(head_dim),          |
 |                                               | slope_rounding and bias_rounding bfloat16 (its  |

@@ -233,19 +233,7 @@ MROPE_INTERLEAVED_PAIRS = frozenset(
 """M-RoPE families whose `apply_rotary_pos_emb` rotates (2i, 2i+1) pairs (`rotate_half_llm` /
 `rotate_half_text` with `repeat_interleave`d cos/sin), measured by the M-RoPE sweep."""
 
-MROPE_REFUSED: dict[str, str] = {
-    **dict.fromkeys(
-        ("hunyuan_vl", "hunyuan_vl_text"),
-        "M-RoPE over len(mrope_section) position axes with channel-sized sections "
-        "(HunYuanVLRotaryEmbedding.recomposition_frequencies splits cat(freqs, freqs) into "
-        "chunks of 2 * mrope_section[k] channels, chunk k reading axis k % len(mrope_section)): "
-        "the two channels c and c + d/2 of a rotate_half pair read different axes (with "
-        "[16, 16, 16, 16] and head_dim 128, pair 0 takes axis 0 on channel 0 and axis 2 on "
-        "channel 64), so an image token is not rotated by one angle per pair and no per-pair "
-        "axis map over the 1-D table serves it (text-only tokens, all axes equal, get the plain "
-        "table); not mapped",
-    ),
-}
+MROPE_REFUSED: dict[str, str] = {}
 """M-RoPE families posenc does not map: refused naming model_type, never a plain 1-D table."""
 
 

@@ -23,6 +23,20 @@ Layouts (`MROPE_MODELS`, read from each model's `recomposition_frequencies`):
 - row_column (NeoMME, `NeoMMERotaryEmbedding`): two position axes (0 row, 1 column), position ids
   (2, N); pair i reads axis i % 2 ("row0-col0-row1-col1", `mrope_section` [d/4, d/4] in its own
   words). The section is the module's, not a config key.
+- channel_chunks (HunYuan-VL, `HunYuanVLRotaryEmbedding`): len(mrope_section) position axes
+  (HunyuanOCR's four: position, width, height, image index; its config class's three: width,
+  height, image index), ids (A, N); `recomposition_frequencies` splits the FULL width
+  `cat(freqs, freqs)` into chunks of 2 * mrope_section[k] channels, chunk k reading axis k. The
+  two channels c and c + d/2 of a rotate_half pair may read different axes, so no per-pair map
+  serves it: the notes carry `channel_axes` (length d, the axis of every channel of the
+  full-width half-split table) instead of `pair_axes`:
+
+      cos[n, c] = full_cos[position_ids[channel_axes[c], n], c]
+
+  The config has no default section (the module's `len(None)` fails): a missing one is refused.
+  Its "xdrope" rope type is "dynamic" and "dynamic" with an `alpha` is the fixed NTK-alpha base
+  (`HunYuanVLTextConfig.convert_rope_params_to_dict`, the module's `ntk_alpha`); the legacy
+  `xdrope_section` is `mrope_section`.
 
 Per layer type (NeoMME; Cohere Compass, `CohereCompassRotaryEmbedding`: the interleaved layout
 with each layer type's own `mrope_section`, default [24, 20, 20]): the rotary module keeps one
@@ -62,7 +76,8 @@ MROPE_KEYS = ("mrope_section", "mrope_interleaved")
 
 @dataclass(frozen=True)
 class MRopeFacts:
-    """One M-RoPE family: `layout` ("chunked", "interleaved", "ernie", "row_column"), the rotary
+    """One M-RoPE family: `layout` ("chunked", "interleaved", "ernie", "row_column",
+    "channel_chunks": axes named by the section's length, `channel_axis_names`), the rotary
     module's default `mrope_section` (empty for "row_column": the module's own split), the
     `get_rope_index` rule of `mrope_index` (None: not served), the position `axes` in order, and
     `per_layer_type` (rope parameters, hence tables and sections, per layer type), and
@@ -128,6 +143,8 @@ MROPE_MODELS: dict[str, MRopeFacts] = {
     ),
     # NeoMME: two axes (row, column), even pairs row and odd pairs column, per layer type
     "neomme": MRopeFacts("row_column", (), None, axes=("row", "column"), per_layer_type=True),
+    # HunYuan-VL: chunks of 2 * mrope_section[k] channels of the full width read axis k
+    **dict.fromkeys(("hunyuan_vl", "hunyuan_vl_text"), MRopeFacts("channel_chunks", (), None)),
 }
 """model_type -> its M-RoPE facts (the composite type, for flat v4 config.json files, and the
 text config's type)."""
@@ -163,8 +180,41 @@ def pair_axes(layout: str, section: list[int], pairs: int) -> list[int]:
     return [(1 if i % 2 == 0 else 2) if i < hw else 0 for i in range(pairs)]
 
 
+def channel_axes(section: list[int]) -> list[int]:
+    """The position axis of each of the 2 * sum(section) channels of the full-width (half-split,
+    `cat(c, c)`) table under HunYuan-VL's recomposition: chunk k of 2 * section[k] channels
+    reads axis k (`HunYuanVLRotaryEmbedding.recomposition_frequencies`, `m[i % len(section)]`
+    over `len(section)` chunks)."""
+    return [k for k, count in enumerate(section) for _ in range(2 * count)]
+
+
+def channel_axis_names(count: int) -> tuple[str, ...]:
+    """HunYuan-VL's axis names (`HunYuanVLTextConfig` docstring: (width, height, image_index)
+    for three axes, (position, width, height, image_index) for four); `axis<k>` otherwise."""
+    if count == 3:
+        return ("width", "height", "image_index")
+    if count == 4:
+        return ("position", "width", "height", "image_index")
+    return tuple(f"axis{k}" for k in range(count))
+
+
 def read_section(value: Any, key: str, layout: str, pairs: int) -> list[int]:
     """`mrope_section` checked against what the model's own recomposition can apply."""
+    if layout == "channel_chunks":
+        if (
+            not isinstance(value, (list, tuple))
+            or not value
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value)
+        ):
+            fail(key, "must be non-negative integers (frequency pairs per position axis)", value)
+        if sum(value) != pairs:
+            fail(
+                key,
+                f"sums to {sum(value)}, but HunYuanVLTextConfig requires head_dim / 2 = {pairs} "
+                "(its chunks of 2 * mrope_section[k] channels split the full head)",
+                value,
+            )
+        return [int(v) for v in value]
     if (
         not isinstance(value, (list, tuple))
         or len(value) != 3
@@ -197,13 +247,22 @@ class MRopeModel(RopeModel):
     facts: MRopeFacts = _QWEN2
 
     def rename(self, rope_type: str, params: Mapping[str, Any]) -> str:
+        if self.facts.layout == "channel_chunks":
+            # HunYuanVLTextConfig.convert_rope_params_to_dict: "xdrope" is "dynamic";
+            # HunYuanVLRotaryEmbedding: "dynamic" with an alpha is the fixed NTK-alpha base.
+            rope_type = "dynamic" if rope_type == "xdrope" else rope_type
+            rope_type = super().rename(rope_type, params)
+            return "ntk_alpha" if rope_type == "dynamic" and params.get("alpha") else rope_type
         # Qwen2VLTextConfig.convert_rope_params_to_dict: "mrope" is the default RoPE.
         return "default" if rope_type == "mrope" else super().rename(rope_type, params)
 
     def layers(self, view: ConfigView) -> tuple[str, dict[str | None, dict[str, Any] | None]]:
         key, layers = super().layers(per_layer_view(view, self.facts))
+        drop = (
+            (*MROPE_KEYS, "xdrope_section") if self.facts.layout == "channel_chunks" else MROPE_KEYS
+        )
         return key, {
-            t: None if p is None else {k: v for k, v in p.items() if k not in MROPE_KEYS}
+            t: None if p is None else {k: v for k, v in p.items() if k not in drop}
             for t, p in layers.items()
         }
 
@@ -237,7 +296,10 @@ class MRopeModel(RopeModel):
             layer_key = key if entry.role is None else f"{key}.{entry.role}"
             raw = (raw_layers.get(entry.role) or {}).get("mrope_section")
             pairs = int(entry.data.get("rotary_dim", entry.data["head_dim"])) // 2
-            if layout == "row_column":
+            if layout == "channel_chunks":
+                raw = hunyuan_section(raw_layers.get(entry.role) or {}, layer_key)
+                section = read_section(raw, f"{layer_key}.mrope_section", layout, pairs)
+            elif layout == "row_column":
                 section = row_column_section(layer_key, pairs)
             else:
                 given = list(self.facts.default_section) if raw is None else raw
@@ -248,13 +310,25 @@ class MRopeModel(RopeModel):
                     "ERNIE-4.5-VL's rotary module accepts only the default RoPE",
                     entry.notes.get("rope_type"),
                 )
+            if (
+                layout == "channel_chunks"
+                and entry.notes.get("rope_type") == "ntk_alpha"
+                and not view.has("head_dim")
+            ):
+                fail(
+                    view.key("head_dim"),
+                    "required with the NTK-alpha rope (HunYuanVLRotaryEmbedding."
+                    "compute_ntk_alpha_rope_parameters reads config.head_dim, which "
+                    "HunYuanVLTextConfig leaves None: transformers raises TypeError)",
+                    None,
+                )
             entry.notes["mrope"] = mrope_notes(self.facts, section, pairs, raw is None)
             if entry.notes.get("rope_type") == "dynamic":
                 # dynamic_rope_update: seq_len = max(position_ids) + 1 over the axes.
                 entry.notes["mrope"]["seq_len"] = (
                     "dynamic NTK: transformers takes seq_len = max(position_ids) + 1 over the "
-                    f"{len(self.facts.axes)} axes (N + mrope_position_deltas), not the token "
-                    "count N: pass that as seq_len"
+                    f"{len(entry.notes['mrope']['axes'])} axes (N + mrope_position_deltas), "
+                    "not the token count N: pass that as seq_len"
                 )
             # An odd head size is the config's: name the key a spec error comes from.
             size = view.key("head_dim" if view.has("head_dim") else "hidden_size")
@@ -302,8 +376,42 @@ def row_column_section(key: str, pairs: int) -> list[int]:
     return [pairs // 2, pairs // 2]
 
 
+def hunyuan_section(params: Mapping[str, Any], key: str) -> Any:
+    """HunYuan-VL's `mrope_section` (or its legacy `xdrope_section`, which
+    `HunYuanVLTextConfig._normalize_mrope_section_alias` moves there; both and different: its
+    ValueError). None is refused: `HunYuanVLRotaryEmbedding.forward` expands the position ids
+    over `len(mrope_section)` axes (TypeError on None), the config class has no default."""
+    section, legacy = params.get("mrope_section"), params.get("xdrope_section")
+    if section is not None and legacy is not None and list(section) != list(legacy):
+        fail(f"{key}.xdrope_section", f"differs from mrope_section {section}", legacy)
+    section = legacy if section is None else section
+    if section is None:
+        fail(
+            f"{key}.mrope_section",
+            "required: HunYuanVLRotaryEmbedding expands the position ids over "
+            "len(mrope_section) axes and has no default section (transformers raises TypeError)",
+            None,
+        )
+    return section
+
+
 def mrope_notes(facts: MRopeFacts, section: list[int], pairs: int, default: bool) -> dict[str, Any]:
     """What a runtime needs beside the 1-D table to apply the model's M-RoPE."""
+    if facts.layout == "channel_chunks":
+        names = channel_axis_names(len(section))
+        return {
+            "mrope_section": section,
+            "section_source": "config",
+            "layout": facts.layout,
+            "axes": list(names),
+            "channel_axes": channel_axes(section),
+            "apply": f"position_ids ({len(names)}, N) = {', '.join(names)}; full-width (d = "
+            f"{2 * pairs}, cat(c, c)) cos[n, c] = table_cos_full[position_ids[channel_axes[c], "
+            "n], c] for channel c (sin alike): the two channels of a rotate_half pair may read "
+            "different axes; text-only tokens have equal ids on every axis: the table's rows",
+            "position_ids": "this model's get_rope_index is not served",
+            "v2_parameters": {"mrope_section": section, "mrope_layout": "channel_chunks"},
+        }
     axes = len(facts.axes)
     source = "the rotary module's default" if default else "config"
     if facts.layout == "row_column":

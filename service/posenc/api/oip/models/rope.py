@@ -10,10 +10,12 @@ leading axis is 3 (temporal, height, width), each frequency pair reads the angle
 chunked sections as Qwen2-VL, `mrope_interleaved` as Qwen3-VL, or `mrope_layout` ("chunked",
 "interleaved", "ernie": ERNIE-4.5-VL's alternating height/width pairs; "row_column": NeoMME's two
 axes, row and column, with two pair counts [d/4, d/4] and position ids whose leading axis is 2,
-even pairs row and odd pairs column) (`posenc.runtime.rows`); the outputs drop that leading
-axis. `/v1/resolve` states these parameters per model
-(`notes.mrope.v2_parameters`). Position ids without the leading 3 are the text-only case
-(transformers expands them to all three axes, which changes nothing).
+even pairs row and odd pairs column; "channel_chunks": HunYuan-VL's len(mrope_section) axes,
+the full width split into chunks of 2 * mrope_section[k] channels, chunk k reading axis k, with
+position ids whose leading axis is len(mrope_section), for full-width half-split specs only)
+(`posenc.runtime.rows`); the outputs drop that leading axis. `/v1/resolve` states these
+parameters per model (`notes.mrope.v2_parameters`). Position ids without the leading 3 are the
+text-only case (transformers expands them to all three axes, which changes nothing).
 
 Rows are gathered from the cached table of `max_positions` rows when every position falls inside
 it; otherwise exactly the distinct positions are computed with the core's own functions
@@ -52,6 +54,7 @@ from posenc.runtime.rows import (
     consecutive,
     gather_rows,
     gather_sections,
+    mrope_channel_axes,
     mrope_pair_axes,
     row_index,
     unique_rows,
@@ -62,7 +65,7 @@ POSITION_IDS = TensorDecl(
     "INT64",
     (-1,),
     "position ids, any shape; a leading axis of 3 (T, H, W) with mrope_section (2, row and "
-    "column, with mrope_layout row_column)",
+    "column, with mrope_layout row_column; len(mrope_section) with channel_chunks)",
     accepts=INDEX_TYPES,
 )
 FLOATS = ("FP32", "FP16", "BF16")
@@ -74,7 +77,7 @@ OUTPUTS = (
     TensorDecl("inv_freq", "FP32", (-1,), "inverse frequencies [d/2] (FP64 when exact)"),
 )
 MROPE_KEYS = ("mrope_section", "mrope_interleaved", "mrope_layout")
-MROPE_LAYOUTS = ("chunked", "interleaved", "ernie", "row_column")
+MROPE_LAYOUTS = ("chunked", "interleaved", "ernie", "row_column", "channel_chunks")
 TOP_LEVEL = frozenset(RopeSpec.model_fields)
 
 
@@ -124,11 +127,8 @@ def build_spec(parameters: dict[str, Any]) -> RopeRequest:
     spec = parse_spec({**base, "kind": "rope"})
     assert isinstance(spec, RopeSpec)
     canon = spec.canonical()
-    section = _section(
-        extras.get("mrope_section"),
-        canon.resolved_rotary_dim(),
-        2 if extras.get("mrope_layout") == "row_column" else 3,
-    )
+    axes = {"row_column": 2, "channel_chunks": 0}.get(str(extras.get("mrope_layout")), 3)
+    section = _section(extras.get("mrope_section"), canon.resolved_rotary_dim(), axes)
     interleaved = extras.get("mrope_interleaved", False)
     if isinstance(interleaved, str) and interleaved.lower() in ("true", "false"):
         interleaved = interleaved.lower() == "true"
@@ -143,6 +143,12 @@ def build_spec(parameters: dict[str, Any]) -> RopeRequest:
         raise bad_request("mrope_layout needs mrope_section (and agrees with mrope_interleaved)")
     if layout == "ernie" and section is not None and (section[0] != section[1] or not section[2]):
         raise bad_request(f"mrope_layout ernie needs sections [s, s, t] with t > 0, got {section}")
+    if layout == "channel_chunks" and (canon.width != "full" or canon.repeats_interleaved()):
+        raise bad_request(
+            "mrope_layout channel_chunks splits the full-width half-split table (cat(c, c)) by "
+            f"channel: it needs width 'full' and half-split pairs, got width {canon.width!r}"
+            + (" with interleaved pairs" if canon.repeats_interleaved() else "")
+        )
     if layout == "row_column" and section is not None and section[0] != section[1]:
         raise bad_request(
             f"mrope_layout row_column alternates row and column pairs: [s, s], got {section}"
@@ -151,10 +157,11 @@ def build_spec(parameters: dict[str, Any]) -> RopeRequest:
 
 
 def _section(value: Any, rotary_dim: int, axes: int = 3) -> list[int] | None:
-    """The pair count of each of `axes` position axes (three; two for row_column)."""
+    """The pair count of each of `axes` position axes (three; two for row_column; 0: any
+    number of axes, at least one, for channel_chunks)."""
     if value is None:
         return None
-    count = {2: "two", 3: "three"}[axes]
+    count = {0: "one or more", 2: "two", 3: "three"}[axes]
     if isinstance(value, str):
         parts = [part.strip() for part in value.split(",")]
         if not all(p.isascii() and p.isdigit() for p in parts):
@@ -165,7 +172,7 @@ def _section(value: Any, rotary_dim: int, axes: int = 3) -> list[int] | None:
     ):
         raise bad_request(f"mrope_section must be {count} integers, got {value!r}")
     section: list[int] = value
-    if len(section) != axes or any(s < 0 for s in section):
+    if (len(section) != axes if axes else not section) or any(s < 0 for s in section):
         raise bad_request(f"mrope_section must be {count} non-negative integers, got {section}")
     if sum(section) != rotary_dim // 2:
         raise bad_request(
@@ -187,7 +194,13 @@ def _rows(spec: RopeSpec, positions: torch.Tensor, device: torch.device) -> dict
 def _column_axes(spec: RopeSpec, section: list[int], mrope: str) -> dict[str, torch.Tensor]:
     """Position axis of every output column (`mrope`: the sections' layout), laid out by the
     spec's own `layout` (the axis of a pair travels with it through widening, interleaving and
-    packing; 0..2 are exact in any float dtype)."""
+    packing; small axis numbers are exact in any float dtype). channel_chunks maps the channels
+    of the full width itself: laid out as a half-width table of that many columns (packing
+    only)."""
+    if mrope == "channel_chunks":
+        channels = mrope_channel_axes(section).to(torch.float32)[None, :]
+        flat = spec.model_copy(update={"width": "half"})
+        return {name: t[0].to(torch.int64) for name, t in layout(flat, channels, channels).items()}
     axes = mrope_pair_axes(section, mrope).to(torch.float32)[None, :]
     return {name: t[0].to(torch.int64) for name, t in layout(spec, axes, axes).items()}
 
@@ -264,8 +277,10 @@ MODEL = OipModel(
         "mrope_section": "three pair counts (T, H, W) summing to rotary_dim/2: Qwen2-VL MRoPE",
         "mrope_interleaved": "true: Qwen3-VL interleaved sections [THWTHW..TT]",
         "mrope_layout": "chunked (Qwen2-VL), interleaved (Qwen3-VL), ernie (ERNIE-4.5-VL: "
-        "height/width pairs alternating, then time) or row_column (NeoMME: two axes, "
-        "mrope_section [s, s], position ids (2, ...), even pairs row, odd pairs column)",
+        "height/width pairs alternating, then time), row_column (NeoMME: two axes, "
+        "mrope_section [s, s], position ids (2, ...), even pairs row, odd pairs column) or "
+        "channel_chunks (HunYuan-VL: len(mrope_section) axes, chunks of 2 * mrope_section[k] "
+        "channels of the full-width half-split table read axis k)",
         "rope_scaling keys": "flat rope_type, factor, ... go into rope_scaling",
     },
     notes=(
