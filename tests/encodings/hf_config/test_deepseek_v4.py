@@ -117,8 +117,9 @@ def test_deepseek_v4_tables_and_qk_are_the_models(
         for layer_type in table.layer_types:
             served_types.append(layer_type)
             index = config.layer_types.index(layer_type)
-            # the layer's rope key as the model picks it
-            rope_key = "main" if layer_type == "sliding_attention" else "compress"
+            # the layer's rope key as the model's attention picks it (built on the meta device)
+            with torch.device("meta"):
+                rope_key = v4.DeepseekV4Attention(config, index).rope_layer_type
             assert notes["attention_rope_keys"][layer_type] == rope_key
             assert notes["rope_keys"][layer_type].endswith("." + rope_key)
             cos, sin = rotary(x, positions, layer_type=rope_key)
