@@ -1694,9 +1694,15 @@ def _qk_error(
     rotary: int,
     pairing: str,
     sign: float = 1.0,
+    trailing: bool = False,
 ) -> float:
-    """max |q.k(posenc) - q.k(model)| relative to max |q||k|, head 0 against key head 0."""
+    """max |q.k(posenc) - q.k(model)| relative to max |q||k|, head 0 against key head 0.
+    `trailing` (notes `rotary_channels: "trailing"`, DeepSeek-V4's [nope | rope] heads): the
+    table rotates the last `rotary` channels; q and k are rolled to put them first (q.k is the
+    same under one channel permutation of both)."""
     q_in, k_in = _to_hsd(cap.q_in, length), _to_hsd(cap.k_in, length)
+    if trailing:
+        q_in, k_in = torch.roll(q_in, rotary, -1), torch.roll(k_in, rotary, -1)
     q_out, k_out = _to_hsd(cap.q_out, length), _to_hsd(cap.k_out, length)
     if q_in.shape[-1] < rotary or cos.shape[-1] * 2 < rotary or q_in.shape != q_out.shape:
         return math.inf
@@ -1829,7 +1835,14 @@ def judge(ref: Reference, tables: list[Table]) -> Verdict:
                     f"row-0 scale model/posenc {ratio:.6g})"
                 )
         err = _qk_error(
-            cap, ref.length, table.cos, table.sin, table.rotary_dim, table.pairing, table.sign
+            cap,
+            ref.length,
+            table.cos,
+            table.sin,
+            table.rotary_dim,
+            table.pairing,
+            table.sign,
+            table.notes.get("rotary_channels") == "trailing",
         )
         if not err < QK_RTOL:
             why = _diagnose(cap, ref.length, table, model)

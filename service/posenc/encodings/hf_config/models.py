@@ -200,15 +200,6 @@ NOPE_RULES = {
 parameters, which every family's reading turns into NoPE layers."""
 
 REFUSED: dict[str, str] = {
-    "deepseek_v4": "DeepSeek-V4's cos/sin are 1-D tables (DeepseekV4RotaryEmbedding: one per "
-    "rope_parameters key 'main' / 'compress', interleaved pairs), but what a posenc table states "
-    "about applying them is not what the model does: its apply_rotary_pos_emb rotates the "
-    "trailing qk_rope_head_dim channels of each head ([nope | rope] layout, x[..., -rope_dim:]) "
-    "where posenc's rotary_dim is the leading channels; its sliding_attention layers take 'main' "
-    "and its compressed_sparse / heavily_compressed attention layers 'compress' "
-    "(DeepseekV4Attention.rope_layer_type: keys that are not config.layer_types' names); its "
-    "compressors rotate each compressed KV entry at position i * compress_rate + "
-    "first_window_position; and it de-rotates the attention output with -sin: not mapped",
     "step3p5_vision": "Step3p5's vision tower rotates patches by their 2-D grid position "
     "(Step3p7VisionRotaryEmbedding: axial RoPE, the only rope_type it builds, head_dim/4 "
     "frequencies for each of W and H): not a 1-D table; not mapped",
@@ -688,6 +679,274 @@ class Cohere2MoeRope(RopeModel):
         return value
 
 
+V4_ATTENTION_ROPE = {
+    "sliding_attention": "main",
+    "compressed_sparse_attention": "compress",
+    "heavily_compressed_attention": "compress",
+}
+"""DeepSeek-V4 (`DeepseekV4Attention.rope_layer_type`): the rope_parameters key each attention
+layer type rotates with ("main" for sliding_attention, "compress" for the others)."""
+
+V4_COMPRESS_RATES = {"compressed_sparse_attention": 4, "heavily_compressed_attention": 128}
+V4_RATIO_TYPES = {
+    0: "sliding_attention",
+    4: "compressed_sparse_attention",
+    128: "heavily_compressed_attention",
+}
+
+
+class DeepseekV4Rope(RopeModel):
+    """DeepSeek-V4 (`DeepseekV4Config`, `DeepseekV4RotaryEmbedding`, `apply_rotary_pos_emb` of
+    transformers 5.24's modeling_deepseek_v4.py): one 1-D table per rope_parameters key ("main",
+    "compress"), int(head_dim * partial_rotary_factor) = qk_rope_head_dim rotary channels with
+    (2i, 2i+1) pairs; the module emits half-width cos/sin (S, d/2) that apply_rotary_pos_emb
+    repeat_interleaves. Each attention layer type is served the table of its rope key
+    (`V4_ATTENTION_ROPE`), named by the layer types that take it. The table spans only the
+    rotary channels (head_dim = rotary_dim = qk_rope_head_dim): the model rotates the TRAILING
+    qk_rope_head_dim channels of each head_dim-wide head ([nope | rope]), which notes state
+    (`rotary_channels: "trailing"`), with the compressors' position rule and the output's
+    de-rotation by -sin."""
+
+    def layers(self, view: ConfigView) -> tuple[str, dict[str | None, dict[str, Any] | None]]:
+        params = view.data.get("rope_parameters")
+        if isinstance(params, Mapping) and all(
+            isinstance(params.get(k), Mapping) for k in ("main", "compress")
+        ):
+            # DeepseekV4Config.__post_init__ keeps the nested dicts, drops other keys
+            key = view.key("rope_parameters")
+            return key, {k: dict(params[k]) for k in ("main", "compress")}
+        # DeepseekV4Config.__post_init__ from a flat or v4 file: main is the default RoPE at
+        # rope_theta; compress is the flat keys (YaRN) at compress_rope_theta, with
+        # attention_factor 1.0 for YaRN unless given; both at partial_rotary_factor.
+        if view.has("rope_parameters"):
+            fail(
+                view.key("rope_parameters"),
+                "DeepSeek-V4 keeps rope parameters per rope key: give rope_parameters.main and "
+                "rope_parameters.compress (transformers 5 config.json), or the v4 rope_scaling "
+                "with rope_theta / compress_rope_theta; a flat rope_parameters is not mapped",
+                params,
+            )
+        name = "rope_scaling"
+        flat = view.data.get(name) or {}
+        if not isinstance(flat, Mapping):
+            fail(view.key(name), "must be an object", flat)
+        fraction = self._fraction(view)
+        main = {
+            "rope_type": "default",
+            "rope_theta": self._number(view, "rope_theta", 10000.0),
+            "partial_rotary_factor": fraction,
+        }
+        compress = {
+            **{k: v for k, v in flat.items() if k not in ("main", "compress")},
+            "rope_theta": self._number(view, "compress_rope_theta", 160000.0),
+            "partial_rotary_factor": fraction,
+        }
+        if "type" in compress and "rope_type" not in compress:
+            compress["rope_type"] = compress.pop("type")
+        compress.setdefault("rope_type", "default")
+        if compress["rope_type"] == "yarn" and "attention_factor" not in compress:
+            compress["attention_factor"] = 1.0
+            view.applied[f"{view.key(name)}.compress.attention_factor"] = 1.0
+        return view.key(name), {"main": main, "compress": compress}
+
+    @staticmethod
+    def _number(view: ConfigView, name: str, default: float) -> Any:
+        value = view.data.get(name)
+        if value is None:
+            view.applied[view.key(name)] = default
+            return default
+        return check_number(view.key(name), value)
+
+    def _fraction(self, view: ConfigView) -> Any:
+        """The file's partial_rotary_factor, else qk_rope_head_dim / head_dim (the legacy key),
+        else the class's 64 / 512."""
+        if view.data.get("partial_rotary_factor") is not None:
+            return check_number(
+                view.key("partial_rotary_factor"), view.data["partial_rotary_factor"]
+            )
+        if view.data.get("qk_rope_head_dim") is not None:
+            rope = check_number(view.key("qk_rope_head_dim"), view.data["qk_rope_head_dim"])
+            return rope / self._model_head_dim(view)
+        view.applied[view.key("partial_rotary_factor")] = 64 / 512
+        return 64 / 512
+
+    @staticmethod
+    def _model_head_dim(view: ConfigView) -> int:
+        return int(view.number("head_dim"))
+
+    def declared_layer_types(self, view: ConfigView) -> list[str]:
+        """DeepseekV4Config.__post_init__: layer_types, else the legacy compress_ratios (0 / 4 /
+        128 per layer), else two heavily compressed layers then CSA / HCA alternating; cut to
+        num_hidden_layers."""
+        count = int(view.number("num_hidden_layers"))
+        declared = view.data.get("layer_types")
+        ratios = view.data.get("compress_ratios")
+        if declared is None and ratios is not None:
+            if not isinstance(ratios, list) or any(r not in V4_RATIO_TYPES for r in ratios):
+                fail(view.key("compress_ratios"), "a list of 0, 4 or 128 per layer", ratios)
+            declared = [V4_RATIO_TYPES[r] for r in ratios]
+        if declared is None:
+            declared = ["heavily_compressed_attention"] * min(count, 2) + [
+                "compressed_sparse_attention" if i % 2 else "heavily_compressed_attention"
+                for i in range(max(count - 2, 0))
+            ]
+        if not isinstance(declared, list) or any(t not in V4_ATTENTION_ROPE for t in declared):
+            fail(
+                view.key("layer_types"),
+                f"DeepSeek-V4 layer types are {sorted(V4_ATTENTION_ROPE)}",
+                declared,
+            )
+        return [str(t) for t in declared[:count]]
+
+    def compress_rates(self, view: ConfigView) -> dict[str, int]:
+        """DeepseekV4Config.__post_init__: compress_rates, else the class's {CSA: 4, HCA: 128},
+        the legacy compress_rate_csa / compress_rate_hca folded in."""
+        given = view.data.get("compress_rates")
+        if given is not None and not isinstance(given, Mapping):
+            fail(view.key("compress_rates"), "must be an object", given)
+        rates = dict(V4_COMPRESS_RATES) if given is None else dict(given)
+        for legacy, layer_type in (
+            ("compress_rate_csa", "compressed_sparse_attention"),
+            ("compress_rate_hca", "heavily_compressed_attention"),
+        ):
+            if view.data.get(legacy) is not None:
+                rates[layer_type] = view.data[legacy]
+        return {
+            t: int(check_number(f"{view.key('compress_rates')}.{t}", rates.get(t)))
+            for t in V4_COMPRESS_RATES
+        }
+
+    def rotary_dim(
+        self, view: ConfigView, params: Mapping[str, Any], key: str, layer_head_dim: int
+    ) -> int:
+        return layer_head_dim
+
+    def layer_head_dim(self, view: ConfigView, layer_type: str | None) -> int:
+        """int(head_dim * partial_rotary_factor) of the layer's rope key (1.0 when its dict
+        names none: `compute_default_rope_parameters`, `_compute_yarn_parameters`)."""
+        key, layers = self.layers(view)
+        rope_key = V4_ATTENTION_ROPE[str(layer_type)]
+        params = layers[rope_key] or {}
+        where = f"{key}.{rope_key}.partial_rotary_factor"
+        fraction = check_number(where, params.get("partial_rotary_factor", 1.0))
+        if not 0 < fraction <= 1:
+            fail(where, "must be in (0, 1]", fraction)
+        dim = int(self._model_head_dim(view) * fraction)
+        if dim % 2:
+            fail(where, f"gives an odd rotary dim {dim}; not mapped", fraction)
+        return dim
+
+    def interleaved(self, view: ConfigView) -> bool | None:
+        return True
+
+    def module_layout(self, view: ConfigView, interleaved: bool) -> dict[str, Any]:
+        return {"width": "half"}  # DeepseekV4RotaryEmbedding: freqs.cos(), no duplication
+
+    def profile_fields(self, view: ConfigView) -> dict[str, dict[str, Any]] | None:
+        return None
+
+    def extra_notes(
+        self, view: ConfigView, notes: Mapping[str, Any], interleaved: bool
+    ) -> dict[str, Any]:
+        return {}
+
+    def entries(self, view: ConfigView) -> list[Entry]:
+        key, _ = self.layers(view)
+        declared = self.declared_layer_types(view)
+        head = self._model_head_dim(view)
+        rates = self.compress_rates(view)
+        entries: list[Entry] = []
+        for layer_type in dict.fromkeys(declared):
+            rope_key = V4_ATTENTION_ROPE[layer_type]
+            one = _V4OneKey(outer=self, rope_key=rope_key, layer_type=layer_type)
+            for entry in one.entries(view):
+                rotary = int(entry.data["head_dim"])
+                # the same notes on every table (tables with equal specs are served as one)
+                entry.notes.update(
+                    {
+                        "rope_keys": {t: f"{key}.{V4_ATTENTION_ROPE[t]}" for t in declared},
+                        "attention_rope_keys": dict(V4_ATTENTION_ROPE),
+                        "rotary_channels": "trailing",
+                        "model_head_dim": head,
+                        "rotary_channels_detail": (
+                            f"rotate the TRAILING {rotary} channels x[..., {head - rotary}:"
+                            f"{head}] of each {head}-channel head ([nope | rope]); the leading "
+                            f"{head - rotary} pass through (apply_rotary_pos_emb)"
+                        ),
+                        "transformers_layout": (
+                            "DeepseekV4RotaryEmbedding emits half-width cos/sin (S, d/2) "
+                            "(profile hf serves them: width 'half'); apply_rotary_pos_emb "
+                            "repeat_interleaves them and rotates (2i, 2i+1) pairs"
+                        ),
+                        "output_derotation": (
+                            "the attention output's trailing rotary channels are rotated back "
+                            "with (cos, -sin) of the layer's table at the query position "
+                            "(K = V carries the rotation)"
+                        ),
+                        "compress_rates": dict(rates),
+                        "compressed_positions": (
+                            "compressed_sparse_attention / heavily_compressed_attention layers' "
+                            "compressor rotates compressed KV entry i of a call with the "
+                            "'compress' table at position i * compress_rates[layer type] + "
+                            "first_window_position; first_window_position = the entries that "
+                            "layer's compressor emitted before * its compress rate (0 without "
+                            "a cache); a compressed_sparse_attention layer's lightning indexer "
+                            "rotates its queries at the token positions and its compressed keys "
+                            "by the same rule, with the 'compress' table"
+                        ),
+                    }
+                )
+                entries.append(entry)
+        if not entries:
+            fail(view.key("layer_types"), "no attention layer", declared)
+        return entries
+
+
+@dataclass(frozen=True)
+class _V4OneKey(RopeModel):
+    """One DeepSeek-V4 layer type's entry through the generic reading of its rope key's dict."""
+
+    outer: DeepseekV4Rope = field(default_factory=DeepseekV4Rope)
+    rope_key: str = "main"
+    layer_type: str = "sliding_attention"
+
+    def layers(self, view: ConfigView) -> tuple[str, dict[str | None, dict[str, Any] | None]]:
+        key, layers = self.outer.layers(view)
+        return key, {self.layer_type: layers[self.rope_key]}
+
+    def declared_layer_types(self, view: ConfigView) -> list[str]:
+        return []
+
+    def layer_head_dim(self, view: ConfigView, layer_type: str | None) -> int:
+        return self.outer.layer_head_dim(view, layer_type)
+
+    def rotary_dim(
+        self, view: ConfigView, params: Mapping[str, Any], key: str, layer_head_dim: int
+    ) -> int:
+        return layer_head_dim
+
+    def rope_theta(
+        self, view: ConfigView, params: Mapping[str, Any], key: str, layer_type: str | None
+    ) -> float:
+        if params.get("rope_theta") is None:
+            fail(f"{key}.rope_theta", "required: DeepseekV4RotaryEmbedding reads it", None)
+        return super().rope_theta(view, params, key, layer_type)
+
+    def interleaved(self, view: ConfigView) -> bool | None:
+        return True
+
+    def module_layout(self, view: ConfigView, interleaved: bool) -> dict[str, Any]:
+        return {"width": "half"}
+
+    def profile_fields(self, view: ConfigView) -> dict[str, dict[str, Any]] | None:
+        return None
+
+    def extra_notes(
+        self, view: ConfigView, notes: Mapping[str, Any], interleaved: bool
+    ) -> dict[str, Any]:
+        return {}
+
+
 class HunYuanRope(RopeModel):
     """HunYuan (`HunYuanDenseV1RotaryEmbedding`): "dynamic" with an `alpha` is a fixed NTK-alpha
     base, not length dependent."""
@@ -700,6 +959,7 @@ class HunYuanRope(RopeModel):
 
 
 MAPPERS: dict[str, Mapper] = {
+    "deepseek_v4": DeepseekV4Rope(),
     # RoPE families whose config departs from transformers' generic reading.
     "gemma3_text": Gemma3Rope(),
     "gemma4_text": Gemma4Rope(),
