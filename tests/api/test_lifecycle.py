@@ -77,11 +77,15 @@ def _read_response(sock: socket.socket) -> tuple[int, bytes]:
 
 
 def _refused(url: str) -> bool:
-    """Whether a connection to `url` is refused (any answer, or no answer in time, is not)."""
+    """Whether a connection to `url` is refused (any answer, or no answer in time, is not). A
+    connection reset before any answer counts as refused: it is one the kernel had queued on the
+    listening socket when the server closed it (the server stopped accepting)."""
     try:
         httpx.get(url, timeout=2)
     except httpx.ConnectError:
         return True
+    except httpx.ReadError as err:
+        return isinstance(err.__cause__, ConnectionResetError) or "reset" in str(err).lower()
     except httpx.TimeoutException:
         return False
     return False
