@@ -20,7 +20,7 @@ import torch
 import posenc.encodings
 from posenc.encodings import compute, fused, parse_spec
 from posenc.encodings.rope import RopeSpec, half_cos_sin, rope_inv_freq, tables
-from posenc.encodings.rope.compute import fused_tables
+from posenc.encodings.rope.compute import fused_tables, rope_plan_for
 from posenc.encodings.sinusoidal import (
     SinusoidalSpec,
     arrange,
@@ -70,14 +70,7 @@ def test_rope_plans_lay_out_the_torch_tables(case: dict[str, Any]) -> None:
     inv, scaling, _ = rope_inv_freq(spec, CPU)
     positions = torch.arange(spec.max_positions)
     want = tables(spec, inv, scaling, positions)
-    plan = fused.rope_plan(
-        half=inv.numel(),
-        rows=spec.max_positions,
-        width=str(spec.width),
-        packing=str(spec.packing),
-        repeats_interleaved=spec.repeats_interleaved(),
-        dtype=str(spec.dtype),
-    )
+    plan = rope_plan_for(spec, inv.numel())
     assert plan is not None
     got = carry_out(plan, *half_cos_sin(spec, inv, scaling, positions))
     assert list(got) == list(want)

@@ -165,17 +165,23 @@ def fused_tables(
         return None
     if not fused.usable(inv.device):
         return None
-    plan = fused.rope_plan(
-        half=inv.numel(),
+    plan = rope_plan_for(spec, inv.numel())
+    if plan is None:
+        return None
+    return fused.run(plan, inv, out_scale=scaling)
+
+
+def rope_plan_for(spec: RopeSpec, half: int) -> fused.TrigPlan | None:
+    """The fused kernel's column plan for `spec`'s table of `half` frequencies (None: it does
+    not map)."""
+    return fused.rope_plan(
+        half=half,
         rows=spec.max_positions,
         width=str(spec.width),
         packing=str(spec.packing),
         repeats_interleaved=spec.repeats_interleaved(),
         dtype=str(spec.dtype),
     )
-    if plan is None:
-        return None
-    return fused.run(plan, inv, out_scale=scaling)
 
 
 @register_family("rope", RopeSpec, "RoPE cos/sin caches for every transformers scaling variant")
