@@ -1,12 +1,18 @@
 """Prometheus metrics on a per-app `CollectorRegistry` (two apps in one process never collide).
 
-HTTP request metrics are recorded by the app's `Gate` (`api/gate.py`), a pure ASGI middleware
-(no BaseHTTPMiddleware: it would buffer streamed bodies), labelled with the route *template*
-(`/v1/tables/{key}`), never the raw path; gRPC calls by the service itself (`observe_grpc`). Cache
-counters are read from `TableCache.stats` at scrape time by `CacheCollector`; compute time is
-observed by the cache's `on_compute` hook; `/v2` inferences (HTTP and gRPC) by where their rows
-came from through `observe_infer`. Labelled children are looked up once per label set and kept
-(`request_children`, `observe_infer`): prometheus_client's `labels()` costs a few µs a call.
+HTTP request metrics are recorded by the app's `Gate` (`api/middleware.py`), a pure ASGI
+middleware (no BaseHTTPMiddleware: it would buffer streamed bodies), labelled with the route
+*template* (`/v1/tables/{key}`), never the raw path; gRPC calls by the service itself
+(`observe_grpc`). Cache counters are read from `TableCache.stats` at scrape time by
+`CacheCollector`; compute time is observed by the cache's `on_compute` hook; `/v2` inferences
+(HTTP and gRPC) by where their rows came from through `observe_infer`.
+
+The per-request series (the HTTP requests, their latency, those in flight, and the `/v2`
+inferences) are tallied in plain numbers by `RequestTally` and exposed at scrape time in
+prometheus_client's own form: its `Counter.inc` and `Histogram.observe` cost four or five Python
+calls and a lock each, a fifth of a decode step's work (`docs/benchmarks.md`, section 9).
+`tests/api/test_metrics.py` holds the tally's exposition to prometheus_client's metrics fed the
+same observations.
 
 | metric                                        | type      | labels                |
 |-----------------------------------------------|-----------|-----------------------|
@@ -32,12 +38,22 @@ came from through `observe_infer`. Labelled children are looked up once per labe
 from __future__ import annotations
 
 import platform
-from collections.abc import Iterator
+import time
+from bisect import bisect_left
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import torch
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client import CollectorRegistry, Counter, Histogram, Info
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
+from prometheus_client.utils import floatToGoString
 
 from posenc import __version__
 from posenc.runtime import TableCache
@@ -48,27 +64,93 @@ LATENCY_BUCKETS = (
 COMPUTE_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
+class RequestTally(Collector):
+    """The per-request series, tallied in plain numbers on the event loop (HTTP requests and
+    gRPC calls share it; no lock) and exposed at scrape time as prometheus_client exposes its
+    own metrics, `_created` samples included:
+
+    - `posenc_http_requests_total{method, route, status}` (counter),
+    - `posenc_http_request_duration_seconds{method, route}` (histogram over `buckets`),
+    - `posenc_http_requests_in_flight` (gauge: `in_flight`, moved by the caller),
+    - `posenc_v2_infer_total{model, source}` (counter).
+    """
+
+    def __init__(self, buckets: Sequence[float] = LATENCY_BUCKETS) -> None:
+        self.bounds = tuple(float(b) for b in buckets)
+        # the `le` labels as prometheus_client writes them (its helper is untyped)
+        self._les: list[str] = [floatToGoString(b) for b in self.bounds] + ["+Inf"]  # type: ignore[no-untyped-call]
+        self.in_flight = 0
+        # label values -> [count, created]
+        self._requests: dict[tuple[str, str, int], list[float]] = {}
+        self._infer: dict[tuple[str, str], list[float]] = {}
+        # label values -> [per-bucket counts (the last: above every bound), sum, created]
+        self._latency: dict[tuple[str, str], list[Any]] = {}
+
+    def request(self, method: str, route: str, status: int, seconds: float) -> None:
+        """One HTTP request to `route` (its template) answered `status` after `seconds`."""
+        row = self._requests.get((method, route, status))
+        if row is None:
+            row = self._requests[(method, route, status)] = [0, time.time()]
+        row[0] += 1
+        hist = self._latency.get((method, route))
+        if hist is None:
+            hist = self._latency[(method, route)] = [[0] * (len(self.bounds) + 1), 0.0, time.time()]
+        hist[0][bisect_left(self.bounds, seconds)] += 1
+        hist[1] += seconds
+
+    def infer(self, model: str, source: str) -> None:
+        """One `/v2` inference of `model` whose rows came from `source`."""
+        row = self._infer.get((model, source))
+        if row is None:
+            row = self._infer[(model, source)] = [0, time.time()]
+        row[0] += 1
+
+    def collect(self) -> Iterator[Metric]:
+        """The four families (the class docstring)."""
+        requests = CounterMetricFamily(
+            "posenc_http_requests",
+            "HTTP requests by method, route template and status",
+            labels=("method", "route", "status"),
+        )
+        for (method, route, status), (count, created) in list(self._requests.items()):
+            requests.add_metric((method, route, str(status)), count, created=created)
+        yield requests
+        name = "posenc_http_request_duration_seconds"
+        latency = HistogramMetricFamily(
+            name,
+            "HTTP request latency by route template (until the last body byte is handed over)",
+            labels=("method", "route"),
+        )
+        les = self._les
+        for (method, route), (counts, total, created) in list(self._latency.items()):
+            cumulative, buckets = 0, []
+            for le, count in zip(les, list(counts), strict=True):
+                cumulative += count
+                buckets.append((le, float(cumulative)))
+            latency.add_metric((method, route), buckets, total)
+            labels = {"method": method, "route": route}
+            latency.samples.append(Sample(f"{name}_created", labels, created))
+        yield latency
+        yield GaugeMetricFamily(
+            "posenc_http_requests_in_flight", "HTTP requests being served", value=self.in_flight
+        )
+        infer = CounterMetricFamily(
+            "posenc_v2_infer",
+            "/v2 inferences by model and where their rows came from",
+            labels=("model", "source"),
+        )
+        for (model, source), (count, created) in list(self._infer.items()):
+            infer.add_metric((model, source), count, created=created)
+        yield infer
+
+
 class Metrics:
     """The app's registry and the metric objects the middleware and the cache hook update."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        self.requests = Counter(
-            "posenc_http_requests",
-            "HTTP requests by method, route template and status",
-            ("method", "route", "status"),
-            registry=self.registry,
-        )
-        self.latency = Histogram(
-            "posenc_http_request_duration_seconds",
-            "HTTP request latency by route template (until the last body byte is handed over)",
-            ("method", "route"),
-            buckets=LATENCY_BUCKETS,
-            registry=self.registry,
-        )
-        self.in_flight = Gauge(
-            "posenc_http_requests_in_flight", "HTTP requests being served", registry=self.registry
-        )
+        self.tally = RequestTally()
+        self.registry.register(self.tally)
         self.grpc_requests = Counter(
             "posenc_grpc_requests",
             "gRPC calls (inference.GRPCInferenceService) by method and status code",
@@ -89,20 +171,14 @@ class Metrics:
             buckets=COMPUTE_BUCKETS,
             registry=self.registry,
         )
-        self.v2_infer = Counter(
-            "posenc_v2_infer",
-            "/v2 inferences by model and where their rows came from",
-            ("model", "source"),
-            registry=self.registry,
-        )
         self.build = Info(
             "posenc_build",
             "posenc's version, the Python and torch it runs on, and its compute device",
             registry=self.registry,
         )
-
-        self._children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
-        self._infer_children: dict[tuple[str, str], Counter] = {}
+        self.observe_infer = self.tally.infer
+        """One `/v2` inference of `model` whose rows came from `source` (`hit`, `miss`,
+        `coalesced`, `computed`): `posenc_v2_infer_total{model, source}`."""
 
     def set_build(self, device: str) -> None:
         """`posenc_build_info{version, python, torch, device} 1` for a server on `device`."""
@@ -114,26 +190,6 @@ class Metrics:
                 "device": device,
             }
         )
-
-    def request_children(self, method: str, route: str, status: int) -> tuple[Counter, Histogram]:
-        """The labelled request counter and latency histogram, looked up once per label set."""
-        key = (method, route, status)
-        found = self._children.get(key)
-        if found is None:
-            found = (
-                self.requests.labels(method, route, str(status)),
-                self.latency.labels(method, route),
-            )
-            self._children[key] = found
-        return found
-
-    def observe_infer(self, model: str, source: str) -> None:
-        """One `/v2` inference of `model` whose rows came from `source` (`hit`, `miss`,
-        `coalesced`, `computed`): `posenc_v2_infer_total{model, source}`."""
-        child = self._infer_children.get((model, source))
-        if child is None:
-            child = self._infer_children[(model, source)] = self.v2_infer.labels(model, source)
-        child.inc()
 
     def observe_grpc(self, method: str, code: str, seconds: float) -> None:
         """One gRPC call of `method` that ended with status `code` (`OK`, `NOT_FOUND`, ...)."""

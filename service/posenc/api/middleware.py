@@ -101,10 +101,10 @@ class Gate:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        metrics = self.metrics
+        tally = self.metrics.tally
         status = 500
         start = time.perf_counter()
-        metrics.in_flight.inc()
+        tally.in_flight += 1
 
         async def send_status(message: Message) -> None:
             nonlocal status
@@ -126,10 +126,8 @@ class Gate:
         finally:
             route = scope.get("route")
             template = route.path if isinstance(route, Route) else "<unmatched>"
-            counter, latency = metrics.request_children(scope["method"], template, status)
-            metrics.in_flight.dec()
-            counter.inc()
-            latency.observe(time.perf_counter() - start)
+            tally.in_flight -= 1
+            tally.request(scope["method"], template, status, time.perf_counter() - start)
 
     async def _limited(self, scope: Scope, receive: Receive, send: Send, path: str) -> None:
         limit = self.limit_for(path)

@@ -26,7 +26,8 @@ Connections (`GuardedProtocol`, uvicorn's httptools protocol with what it lacks 
   slower is cut (aborted) and the body's in-flight charge freed, so a reader trickling a few
   bytes at a time, which the send timeout never catches, holds its share of the budget for at
   most its size / the minimum rate. Bytes handed to the socket are counted by wrapping the
-  transport the request's cycle writes to (`_CountingTransport`).
+  transport the request's cycle writes to (`_CycleTransport`, which also writes a small
+  response's headers and body in one system call).
 
 uvicorn offers `limit_concurrency` (counted only once a request's headers are in, answered in
 plain text) and the keep-alive timeout; it has no header, body or send timeout.
@@ -57,7 +58,7 @@ from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 from starlette._utils import get_route_path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 from uvicorn.server import ServerState
 
 from posenc.api.app import create_app
@@ -275,19 +276,72 @@ class PosencConfig(uvicorn.Config):
         self.limits = ConnectionLimits(settings)
 
 
-class _CountingTransport:
-    """The connection's transport as a request cycle writes to it, counting the bytes written
-    (`GuardedProtocol.sent`); everything else is the transport's."""
+COALESCE_BYTES = 64 << 10
+"""A response whose `Content-Length` is at most this many bytes has its status line and headers
+written together with its first body bytes (`_CycleTransport`)."""
 
-    __slots__ = ("_protocol", "_transport")
 
-    def __init__(self, transport: asyncio.Transport, protocol: GuardedProtocol) -> None:
+class _CycleTransport:
+    """The connection's transport as one request cycle writes to it: the bytes written are
+    counted (`GuardedProtocol.sent`, for the minimum send rate), and a small response leaves in
+    one socket write instead of uvicorn's two.
+
+    uvicorn writes a response's status line and headers as soon as the app starts it, then each
+    body message as it comes: two `send` system calls for a small answer, one of which costs
+    as much as all of posenc's work on a cache hit (`docs/benchmarks.md`, section 9). When the
+    response has a `Content-Length` of at most `COALESCE_BYTES` (not chunked), the header
+    write is held and joined to the first body write. Whatever ends the cycle first sends what
+    is held: the body write, `close` (uvicorn closing after the response, or after an app
+    error), or the response's completion (`GuardedProtocol.on_response_complete`: uvicorn
+    writes no body for HEAD). A `100 Continue` (written before the response starts) and every
+    other write pass straight through. Everything else is the transport's."""
+
+    __slots__ = ("_cycle", "_held", "_protocol", "_transport")
+
+    def __init__(
+        self, transport: asyncio.Transport, protocol: GuardedProtocol, cycle: RequestResponseCycle
+    ) -> None:
         self._transport = transport
         self._protocol = protocol
+        self._cycle: RequestResponseCycle | None = cycle
+        self._held: bytes | None = None
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
+        held = self._held
+        if held is not None:
+            self._held = None
+            self._protocol.holding = None
+            if len(data) <= COALESCE_BYTES:
+                data = held + data
+            else:
+                self._put(held)
+        elif self._cycle is not None and self._cycle.response_started:
+            # the first write since the response started: its status line and headers (the
+            # cycle let go: it holds this transport, and the pair would be garbage for the
+            # collector on every request)
+            cycle, self._cycle = self._cycle, None
+            if cycle.chunked_encoding is False and cycle.expected_content_length <= COALESCE_BYTES:
+                self._held = bytes(data)
+                self._protocol.holding = self
+                return
+        self._put(data)
+
+    def _put(self, data: bytes | bytearray | memoryview) -> None:
         self._protocol.sent += len(data)
         self._transport.write(data)
+
+    def flush(self) -> None:
+        """Write what is held, if anything."""
+        held = self._held
+        if held is not None:
+            self._held = None
+            self._put(held)
+        self._protocol.holding = None
+
+    def close(self) -> None:
+        """What is held, then the transport's close (which sends what it buffers first)."""
+        self.flush()
+        self._transport.close()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._transport, name)
@@ -316,6 +370,9 @@ class GuardedProtocol(HttpToolsProtocol):
         self.in_headers = False
         self.header_bytes = 0
         self.sent = 0
+        self.holding: _CycleTransport | None = None
+        """The cycle transport holding a response's headers until its body (at most one: a
+        connection writes one response at a time)."""
         self.peer = ""
         self.rate_timer: asyncio.TimerHandle | None = None
         self.rate_mark = 0
@@ -386,7 +443,7 @@ class GuardedProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         """The headers are in: the header timer stops; the request's cycle writes through
-        `_CountingTransport` when a minimum send rate is set."""
+        `_CycleTransport` (counting the bytes sent, one write for a small response)."""
         self.in_headers = False
         if self.header_timer is not None:
             self.header_timer.cancel()
@@ -395,8 +452,15 @@ class GuardedProtocol(HttpToolsProtocol):
         if self.rate_timer is not None:  # a new response: a new window from its first wait
             self.rate_timer.cancel()
             self.rate_timer = None
-        if self.limits.min_send_rate and self.cycle is not None:
-            self.cycle.transport = _CountingTransport(self.transport, self)  # type: ignore[assignment]
+        cycle = self.cycle
+        if cycle is not None:
+            cycle.transport = _CycleTransport(self.transport, self, cycle)  # type: ignore[assignment]
+
+    def on_response_complete(self) -> None:
+        """uvicorn's, after sending headers still held (a response whose body wrote nothing)."""
+        if self.holding is not None:
+            self.holding.flush()
+        super().on_response_complete()
 
     def on_message_complete(self) -> None:
         """The body is in: the body timer stops."""
@@ -595,6 +659,8 @@ def serve(settings: Settings) -> int:
         port=settings.port,
         log_config=None,
         log_level=settings.log_level,
+        # uvicorn builds each access line's arguments before its logger drops them (INFO)
+        access_log=settings.log_level in ("info", "debug"),
         timeout_graceful_shutdown=max(1, math.ceil(settings.grace_seconds)),
         lifespan="on",
     )

@@ -22,8 +22,8 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
 from concurrent.futures import Executor, ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import Literal, NamedTuple
 
 import torch
 
@@ -49,9 +49,10 @@ KEY_MEMO = 1 << 16
 """Content keys whose `CacheKey` is remembered (oldest forgotten first)."""
 
 
-@dataclass(frozen=True)
-class CacheKey:
-    """Identity of a cached table: the spec's content key plus device, dtype and precision."""
+class CacheKey(NamedTuple):
+    """Identity of a cached table: the spec's content key plus device, dtype and precision (a
+    named tuple: hashed and compared in C on every lookup, where a frozen dataclass runs a
+    Python `__hash__`)."""
 
     content_key: str
     device: str
@@ -199,7 +200,7 @@ class TableCache:
         if key is not None:
             known = self._key_memo.get(key)
             if known is not None:
-                return known if known.device == where else replace(known, device=where)
+                return known if known.device == where else known._replace(device=where)
         canon = spec.canonical()
         ck = CacheKey(
             content_key=key or content_key(canon),
@@ -211,7 +212,7 @@ class TableCache:
             if len(self._key_memo) >= KEY_MEMO:
                 del self._key_memo[next(iter(self._key_memo))]
             self._key_memo[key] = ck
-        return ck if ck.device == where else replace(ck, device=where)
+        return ck if ck.device == where else ck._replace(device=where)
 
     def peek(self, key: CacheKey) -> CacheEntry | None:
         """The resident entry for `key`, without touching recency or counters."""

@@ -90,17 +90,34 @@ class InferTimer:
         self.phases[phase] = now - self.last
         self.last = now
 
+    def marks(self, input_end: int, infer_end: int, output_end: int) -> None:
+        """The three `PHASES` ended at these `time.perf_counter_ns()` readings (one call where
+        a decode step would make three)."""
+        self.phases = {
+            "compute_input": input_end - self.last,
+            "compute_infer": infer_end - input_end,
+            "compute_output": output_end - infer_end,
+        }
+        self.last = output_end
+
     def succeeded(self, source: str) -> None:
         """The response is built; `source` is its `posenc_source` parameter."""
-        record = self.record
-        record.durations["success"].add(time.perf_counter_ns() - self.start)
+        # `Duration.add` written out: this runs once per decode step
+        durations = self.record.durations
+        d = durations["success"]
+        d.count += 1
+        d.ns += time.perf_counter_ns() - self.start
         for phase, ns in self.phases.items():
-            record.durations[phase].add(ns)
+            d = durations[phase]
+            d.count += 1
+            d.ns += ns
         cache = CACHE_SOURCES.get(source)
         if cache is not None:
-            record.durations[cache].add(self.phases.get("compute_infer", 0))
-        record.inference_count += 1
-        record.last_inference = time.time_ns() // 1_000_000
+            d = durations[cache]
+            d.count += 1
+            d.ns += self.phases.get("compute_infer", 0)
+        self.record.inference_count += 1
+        self.record.last_inference = time.time_ns() // 1_000_000
 
     def failed(self) -> None:
         """The inference failed (any error after the model was found)."""

@@ -248,7 +248,7 @@ def build_router(context: ContextGetter) -> tuple[APIRouter, APIRouter]:
         limit = state.settings.max_infer_body_bytes
         body = await _read_body(request.receive, limit, declared, encoding)
         steps = state.steps if encoding is None else None
-        if steps:
+        if steps is not None:
             # a decode step whose shape was answered before: its rows sliced from the cached
             # table (`oip/steps.py`), counted as a cache hit; no `OipContext` is built for it
             step = steps.answer(

@@ -38,7 +38,8 @@ class LeasedResponse(Response):
     def __del__(self) -> None:
         # a response dropped unsent (the request cancelled before it was called) must not keep
         # its charges for the life of the process
-        self.release()
+        if getattr(self, "leases", None):
+            self.release()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -92,7 +93,7 @@ async def send_views(
     """The response start, then `views` in order, `SEND_CHUNK` bytes per body message (one empty
     message for an empty body)."""
     await send({"type": "http.response.start", "status": status, "headers": raw_headers})
-    left = sum(view.nbytes for view in views)
+    left = sum([view.nbytes for view in views])
     if not left:
         await send({"type": "http.response.body", "body": b"", "more_body": False})
     for view in views:
