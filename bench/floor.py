@@ -25,7 +25,9 @@ Then the per-call compute overhead of a 1 KiB table (`compute_overhead`, in proc
 Each measurement is sequential requests on one keep-alive connection (`bench.serve.Conn`, a raw
 socket reading into a preallocated buffer) for `--seconds`; servers alternate within a round (the
 one going first rotates) and the median of `--rounds` is kept. Requests per second and the ratio
-to the floor are printed as markdown.
+to the floor are printed as markdown, then each server's CPU per request over the same windows
+(user and system time of its process, from `/proc`): on a shared machine the rates move with
+the neighbours' load, the CPU a request costs much less.
 """
 
 from __future__ import annotations
@@ -96,12 +98,26 @@ class Case:
     body: bytes = b""
 
 
-def sequential_rps(port: int, raw: bytes, capacity: int, seconds: float, size: int) -> float:
-    """Requests per second of sequential requests on one keep-alive connection."""
+def server_cpu(pid: int | None) -> float:
+    """Seconds of CPU (user and system) the process `pid` has used (Linux `/proc`; 0 without)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except (OSError, TypeError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def sequential_rps(
+    port: int, raw: bytes, capacity: int, seconds: float, size: int, pid: int | None = None
+) -> tuple[float, float]:
+    """(requests per second, the server's CPU µs per request) of sequential requests on one
+    keep-alive connection (`pid`: the server's process; without it the CPU is 0)."""
     conn = Conn(port, capacity)
     for _ in range(20):
         conn.request(raw)
     done = 0
+    cpu = server_cpu(pid)
     start = time.perf_counter()
     end = start + seconds
     while time.perf_counter() < end:
@@ -110,8 +126,9 @@ def sequential_rps(port: int, raw: bytes, capacity: int, seconds: float, size: i
             raise RuntimeError(f"port {port}: status {status}, {got} bytes (expected {size})")
         done += 1
     elapsed = time.perf_counter() - start
+    cpu = server_cpu(pid) - cpu
     conn.close()
-    return done / elapsed
+    return done / elapsed, cpu / done * 1e6
 
 
 def posenc_server(port: int, source: Path | None) -> subprocess.Popen[bytes]:
@@ -234,7 +251,9 @@ def main(argv: list[str] | None = None) -> int:
             wait_up(ports[name], get("/v2/health/ready"), procs[names.index(name) - 1])
         cases = build_cases(ports["posenc"], [ports[n] for n in names[2:]])
         procs.append(start_floor(ports["floor"], [case.body for case in cases], scratch))
+        pids = {name: procs[(names.index(name) - 1) % len(names)].pid for name in names}
         rows = []
+        cpu_rows: list[list[str]] = []
         for index, case in enumerate(cases):
             requests = {name: case.request for name in names}
             requests["floor"] = _same_method(case.request, f"/{index}")
@@ -244,13 +263,21 @@ def main(argv: list[str] | None = None) -> int:
                     raise RuntimeError(f"{name} sent other bytes for {case.name}")
             capacity = len(case.body) + 4096
             samples: dict[str, list[float]] = {name: [] for name in names}
+            cpus: dict[str, list[float]] = {name: [] for name in names}
             for r in range(rounds):
                 for name in names[r % len(names) :] + names[: r % len(names)]:
-                    rps = sequential_rps(
-                        ports[name], requests[name], capacity, seconds, len(case.body)
+                    rate, cpu = sequential_rps(
+                        ports[name], requests[name], capacity, seconds, len(case.body), pids[name]
                     )
-                    samples[name].append(rps)
+                    samples[name].append(rate)
+                    cpus[name].append(cpu)
             rps = {name: statistics.median(v) for name, v in samples.items()}
+            us = {name: statistics.median(v) for name, v in cpus.items()}
+            cpu_row = [case.name, f"{us['floor']:,.0f}", f"{us['posenc']:,.0f}"]
+            cpu_row += [f"**{us['floor'] / us['posenc']:.2f}**"]
+            if args.baseline:
+                cpu_row += [f"{us['baseline']:,.0f}", f"{us['floor'] / us['baseline']:.2f}"]
+            cpu_rows.append(cpu_row)
             row = [case.name, f"{len(case.body) / 1024:,.1f} KiB", f"{rps['floor']:,.0f}"]
             row += [f"{rps['posenc']:,.0f}", f"**{rps['posenc'] / rps['floor']:.2f}**"]
             if args.baseline:
@@ -272,6 +299,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.baseline:
         columns += [f"{args.baseline} req/s", f"{args.baseline} / floor"]
     print(table(columns, rows, "llrrrrr"[: len(columns)]))
+    print()
+    print(
+        "The servers' CPU (user and system, from /proc) per request over the same windows, "
+        "medians; floor / server is the rate the server would reach against the floor if "
+        "CPU alone set it:"
+    )
+    print()
+    columns = ["case", "floor µs", "posenc µs", "floor / posenc"]
+    if args.baseline:
+        columns += [f"{args.baseline} µs", f"floor / {args.baseline}"]
+    print(table(columns, cpu_rows, "lrrrrr"[: len(columns)]))
     print()
     print("Per-call compute overhead (thread CPU, in process, this tree):")
     print()
