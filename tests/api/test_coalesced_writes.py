@@ -26,6 +26,7 @@ from uvicorn.server import ServerState
 from posenc.api.app import create_app
 from posenc.api.server import COALESCE_BYTES, GuardedProtocol, server_config
 from posenc.api.settings import Settings
+from tests.api.test_v2_steps import step
 
 SMALL = {"kind": "rope", "head_dim": 64, "max_positions": 64}
 """33.6 KiB as safetensors: under `COALESCE_BYTES`."""
@@ -81,27 +82,9 @@ def http(method: str, path: str, body: bytes = b"", headers: dict[str, str] | No
 
 def decode_step(position: int) -> bytes:
     """A `/v2` decode step of `SMALL`'s RoPE: one binary position, cos and sin binary."""
-    ids = np.array([position], dtype=np.int64).tobytes()
-    head = json.dumps(
-        {
-            "inputs": [
-                {
-                    "name": "position_ids",
-                    "shape": [1],
-                    "datatype": "INT64",
-                    "parameters": {"binary_data_size": len(ids)},
-                }
-            ],
-            "outputs": [{"name": n, "parameters": {"binary_data": True}} for n in ("cos", "sin")],
-            "parameters": {k: v for k, v in SMALL.items() if k != "kind"},
-        }
-    ).encode()
-    return http(
-        "POST",
-        "/v2/models/rope/infer",
-        head + ids,
-        {"inference-header-content-length": str(len(head))},
-    )
+    params = {k: v for k, v in SMALL.items() if k != "kind"}
+    body, headers = step(np.array([position]), params, {"cos": True, "sin": True})
+    return http("POST", "/v2/models/rope/infer", body, headers)
 
 
 Exchange = Callable[[type[HttpToolsProtocol], bytes], Awaitable[list[bytes]]]
