@@ -35,7 +35,7 @@ from posenc.api.error_types import (
 )
 from posenc.api.errors import ApiError
 from posenc.api.hot import hot
-from posenc.api.jsonio import read_json_object
+from posenc.api.jsonio import read_body, read_json_object, replaying
 from posenc.api.memo import JsonMemo
 from posenc.api.serving.bind import unbound
 from posenc.api.serving.conditional import IMMUTABLE, NOT_MODIFIED
@@ -114,15 +114,18 @@ SPEC_BODY = {
 async def post_table(request: Request) -> Response:
     """The table for the spec in the body; its stable URL is in `Content-Location`."""
     state = app_state(request)
-    shape = None
+    shape = raw = None
     if signature(request.scope, "post_table") is not None:  # no per-request headers
-        shape = post_signature(request.scope, await request.body())
+        raw = await read_body(request.receive)
+        shape = post_signature(request.scope, raw)
     if shape is not None and state.cache is not None:
         found = state.prepared.find(state.cache, shape)
         if found is not None:
             entry, prepared = found
             state.index.remember(prepared.key, prepared.spec)
             return state.prepared.send(state.cache, entry, prepared)
+    if raw is not None:  # read already: the full path reads it from here
+        request = Request(request.scope, replaying(raw, request.receive))
     body = await read_json_object(request)
     spec, key = SPECS.get(body, lambda: spec_from_object(body))
     state.index.remember(key, unbound(spec))
