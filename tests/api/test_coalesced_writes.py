@@ -90,13 +90,15 @@ def decode_step(position: int) -> bytes:
 Exchange = Callable[[type[HttpToolsProtocol], bytes], Awaitable[list[bytes]]]
 
 
-def with_app(scenario: Callable[[Exchange], Awaitable[None]]) -> None:
-    """Run `scenario(exchange)` against one app (lifespan started), where `exchange(protocol
-    class, request bytes)` returns the writes of the response on a new connection."""
-    settings = Settings(device="cpu", log_level="warning")
+def with_app(scenario: Callable[[Exchange], Awaitable[None]], **settings_: Any) -> None:
+    """Run `scenario(exchange)` against one app (lifespan started; `settings_` its settings),
+    where `exchange(protocol class, request bytes)` returns the writes of the response on a new
+    connection."""
+    settings = Settings(device="cpu", log_level="warning", **settings_)
     app: FastAPI = create_app(settings)
     guarded = server_config(app, settings)
-    plain = uvicorn.Config(app, log_level="warning", lifespan="off")
+    # neither logs access lines (below INFO; the loggers are global, so both say so)
+    plain = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False)
     for config in (guarded, plain):
         config.load()
 
@@ -129,6 +131,8 @@ def undated(data: bytes) -> bytes:
 
 
 async def both(exchange: Exchange, raw: bytes) -> tuple[list[bytes], list[bytes]]:
+    """The writes of posenc's protocol and of uvicorn's for `raw` (asked once before, so both
+    answer from the cache and its prepared answers), their bytes equal."""
     await exchange(HttpToolsProtocol, raw)  # the answer cached (and prepared) for both
     ours = await exchange(GuardedProtocol, raw)
     theirs = await exchange(HttpToolsProtocol, raw)
@@ -186,3 +190,26 @@ async def large_answers(exchange: Exchange) -> None:
     ours, theirs = await both(exchange, http("POST", "/v1/tables", json.dumps(LARGE).encode()))
     assert sum(len(w) for w in ours) > COALESCE_BYTES
     assert [len(w) for w in ours] == [len(w) for w in theirs]
+
+
+ORIGIN = "https://app.example"
+
+
+def test_cors_lines_added_to_a_ready_answer_are_written_as_uvicorn_writes_them() -> None:
+    """CORS adds lines to a prepared answer's start message and edits `Vary` in place: the
+    header lines rendered once for the answer must not be used then."""
+    with_app(cors_answers, cors_origins=[ORIGIN])
+
+
+async def cors_answers(exchange: Exchange) -> None:
+    origin = {"origin": ORIGIN}
+    raw = http("POST", "/v1/tables", json.dumps(SMALL).encode(), origin)
+    ours, theirs = await both(exchange, raw)
+    assert f"access-control-allow-origin: {ORIGIN}".encode() in ours[0]
+    key = re.search(rb"x-posenc-key: (\w+)", ours[0])
+    assert key is not None
+    path = f"/v1/tables/{key.group(1).decode()}"
+    await both(exchange, http("GET", path))  # rendered once without CORS's lines
+    ours, theirs = await both(exchange, http("GET", path, headers=origin))
+    assert f"access-control-allow-origin: {ORIGIN}".encode() in ours[0]
+    assert (len(ours), len(theirs)) == (1, 2)

@@ -58,10 +58,17 @@ from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 from starlette._utils import get_route_path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+from uvicorn.protocols.http.httptools_impl import (
+    HEADER_RE,
+    HEADER_VALUE_RE,
+    STATUS_LINE,
+    HttpToolsProtocol,
+    RequestResponseCycle,
+)
 from uvicorn.server import ServerState
 
 from posenc.api.app import create_app
+from posenc.api.serving.body import FIXED_HEADERS, FixedHeaders
 from posenc.api.settings import Settings
 from posenc.api.state import AppState
 from posenc.runtime.budget import fix_mmap_threshold
@@ -347,6 +354,72 @@ class _CycleTransport:
         return getattr(self._transport, name)
 
 
+def _render(lines: list[tuple[bytes, bytes]]) -> tuple[bytes, int] | None:
+    """`lines` as uvicorn's `send` writes them (each checked by its two patterns, the name
+    lowered) and their `Content-Length`, or None when uvicorn must see them itself: a line it
+    would refuse, a `Connection` or `Transfer-Encoding` line, no `Content-Length`."""
+    out: list[bytes] = []
+    length = None
+    for name, value in lines:
+        if HEADER_RE.search(name) or HEADER_VALUE_RE.search(value):
+            return None
+        name = name.lower()
+        if name == b"content-length" and length is None:
+            length = int(value.decode())
+        elif name in (b"connection", b"transfer-encoding"):
+            return None
+        out += (name, b": ", value, b"\r\n")
+    return None if length is None else (b"".join(out), length)
+
+
+class _FixedCycle(RequestResponseCycle):
+    """uvicorn's request cycle, writing a ready answer's header lines (`FixedHeaders`, which
+    `ReadyResponse` puts on its start message) as rendered once, instead of checking and lowering
+    every line per response as uvicorn's `send` does: on a cached GET, with its twelve lines,
+    that was a third of uvicorn's work (`docs/benchmarks.md`, section 9). The rendering is used
+    only while the start message's lines still equal the ones it was made from (CORS adds and
+    edits lines in place), and not when uvicorn logs the access line; the bytes are those
+    uvicorn writes (`tests/api/test_coalesced_writes.py`). Everything else is uvicorn's."""
+
+    async def send(self, message: Any) -> None:
+        fixed = message.get(FIXED_HEADERS) if not self.response_started else None
+        if isinstance(fixed, FixedHeaders) and not self.access_log:
+            rendered = fixed.wire
+            if rendered is None:
+                rendered = fixed.wire = _render(fixed.lines) or False
+            if (
+                isinstance(rendered, tuple)
+                and message["type"] == "http.response.start"
+                and message["headers"] == fixed.lines
+            ):
+                lines, length = rendered
+                await self._start(message["status"], lines, length)
+                return
+        await super().send(message)
+
+    async def _start(self, status: int, lines: bytes, length: int) -> None:
+        """uvicorn's start of a response whose header lines are `lines` (rendered) with a
+        `Content-Length` of `length`."""
+        if self.flow.write_paused and not self.disconnected:
+            await self.flow.drain()
+        if self.disconnected:
+            return
+        self.response_started = True
+        self.waiting_for_100_continue = False
+        content = [STATUS_LINE[status]]
+        for name, value in self.default_headers:
+            if HEADER_RE.search(name) or HEADER_VALUE_RE.search(value):
+                raise RuntimeError("Invalid HTTP header.")
+            content += (name.lower(), b": ", value, b"\r\n")
+        content.append(lines)
+        self.expected_content_length = length
+        self.chunked_encoding = False
+        if not self.keep_alive:
+            content.append(b"connection: close\r\n")
+        content.append(b"\r\n")
+        self.transport.write(b"".join(content))
+
+
 class GuardedProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with a connection cap and header, body and send timeouts
     (module docstring); needs a `PosencConfig`."""
@@ -442,8 +515,9 @@ class GuardedProtocol(HttpToolsProtocol):
         self.header_bytes = 0
 
     def on_headers_complete(self) -> None:
-        """The headers are in: the header timer stops; the request's cycle writes through
-        `_CycleTransport` (counting the bytes sent, one write for a small response)."""
+        """The headers are in: the header timer stops; the request's cycle is a `_FixedCycle`
+        writing through `_CycleTransport` (counting the bytes sent, one write for a small
+        response)."""
         self.in_headers = False
         if self.header_timer is not None:
             self.header_timer.cancel()
@@ -454,6 +528,7 @@ class GuardedProtocol(HttpToolsProtocol):
             self.rate_timer = None
         cycle = self.cycle
         if cycle is not None:
+            cycle.__class__ = _FixedCycle
             cycle.transport = _CycleTransport(self.transport, self, cycle)  # type: ignore[assignment]
 
     def on_response_complete(self) -> None:
@@ -588,6 +663,9 @@ def server_config(app: Any, settings: Settings, **kwargs: Any) -> PosencConfig:
     """The uvicorn configuration posenc runs under (`serve`, and the tests' servers): its
     protocol with `settings`' connection limits, whose cuts `app`'s `/metrics` counts;
     `kwargs` are further `uvicorn.Config` arguments."""
+    # uvicorn builds each access line's arguments before its logger drops them (INFO), and
+    # then writes header lines as it checks them (`_FixedCycle`)
+    kwargs.setdefault("access_log", settings.log_level in ("info", "debug"))
     config = PosencConfig(app, settings, **kwargs)
     state = getattr(getattr(app, "state", None), "posenc", None)
     if isinstance(state, AppState):
@@ -659,8 +737,6 @@ def serve(settings: Settings) -> int:
         port=settings.port,
         log_config=None,
         log_level=settings.log_level,
-        # uvicorn builds each access line's arguments before its logger drops them (INFO)
-        access_log=settings.log_level in ("info", "debug"),
         timeout_graceful_shutdown=max(1, math.ceil(settings.grace_seconds)),
         lifespan="on",
     )

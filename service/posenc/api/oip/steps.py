@@ -36,7 +36,7 @@ from starlette.responses import Response
 
 from posenc.api.oip.codec import InferRequest
 from posenc.api.oip.stats import InferTimer
-from posenc.api.serving.body import ReadyResponse, acquire
+from posenc.api.serving.body import FixedHeaders, ReadyResponse, acquire
 from posenc.runtime import CacheEntry, Lease, TableCache
 
 T = TypeVar("T")
@@ -119,7 +119,7 @@ class Step:
     rows: Rows
     header_end: int
     head: bytes
-    raw_headers: list[tuple[bytes, bytes]]
+    headers: FixedHeaders
 
 
 def _shape(path: str, header_length: bytes | None, body: bytes) -> tuple[Hashable, int] | None:
@@ -221,7 +221,7 @@ class StepTemplates:
         timer.marks(input_end, infer_end, time.perf_counter_ns())
         if observe is not None:
             observe(rows.model, "hit")
-        return ReadyResponse(step.raw_headers, [memoryview(body)], leases)
+        return ReadyResponse(step.headers, [memoryview(body)], leases)
 
     def keep(
         self,
@@ -248,7 +248,7 @@ class StepTemplates:
         rows = rows_template(model, given.tensor, rows_of, charge)
         if rows is None or rows.positions(body, end) is None:
             return
-        self.remember(key, entry, Step(rows, end, head, list(sent.raw_headers)))
+        self.remember(key, entry, Step(rows, end, head, FixedHeaders(list(sent.raw_headers))))
 
     def _forget(self, key: Hashable) -> None:
         ref = self._keys.pop(key, None)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 
 from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from posenc.runtime import Buffer, Lease, TableCache
 
@@ -48,19 +48,42 @@ class LeasedResponse(Response):
             self.release()
 
 
+FIXED_HEADERS = "posenc.fixed_headers"
+"""The key of a `http.response.start` message carrying its `FixedHeaders` (servers ignore keys
+they do not know; posenc's own protocol reads it, api/server.py)."""
+
+
+class FixedHeaders:
+    """The header lines of a ready answer, the same for every response made from it, and the
+    server's rendering of them (`wire`: set by the server on first use and reused while a start
+    message's lines still equal `lines`; api/server.py)."""
+
+    __slots__ = ("lines", "wire")
+
+    def __init__(self, lines: list[tuple[bytes, bytes]]) -> None:
+        self.lines = lines
+        self.wire: object = None
+
+
 class ReadyResponse(LeasedResponse):
     """A 200 whose header lines are ready (a cache hit's prepared answer, a /v2 decode step),
     without `Response.__init__`'s header building; a copy of the lines per response, since outer
-    middlewares (CORS) add to the start message's list in place."""
+    middlewares (CORS) add to the start message's list in place. The start message carries the
+    `FixedHeaders` too (`FIXED_HEADERS`)."""
 
-    def __init__(
-        self, raw_headers: list[tuple[bytes, bytes]], views: list[memoryview], leases: list[Lease]
-    ) -> None:
+    def __init__(self, headers: FixedHeaders, views: list[memoryview], leases: list[Lease]) -> None:
         self.status_code = 200
         self.background = None
-        self.raw_headers = list(raw_headers)
+        self.fixed = headers
+        self.raw_headers = list(headers.lines)
         self.views = views
         self.leases = leases
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await send_views(send, 200, self.raw_headers, self.views, self.fixed)
+        finally:
+            self.release()
 
 
 class BodyResponse(LeasedResponse):
@@ -88,11 +111,18 @@ class BodyResponse(LeasedResponse):
 
 
 async def send_views(
-    send: Send, status: int, raw_headers: list[tuple[bytes, bytes]], views: list[memoryview]
+    send: Send,
+    status: int,
+    raw_headers: list[tuple[bytes, bytes]],
+    views: list[memoryview],
+    fixed: FixedHeaders | None = None,
 ) -> None:
-    """The response start, then `views` in order, `SEND_CHUNK` bytes per body message (one empty
-    message for an empty body)."""
-    await send({"type": "http.response.start", "status": status, "headers": raw_headers})
+    """The response start (with `fixed`, the lines' `FixedHeaders`), then `views` in order,
+    `SEND_CHUNK` bytes per body message (one empty message for an empty body)."""
+    begin: Message = {"type": "http.response.start", "status": status, "headers": raw_headers}
+    if fixed is not None:
+        begin[FIXED_HEADERS] = fixed
+    await send(begin)
     left = sum([view.nbytes for view in views])
     if not left:
         await send({"type": "http.response.body", "body": b"", "more_body": False})

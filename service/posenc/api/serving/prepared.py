@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from starlette.types import Scope
 
-from posenc.api.serving.body import ReadyResponse, acquire
+from posenc.api.serving.body import FixedHeaders, ReadyResponse, acquire
 from posenc.encodings import SpecBase
 from posenc.runtime import CacheEntry, TableCache
 
@@ -55,7 +55,7 @@ class Prepared:
     key: str
     spec: SpecBase
     carried: bool
-    raw_headers: list[tuple[bytes, bytes]]
+    headers: FixedHeaders
     views: list[memoryview]
     charges: list[tuple[Hashable, int]]
 
@@ -113,7 +113,7 @@ class PreparedAnswers:
         they do not fit, as on the slow path)."""
         cache.touch(entry)
         # the views keep alive what is sent, never the entry (charges are named by its serial)
-        return ReadyResponse(prepared.raw_headers, prepared.views, acquire(cache, prepared.charges))
+        return ReadyResponse(prepared.headers, prepared.views, acquire(cache, prepared.charges))
 
     def keep(self, shape: Signature, entry: CacheEntry, prepared: Prepared) -> None:
         """Remember `prepared` as `shape`'s answer while `entry` is resident."""

@@ -37,7 +37,7 @@ from starlette.responses import Response
 from posenc.api.error_types import INVALID_DEVICE, TOO_LARGE, TOO_LARGE_FOR_JSON
 from posenc.api.errors import ApiError
 from posenc.api.serving.bind import bind_tables
-from posenc.api.serving.body import BodyResponse, acquire
+from posenc.api.serving.body import BodyResponse, FixedHeaders, acquire
 from posenc.api.serving.conditional import device_etag, not_modified
 from posenc.api.serving.digest import entry_digest
 from posenc.api.serving.encode import Encoding
@@ -308,5 +308,5 @@ def keep_prepared(
     if isinstance(spec, WeightTableSpec) or cache.peek(entry.key) is not entry:
         return
     raw = [(n, b"hit" if n == b"x-posenc-cache" else v) for n, v in sent.raw_headers]
-    prepared = Prepared(key, spec, carried, raw, list(sent.views), charges)
+    prepared = Prepared(key, spec, carried, FixedHeaders(raw), list(sent.views), charges)
     state.prepared.keep(shape, entry, prepared)
