@@ -44,18 +44,24 @@ async def _start_message(app: Any, raw: bytes) -> dict[str, Any]:
     """The `http.response.start` message `app` sends for `raw` (its second answer: a hit)."""
     scope, body = _scope(raw)
     started: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            started.append(message)
+
     for _ in range(2):
-        messages = [{"type": "http.request", "body": body, "more_body": False}]
-
-        async def receive() -> dict[str, Any]:
-            return messages.pop() if messages else {"type": "http.disconnect"}
-
-        async def send(message: dict[str, Any]) -> None:
-            if message["type"] == "http.response.start":
-                started.append(message)
-
-        await app({**scope, "app": app}, receive, send)
+        await app({**scope, "app": app}, _receiving(body), send)
     return started[-1]
+
+
+def _receiving(body: bytes) -> Any:
+    """An ASGI `receive` giving `body` whole, then a disconnect."""
+    messages = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def receive() -> dict[str, Any]:
+        return messages.pop() if messages else {"type": "http.disconnect"}
+
+    return receive
 
 
 async def _per_send(cls: type, message: dict[str, Any], repeat: int) -> tuple[float, bytes]:
