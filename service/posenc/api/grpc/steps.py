@@ -86,28 +86,19 @@ def answer(
     template, or None (nothing done: the slow path answers); its phases marked on `timer` as
     the slow path marks them. The bytes are those of `convert.infer_response_bytes` for the same
     answer (a `ModelStreamInferResponse` when `stream`)."""
-    found = steps.find(cache, key, GrpcStep)
-    if found is None:
+    got = steps.gather(cache, key, GrpcStep, request.raw_input_contents[0])
+    if got is None:
         return None
-    entry, step = found
-    rows = step.rows
-    positions = rows.positions(request.raw_input_contents[0])
-    if positions is None:
-        return None
-    input_end = time.perf_counter_ns()
-    steps.used(cache, key, entry)
-    leases = rows.lease(cache)
-    blocks = rows.blocks(positions)
-    infer_end = time.perf_counter_ns()
+    step = got.step
     parts: list[bytes | memoryview] = [b"", step.prefix, _id_field(request.id), step.suffix]
-    for block in blocks:
+    for block in got.blocks:
         parts.append(length_delimited(RAW_OUTPUT_FIELD, sum(len(b) for b in block)))
         parts += block
     if stream:
         parts[0] = length_delimited(STREAM_RESPONSE_FIELD, sum(len(p) for p in parts))
     response = b"".join(parts)
-    timer.marks(input_end, infer_end, time.perf_counter_ns())
-    return rows.model, response, leases
+    timer.marks(got.input_end, got.infer_end, time.perf_counter_ns())
+    return step.rows.model, response, got.leases
 
 
 def keep(

@@ -28,7 +28,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 import torch
@@ -140,6 +140,29 @@ def host_array(t: torch.Tensor) -> np.ndarray[Any, Any]:
     return (t.view(torch.int16) if t.dtype == torch.bfloat16 else t).numpy()
 
 
+class Templated(Protocol):
+    """A template of either protocol: what it answers with is its `rows`."""
+
+    @property
+    def rows(self) -> Rows: ...
+
+
+S = TypeVar("S", bound=Templated)
+
+
+@dataclass(frozen=True)
+class Gathered(Generic[S]):
+    """A template applied to one request's positions (`StepTemplates.gather`): the template,
+    each output's rows, the output charge taken, and when its input and infer phases ended
+    (`time.perf_counter_ns()`)."""
+
+    step: S
+    blocks: list[list[memoryview]]
+    leases: list[Lease]
+    input_end: int
+    infer_end: int
+
+
 class StepTemplates:
     """Request header -> the resident entry holding its `Step` (in `CacheEntry.answers`, so an
     evicted entry takes its templates with it); at most `size`, least recently used forgotten
@@ -181,6 +204,27 @@ class StepTemplates:
         while len(self._keys) > self.size:
             self._forget(next(iter(self._keys)))
 
+    def gather(
+        self, cache: TableCache, key: Hashable, kind: type[S], data: bytes, offset: int = 0
+    ) -> Gathered[S] | None:
+        """The template of kind `kind` under `key` applied to the positions in `data[offset:]`:
+        a cache hit counted, the output charge taken, each output's rows sliced; or None
+        (nothing done: no such template, or positions it does not cover). The HTTP and gRPC
+        decode steps build their bodies from it."""
+        found = self.find(cache, key, kind)
+        if found is None:
+            return None
+        entry, step = found
+        rows = step.rows
+        positions = rows.positions(data, offset)
+        if positions is None:
+            return None
+        input_end = time.perf_counter_ns()
+        self.used(cache, key, entry)
+        leases = rows.lease(cache)
+        blocks = rows.blocks(positions)
+        return Gathered(step, blocks, leases, input_end, time.perf_counter_ns())
+
     def answer(
         self,
         cache: TableCache,
@@ -200,28 +244,18 @@ class StepTemplates:
         if shape is None:
             return None
         key, end = shape
-        found = self.find(cache, key, Step)
-        if found is None:
+        got = self.gather(cache, key, Step, body, end)
+        if got is None:
             return None
-        entry, step = found
-        rows = step.rows
-        positions = rows.positions(body, end)
-        if positions is None:
-            return None
-        input_end = time.perf_counter_ns()
-        self.used(cache, key, entry)
-        leases = rows.lease(cache)
         # the body assembled once: the header, then each output's rows
-        blocks = rows.blocks(positions)
-        infer_end = time.perf_counter_ns()
-        parts: list[bytes | memoryview] = [step.head]
-        for block in blocks:
+        parts: list[bytes | memoryview] = [got.step.head]
+        for block in got.blocks:
             parts += block
         body = b"".join(parts)
-        timer.marks(input_end, infer_end, time.perf_counter_ns())
+        timer.marks(got.input_end, got.infer_end, time.perf_counter_ns())
         if observe is not None:
-            observe(rows.model, "hit")
-        return ReadyResponse(step.headers, [memoryview(body)], leases)
+            observe(got.step.rows.model, "hit")
+        return ReadyResponse(got.step.headers, [memoryview(body)], got.leases)
 
     def keep(
         self,
