@@ -32,11 +32,12 @@ from posenc import __version__
 from posenc.api.auth import DOCS_PREFIXES, PROTECTED_PREFIXES
 from posenc.api.caps import body_limits
 from posenc.api.deps import oip_context
+from posenc.api.door import Door
 from posenc.api.errors import install_error_handlers
 from posenc.api.grpc import GrpcServer
 from posenc.api.hot import HotRoutes, hot_routes
 from posenc.api.metrics import Metrics
-from posenc.api.middleware import Gate
+from posenc.api.middleware import Gate, GateRules
 from posenc.api.oip.steps import STEP_TEMPLATES, StepTemplates
 from posenc.api.openapi import install_openapi
 from posenc.api.routes import (
@@ -244,12 +245,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(router)
     # the last added is the outermost: the gate's metrics see every request, refused ones
     # included (api/middleware.py: metrics, API keys, body caps, HEAD in one pass)
-    if settings.hot_routes:
-        app.add_middleware(HotRoutes, routes=hot_routes(tables.router, oip_models))
     keys = [k.get_secret_value() for k in settings.api_keys]
     guarded = PROTECTED_PREFIXES + (DOCS_PREFIXES if settings.protect_docs_and_metrics else ())
-    app.add_middleware(
-        Gate,
+    rules = GateRules(
         metrics=metrics,
         max_bytes=settings.max_body_bytes,
         routes=body_limits(settings, routers),
@@ -257,6 +255,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         keys=keys,
         prefixes=guarded,
     )
+    if settings.hot_routes:
+        hot = hot_routes(tables.router, oip_models)
+        app.add_middleware(HotRoutes, routes=hot)
+        if settings.prepared_answers and not settings.cors_origins:
+            # cache hits answered by the server as their requests complete (api/door.py; CORS
+            # edits every answer, with an `Origin` or without)
+            state.door = Door(state, rules, hot)
+    app.add_middleware(Gate, rules=rules)
     install_openapi(app, settings, guarded)
     if settings.cors_origins:
         app.add_middleware(

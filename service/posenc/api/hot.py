@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from fastapi import APIRouter
 from fastapi.routing import APIRoute
@@ -33,12 +33,24 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from posenc.api.errors import to_response
+from posenc.api.serving.body import ReadyResponse
+
+if TYPE_CHECKING:
+    from posenc.api.state import AppState
 
 Endpoint = Callable[..., Awaitable[Response]]
 E = TypeVar("E", bound=Endpoint)
 
 HOT = "__posenc_hot__"
 """The attribute `hot` sets on an endpoint."""
+
+READY = "__posenc_ready__"
+"""The attribute `answered_by` sets on a hot endpoint: its `ReadyAnswer`."""
+
+ReadyAnswer = Callable[["AppState", Scope, bytes | bytearray, int], ReadyResponse | None]
+"""`(state, scope, body, max_bytes)` -> the route's answer to a request whose answer is ready
+(a prepared cache hit) of at most `max_bytes` bytes, its charges taken; else None, and nothing
+done that the route would then do again (counted, touched, refused): `api/door.py`."""
 
 
 def hot(endpoint: E) -> E:
@@ -47,6 +59,17 @@ def hot(endpoint: E) -> E:
     `(request, <path parameters>)` and no dependencies: `_arguments` checks)."""
     setattr(endpoint, HOT, True)
     return endpoint
+
+
+def answered_by(ready: ReadyAnswer) -> Callable[[E], E]:
+    """Mark a hot endpoint's ready answers (`ready`: the same answer the endpoint gives, from
+    the same code) as given by the server as the request completes (`api/door.py`)."""
+
+    def mark(endpoint: E) -> E:
+        setattr(endpoint, READY, ready)
+        return endpoint
+
+    return mark
 
 
 def hot_routes(*routers: APIRouter) -> list[APIRoute]:

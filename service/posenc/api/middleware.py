@@ -58,13 +58,14 @@ RouteLimit = tuple[re.Pattern[str], int]
 """A path pattern (matched in full) and the body cap of the requests to it."""
 
 
-class Gate:
-    """Metrics, API keys, body caps and budget, the peer's share and HEAD in one pass (the
-    module docstring)."""
+class GateRules:
+    """What `Gate` enforces, shared with the server's ready answers (`api/door.py`, which take
+    only requests these rules let through, and leave every other to `Gate`): the metrics, the
+    body caps (`max_bytes`, and per path `routes`), the in-flight `budget`, and the API `keys`
+    guarding the paths under `prefixes`."""
 
     def __init__(
         self,
-        app: ASGIApp,
         metrics: Metrics,
         max_bytes: int,
         routes: Sequence[RouteLimit] = (),
@@ -72,8 +73,6 @@ class Gate:
         keys: Sequence[str] = (),
         prefixes: tuple[str, ...] = PROTECTED_PREFIXES,
     ) -> None:
-        self.app = app
-        self.head = HeadRequests(app)
         self.metrics = metrics
         self.max_bytes = max_bytes
         self.routes = tuple(routes)
@@ -88,6 +87,22 @@ class Gate:
                 return limit
         return self.max_bytes
 
+    def refusal(self, scope: Scope, path: str) -> ASGIApp | None:
+        """The 401 answer to a request (ASGI `scope`) to `path` without a valid key, else None."""
+        return refusal(scope, self.keys) if self.keys and path.startswith(self.prefixes) else None
+
+
+class Gate:
+    """Metrics, API keys, body caps and budget, the peer's share and HEAD in one pass (the
+    module docstring), under `rules`."""
+
+    def __init__(self, app: ASGIApp, rules: GateRules) -> None:
+        self.app = app
+        self.head = HeadRequests(app)
+        self.rules = rules
+        self.tally = rules.metrics.tally
+        self.budget = rules.budget
+
     @staticmethod
     def _reject(size: int, limit: int) -> ASGIApp:
         return error_response(
@@ -101,7 +116,7 @@ class Gate:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        tally = self.metrics.tally
+        tally = self.tally
         status = 500
         start = time.perf_counter()
         tally.in_flight += 1
@@ -114,9 +129,7 @@ class Gate:
 
         try:
             path = get_route_path(scope)
-            refused = (
-                refusal(scope, self.keys) if self.keys and path.startswith(self.prefixes) else None
-            )
+            refused = self.rules.refusal(scope, path) if self.rules.keys else None
             if refused is not None:
                 await refused(scope, receive, send_status)
             else:
@@ -130,7 +143,7 @@ class Gate:
             tally.request(scope["method"], template, status, time.perf_counter() - start)
 
     async def _limited(self, scope: Scope, receive: Receive, send: Send, path: str) -> None:
-        limit = self.limit_for(path)
+        limit = self.rules.limit_for(path)
         budget = self.budget
         leases: list[Lease] = []
         charged = 0

@@ -50,7 +50,7 @@ import struct
 import time
 from collections.abc import Iterator
 from types import FrameType
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import uvicorn
@@ -68,7 +68,7 @@ from uvicorn.protocols.http.httptools_impl import (
 from uvicorn.server import ServerState
 
 from posenc.api.app import create_app
-from posenc.api.serving.body import FIXED_HEADERS, FixedHeaders
+from posenc.api.serving.body import FIXED_HEADERS, FixedHeaders, ReadyResponse
 from posenc.api.settings import Settings
 from posenc.api.state import AppState
 from posenc.runtime.budget import fix_mmap_threshold
@@ -281,6 +281,9 @@ class PosencConfig(uvicorn.Config):
         kwargs.setdefault("root_path", settings.root_path)
         super().__init__(app, http=GuardedProtocol, **kwargs)
         self.limits = ConnectionLimits(settings)
+        state = getattr(getattr(app, "state", None), "posenc", None)
+        self.door = state.door if isinstance(state, AppState) else None
+        """The app's door (api/door.py), which the protocol asks first; None: off."""
 
 
 COALESCE_BYTES = 64 << 10
@@ -384,11 +387,9 @@ class _FixedCycle(RequestResponseCycle):
     async def send(self, message: Any) -> None:
         fixed = message.get(FIXED_HEADERS) if not self.response_started else None
         if isinstance(fixed, FixedHeaders) and not self.access_log:
-            rendered = fixed.wire
-            if rendered is None:
-                rendered = fixed.wire = _render(fixed.lines) or False
+            rendered = _rendered(fixed)
             if (
-                isinstance(rendered, tuple)
+                rendered is not None
                 and message["type"] == "http.response.start"
                 and message["headers"] == fixed.lines
             ):
@@ -406,18 +407,32 @@ class _FixedCycle(RequestResponseCycle):
             return
         self.response_started = True
         self.waiting_for_100_continue = False
-        content = [STATUS_LINE[status]]
-        for name, value in self.default_headers:
-            if HEADER_RE.search(name) or HEADER_VALUE_RE.search(value):
-                raise RuntimeError("Invalid HTTP header.")
-            content += (name.lower(), b": ", value, b"\r\n")
-        content.append(lines)
         self.expected_content_length = length
         self.chunked_encoding = False
-        if not self.keep_alive:
-            content.append(b"connection: close\r\n")
-        content.append(b"\r\n")
-        self.transport.write(b"".join(content))
+        self.transport.write(b"".join(_head(self, status, lines)))
+
+
+def _head(cycle: RequestResponseCycle, status: int, lines: bytes) -> list[bytes]:
+    """The status line and header block uvicorn's `send` writes for `cycle`'s response, the
+    rendered `lines` (`_render`) after the server's default headers."""
+    content = [STATUS_LINE[status]]
+    for name, value in cycle.default_headers:
+        if HEADER_RE.search(name) or HEADER_VALUE_RE.search(value):
+            raise RuntimeError("Invalid HTTP header.")
+        content += (name.lower(), b": ", value, b"\r\n")
+    content.append(lines)
+    if not cycle.keep_alive:
+        content.append(b"connection: close\r\n")
+    content.append(b"\r\n")
+    return content
+
+
+def _rendered(fixed: FixedHeaders) -> tuple[bytes, int] | None:
+    """`fixed`'s lines rendered (`_render`), once."""
+    rendered = fixed.wire
+    if rendered is None:
+        rendered = fixed.wire = _render(fixed.lines) or False
+    return rendered if isinstance(rendered, tuple) else None
 
 
 class GuardedProtocol(HttpToolsProtocol):
@@ -449,6 +464,13 @@ class GuardedProtocol(HttpToolsProtocol):
         self.peer = ""
         self.rate_timer: asyncio.TimerHandle | None = None
         self.rate_mark = 0
+        self.door = config.door
+        self.door_app = self.app
+        """The app whose requests the door may answer (not a refusing one: `connection_made`)."""
+        self.parsing = False
+        self.pending: tuple[RequestResponseCycle, Any] | None = None
+        """A request whose task waits for its last byte in the read being parsed, for the
+        door."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         """Accept, or (over the cap) serve only the 503; start the header timer."""
@@ -487,7 +509,14 @@ class GuardedProtocol(HttpToolsProtocol):
         while its body is still to come, the body timer (a request that arrives whole in one
         read, the common case, starts neither)."""
         continued = self.in_headers
-        super().data_received(data)
+        self.parsing = True
+        try:
+            super().data_received(data)
+        finally:
+            self.parsing = False
+            pending, self.pending = self.pending, None
+            if pending is not None:  # its body is still to come: the app reads it
+                super()._start_asgi_task(*pending)
         if continued and self.in_headers:  # this whole read was header bytes
             self.header_bytes += len(data)
             if self.header_bytes > self.limits.max_header_bytes:
@@ -538,11 +567,57 @@ class GuardedProtocol(HttpToolsProtocol):
         super().on_response_complete()
 
     def on_message_complete(self) -> None:
-        """The body is in: the body timer stops."""
+        """The body is in: the body timer stops; a request the door answers is done (`_ready`),
+        the others' tasks start."""
         if self.body_timer is not None:
             self.body_timer.cancel()
             self.body_timer = None
         super().on_message_complete()
+        pending = self.pending
+        if pending is not None and pending[0] is self.cycle:
+            self.pending = None
+            if not self._ready(pending[0]):
+                super()._start_asgi_task(*pending)
+
+    def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
+        """uvicorn's; but a request of the plain app whose headers arrive in a read being parsed
+        waits for its last byte there, for the door (`on_message_complete`; started at the end
+        of the read when it is not in it: its task would not have run before then anyway)."""
+        if self.door is not None and self.parsing and app is self.door_app and self.pending is None:
+            self.pending = (cycle, app)
+            return
+        super()._start_asgi_task(cycle, app)
+
+    def _ready(self, cycle: RequestResponseCycle) -> bool:
+        """Whether the door answered `cycle`'s request (api/door.py): the connection kept
+        alive, not paused, no access line logged; the answer and its headers in one write."""
+        if (
+            self.door is None
+            or cycle.access_log
+            or not cycle.keep_alive
+            or self.flow.write_paused
+            or self.transport.is_closing()
+        ):
+            return False
+
+        def write(ready: ReadyResponse) -> bool:
+            rendered = _rendered(ready.fixed)
+            if rendered is None:
+                return False
+            lines, length = rendered
+            views = ready.views
+            if length != sum(view.nbytes for view in views):  # uvicorn would refuse it
+                return False
+            data = b"".join([*_head(cycle, 200, lines), *views])
+            cycle.response_started = cycle.response_complete = True
+            self.sent += len(data)
+            self.transport.write(data)
+            return True
+
+        if not self.door.answer(cast(Scope, cycle.scope), cycle.body, write, COALESCE_BYTES):
+            return False
+        self.on_response_complete()
+        return True
 
     def pause_writing(self) -> None:
         """The client stopped reading (the transport is over its high-water mark): the send

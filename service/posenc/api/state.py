@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -25,6 +26,9 @@ from posenc.encodings import SpecBase, TensorInfo
 from posenc.encodings.weights import TableStore
 from posenc.presets import Preset
 from posenc.runtime import InFlightBudget, TableCache
+
+if TYPE_CHECKING:
+    from posenc.api.door import Door
 
 
 @dataclass
@@ -109,6 +113,9 @@ class AppState:
 
     stats: InferenceStats = field(default_factory=InferenceStats)
     """Per-model inference statistics (`/v2/models/stats`, gRPC ModelStatistics)."""
+
+    door: Door | None = None
+    """Cache hits the server answers as their requests complete (`api/door.py`); None: off."""
 
     def is_ready(self) -> bool:
         """Readiness: warm, not draining, the cache up (`/v2/health/ready`, gRPC ServerReady)."""

@@ -155,23 +155,40 @@ class InFlightBudget:
     def acquire(self, name: Hashable, nbytes: int) -> Lease:
         """A share of the charge `name` of `nbytes` bytes: joins it when held already (its
         memory is shared), else charges `nbytes` or raises `Overloaded` when they do not fit."""
+        lease = self._take(name, nbytes, True)
+        assert lease is not None  # `_take` raises instead
+        return lease
+
+    def try_acquire(self, name: Hashable, nbytes: int) -> Lease | None:
+        """`acquire`, but None where it raises, and the refusal not counted: for a caller with
+        another way to answer (the server's ready answers, `api/door.py`, leave such a request
+        to its route, which is refused there, once)."""
+        return self._take(name, nbytes, False)
+
+    def _take(self, name: Hashable, nbytes: int, raising: bool) -> Lease | None:
         charge = self._charges.get(name)
         if charge is not None:
             charge.holders += 1
             return Lease(self, name)
-        if self._held + nbytes > self.max_bytes:
-            self.refused += 1
-            raise Overloaded(nbytes, self._held, self.max_bytes, self.retry_after)
+        refusal = None
         request = _serving.get()
-        if request is not None:
+        peer_held = 0
+        if self._held + nbytes > self.max_bytes:
+            refusal = Overloaded(nbytes, self._held, self.max_bytes, self.retry_after)
+        elif request is not None:
             peer_held = self._peers.get(request.peer, 0)
             share = self.max_peer_bytes
             if share is not None and peer_held > request.held and peer_held + nbytes > share:
-                self.refused += 1
-                self.refused_peer += 1
-                raise Overloaded(
+                refusal = Overloaded(
                     nbytes, peer_held - request.held, share, self.retry_after, request.peer
                 )
+        if refusal is not None:
+            if not raising:
+                return None
+            self.refused += 1
+            self.refused_peer += refusal.peer is not None
+            raise refusal
+        if request is not None:
             self._peers[request.peer] = peer_held + nbytes
             request.held += nbytes
         self._charges[name] = _Charge(nbytes, 1, request)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from starlette.responses import Response
+from starlette.types import Scope
 
 from posenc.api.deps import app_state
 from posenc.api.error_types import (
@@ -34,13 +35,14 @@ from posenc.api.error_types import (
     responses,
 )
 from posenc.api.errors import ApiError
-from posenc.api.hot import hot
+from posenc.api.hot import answered_by, hot
 from posenc.api.jsonio import read_body, read_json_object, replaying
 from posenc.api.memo import JsonMemo
 from posenc.api.serving.bind import unbound
+from posenc.api.serving.body import ReadyResponse
 from posenc.api.serving.conditional import IMMUTABLE, NOT_MODIFIED
 from posenc.api.serving.params import TABLE_PARAMETERS, TABLE_RESPONSES
-from posenc.api.serving.prepared import post_signature, signature
+from posenc.api.serving.prepared import Prepared, Signature, post_signature, signature
 from posenc.api.serving.preview import (
     PREVIEW_ERRORS,
     PREVIEW_PARAMETERS,
@@ -53,6 +55,7 @@ from posenc.api.specs import spec_from_object
 from posenc.api.state import AppState
 from posenc.api.tableurl import parse_segment
 from posenc.encodings import SpecBase
+from posenc.runtime import CacheEntry, TableCache
 
 router = APIRouter(prefix="/v1", tags=["tables"])
 
@@ -104,6 +107,52 @@ SPEC_BODY = {
 }
 
 
+Hit = tuple[TableCache, CacheEntry, Prepared]
+"""A prepared answer the route gives: the cache, the resident entry and the answer."""
+
+
+def _prepared(state: AppState, shape: Signature, post: bool) -> Hit | None:
+    """The prepared answer to a request of `shape` (to `POST /v1/tables` when `post`, else to
+    `GET /v1/tables/{key}`), or None. A POST remembers the key of the spec it names, as the full
+    path does; a GET remembers a key its URL carries, as `_known` does, and has none for a bare
+    key this process no longer knows (`_known` refuses it, 404)."""
+    cache = state.cache
+    found = state.prepared.find(cache, shape) if cache is not None else None
+    if cache is None or found is None:
+        return None
+    entry, prepared = found
+    if post or state.index.get(prepared.key) is None:
+        if not (post or prepared.carried):
+            return None
+        state.index.remember(prepared.key, prepared.spec)
+    return cache, entry, prepared
+
+
+def _ready(
+    state: AppState, shape: Signature | None, post: bool, max_bytes: int
+) -> ReadyResponse | None:
+    """The routes' `ReadyAnswer` (`api/hot.py`): the prepared answer of `shape` the endpoint
+    would send (`_prepared`), when it is at most `max_bytes` and its charges fit."""
+    hit = _prepared(state, shape, post) if shape is not None else None
+    return state.prepared.try_send(*hit, max_bytes) if hit is not None else None
+
+
+def ready_post(
+    state: AppState, scope: Scope, body: bytes | bytearray, max_bytes: int
+) -> ReadyResponse | None:
+    """`post_table`'s ready answer (`ReadyAnswer`)."""
+    return _ready(state, post_signature(scope, body), True, max_bytes)
+
+
+def ready_get(
+    state: AppState, scope: Scope, body: bytes | bytearray, max_bytes: int
+) -> ReadyResponse | None:
+    """`get_table`'s ready answer (`ReadyAnswer`; a GET with a body is the route's to answer)."""
+    if body:
+        return None
+    return _ready(state, signature(scope, "get_table"), False, max_bytes)
+
+
 @router.post(
     "/tables",
     summary="Compute (or fetch from the cache) the table for a spec or a config.json",
@@ -111,6 +160,7 @@ SPEC_BODY = {
     openapi_extra={"requestBody": SPEC_BODY, "parameters": TABLE_PARAMETERS},
 )
 @hot
+@answered_by(ready_post)
 async def post_table(request: Request) -> Response:
     """The table for the spec in the body; its stable URL is in `Content-Location`."""
     state = app_state(request)
@@ -118,12 +168,9 @@ async def post_table(request: Request) -> Response:
     if signature(request.scope, "post_table") is not None:  # no per-request headers
         raw = await read_body(request.receive)
         shape = post_signature(request.scope, raw)
-    if shape is not None and state.cache is not None:
-        found = state.prepared.find(state.cache, shape)
-        if found is not None:
-            entry, prepared = found
-            state.index.remember(prepared.key, prepared.spec)
-            return state.prepared.send(state.cache, entry, prepared)
+    hit = _prepared(state, shape, True) if shape is not None else None
+    if hit is not None:
+        return state.prepared.send(*hit)
     if raw is not None:  # read already: the full path reads it from here
         request = Request(request.scope, replaying(raw, request.receive))
     body = await read_json_object(request)
@@ -165,20 +212,15 @@ async def post_table(request: Request) -> Response:
     },
 )
 @hot
+@answered_by(ready_get)
 async def get_table(request: Request) -> Response:
     """The table the URL names: immutable, so cacheable forever; 304 on a matching
     If-None-Match."""
     state = app_state(request)
     shape = signature(request.scope, "get_table")
-    if shape is not None and state.cache is not None:
-        found = state.prepared.find(state.cache, shape)
-        if found is not None:
-            entry, prepared = found
-            known = state.index.get(prepared.key) is not None
-            if known or prepared.carried:  # else `_known` refuses the bare key (404)
-                if not known:
-                    state.index.remember(prepared.key, prepared.spec)  # as `_known` does
-                return state.prepared.send(state.cache, entry, prepared)
+    hit = _prepared(state, shape, False) if shape is not None else None
+    if hit is not None:
+        return state.prepared.send(*hit)
     segment = request.path_params["key"]
     key, spec = _known(state, segment)
     return await serve_table(

@@ -147,3 +147,20 @@ def acquire(cache: TableCache, charges: list[tuple[Hashable, int]]) -> list[Leas
             lease.release()
         raise
     return leases
+
+
+def try_acquire(cache: TableCache, charges: list[tuple[Hashable, int]]) -> list[Lease] | None:
+    """`acquire`, but None where it raises (those taken given back), the refusal not counted
+    (`InFlightBudget.try_acquire`)."""
+    budget = cache.budget
+    leases: list[Lease] = []
+    if budget is None:
+        return leases
+    for name, size in charges:
+        lease = budget.try_acquire(name, size)
+        if lease is None:
+            for taken in leases:
+                taken.release()
+            return None
+        leases.append(lease)
+    return leases

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from starlette.types import Scope
 
-from posenc.api.serving.body import FixedHeaders, ReadyResponse, acquire
+from posenc.api.serving.body import FixedHeaders, ReadyResponse, acquire, try_acquire
 from posenc.encodings import SpecBase
 from posenc.runtime import CacheEntry, TableCache
 
@@ -59,6 +59,11 @@ class Prepared:
     views: list[memoryview]
     charges: list[tuple[Hashable, int]]
 
+    @property
+    def size(self) -> int:
+        """The body's bytes."""
+        return sum(view.nbytes for view in self.views)
+
 
 def signature(scope: Scope, route: str, *extra: Hashable) -> Signature | None:
     """The shape of a request to `route` (the path, raw query, `Accept`, then `extra`), or None
@@ -72,11 +77,11 @@ def signature(scope: Scope, route: str, *extra: Hashable) -> Signature | None:
     return (route, scope["path"], scope["query_string"], accept, *extra)
 
 
-def post_signature(scope: Scope, body: bytes) -> Signature | None:
+def post_signature(scope: Scope, body: bytes | bytearray) -> Signature | None:
     """`signature` of a `POST /v1/tables` with `body` (None above `MAX_SIGNATURE_BODY`)."""
     if len(body) > MAX_SIGNATURE_BODY:
         return None
-    return signature(scope, "post_table", body)
+    return signature(scope, "post_table", bytes(body))
 
 
 class PreparedAnswers:
@@ -114,6 +119,20 @@ class PreparedAnswers:
         cache.touch(entry)
         # the views keep alive what is sent, never the entry (charges are named by its serial)
         return ReadyResponse(prepared.headers, prepared.views, acquire(cache, prepared.charges))
+
+    def try_send(
+        self, cache: TableCache, entry: CacheEntry, prepared: Prepared, max_bytes: int
+    ) -> ReadyResponse | None:
+        """`send`, for an answer of at most `max_bytes` whose charges fit; else None, and
+        nothing counted, touched or refused (the server's ready answers, `api/door.py`, leave
+        the request to its route)."""
+        if prepared.size > max_bytes:
+            return None
+        leases = try_acquire(cache, prepared.charges)
+        if leases is None:
+            return None
+        cache.touch(entry)
+        return ReadyResponse(prepared.headers, prepared.views, leases)
 
     def keep(self, shape: Signature, entry: CacheEntry, prepared: Prepared) -> None:
         """Remember `prepared` as `shape`'s answer while `entry` is resident."""

@@ -1,0 +1,317 @@
+"""The door (api/door.py): a ready cache hit answered by posenc's protocol as its request
+completes, without an ASGI task, byte for byte what the app answers; every other request, and
+every hit the door may not answer, is the app's.
+
+Each request is fed to posenc's `GuardedProtocol` and to uvicorn's own `HttpToolsProtocol` over
+the same app (uvicorn's protocol has no door: the app answers there), each writing to a
+recording transport. "Answered at the door" is observed, not assumed: the response is complete
+when `data_received` returns, and the protocol made no task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import uvicorn
+from fastapi import FastAPI
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.server import ServerState
+
+from posenc.api.app import create_app
+from posenc.api.server import COALESCE_BYTES, GuardedProtocol, server_config
+from posenc.api.settings import Settings
+from posenc.api.state import AppState
+from posenc.runtime import for_peer
+from tests.api.test_coalesced_writes import LARGE, SMALL, RecordingTransport, http, undated
+
+
+@dataclass
+class Answer:
+    writes: list[bytes]
+    at_door: bool
+    """Complete when `data_received` returned, no task made."""
+
+    @property
+    def data(self) -> bytes:
+        return b"".join(self.writes)
+
+
+class Bench:
+    """One app (lifespan started) and both protocols over it."""
+
+    def __init__(self, app: FastAPI, settings: Settings) -> None:
+        self.app = app
+        # uvicorn's loggers are global, each config sets them up: posenc's last, as it serves
+        self.plain = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False)
+        self.guarded = server_config(app, settings)
+        for config in (self.guarded, self.plain):
+            config.load()
+
+    @property
+    def state(self) -> AppState:
+        state = self.app.state.posenc
+        assert isinstance(state, AppState)
+        return state
+
+    async def send(
+        self, raw: bytes | list[bytes], guarded: bool = True, responses: int = 1
+    ) -> Answer:
+        """The writes of the answer(s) to `raw` (one read, or one read per element) on a new
+        connection of posenc's protocol (else uvicorn's)."""
+        config = self.guarded if guarded else self.plain
+        cls = GuardedProtocol if guarded else HttpToolsProtocol
+        protocol = cls(config, ServerState(), {}, asyncio.get_running_loop())
+        transport = RecordingTransport()
+        protocol.connection_made(transport)
+        reads = raw if isinstance(raw, list) else [raw]
+        tasks = 0
+        for read in reads:
+            protocol.data_received(read)
+            tasks += len(protocol.tasks)
+        cycle = protocol.cycle
+        at_door = tasks == 0 and cycle is not None and cycle.response_complete
+        for _ in range(2000):
+            cycle = protocol.cycle
+            if cycle is not None and cycle.response_complete and not protocol.tasks:
+                break
+            await asyncio.sleep(0.005)
+        else:
+            raise AssertionError("no complete response")
+        await asyncio.sleep(0)
+        protocol.connection_lost(None)
+        assert len(re.findall(rb"HTTP/1\.[01] \d{3} ", b"".join(transport.writes))) == responses
+        return Answer(transport.writes, at_door)
+
+    async def both(self, raw: bytes | list[bytes], responses: int = 1) -> Answer:
+        """posenc's answer to `raw`, after checking it equals uvicorn's (the `date` aside)."""
+        ours = await self.send(raw, responses=responses)
+        theirs = await self.send(raw, guarded=False, responses=responses)
+        assert undated(ours.data) == undated(theirs.data)
+        return ours
+
+    async def resolve(self, spec: dict[str, Any]) -> str:
+        """The `GET` path of `spec`'s table, its answers to that GET and to the POST of `spec`
+        cached and prepared (by the app)."""
+        raw = http("POST", "/v1/tables", json.dumps(spec).encode())
+        first = await self.send(raw)
+        assert not first.at_door  # computed by the app
+        key = re.search(rb"x-posenc-key: (\w+)", first.data)
+        assert key is not None
+        path = f"/v1/tables/{key.group(1).decode()}"
+        assert not (await self.send(http("GET", path))).at_door  # its GET prepared
+        return path
+
+
+def with_bench(scenario: Callable[[Bench], Awaitable[None]], **settings_: Any) -> None:
+    settings_.setdefault("log_level", "warning")
+    settings = Settings(device="cpu", **settings_)
+    app: FastAPI = create_app(settings)
+    bench = Bench(app, settings)
+
+    async def run() -> None:
+        async with app.router.lifespan_context(app):
+            await scenario(bench)
+
+    asyncio.run(run())
+
+
+def requests(bench: Bench, method: str, route: str, status: int) -> int:
+    rows = bench.state.metrics.tally._requests
+    row = rows.get((method, route, status))
+    return int(row[0]) if row else 0
+
+
+def test_ready_hits_are_answered_at_the_door_as_the_app_answers_them() -> None:
+    async def scenario(bench: Bench) -> None:
+        body = json.dumps(SMALL).encode()
+        path = await bench.resolve(SMALL)
+        counted = requests(bench, "GET", "/v1/tables/{key}", 200)
+        for raw in (http("GET", path), http("POST", "/v1/tables", body)):
+            answer = await bench.both(raw)
+            assert answer.at_door
+            assert b" 200 OK" in answer.writes[0]
+            assert b"x-posenc-cache: hit" in answer.writes[0]
+            assert len(answer.writes) == 1
+        # counted as the app counts it: the route's template, 200 (uvicorn's protocol, the app,
+        # counted the other)
+        assert requests(bench, "GET", "/v1/tables/{key}", 200) == counted + 2
+        # a bare key and an Accept the table has been asked with are shapes of their own: the
+        # first of each is the app's, the next the door's
+        for raw in (
+            http("GET", path, headers={"accept": "application/x-npz"}),
+            http("GET", path + "?format=npz"),
+        ):
+            assert not (await bench.send(raw)).at_door
+            assert (await bench.both(raw)).at_door
+        # nothing is held once the answers are written
+        budget = bench.state.budget
+        assert budget is not None
+        assert budget.held == 0
+
+    with_bench(scenario)
+
+
+def test_what_the_door_may_not_answer_is_the_apps() -> None:
+    async def scenario(bench: Bench) -> None:
+        path = await bench.resolve(SMALL)
+        etag = re.search(rb"etag: ([^\r]+)", (await bench.send(http("GET", path))).data)
+        assert etag is not None
+        chunked = (
+            f"POST /v1/tables HTTP/1.1\r\nhost: test\r\ntransfer-encoding: chunked\r\n\r\n"
+            f"{len(json.dumps(SMALL)):x}\r\n{json.dumps(SMALL)}\r\n0\r\n\r\n"
+        ).encode()
+        http10 = f"GET {path} HTTP/1.0\r\nhost: test\r\n\r\n".encode()
+        for raw in (
+            http("HEAD", path),
+            http("GET", path, headers={"if-none-match": etag.group(1).decode()}),
+            http("GET", path, headers={"range": "bytes=0-99"}),
+            http("GET", path, headers={"x-forwarded-for": "10.1.2.3"}),
+            http("GET", path, headers={"connection": "close"}),
+            http10,
+            chunked,
+            http("GET", "/v1/tables/" + "0" * 64),  # unknown key: 404
+            http("GET", "/v1/kinds"),  # not a hot route
+        ):
+            answer = await bench.both(raw)
+            assert not answer.at_door, raw
+
+    with_bench(scenario)
+
+
+def test_a_body_still_to_come_is_read_by_the_app() -> None:
+    async def scenario(bench: Bench) -> None:
+        await bench.resolve(SMALL)
+        raw = http("POST", "/v1/tables", json.dumps(SMALL).encode())
+        split = [raw[:-10], raw[-10:]]
+        answer = await bench.both(split)
+        assert not answer.at_door
+        assert b"x-posenc-cache: hit" in answer.writes[0]
+
+    with_bench(scenario)
+
+
+def test_large_answers_are_the_apps_to_pace() -> None:
+    async def scenario(bench: Bench) -> None:
+        path = await bench.resolve(LARGE)
+        answer = await bench.both(http("GET", path))
+        assert not answer.at_door
+        assert sum(len(w) for w in answer.writes) > COALESCE_BYTES
+
+    with_bench(scenario)
+
+
+def test_pipelined_hits_are_answered_in_order() -> None:
+    async def scenario(bench: Bench) -> None:
+        path = await bench.resolve(SMALL)
+        small = await bench.send(http("GET", path))
+        npz = http("GET", path + "?format=npz")
+        await bench.send(npz)  # prepared
+        answer = await bench.both(http("GET", path) + npz + http("GET", path), responses=3)
+        assert answer.at_door
+        assert len(answer.writes) == 3
+        assert undated(answer.writes[0]) == undated(answer.writes[2]) == undated(small.data)
+        assert answer.writes[1] != answer.writes[0]
+
+    with_bench(scenario)
+
+
+def test_api_keys_guard_the_door() -> None:
+    async def scenario(bench: Bench) -> None:
+        auth = {"authorization": "Bearer sesame"}
+        raw = http("POST", "/v1/tables", json.dumps(SMALL).encode(), auth)
+        await bench.send(raw)
+        assert (await bench.both(raw)).at_door
+        for headers in ({}, {"authorization": "Bearer wrong"}):
+            refused = await bench.both(
+                http("POST", "/v1/tables", json.dumps(SMALL).encode(), headers)
+            )
+            assert not refused.at_door
+            assert b" 401 " in refused.writes[0]
+
+    with_bench(scenario, api_keys=["sesame"])
+
+
+def test_a_charge_that_does_not_fit_is_refused_by_the_app_once() -> None:
+    async def scenario(bench: Bench) -> None:
+        path = await bench.resolve(SMALL)
+        budget = bench.state.budget
+        assert budget is not None
+        others = budget.acquire(object(), budget.max_bytes)  # every byte in flight elsewhere
+        refused = budget.refused
+        answer = await bench.send(http("GET", path))
+        assert not answer.at_door
+        assert b" 503 " in answer.writes[0]
+        assert budget.refused == refused + 1
+        others.release()
+        assert (await bench.send(http("GET", path))).at_door
+        assert budget.held == 0
+
+    with_bench(scenario)
+
+
+def test_a_body_over_its_cap_is_refused_by_the_app() -> None:
+    async def scenario(bench: Bench) -> None:
+        raw = http("POST", "/v1/tables", json.dumps(SMALL).encode())
+        await bench.send(raw)
+        assert (await bench.send(raw)).at_door
+        door = bench.state.door
+        assert door is not None
+        # the cap lowered under the running app: the rules `Gate` and the door share
+        door.rules.routes = ()
+        door.rules.max_bytes = len(json.dumps(SMALL)) - 1
+        refused = await bench.both(raw)
+        assert not refused.at_door
+        assert b" 413 " in refused.writes[0]
+
+    with_bench(scenario)
+
+
+def test_charges_count_toward_the_clients_share() -> None:
+    async def scenario(bench: Bench) -> None:
+        path = await bench.resolve(SMALL)
+        budget = bench.state.budget
+        assert budget is not None
+        assert budget.max_peer_bytes is not None
+        with for_peer("127.0.0.1"):  # the recording transport's peer, another of its requests
+            others = budget.acquire(object(), budget.max_peer_bytes - 1000)
+        refused = await bench.send(http("GET", path))
+        assert not refused.at_door
+        assert b" 503 " in refused.writes[0]
+        assert b"share" in refused.writes[0]
+        assert budget.refused_peer == 1
+        others.release()
+        assert (await bench.send(http("GET", path))).at_door
+
+    with_bench(scenario)
+
+
+@pytest.mark.parametrize(
+    "settings_",
+    [{"cors_origins": ["https://app.example"]}, {"prepared_answers": False}, {"hot_routes": False}],
+    ids=["cors", "no-prepared", "no-hot-routes"],
+)
+def test_no_door_where_the_app_must_answer_every_request(settings_: dict[str, Any]) -> None:
+    async def scenario(bench: Bench) -> None:
+        assert bench.state.door is None
+        raw = http("POST", "/v1/tables", json.dumps(SMALL).encode())
+        await bench.send(raw)
+        assert not (await bench.both(raw)).at_door
+
+    with_bench(scenario, **settings_)
+
+
+def test_no_door_while_access_lines_are_logged() -> None:
+    async def scenario(bench: Bench) -> None:
+        raw = http("POST", "/v1/tables", json.dumps(SMALL).encode())
+        await bench.send(raw)
+        answer = await bench.send(raw)
+        assert not answer.at_door
+        assert b"x-posenc-cache: hit" in answer.writes[0]
+
+    with_bench(scenario, log_level="info")
