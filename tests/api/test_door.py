@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pytest
 import uvicorn
 from fastapi import FastAPI
@@ -29,6 +30,7 @@ from posenc.api.settings import Settings
 from posenc.api.state import AppState
 from posenc.runtime import for_peer
 from tests.api.test_coalesced_writes import LARGE, SMALL, RecordingTransport, http, undated
+from tests.api.test_v2_steps import step
 
 
 @dataclass
@@ -315,3 +317,62 @@ def test_no_door_while_access_lines_are_logged() -> None:
         assert b"x-posenc-cache: hit" in answer.writes[0]
 
     with_bench(scenario, log_level="info")
+
+
+def v2_step(positions: list[int], **headers: str) -> bytes:
+    """A `/v2` decode step of `SMALL`'s RoPE: binary positions, cos and sin binary."""
+    params = {k: v for k, v in SMALL.items() if k != "kind"}
+    body, extra = step(np.array(positions, dtype=np.int64), params, {"cos": True, "sin": True})
+    return http("POST", "/v2/models/rope/infer", body, {**extra, **headers})
+
+
+def test_templated_decode_steps_are_answered_at_the_door_as_the_app_answers_them() -> None:
+    async def scenario(bench: Bench) -> None:
+        for _ in range(2):  # computed; then a hit, whose answer leaves the template
+            assert not (await bench.send(v2_step([3]))).at_door
+        stats = bench.state.stats.get("rope")
+        tally = bench.state.metrics.tally
+        before = (
+            stats.durations["success"].count,
+            stats.durations["cache_hit"].count,
+            requests(bench, "POST", "/v2/models/{model}/infer", 200),
+            {k: v[0] for k, v in tally._infer.items()},  # posenc_v2_infer_total
+        )
+        for position in (17, 0, 63):
+            answer = await bench.both(v2_step([position]))
+            assert answer.at_door
+            assert len(answer.writes) == 1
+        # counted as the route counts a templated step (the app answered the other three)
+        assert stats.durations["success"].count == before[0] + 6
+        assert stats.durations["cache_hit"].count == before[1] + 6
+        assert requests(bench, "POST", "/v2/models/{model}/infer", 200) == before[2] + 6
+        infers = {k: v[0] - before[3].get(k, 0) for k, v in tally._infer.items()}
+        assert {k: n for k, n in infers.items() if n} == {("rope", "hit"): 6}
+        # what the template does not answer is the app's
+        for raw in (
+            v2_step([64]),  # a row beyond the table: computed
+            v2_step([-1]),  # 400
+            v2_step([1, 2]),  # another count: another template, the first is the app's
+            v2_step([3], **{"content-encoding": "gzip"}),  # 415 or decoded: the app's
+        ):
+            assert not (await bench.both(raw)).at_door, raw
+        budget = bench.state.budget
+        assert budget is not None
+        assert budget.held == 0
+
+    with_bench(scenario)
+
+
+def test_a_decode_step_over_the_door_size_is_the_apps() -> None:
+    async def scenario(bench: Bench) -> None:
+        # 300 positions of cos and sin, 64 float32 each: 150 KiB of rows
+        wide = {**SMALL, "max_positions": 512}
+        params = {k: v for k, v in wide.items() if k != "kind"}
+        body, extra = step(np.arange(300, dtype=np.int64), params, {"cos": True, "sin": True})
+        raw = http("POST", "/v2/models/rope/infer", body, extra)
+        await bench.send(raw)
+        answer = await bench.both(raw)
+        assert not answer.at_door
+        assert sum(len(w) for w in answer.writes) > COALESCE_BYTES
+
+    with_bench(scenario)

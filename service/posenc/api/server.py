@@ -50,7 +50,7 @@ import struct
 import time
 from collections.abc import Iterator
 from types import FrameType
-from typing import Any, cast
+from typing import Any
 
 import orjson
 import uvicorn
@@ -516,7 +516,7 @@ class GuardedProtocol(HttpToolsProtocol):
             self.parsing = False
             pending, self.pending = self.pending, None
             if pending is not None:  # its body is still to come: the app reads it
-                super()._start_asgi_task(*pending)
+                self._run(*pending)
         if continued and self.in_headers:  # this whole read was header bytes
             self.header_bytes += len(data)
             if self.header_bytes > self.limits.max_header_bytes:
@@ -544,9 +544,8 @@ class GuardedProtocol(HttpToolsProtocol):
         self.header_bytes = 0
 
     def on_headers_complete(self) -> None:
-        """The headers are in: the header timer stops; the request's cycle is a `_FixedCycle`
-        writing through `_CycleTransport` (counting the bytes sent, one write for a small
-        response)."""
+        """The headers are in: the header timer stops, and the send-rate window of the last
+        response."""
         self.in_headers = False
         if self.header_timer is not None:
             self.header_timer.cancel()
@@ -555,10 +554,6 @@ class GuardedProtocol(HttpToolsProtocol):
         if self.rate_timer is not None:  # a new response: a new window from its first wait
             self.rate_timer.cancel()
             self.rate_timer = None
-        cycle = self.cycle
-        if cycle is not None:
-            cycle.__class__ = _FixedCycle
-            cycle.transport = _CycleTransport(self.transport, self, cycle)  # type: ignore[assignment]
 
     def on_response_complete(self) -> None:
         """uvicorn's, after sending headers still held (a response whose body wrote nothing)."""
@@ -577,7 +572,7 @@ class GuardedProtocol(HttpToolsProtocol):
         if pending is not None and pending[0] is self.cycle:
             self.pending = None
             if not self._ready(pending[0]):
-                super()._start_asgi_task(*pending)
+                self._run(*pending)
 
     def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
         """uvicorn's; but a request of the plain app whose headers arrive in a read being parsed
@@ -586,6 +581,13 @@ class GuardedProtocol(HttpToolsProtocol):
         if self.door is not None and self.parsing and app is self.door_app and self.pending is None:
             self.pending = (cycle, app)
             return
+        self._run(cycle, app)
+
+    def _run(self, cycle: RequestResponseCycle, app: Any) -> None:
+        """uvicorn's task for `cycle`, which is a `_FixedCycle` writing through
+        `_CycleTransport` (counting the bytes sent, one write for a small response)."""
+        cycle.__class__ = _FixedCycle
+        cycle.transport = _CycleTransport(self.transport, self, cycle)  # type: ignore[assignment]
         super()._start_asgi_task(cycle, app)
 
     def _ready(self, cycle: RequestResponseCycle) -> bool:
@@ -606,7 +608,9 @@ class GuardedProtocol(HttpToolsProtocol):
                 return False
             lines, length = rendered
             views = ready.views
-            if length != sum(view.nbytes for view in views):  # uvicorn would refuse it
+            for view in views:
+                length -= view.nbytes
+            if length:  # not the body's: uvicorn would refuse it
                 return False
             data = b"".join([*_head(cycle, 200, lines), *views])
             cycle.response_started = cycle.response_complete = True
@@ -614,7 +618,8 @@ class GuardedProtocol(HttpToolsProtocol):
             self.transport.write(data)
             return True
 
-        if not self.door.answer(cast(Scope, cycle.scope), cycle.body, write, COALESCE_BYTES):
+        scope: Any = cycle.scope  # uvicorn's typed dict, Starlette's mapping
+        if not self.door.answer(scope, cycle.body, write, COALESCE_BYTES):
             return False
         self.on_response_complete()
         return True

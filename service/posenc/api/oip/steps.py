@@ -35,8 +35,8 @@ import torch
 from starlette.responses import Response
 
 from posenc.api.oip.codec import InferRequest
-from posenc.api.oip.stats import InferTimer
-from posenc.api.serving.body import FixedHeaders, ReadyResponse, acquire
+from posenc.api.oip.stats import InferenceStats, InferTimer
+from posenc.api.serving.body import FixedHeaders, ReadyResponse, acquire, try_acquire
 from posenc.runtime import CacheEntry, Lease, TableCache
 
 T = TypeVar("T")
@@ -85,6 +85,15 @@ class Rows:
     def lease(self, cache: TableCache) -> list[Lease]:
         """The output charge, taken (`Overloaded` when it does not fit)."""
         return acquire(cache, [(object(), self.charge)]) if self.charge else []
+
+    def try_lease(self, cache: TableCache) -> list[Lease] | None:
+        """`lease`, or None (nothing counted) when the charge does not fit."""
+        return try_acquire(cache, [(object(), self.charge)]) if self.charge else []
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes of the rows of an answer."""
+        return self.count * sum(self.row_bytes)
 
 
 def rows_template(
@@ -205,23 +214,39 @@ class StepTemplates:
             self._forget(next(iter(self._keys)))
 
     def gather(
-        self, cache: TableCache, key: Hashable, kind: type[S], data: bytes, offset: int = 0
+        self,
+        cache: TableCache,
+        key: Hashable,
+        kind: type[S],
+        data: bytes,
+        offset: int = 0,
+        found: tuple[CacheEntry, S] | None = None,
+        ready: bool = False,
     ) -> Gathered[S] | None:
-        """The template of kind `kind` under `key` applied to the positions in `data[offset:]`:
-        a cache hit counted, the output charge taken, each output's rows sliced; or None
-        (nothing done: no such template, or positions it does not cover). The HTTP and gRPC
+        """The template of kind `kind` under `key` (`found` already) applied to the positions
+        in `data[offset:]`: a cache hit counted, the output charge taken, each output's rows
+        sliced; or None (nothing done: no such template, or positions it does not cover; when
+        `ready`, also a charge that does not fit, for the route to refuse). The HTTP and gRPC
         decode steps build their bodies from it."""
-        found = self.find(cache, key, kind)
         if found is None:
-            return None
+            found = self.find(cache, key, kind)
+            if found is None:
+                return None
         entry, step = found
         rows = step.rows
         positions = rows.positions(data, offset)
         if positions is None:
             return None
         input_end = time.perf_counter_ns()
-        self.used(cache, key, entry)
-        leases = rows.lease(cache)
+        if ready:
+            taken = rows.try_lease(cache)
+            if taken is None:
+                return None
+            self.used(cache, key, entry)
+            leases = taken
+        else:
+            self.used(cache, key, entry)
+            leases = rows.lease(cache)
         blocks = rows.blocks(positions)
         return Gathered(step, blocks, leases, input_end, time.perf_counter_ns())
 
@@ -245,9 +270,46 @@ class StepTemplates:
             return None
         key, end = shape
         got = self.gather(cache, key, Step, body, end)
+        return self._answer(got, observe, timer) if got is not None else None
+
+    def ready(
+        self,
+        cache: TableCache,
+        path: str,
+        header_length: bytes | None,
+        body: bytes,
+        observe: Callable[[str, str], None] | None,
+        stats: InferenceStats,
+        max_bytes: int,
+    ) -> ReadyResponse | None:
+        """`answer`, for the server's ready answers (`api/door.py`): an answer of at most
+        `max_bytes` whose charge fits, the success recorded in `stats` as the route records it;
+        else None, and nothing counted."""
+        if not self._keys:
+            return None
+        shape = _shape(path, header_length, body)
+        if shape is None:
+            return None
+        key, end = shape
+        found = self.find(cache, key, Step)
+        if found is None:
+            return None
+        step = found[1]
+        if len(step.head) + step.rows.nbytes > max_bytes:
+            return None
+        timer = stats.timer(step.rows.model)
+        got = self.gather(cache, key, Step, body, end, found, ready=True)
         if got is None:
             return None
-        # the body assembled once: the header, then each output's rows
+        answer = self._answer(got, observe, timer)
+        timer.succeeded("hit")
+        return answer
+
+    @staticmethod
+    def _answer(
+        got: Gathered[Step], observe: Callable[[str, str], None] | None, timer: InferTimer
+    ) -> ReadyResponse:
+        """The body assembled once: the header, then each output's rows."""
         parts: list[bytes | memoryview] = [got.step.head]
         for block in got.blocks:
             parts += block

@@ -32,7 +32,7 @@ from starlette.types import Receive, Scope
 import posenc
 from posenc.api.caps import body_cap
 from posenc.api.deps import app_state
-from posenc.api.hot import hot
+from posenc.api.hot import answered_by, hot
 from posenc.api.oip import EXTENSIONS
 from posenc.api.oip.codec import (
     OipError,
@@ -46,7 +46,7 @@ from posenc.api.oip.context import OipContext
 from posenc.api.oip.errors import INTERNAL_MESSAGE, as_oip_error
 from posenc.api.oip.models import MODELS, VERSION, OipModel, find_model
 from posenc.api.oip.stats import InferTimer
-from posenc.api.serving.body import BodyResponse
+from posenc.api.serving.body import BodyResponse, ReadyResponse
 from posenc.api.state import AppState
 from posenc.runtime import TableCache
 from posenc.verified import VERIFIED_AGAINST
@@ -159,8 +159,29 @@ def oip_responses(errors: dict[int, str]) -> dict[int | str, dict[str, Any]]:
 
 
 def infer_route(endpoint: Callable[..., Awaitable[Response]]) -> Callable[..., Awaitable[Response]]:
-    """An infer endpoint: a hot route (`@hot`), its body capped by `max_infer_body_bytes`."""
-    return body_cap("max_infer_body_bytes")(hot(endpoint))
+    """An infer endpoint: a hot route (`@hot`), its body capped by `max_infer_body_bytes`, its
+    templated decode steps answered by the server (`ready_infer`)."""
+    return answered_by(ready_infer)(body_cap("max_infer_body_bytes")(hot(endpoint)))
+
+
+def ready_infer(
+    state: AppState, scope: Scope, body: bytes | bytearray, max_bytes: int
+) -> ReadyResponse | None:
+    """The infer endpoint's ready answer (`ReadyAnswer`, api/hot.py): a decode step its
+    template answers (`StepTemplates.ready`, as the endpoint's `steps.answer`)."""
+    _, encoding, header_length = _body_headers(scope)
+    cache = state.cache
+    if encoding is not None or cache is None or len(body) > max_bytes:
+        return None
+    return state.steps.ready(
+        cache,
+        scope["path"],
+        header_length,
+        bytes(body),
+        state.metrics.observe_infer,
+        state.stats,
+        max_bytes,
+    )
 
 
 def _index_request(body: bytes) -> bool:

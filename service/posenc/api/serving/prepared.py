@@ -24,7 +24,7 @@ from __future__ import annotations
 import weakref
 from collections import OrderedDict
 from collections.abc import Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from starlette.types import Scope
 
@@ -58,11 +58,11 @@ class Prepared:
     headers: FixedHeaders
     views: list[memoryview]
     charges: list[tuple[Hashable, int]]
+    size: int = field(init=False)
+    """The body's bytes."""
 
-    @property
-    def size(self) -> int:
-        """The body's bytes."""
-        return sum(view.nbytes for view in self.views)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "size", sum(view.nbytes for view in self.views))
 
 
 def signature(scope: Scope, route: str, *extra: Hashable) -> Signature | None:
