@@ -376,3 +376,21 @@ def test_a_decode_step_over_the_door_size_is_the_apps() -> None:
         assert sum(len(w) for w in answer.writes) > COALESCE_BYTES
 
     with_bench(scenario)
+
+
+def test_a_fault_of_the_door_leaves_the_answer_to_the_app(caplog: pytest.LogCaptureFixture) -> None:
+    async def scenario(bench: Bench) -> None:
+        path = await bench.resolve(SMALL)
+        door = bench.state.door
+        assert door is not None
+
+        def broken(*args: Any) -> None:
+            raise RuntimeError("a fault injected into the door's ready answer")
+
+        door.routes = tuple((route, broken) for route, _ in door.routes)
+        answer = await bench.both(http("GET", path))
+        assert not answer.at_door
+        assert b" 200 OK" in answer.writes[0]
+        assert "the door failed on GET" in caplog.text
+
+    with_bench(scenario)

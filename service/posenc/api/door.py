@@ -1,7 +1,7 @@
 """The door: a cache hit answered by the server as its request completes, without an ASGI task.
 
-After the hot routes (`api/hot.py`) and the prepared answers (`serving.prepared`), a small cache
-hit still went through everything an ASGI request costs: uvicorn's task and its `run_asgi`,
+After the hot routes (`api/hot.py`), the prepared answers (`serving.prepared`) and the decode-step
+templates (`oip.steps`), a small cache hit still went through everything an ASGI request costs: uvicorn's task and its `run_asgi`,
 FastAPI's and Starlette's layers, `Gate`, the dispatcher, the endpoint and two `send` calls,
 each a coroutine, and a turn of the event loop before any of it runs. Its answer was ready all
 along. So posenc's protocol (`api/server.py`, `GuardedProtocol`) asks the `Door` first, as a
@@ -12,17 +12,20 @@ it always has.
 
 The door answers only what the app would answer the same way, with the same side effects:
 
-- a request to a hot route marked `answered_by` (`GET /v1/tables/{key}`, `POST /v1/tables`),
-  whose `ReadyAnswer` (the route's own code, shared with its endpoint) finds a prepared answer of
-  at most the bytes the protocol writes at once (`COALESCE_BYTES`: nothing to pace) whose
+- a request to a hot route marked `answered_by` (`GET /v1/tables/{key}`, `POST /v1/tables`,
+  `POST /v2/models/{model}[/versions/{version}]/infer`), whose `ReadyAnswer` (the route's own
+  code, shared with its endpoint) finds a ready answer (a prepared hit, a templated decode step)
+  of at most the bytes the protocol writes at once (`COALESCE_BYTES`: nothing to pace) whose
   in-flight charges fit (`InFlightBudget.try_acquire`: a refusal is left to the route, counted
   once);
 - GET or POST only (HEAD, OPTIONS: the app), no `Transfer-Encoding`, `Expect` nor proxy headers
   (`X-Forwarded-For`/`-Proto`: uvicorn's proxy middleware rewrites the client), a body within
   its path's cap and charged to the budget as `Gate` charges it (`BODY_COPIES`), with a valid
   API key where keys guard the path (`GateRules`, the rules `Gate` enforces);
-- counted in the metrics as `Gate` counts it (the route's template, 200, the latency), its
-  charges made for the client's peer (`runtime.for_peer`) and held until the answer is written.
+- counted in the metrics as `Gate` counts it (the route's template, 200, the latency; a decode
+  step also as the route counts it: the cache hit, `posenc_v2_infer_total`, Triton's
+  statistics), its charges made for the client's peer (`runtime.for_peer`) and held until the
+  answer is written.
 
 There is no door with CORS on (`cors_origins`): Starlette's CORS middleware edits every answer
 (`Vary: Origin` even to a request without an `Origin`), so the app answers them all.

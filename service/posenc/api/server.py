@@ -619,10 +619,19 @@ class GuardedProtocol(HttpToolsProtocol):
             return True
 
         scope: Any = cycle.scope  # uvicorn's typed dict, Starlette's mapping
-        if not self.door.answer(scope, cycle.body, write, COALESCE_BYTES):
+        try:
+            answered = self.door.answer(scope, cycle.body, write, COALESCE_BYTES)
+        except Exception:
+            if cycle.response_started:  # written: there is nothing to fall back to
+                raise
+            # a fault of the door must not cost the client its answer: the app gives it
+            log.exception(
+                "the door failed on %s %s; the app answers", scope["method"], scope["path"]
+            )
             return False
-        self.on_response_complete()
-        return True
+        if answered:
+            self.on_response_complete()
+        return answered
 
     def pause_writing(self) -> None:
         """The client stopped reading (the transport is over its high-water mark): the send
