@@ -1,14 +1,14 @@
 """The door: a cache hit answered by the server as its request completes, without an ASGI task.
 
 After the hot routes (`api/hot.py`), the prepared answers (`serving.prepared`) and the decode-step
-templates (`oip.steps`), a small cache hit still went through everything an ASGI request costs: uvicorn's task and its `run_asgi`,
-FastAPI's and Starlette's layers, `Gate`, the dispatcher, the endpoint and two `send` calls,
-each a coroutine, and a turn of the event loop before any of it runs. Its answer was ready all
-along. So posenc's protocol (`api/server.py`, `GuardedProtocol`) asks the `Door` first, as a
-request's last byte is parsed: when the request is one the door may answer and its answer is
-ready, the protocol writes it at once (one socket write) and no task is made; otherwise (and for
-every request the door declines) the request goes to the app as before, which answers it the way
-it always has.
+templates (`oip.steps`), a small cache hit still went through everything an ASGI request costs:
+uvicorn's task and its `run_asgi`, FastAPI's and Starlette's layers, `Gate`, the dispatcher, the
+endpoint and two `send` calls, each a coroutine, and a turn of the event loop before any of it
+runs. Its answer was ready all along. So posenc's protocol (`api/server.py`, `GuardedProtocol`)
+asks the `Door` first, as a request's last byte is parsed: when the request is one the door may
+answer and its answer is ready, the protocol writes it at once (one socket write) and no task is
+made; otherwise (and for every request the door declines) the request goes to the app as before,
+which answers it the way it always has.
 
 The door answers only what the app would answer the same way, with the same side effects:
 

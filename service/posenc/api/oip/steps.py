@@ -263,13 +263,8 @@ class StepTemplates:
         `Inference-Header-Content-Length` value `header_length`, its `body` read) from its
         template, or None (nothing done: the slow path answers); its phases marked on `timer`
         as the slow path marks them (the caller records the success)."""
-        if not self._keys:
-            return None
-        shape = _shape(path, header_length, body)
-        if shape is None:
-            return None
-        key, end = shape
-        got = self.gather(cache, key, Step, body, end)
+        shape = self._templated(path, header_length, body)
+        got = self.gather(cache, shape[0], Step, body, shape[1]) if shape is not None else None
         return self._answer(got, observe, timer) if got is not None else None
 
     def ready(
@@ -285,15 +280,11 @@ class StepTemplates:
         """`answer`, for the server's ready answers (`api/door.py`): an answer of at most
         `max_bytes` whose charge fits, the success recorded in `stats` as the route records it;
         else None, and nothing counted."""
-        if not self._keys:
-            return None
-        shape = _shape(path, header_length, body)
-        if shape is None:
+        shape = self._templated(path, header_length, body)
+        found = self.find(cache, shape[0], Step) if shape is not None else None
+        if shape is None or found is None:
             return None
         key, end = shape
-        found = self.find(cache, key, Step)
-        if found is None:
-            return None
         step = found[1]
         if len(step.head) + step.rows.nbytes > max_bytes:
             return None
@@ -304,6 +295,12 @@ class StepTemplates:
         answer = self._answer(got, observe, timer)
         timer.succeeded("hit")
         return answer
+
+    def _templated(
+        self, path: str, header_length: bytes | None, body: bytes
+    ) -> tuple[Hashable, int] | None:
+        """`_shape` of a request while any template is kept, else None."""
+        return _shape(path, header_length, body) if self._keys else None
 
     @staticmethod
     def _answer(
