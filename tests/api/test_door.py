@@ -31,6 +31,7 @@ from posenc.api.state import AppState
 from posenc.runtime import for_peer
 from tests.api.test_coalesced_writes import LARGE, SMALL, RecordingTransport, http, undated
 from tests.api.test_v2_steps import step
+from tests.conftest import start_server
 
 
 @dataclass
@@ -394,3 +395,30 @@ def test_a_fault_of_the_door_leaves_the_answer_to_the_app(caplog: pytest.LogCapt
         assert "the door failed on GET" in caplog.text
 
     with_bench(scenario)
+
+
+def test_a_real_server_answers_repeated_hits_at_its_door() -> None:
+    """Through uvicorn on loopback and httpx: the server's config carries the app's door, and
+    the hits it answers are the app's bytes, counted in `/metrics` as the app counts them."""
+    with start_server(device="cpu") as handle, handle.client() as client:
+        door = handle.state.door
+        assert door is not None
+        verdicts: list[bool] = []
+        answer = door.answer
+
+        def observed(*args: Any) -> bool:  # the door itself, its verdicts recorded
+            verdict = answer(*args)
+            verdicts.append(verdict)
+            return verdict
+
+        door.answer = observed  # type: ignore[method-assign]
+        first = client.post("/v1/tables", json=SMALL)
+        assert first.status_code == 200
+        path = "/v1/tables/" + first.headers["x-posenc-key"]
+        gets = [client.get(path) for _ in range(4)]
+        assert verdicts == [False, False, True, True, True]  # computed; then prepared by the app
+        assert all(r.status_code == 200 and r.content == first.content for r in gets)
+        assert gets[-1].headers["etag"] == first.headers["etag"]
+        metrics = client.get("/metrics").text
+        line = 'posenc_http_requests_total{method="GET",route="/v1/tables/{key}",status="200"} 4.0'
+        assert line in metrics
