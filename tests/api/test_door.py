@@ -220,6 +220,19 @@ def test_pipelined_hits_are_answered_in_order() -> None:
         assert len(answer.writes) == 3
         assert undated(answer.writes[0]) == undated(answer.writes[2]) == undated(small.data)
         assert answer.writes[1] != answer.writes[0]
+        # a hit at the door, then a request the app computes, in one read: the connection is
+        # not idle while the app works on the second (no keep-alive timer to cut it)
+        config = bench.guarded
+        protocol = GuardedProtocol(config, ServerState(), {}, asyncio.get_running_loop())
+        protocol.connection_made(RecordingTransport())
+        wide = http("POST", "/v1/tables", json.dumps({**SMALL, "max_positions": 96}).encode())
+        protocol.data_received(http("GET", path) + wide)
+        assert len(protocol.tasks) == 1  # the hit answered, the computation running
+        assert protocol.timeout_keep_alive_task is None
+        while protocol.tasks:
+            await asyncio.sleep(0.005)
+        assert protocol.timeout_keep_alive_task is not None  # idle again once answered
+        protocol.connection_lost(None)
 
     with_bench(scenario)
 

@@ -32,6 +32,12 @@ Connections (`GuardedProtocol`, uvicorn's httptools protocol with what it lacks 
 uvicorn offers `limit_concurrency` (counted only once a request's headers are in, answered in
 plain text) and the keep-alive timeout; it has no header, body or send timeout.
 
+Ready answers: as a request's last byte is parsed, the protocol asks the app's door
+(`api/door.py`) whether its answer is ready (a small prepared hit, a templated decode step) and
+writes it at once, without an ASGI task (`_ready`); a request's task waits for that within the
+read being parsed (`_start_asgi_task`), and starts as before for every request the door leaves
+to the app.
+
 On SIGTERM the server first drains: readiness turns 503 while requests keep being served for
 `drain_seconds` (so a load balancer notices and stops routing here), then uvicorn stops accepting
 connections and waits up to `grace_seconds` for in-flight requests before the lifespan shuts down.
@@ -538,10 +544,16 @@ class GuardedProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         """A request's first byte: its headers are due within the header timeout (from the end
-        of this read, `data_received`)."""
+        of this read, `data_received`). The connection is no longer idle: a keep-alive timer
+        armed by the door's answer to the request before it in the same read stops (uvicorn
+        stops it as a read begins)."""
         super().on_message_begin()
         self.in_headers = True
         self.header_bytes = 0
+        idle = self.timeout_keep_alive_task
+        if idle is not None:
+            idle.cancel()
+            self.timeout_keep_alive_task = None
 
     def on_headers_complete(self) -> None:
         """The headers are in: the header timer stops, and the send-rate window of the last
