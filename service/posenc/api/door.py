@@ -32,9 +32,12 @@ There is no door with CORS on (`cors_origins`): Starlette's CORS middleware edit
 
 What the protocol checks itself (the connection's side): the app it would run is the plain app
 (not a refusal over the connection cap or uvicorn's concurrency limit), the connection is kept
-alive, no access line is logged, the transport is not paused, and the whole request arrived in
-the read being parsed (a request whose body is still to come starts its task at the end of that
-read, as uvicorn would have started it).
+alive, no access line is logged, and the transport is not paused. A request's task waits for its
+last byte in the read its headers end (uvicorn's task would not have run before the end of that
+read anyway); a request whose body is still to come then starts its task as uvicorn would have,
+unless the door awaits it (`Door.awaits`: a POST to one of its routes declaring a small body
+within its cap, which many clients, httpx among them, write apart from the headers), which then
+waits for its body in the later reads, the body timeout running, as the route would have.
 """
 
 from __future__ import annotations
@@ -84,6 +87,28 @@ class Door:
             if method in (route.methods or ()) and route.path_regex.match(path) is not None:
                 return route, ready_answer
         return None
+
+    def awaits(self, scope: Scope, max_bytes: int) -> bool:
+        """Whether a request whose headers are in and whose body is not (yet: many clients write
+        them apart) is one the door may answer once it is: a POST to one of its routes
+        declaring a body of at most `max_bytes` and its path's cap, with none of the headers
+        it declines. The protocol then starts no task for it before its last byte (a route
+        would only wait for the body too; what it answers without reading it, a 413 over the
+        cap, an unknown path, is not awaited)."""
+        if scope["method"] != "POST":
+            return False
+        declared = -1
+        for name, value in scope["headers"]:
+            if name in DECLINED:
+                return False
+            if name == b"content-length" and declared < 0:
+                declared = int(value) if value.isdigit() else -1
+        path = get_route_path(scope)
+        return (
+            0 <= declared <= max_bytes
+            and declared <= self.rules.limit_for(path)
+            and self.route("POST", path) is not None
+        )
 
     def answer(self, scope: Scope, body: bytes | bytearray, write: Write, max_bytes: int) -> bool:
         """Answer the request (ASGI `scope`, its whole `body`) with `write` when its answer is

@@ -475,8 +475,7 @@ class GuardedProtocol(HttpToolsProtocol):
         """The app whose requests the door may answer (not a refusing one: `connection_made`)."""
         self.parsing = False
         self.pending: tuple[RequestResponseCycle, Any] | None = None
-        """A request whose task waits for its last byte in the read being parsed, for the
-        door."""
+        """A request whose task waits for its last byte, for the door (`_start_asgi_task`)."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         """Accept, or (over the cap) serve only the 503; start the header timer."""
@@ -497,7 +496,11 @@ class GuardedProtocol(HttpToolsProtocol):
         self.header_timer = self.loop.call_later(wait, self._header_timeout)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        """uvicorn's, and every timer cancelled."""
+        """uvicorn's, and every timer cancelled; a request the door awaited goes to the app,
+        which reads the disconnect (as it would have, had its task started with the headers)."""
+        pending, self.pending = self.pending, None
+        if pending is not None:
+            self._run(*pending)
         for timer in (self.header_timer, self.body_timer, self.send_timer, self.rate_timer):
             if timer is not None:
                 timer.cancel()
@@ -520,9 +523,10 @@ class GuardedProtocol(HttpToolsProtocol):
             super().data_received(data)
         finally:
             self.parsing = False
-            pending, self.pending = self.pending, None
-            if pending is not None:  # its body is still to come: the app reads it
-                self._run(*pending)
+            pending = self.pending
+            if pending is not None and not self._awaited(pending[0]):
+                self.pending = None
+                self._run(*pending)  # its body is still to come: the app reads it
         if continued and self.in_headers:  # this whole read was header bytes
             self.header_bytes += len(data)
             if self.header_bytes > self.limits.max_header_bytes:
@@ -588,12 +592,26 @@ class GuardedProtocol(HttpToolsProtocol):
 
     def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
         """uvicorn's; but a request of the plain app whose headers arrive in a read being parsed
-        waits for its last byte there, for the door (`on_message_complete`; started at the end
-        of the read when it is not in it: its task would not have run before then anyway)."""
+        waits for its last byte there, for the door (`on_message_complete`): its task would not
+        have run before the end of that read anyway. It is started then when its body is still
+        to come, unless the door awaits it (`_awaited`): a small POST to one of its routes,
+        whose client wrote the body apart from the headers."""
         if self.door is not None and self.parsing and app is self.door_app and self.pending is None:
             self.pending = (cycle, app)
             return
         self._run(cycle, app)
+
+    def _awaited(self, cycle: RequestResponseCycle) -> bool:
+        """Whether `cycle`'s request, its body still to come at the end of a read, stays with
+        the door until its last byte (`Door.awaits`; the body timer runs meanwhile)."""
+        scope: Any = cycle.scope
+        return (
+            self.door is not None
+            and cycle is self.cycle
+            and cycle.more_body
+            and not self.transport.is_closing()
+            and self.door.awaits(scope, COALESCE_BYTES)
+        )
 
     def _run(self, cycle: RequestResponseCycle, app: Any) -> None:
         """uvicorn's task for `cycle`, which is a `_FixedCycle` writing through
