@@ -25,6 +25,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
 from posenc.api.app import create_app
+from posenc.api.door import AWAITED_BYTES
 from posenc.api.server import COALESCE_BYTES, GuardedProtocol, server_config
 from posenc.api.settings import Settings
 from posenc.api.state import AppState
@@ -221,7 +222,7 @@ def test_a_small_body_written_apart_from_its_headers_is_awaited() -> None:
         # a request the door will not answer is not kept from the app: its task starts with
         # the read that ends its headers, as uvicorn starts it
         expect = http("POST", "/v1/tables", json.dumps(SMALL).encode(), {"expect": "100-continue"})
-        big = http("POST", "/v1/tables", b" " * (COALESCE_BYTES + 1))
+        big = http("POST", "/v1/tables", b" " * (AWAITED_BYTES + 1))
         for raw in (expect, big, http("POST", "/v1/nosuchroute", b"{}")):
             cut = raw.index(b"\r\n\r\n") + 4
             protocol = GuardedProtocol(bench.guarded, ServerState(), {}, asyncio.get_running_loop())
@@ -281,11 +282,22 @@ def test_api_keys_guard_the_door() -> None:
         await bench.send(raw)
         assert (await bench.both(raw)).at_door
         for headers in ({}, {"authorization": "Bearer wrong"}):
-            refused = await bench.both(
-                http("POST", "/v1/tables", json.dumps(SMALL).encode(), headers)
-            )
+            raw = http("POST", "/v1/tables", json.dumps(SMALL).encode(), headers)
+            refused = await bench.both(raw)
             assert not refused.at_door
             assert b" 401 " in refused.writes[0]
+            # refused as its headers arrive, its body not awaited
+            cut = raw.index(b"\r\n\r\n") + 4
+            early = await bench.both([raw[:cut], raw[cut:]])
+            assert b" 401 " in early.writes[0]
+            protocol = GuardedProtocol(bench.guarded, ServerState(), {}, asyncio.get_running_loop())
+            protocol.connection_made(RecordingTransport())
+            protocol.data_received(raw[:cut])
+            assert protocol.pending is None
+            assert len(protocol.tasks) == 1
+            protocol.connection_lost(None)
+            while protocol.tasks:
+                await asyncio.sleep(0.005)
 
     with_bench(scenario, api_keys=["sesame"])
 

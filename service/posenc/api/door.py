@@ -35,9 +35,10 @@ What the protocol checks itself (the connection's side): the app it would run is
 alive, no access line is logged, and the transport is not paused. A request's task waits for its
 last byte in the read its headers end (uvicorn's task would not have run before the end of that
 read anyway); a request whose body is still to come then starts its task as uvicorn would have,
-unless the door awaits it (`Door.awaits`: a POST to one of its routes declaring a small body
-within its cap, which many clients, httpx among them, write apart from the headers), which then
-waits for its body in the later reads, the body timeout running, as the route would have.
+unless the door awaits it (`Door.awaits`: a POST to one of its routes declaring a body of at
+most 4 KiB within its cap, which many clients, httpx among them, write apart from the headers),
+which then waits for its body in the later reads, the body timeout running, as the route would
+have.
 """
 
 from __future__ import annotations
@@ -57,6 +58,11 @@ from posenc.runtime import for_peer
 
 DECLINED = frozenset((b"transfer-encoding", b"expect", b"x-forwarded-for", b"x-forwarded-proto"))
 """Request headers whose request the app answers (module docstring)."""
+
+AWAITED_BYTES = 4 << 10
+"""The largest body the door awaits (`Door.awaits`): a spec, a decode step's header and
+positions. Held in the connection until the answer or the task (it is charged by whichever
+answers), it stays far below the header bytes a connection may send (`max_header_bytes`)."""
 
 Write = Callable[[ReadyResponse], bool]
 """Writes a ready answer to the connection; False when it cannot (nothing written)."""
@@ -88,13 +94,14 @@ class Door:
                 return route, ready_answer
         return None
 
-    def awaits(self, scope: Scope, max_bytes: int) -> bool:
+    def awaits(self, scope: Scope) -> bool:
         """Whether a request whose headers are in and whose body is not (yet: many clients write
         them apart) is one the door may answer once it is: a POST to one of its routes
-        declaring a body of at most `max_bytes` and its path's cap, with none of the headers
-        it declines. The protocol then starts no task for it before its last byte (a route
-        would only wait for the body too; what it answers without reading it, a 413 over the
-        cap, an unknown path, is not awaited)."""
+        declaring a body of at most `AWAITED_BYTES` and its path's cap, with a valid API key
+        where keys guard the path and none of the headers it declines. The protocol then starts
+        no task for it before its last byte (a route would only wait for the body too; what it
+        answers without reading it, a 413 over the cap, a 401, an unknown path, is not
+        awaited)."""
         if scope["method"] != "POST":
             return False
         declared = -1
@@ -104,10 +111,11 @@ class Door:
             if name == b"content-length" and declared < 0:
                 declared = int(value) if value.isdigit() else -1
         path = get_route_path(scope)
+        rules = self.rules
         return (
-            0 <= declared <= max_bytes
-            and declared <= self.rules.limit_for(path)
+            0 <= declared <= min(AWAITED_BYTES, rules.limit_for(path))
             and self.route("POST", path) is not None
+            and not (rules.keys and rules.refusal(scope, path) is not None)
         )
 
     def answer(self, scope: Scope, body: bytes | bytearray, write: Write, max_bytes: int) -> bool:

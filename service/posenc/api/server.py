@@ -610,7 +610,7 @@ class GuardedProtocol(HttpToolsProtocol):
             and cycle is self.cycle
             and cycle.more_body
             and not self.transport.is_closing()
-            and self.door.awaits(scope, COALESCE_BYTES)
+            and self.door.awaits(scope)
         )
 
     def _run(self, cycle: RequestResponseCycle, app: Any) -> None:
