@@ -193,6 +193,7 @@ def test_a_small_body_written_apart_from_its_headers_is_awaited() -> None:
         await bench.resolve(SMALL)
         raw = http("POST", "/v1/tables", json.dumps(SMALL).encode())
         head = raw.index(b"\r\n\r\n") + 4
+        in_flight = bench.state.metrics.tally.in_flight
         for reads in (
             [raw[:head], raw[head:]],
             [raw[:-10], raw[-10:]],
@@ -201,6 +202,7 @@ def test_a_small_body_written_apart_from_its_headers_is_awaited() -> None:
             answer = await bench.both(reads)
             assert answer.at_door
             assert b"x-posenc-cache: hit" in answer.writes[0]
+            assert bench.state.metrics.tally.in_flight == in_flight
         step = v2_step([5])
         for _ in range(2):
             await bench.send(step)
@@ -210,15 +212,19 @@ def test_a_small_body_written_apart_from_its_headers_is_awaited() -> None:
         # reads the disconnect and counts its 400 as it would have with its task started early
         protocol = GuardedProtocol(bench.guarded, ServerState(), {}, asyncio.get_running_loop())
         protocol.connection_made(RecordingTransport())
+        tally = bench.state.metrics.tally
+        in_flight = tally.in_flight
         protocol.data_received(raw[:head] + raw[head : head + 10])
         assert protocol.pending is not None
         assert not protocol.tasks
+        assert tally.in_flight == in_flight + 1  # in flight, as `Gate` counts it
         before = requests(bench, "POST", "/v1/tables", 400)
         protocol.connection_lost(None)
         assert len(protocol.tasks) == 1
         while protocol.tasks:
             await asyncio.sleep(0.005)
         assert requests(bench, "POST", "/v1/tables", 400) == before + 1
+        assert tally.in_flight == in_flight
         # a request the door will not answer is not kept from the app: its task starts with
         # the read that ends its headers, as uvicorn starts it
         expect = http("POST", "/v1/tables", json.dumps(SMALL).encode(), {"expect": "100-continue"})

@@ -476,6 +476,9 @@ class GuardedProtocol(HttpToolsProtocol):
         self.parsing = False
         self.pending: tuple[RequestResponseCycle, Any] | None = None
         """A request whose task waits for its last byte, for the door (`_start_asgi_task`)."""
+        self.awaiting = False
+        """The pending request is awaited past the read its headers ended in (`_awaited`), and
+        counted in flight meanwhile."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         """Accept, or (over the cap) serve only the 503; start the header timer."""
@@ -498,7 +501,7 @@ class GuardedProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         """uvicorn's, and every timer cancelled; a request the door awaited goes to the app,
         which reads the disconnect (as it would have, had its task started with the headers)."""
-        pending, self.pending = self.pending, None
+        pending = self._settle()
         if pending is not None:
             self._run(*pending)
         for timer in (self.header_timer, self.body_timer, self.send_timer, self.rate_timer):
@@ -524,9 +527,14 @@ class GuardedProtocol(HttpToolsProtocol):
         finally:
             self.parsing = False
             pending = self.pending
-            if pending is not None and not self._awaited(pending[0]):
-                self.pending = None
-                self._run(*pending)  # its body is still to come: the app reads it
+            if pending is not None:
+                if not self._awaited(pending[0]):
+                    self._settle()
+                    self._run(*pending)  # its body is still to come: the app reads it
+                elif not self.awaiting and self.door is not None:
+                    # in flight, as `Gate` counts a request whose body it waits for
+                    self.awaiting = True
+                    self.door.tally.in_flight += 1
         if continued and self.in_headers:  # this whole read was header bytes
             self.header_bytes += len(data)
             if self.header_bytes > self.limits.max_header_bytes:
@@ -586,7 +594,7 @@ class GuardedProtocol(HttpToolsProtocol):
         super().on_message_complete()
         pending = self.pending
         if pending is not None and pending[0] is self.cycle:
-            self.pending = None
+            self._settle()
             if not self._ready(pending[0]):
                 self._run(*pending)
 
@@ -600,6 +608,15 @@ class GuardedProtocol(HttpToolsProtocol):
             self.pending = (cycle, app)
             return
         self._run(cycle, app)
+
+    def _settle(self) -> tuple[RequestResponseCycle, Any] | None:
+        """The pending request, no longer pending (nor counted in flight, if it was awaited:
+        the door or the app counts it from here)."""
+        pending, self.pending = self.pending, None
+        if self.awaiting and self.door is not None:
+            self.awaiting = False
+            self.door.tally.in_flight -= 1
+        return pending
 
     def _awaited(self, cycle: RequestResponseCycle) -> bool:
         """Whether `cycle`'s request, its body still to come at the end of a read, stays with
