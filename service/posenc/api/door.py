@@ -106,41 +106,42 @@ class Door:
             return False
         declared = -1
         for name, value in scope["headers"]:
-            if name in DECLINED:
-                return False
-            if name == b"content-length" and declared < 0:
+            if name == b"content-length":
                 declared = int(value) if value.isdigit() else -1
+                break
+        return 0 <= declared <= AWAITED_BYTES and self._admitted(scope, declared) is not None
+
+    def _admitted(self, scope: Scope, size: int) -> tuple[APIRoute, ReadyAnswer] | None:
+        """The route (and its ready answer) of a request the door may take, with a body of
+        `size` bytes: GET or POST to one of its routes, none of the headers it declines, the
+        body within its path's cap (else the app's 413), a valid key where keys guard the path
+        (else the app's 401); else None."""
+        method = scope["method"]
+        if method != "GET" and method != "POST":
+            return None
+        for name, _ in scope["headers"]:
+            if name in DECLINED:
+                return None
         path = get_route_path(scope)
+        found = self.route(method, path)
         rules = self.rules
-        return (
-            0 <= declared <= min(AWAITED_BYTES, rules.limit_for(path))
-            and self.route("POST", path) is not None
-            and not (rules.keys and rules.refusal(scope, path) is not None)
-        )
+        if found is None or size > rules.limit_for(path):
+            return None
+        if rules.keys and rules.refusal(scope, path) is not None:
+            return None
+        return found
 
     def answer(self, scope: Scope, body: bytes | bytearray, write: Write, max_bytes: int) -> bool:
         """Answer the request (ASGI `scope`, its whole `body`) with `write` when its answer is
         ready and at most `max_bytes`, counted and its charges held while it is written; False
         when the door declines it (nothing done)."""
-        method = scope["method"]
-        if method != "GET" and method != "POST":
-            return False
-        for name, _ in scope["headers"]:
-            if name in DECLINED:
-                return False
-        path = get_route_path(scope)
-        found = self.route(method, path)
+        found = self._admitted(scope, len(body))
         if found is None:
             return False
         route, ready_answer = found
-        rules = self.rules
-        if len(body) > rules.limit_for(path):  # 413
-            return False
-        if rules.keys and rules.refusal(scope, path) is not None:  # 401
-            return False
         start = time.perf_counter()
         client = scope.get("client")
-        budget = rules.budget
+        budget = self.rules.budget
         with for_peer(str(client[0]) if client else ""):
             lease = None
             if body and budget is not None:  # as `Gate` charges a declared body
@@ -159,5 +160,5 @@ class Door:
                 return False
         finally:
             ready.release()
-        self.tally.request(method, route.path, 200, time.perf_counter() - start)
+        self.tally.request(scope["method"], route.path, 200, time.perf_counter() - start)
         return True
