@@ -186,7 +186,10 @@ def test_budget_unit_rules() -> None:
 
 def test_a_table_larger_than_the_cache_is_charged_while_sent() -> None:
     with start_server(
-        cache_bytes=4 * MiB, max_response_bytes=12 * MiB + 4096, in_flight_bytes=24 * MiB + 8192
+        cache_bytes=4 * MiB,
+        max_response_bytes=12 * MiB + 4096,
+        in_flight_bytes=24 * MiB + 8192,
+        min_send_rate_bytes=0,  # the stalled send stays until closed, however slow the run
     ) as handle:
         budget = budget_of(handle)
         with handle.client() as client:
@@ -196,7 +199,8 @@ def test_a_table_larger_than_the_cache_is_charged_while_sent() -> None:
             sock = stalled_get(handle, path)  # 12 MiB, never resident: table + body charged
             try:
                 assert wait_for(lambda: budget.held > 24 * MiB)
-                assert client.post("/v1/tables", json=OTHER).status_code == 503
+                other = client.post("/v1/tables", json=OTHER)
+                assert other.status_code == 503, (budget.held, budget.holders, other.text[:200])
             finally:
                 sock.close()
             assert wait_for(lambda: budget.held == 0)
