@@ -6,6 +6,8 @@
   has `.url`, `.app`, `.state`, `.device`, `.client()` and `.stop()`, and is a context manager.
 - `server` (session scope, one per xdist worker, with its gRPC service on `.grpc_url`) and
   `client` (an httpx.Client on it).
+- `SERVER_DEVICES`: params for a fixture that runs its servers on the CPU and, where CUDA is
+  present, on the GPU.
 - `start_server_process(*args, env=...) -> ProcessHandle`: `posenc serve --port 0` in a
   subprocess, for tests that need real signals; its URL is read from uvicorn's start-up line.
 
@@ -38,6 +40,12 @@ from posenc.api.server import server_config
 from posenc.api.state import AppState
 
 START_TIMEOUT = 60.0
+
+SERVER_DEVICES = [
+    "cpu",
+    pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA")),
+]
+"""Devices a server fixture runs on: the CPU everywhere, the GPU where there is one."""
 
 
 def _share_cores() -> int | None:

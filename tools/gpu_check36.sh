@@ -1,8 +1,10 @@
 #!/bin/bash
 # Issue 36's GPU check (the fused Triton path): its CUDA tests, the drift and GPU-path tests, the
-# plan tests, and the GPU section of bench.compute, on the device machine with the environment of
-# tools/gpu_run.sh (wheels from .whl/ into /tmp/site, PYTHONPATH). Logs go to $OUT.
-# Usage: bash tools/gpu_check36.sh   (worst case under 600 s: the timeouts below add up to 585 s)
+# decode-step templates on a GPU server (host copies of device tables), the GPU section of
+# bench.compute and bench.v2_infer from a GPU server, on the device machine with the environment
+# of tools/gpu_run.sh (wheels from .whl/ into /tmp/site, PYTHONPATH). The plan tests are CPU tests
+# (CI runs them): PLAN_TESTS=1 adds them. Logs go to $OUT.
+# Usage: bash tools/gpu_check36.sh   (worst case under 600 s: the timeouts below add up to 555 s)
 source "$(dirname "$0")/gpu_env.sh"
 OUT=${OUT:-/tmp/gpu_check36}
 mkdir -p "$OUT"
@@ -13,19 +15,26 @@ mkdir -p "$OUT"
   git log --oneline -1; } 2>&1 | tee "$OUT/machine36.txt"
 rc=0
 echo "== fused CUDA tests (tests/runtime/test_fused_cuda.py)"
-timeout ${FUSED_TIMEOUT:-300} python3 -m pytest -q -p no:cacheprovider -n ${FUSED_WORKERS:-6} -rfEs tests/runtime/test_fused_cuda.py \
+timeout ${FUSED_TIMEOUT:-225} python3 -m pytest -q -p no:cacheprovider -n ${FUSED_WORKERS:-6} -rfEs tests/runtime/test_fused_cuda.py \
   > "$OUT/fused_cuda_tests.log" 2>&1 || rc=1
 grep -E "^(FAILED|ERROR)" "$OUT/fused_cuda_tests.log" | head -30; tail -3 "$OUT/fused_cuda_tests.log"
 echo "== drift and GPU paths (tests/runtime/test_gpu_drift.py tests/api/test_gpu_paths.py)"
 timeout 120 python3 -m pytest -q -p no:cacheprovider -rfEs tests/runtime/test_gpu_drift.py tests/api/test_gpu_paths.py \
   > "$OUT/drift_tests.log" 2>&1 || rc=1
 grep -E "^(FAILED|ERROR)" "$OUT/drift_tests.log" | head -20; tail -3 "$OUT/drift_tests.log"
-if [ "${PLAN_TESTS:-1}" != 0 ]; then
+if [ "${PLAN_TESTS:-0}" != 0 ]; then
 echo "== plans and dispatch (tests/encodings/test_fused_plan.py, CPU)"
 timeout 90 python3 -m pytest -q -p no:cacheprovider -n 8 -rfEs tests/encodings/test_fused_plan.py \
   > "$OUT/fused_plan_tests.log" 2>&1 || rc=1
 grep -E "^(FAILED|ERROR)" "$OUT/fused_plan_tests.log" | head -20; tail -3 "$OUT/fused_plan_tests.log"
 fi
+echo "== decode steps on GPU servers (tests/api/test_v2_steps.py tests/api/test_grpc_steps.py)"
+timeout 60 python3 -m pytest -q -p no:cacheprovider -n 4 -rfEs tests/api/test_v2_steps.py tests/api/test_grpc_steps.py \
+  > "$OUT/steps_tests.log" 2>&1 || rc=1
+grep -E "^(FAILED|ERROR)" "$OUT/steps_tests.log" | head -20; tail -3 "$OUT/steps_tests.log"
+echo "== bench.v2_infer --device cuda --quick"
+timeout 75 python3 -m bench.v2_infer --device cuda --quick > "$OUT/bench_v2_36.md" 2>&1 || rc=1
+tail -16 "$OUT/bench_v2_36.md"
 echo "== bench.compute --gpu-only --no-plot"
 start=$(date +%s)
 timeout 75 python3 -m bench.compute --gpu-only --no-plot > "$OUT/bench_compute36.md" 2>&1 || rc=1

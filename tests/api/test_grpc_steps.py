@@ -20,18 +20,20 @@ import tritonclient.grpc as tgrpc
 from tritonclient.utils import InferenceServerException
 
 from tests.api.metrics_util import scrape, value
-from tests.conftest import ServerHandle, start_server
+from tests.conftest import SERVER_DEVICES, ServerHandle, start_server
 from tests.waiting import wait_for
 
 ROPE = {"head_dim": 64, "max_positions": 64}
 POSITIONS = [[5], [5], [17], [63], [64], [-1], [0], [200], [63], [3]]
 
 
-@pytest.fixture(scope="module")
-def servers() -> Iterator[tuple[ServerHandle, ServerHandle]]:
+@pytest.fixture(scope="module", params=SERVER_DEVICES)
+def servers(request: pytest.FixtureRequest) -> Iterator[tuple[ServerHandle, ServerHandle]]:
+    """Servers with templates and without, on the CPU and, where present, on the GPU (where
+    templates slice rows from a host copy of the device table)."""
     with (
-        start_server(device="cpu", grpc_port=0) as fast,
-        start_server(device="cpu", grpc_port=0, prepared_answers=False) as slow,
+        start_server(device=request.param, grpc_port=0) as fast,
+        start_server(device=request.param, grpc_port=0, prepared_answers=False) as slow,
     ):
         yield fast, slow
 

@@ -18,16 +18,18 @@ import numpy as np
 import pytest
 
 from tests.api.metrics_util import scrape, value
-from tests.conftest import ServerHandle, start_server
+from tests.conftest import SERVER_DEVICES, ServerHandle, start_server
 
 ROPE = {"head_dim": 64, "max_positions": 64}
 
 
-@pytest.fixture(scope="module")
-def servers() -> Iterator[tuple[ServerHandle, ServerHandle]]:
+@pytest.fixture(scope="module", params=SERVER_DEVICES)
+def servers(request: pytest.FixtureRequest) -> Iterator[tuple[ServerHandle, ServerHandle]]:
+    """Servers with templates and without, on the CPU and, where present, on the GPU (where
+    templates slice rows from a host copy of the device table)."""
     with (
-        start_server(device="cpu") as fast,
-        start_server(device="cpu", prepared_answers=False) as slow,
+        start_server(device=request.param) as fast,
+        start_server(device=request.param, prepared_answers=False) as slow,
     ):
         yield fast, slow
 

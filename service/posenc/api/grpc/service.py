@@ -316,8 +316,9 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         entry = service.entry
         if key is not None and result.rows_of is not None and entry is not None:
             (given,) = parsed.inputs.values()
-            steps_keep(
+            await steps_keep(
                 steps,
+                service.cache,
                 key,
                 request,
                 given.tensor,

@@ -101,8 +101,9 @@ def answer(
     return step.rows.model, response, got.leases
 
 
-def keep(
+async def keep(
     steps: StepTemplates,
+    cache: TableCache,
     key: Hashable | None,
     request: pb.ModelInferRequest,
     given: torch.Tensor,
@@ -119,7 +120,7 @@ def keep(
     `entry` is resident; nothing when it has none (module docstring)."""
     if key is None or not steps.size:
         return
-    rows = rows_template(model, given, rows_of, charge)
+    rows = await rows_template(cache, entry, model, given, rows_of, charge)
     if rows is None or rows.positions(request.raw_input_contents[0]) is None:
         return
     prefix = pb.ModelInferResponse(model_name=model, model_version=version).SerializeToString()

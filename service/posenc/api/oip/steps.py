@@ -8,12 +8,16 @@ step, and cost more than the answer itself. So once such a request has been answ
 resident cache entry (`posenc_source: hit`), `StepTemplates` keeps, keyed by the path and the
 request's JSON header bytes, what the answer was made of (`Step`): the response header bytes and
 header lines (the same for every step: the shapes and byte sizes depend only on the number of
-positions), the cached table's tensors as host arrays, the charge. The next such request is
+positions), the cached table's tensors as host bytes, the charge. The next such request is
 answered by reading its positions from the binary tail, checking them against the table's rows,
-and gathering the rows with numpy; the body is the header followed by one row block per output.
+and slicing the rows from those bytes; the body is the header followed by one row block per
+output. A CPU table's host bytes are its tensors' memory; a table a GPU server keeps in device
+memory has a host copy made once on its entry (`serving.host.host_bytes`, the same buffer as its
+raw `/v1` body, counted in the cache's byte budget), so a step costs no device gather, copy or
+synchronisation.
 
 Only the rows-of-a-cached-table answer has a template (`InferResult.rows_of`, set by the models
-that gather rows of a whole CPU-resident table: RoPE without M-RoPE sections); a request with a
+that gather rows of a whole cached table: RoPE without M-RoPE sections); a request with a
 `Content-Encoding`, positions sent as JSON or as floats, a position outside the table (computed
 rows), or an entry no longer resident takes the slow path, which answers it and every first
 request. The template's answer counts a hit on the entry, takes the output charge and counts the
@@ -37,6 +41,7 @@ from starlette.responses import Response
 from posenc.api.oip.codec import InferRequest
 from posenc.api.oip.stats import InferenceStats, InferTimer
 from posenc.api.serving.body import FixedHeaders, ReadyResponse, acquire, try_acquire
+from posenc.api.serving.host import host_bytes
 from posenc.runtime import CacheEntry, Lease, TableCache
 
 T = TypeVar("T")
@@ -60,7 +65,8 @@ class Rows:
     rows: int
     """Rows every output's table has (a position must be below)."""
     flats: tuple[memoryview, ...]
-    """Each output's table as flat bytes (a view of the cached tensor's memory)."""
+    """Each output's table as flat bytes (a view of the cached tensor's memory, or of its host
+    copy kept on the entry)."""
     row_bytes: tuple[int, ...]
     charge: int
 
@@ -96,29 +102,48 @@ class Rows:
         return self.count * sum(self.row_bytes)
 
 
-def rows_template(
-    model: str, given: torch.Tensor, rows_of: dict[str, torch.Tensor], charge: int
+async def rows_template(
+    cache: TableCache,
+    entry: CacheEntry,
+    model: str,
+    given: torch.Tensor,
+    rows_of: dict[str, torch.Tensor],
+    charge: int,
 ) -> Rows | None:
-    """The `Rows` of an answer whose outputs were the rows of `rows_of` (cached tables) at the
-    positions `given` (the request's input), or None when it has none: positions that are not
-    integers, a table not in host memory."""
+    """The `Rows` of an answer whose outputs were the rows of `rows_of` (tables of the resident
+    `entry`) at the positions `given` (the request's input), or None when it has none:
+    positions that are not integers, a table that is not `entry`'s, or whose bytes the entry
+    does not hold in host memory. A CPU table's rows are views of its tensors; a table off the
+    CPU is gathered from its host copy (`serving.host.host_bytes`: made once, charged to the
+    cache's byte budget with the entry)."""
     if given.is_floating_point() or given.is_complex():
         return None
-    if not all(t.device.type == "cpu" for t in rows_of.values()):
-        return None
+    flats: list[memoryview] = []
+    for name, t in rows_of.items():
+        if entry.table.tensors.get(name) is not t or not t.shape or not t.shape[0]:
+            return None
+        flat = _view(t) if t.device.type == "cpu" else await host_bytes(cache, entry, name)
+        if flat is None:
+            return None
+        flats.append(flat)
     array = given.numpy()
-    arrays = [np.ascontiguousarray(host_array(t)) for t in rows_of.values()]
-    if any(a.base is None for a in arrays):  # a copy: not the cache's memory
-        return None
+    heights = [t.shape[0] for t in rows_of.values()]
     return Rows(
         model,
         array.dtype,
         array.size,
-        min(a.shape[0] for a in arrays),
-        tuple(memoryview(a.data).cast("B") for a in arrays),
-        tuple(a.nbytes // a.shape[0] if a.shape[0] else 0 for a in arrays),
+        min(heights),
+        tuple(flats),
+        tuple(f.nbytes // h for f, h in zip(flats, heights, strict=True)),
         charge,
     )
+
+
+def _view(t: torch.Tensor) -> memoryview | None:
+    """The bytes of CPU tensor `t` as a flat view of its memory, or None when they are not
+    contiguous (a copy would not be the cache's memory)."""
+    array = np.ascontiguousarray(host_array(t))
+    return memoryview(array.data).cast("B") if array.base is not None else None
 
 
 @dataclass(frozen=True)
@@ -316,8 +341,9 @@ class StepTemplates:
             observe(got.step.rows.model, "hit")
         return ReadyResponse(got.step.headers, [memoryview(body)], got.leases)
 
-    def keep(
+    async def keep(
         self,
+        cache: TableCache,
         path: str,
         header_length: bytes | None,
         body: bytes,
@@ -332,13 +358,14 @@ class StepTemplates:
         """Remember the answer `sent` (response header `head`, outputs the rows of `rows_of` at
         the positions, all binary) to an infer request to `path` without a `Content-Encoding`
         (`header_length` and `body` as `answer` takes them) as its header's template while
-        `entry` is resident; nothing when the request has no template (module docstring)."""
+        `entry` is resident in `cache`; nothing when the request has no template (module
+        docstring)."""
         shape = _shape(path, header_length, body) if self.size else None
         if shape is None or len(parsed.inputs) != 1:
             return
         key, end = shape
         (given,) = parsed.inputs.values()
-        rows = rows_template(model, given.tensor, rows_of, charge)
+        rows = await rows_template(cache, entry, model, given.tensor, rows_of, charge)
         if rows is None or rows.positions(body, end) is None:
             return
         self.remember(key, entry, Step(rows, end, head, FixedHeaders(list(sent.raw_headers))))

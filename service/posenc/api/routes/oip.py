@@ -321,7 +321,8 @@ def build_router(context: ContextGetter) -> tuple[APIRouter, APIRouter]:
         binary = all(o.binary for o in outputs)
         if steps is not None and result.rows_of is not None and entry is not None and binary:
             head = bytes(encoded.parts[0])
-            steps.keep(
+            await steps.keep(
+                service.cache,
                 scope["path"],
                 header_length,
                 body,

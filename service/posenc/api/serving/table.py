@@ -42,6 +42,7 @@ from posenc.api.serving.conditional import device_etag, not_modified
 from posenc.api.serving.digest import entry_digest
 from posenc.api.serving.encode import Encoding
 from posenc.api.serving.formats import DEFAULT, Format, negotiate
+from posenc.api.serving.host import body_charge, body_variant
 from posenc.api.serving.prepared import Prepared, Signature
 from posenc.api.serving.query import TableQuery
 from posenc.api.serving.ranges import apply_range
@@ -78,7 +79,7 @@ def _charges(
             tensor = entry.table.tensors[name]
             charges.append((("tensor", entry_id, name), tensor.numel() * tensor.element_size()))
     elif selection.rows is None and resident:
-        charges.append((("body", entry_id, fmt.name, selection.names), fmt.charge(nbytes)))
+        charges.append((body_charge(entry, fmt, selection), fmt.charge(nbytes)))
     else:
         charges.append((object(), fmt.charge(nbytes)))
     return charges
@@ -185,7 +186,7 @@ async def _body(
     if _is_view(entry, fmt, selection):
         return build(entry.table)
     if selection.rows is None:
-        return await state.require_cache().prepare(entry, (fmt.name, selection.names), build)
+        return await state.require_cache().prepare(entry, body_variant(fmt, selection), build)
     if nbytes > OFFLOAD_BYTES:
         return await asyncio.to_thread(build, entry.table)
     return build(entry.table)
