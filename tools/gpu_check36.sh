@@ -1,10 +1,11 @@
 #!/bin/bash
 # Issue 36's GPU check (the fused Triton path): its CUDA tests, the drift and GPU-path tests, the
-# decode-step templates on a GPU server (host copies of device tables), the GPU section of
-# bench.compute and bench.v2_infer from a GPU server, on the device machine with the environment
+# decode-step templates on a GPU server (host copies of device tables), bench.v2_infer from a GPU
+# server, the kernel's launch shapes swept (bench.fused_tune --quick) and the GPU section of
+# bench.compute, on the device machine with the environment
 # of tools/gpu_run.sh (wheels from .whl/ into /tmp/site, PYTHONPATH). The plan tests are CPU tests
 # (CI runs them): PLAN_TESTS=1 adds them. Logs go to $OUT.
-# Usage: bash tools/gpu_check36.sh   (worst case under 600 s: the timeouts below add up to 555 s)
+# Usage: bash tools/gpu_check36.sh   (worst case under 600 s: the timeouts below add up to 575 s)
 source "$(dirname "$0")/gpu_env.sh"
 OUT=${OUT:-/tmp/gpu_check36}
 mkdir -p "$OUT"
@@ -15,11 +16,11 @@ mkdir -p "$OUT"
   git log --oneline -1; } 2>&1 | tee "$OUT/machine36.txt"
 rc=0
 echo "== fused CUDA tests (tests/runtime/test_fused_cuda.py)"
-timeout ${FUSED_TIMEOUT:-225} python3 -m pytest -q -p no:cacheprovider -n ${FUSED_WORKERS:-6} -rfEs tests/runtime/test_fused_cuda.py \
+timeout ${FUSED_TIMEOUT:-200} python3 -m pytest -q -p no:cacheprovider -n ${FUSED_WORKERS:-6} -rfEs tests/runtime/test_fused_cuda.py \
   > "$OUT/fused_cuda_tests.log" 2>&1 || rc=1
 grep -E "^(FAILED|ERROR)" "$OUT/fused_cuda_tests.log" | head -30; tail -3 "$OUT/fused_cuda_tests.log"
 echo "== drift and GPU paths (tests/runtime/test_gpu_drift.py tests/api/test_gpu_paths.py)"
-timeout 120 python3 -m pytest -q -p no:cacheprovider -rfEs tests/runtime/test_gpu_drift.py tests/api/test_gpu_paths.py \
+timeout 90 python3 -m pytest -q -p no:cacheprovider -rfEs tests/runtime/test_gpu_drift.py tests/api/test_gpu_paths.py \
   > "$OUT/drift_tests.log" 2>&1 || rc=1
 grep -E "^(FAILED|ERROR)" "$OUT/drift_tests.log" | head -20; tail -3 "$OUT/drift_tests.log"
 if [ "${PLAN_TESTS:-0}" != 0 ]; then
@@ -35,6 +36,9 @@ grep -E "^(FAILED|ERROR)" "$OUT/steps_tests.log" | head -20; tail -3 "$OUT/steps
 echo "== bench.v2_infer --device cuda --quick"
 timeout 75 python3 -m bench.v2_infer --device cuda --quick > "$OUT/bench_v2_36.md" 2>&1 || rc=1
 tail -16 "$OUT/bench_v2_36.md"
+echo "== bench.fused_tune --quick"
+timeout 75 python3 -m bench.fused_tune --quick > "$OUT/bench_fused_tune.md" 2>&1 || rc=1
+tail -36 "$OUT/bench_fused_tune.md"
 echo "== bench.compute --gpu-only --no-plot"
 start=$(date +%s)
 timeout 75 python3 -m bench.compute --gpu-only --no-plot > "$OUT/bench_compute36.md" 2>&1 || rc=1

@@ -33,7 +33,11 @@ they decide whether stores vectorise.
 ELEMENTS_PER_PROGRAM = 2048
 """Angles per program (16 per thread at 4 warps), each stored as cos and sin, twice at full width:
 the values written per program of the issue-36 probe's 32 x 128 tile (868 GB/s at 16K positions
-on an H200), whose columns each computed their own cos/sin."""
+on an H200), whose columns each computed their own cos/sin. `bench.fused_tune` sweeps it and
+`NUM_WARPS` on a GPU (read at each launch)."""
+
+NUM_WARPS = 4
+"""Warps per program."""
 
 
 @triton.jit(do_not_specialize=NOT_SPECIALIZED)  # type: ignore[untyped-decorator, unused-ignore]
@@ -136,4 +140,5 @@ def launch(
             has_dup=cos_map[2] != 0 or sin_map[2] != 0,
             block_p=block_p,
             block_f=block_f,
+            num_warps=NUM_WARPS,
         )

@@ -1,0 +1,178 @@
+"""The fused kernel's launch shape swept on a GPU: which one writes a 16 MiB table fastest.
+
+    python -m bench.fused_tune [--quick]
+
+Issue 36 asks for generation at 70% of the device's copy bandwidth from 16 MiB; the fused kernel
+(`posenc.encodings._triton_trig`, 2048 angles per program at 4 warps) measured 50% at 16 MiB on
+an H200 (docs/gpu.md), a 17 us call against 8.3 us of copy time. Two costs may hold it there: the
+kernel's launch shape (a grid of 512 programs: launch and tail effects) and the frequency vector's
+host-to-device copy each call makes before the kernel. This bench separates them, for each
+launch shape (angles per program x warps per program):
+
+- kernel: CUDA events around `EVENT_CALLS` launches of the kernel alone (`fused.run` on
+  frequencies already on the device), queued behind a spin kernel;
+- call: the same around `EVENT_CALLS` whole `compute(spec, "cuda")` calls (frequencies computed
+  on the CPU and copied, then the kernel), as `bench.compute` measures its device column.
+
+Every shape's table is checked bit for bit against the default shape's (the shape decides only
+which program computes which element, never how). Output: markdown, per table and shape, the
+device time per call and the share of the copy bandwidth (bytes written per second, measured in
+the same run). Without CUDA or triton it says so and exits 0, having measured nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+from bench._common import header, load, mib, table
+from bench.compute import EVENT_CALLS, copy_bandwidth
+from posenc.encodings import compute, fused, parse_spec
+from posenc.encodings.rope.compute import rope_inv_freq, rope_plan_for
+from posenc.encodings.rope.spec import RopeSpec
+
+CASES: dict[str, dict[str, Any]] = {
+    "rope d128 fp32, 4 K": {"kind": "rope", "head_dim": 128, "max_positions": 4096},
+    "rope d128 fp32, 16 K": {"kind": "rope", "head_dim": 128, "max_positions": 16384},
+    "rope d128 fp32, 64 K": {"kind": "rope", "head_dim": 128, "max_positions": 65536},
+    "rope d128 bf16, 32 K": {
+        "kind": "rope",
+        "head_dim": 128,
+        "max_positions": 32768,
+        "dtype": "bfloat16",
+    },
+    "rope d64 fp32 half width, 64 K": {
+        "kind": "rope",
+        "head_dim": 64,
+        "max_positions": 65536,
+        "width": "half",
+    },
+    "whisper 1024 fp32, 4 K": {
+        "kind": "sinusoidal",
+        "dim": 1024,
+        "convention": "whisper",
+        "max_positions": 4096,
+    },
+}
+QUICK = ("rope d128 fp32, 16 K", "whisper 1024 fp32, 4 K")
+
+ELEMENTS = (1024, 2048, 4096, 8192, 16384)
+"""Angles per program tried (the default is 2048)."""
+WARPS = (2, 4, 8)
+"""Warps per program tried (the default is 4)."""
+
+
+@contextmanager
+def shape(module: Any, elements: int, warps: int) -> Iterator[None]:
+    """The kernel module's launch shape set to (elements, warps) for the block."""
+    was = module.ELEMENTS_PER_PROGRAM, module.NUM_WARPS
+    module.ELEMENTS_PER_PROGRAM, module.NUM_WARPS = elements, warps
+    try:
+        yield
+    finally:
+        module.ELEMENTS_PER_PROGRAM, module.NUM_WARPS = was
+
+
+def device_seconds(fn: Callable[[], object]) -> float:
+    """Device time per call of `fn`: CUDA events around EVENT_CALLS calls queued behind a spin
+    kernel (the host's launches run ahead; the span holds the device's work back to back)."""
+    fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(20_000_000)
+    start.record()
+    for _ in range(EVENT_CALLS):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return float(start.elapsed_time(end)) / 1e3 / EVENT_CALLS
+
+
+def kernel_only(spec_json: dict[str, Any], device: torch.device) -> Callable[[], object] | None:
+    """One launch of the fused kernel alone for a RoPE spec (frequencies already on `device`),
+    or None for other tables (their frequencies are made inside the family's compute)."""
+    canon = parse_spec(spec_json).canonical()
+    if not isinstance(canon, RopeSpec):
+        return None
+    inv, scaling, _ = rope_inv_freq(canon, device)
+    plan = rope_plan_for(canon, inv.numel())
+    if plan is None:
+        return None
+    return lambda: fused.run(plan, inv, out_scale=scaling)
+
+
+def sweep(names: tuple[str, ...]) -> str:
+    device = torch.device("cuda", 0)
+    module = fused.kernels()
+    if module is None or not fused.usable(device):
+        return f"fused kernel not usable on this machine ({fused.FAILED or 'no triton'})"
+    bandwidth = copy_bandwidth(device)
+    rows: list[list[str]] = []
+    for name in names:
+        spec = parse_spec(CASES[name])
+        reference = compute(spec, device).tensors
+        nbytes = sum(t.numel() * t.element_size() for k, t in reference.items() if k != "inv_freq")
+        launch = kernel_only(CASES[name], device)
+        for elements in ELEMENTS:
+            for warps in WARPS:
+                with shape(module, elements, warps):
+                    got = compute(spec, device).tensors
+                    same = all(torch.equal(got[k], reference[k]) for k in reference)
+                    call = device_seconds(lambda spec=spec: compute(spec, device))
+                    kernel = device_seconds(launch) if launch is not None else None
+                if fused.FAILED:
+                    return f"the kernel failed at {elements} x {warps}: {fused.FAILED[0]}"
+                default = (elements, warps) == (2048, 4)
+                rows.append(
+                    [
+                        name,
+                        mib(nbytes),
+                        f"{elements} x {warps}" + (" (default)" if default else ""),
+                        "yes" if same else "**NO**",
+                        f"{kernel * 1e6:.1f}" if kernel is not None else "-",
+                        f"{nbytes / kernel / bandwidth:.0%}" if kernel is not None else "-",
+                        f"{call * 1e6:.1f}",
+                        f"**{nbytes / call / bandwidth:.0%}**",
+                    ]
+                )
+        torch.cuda.empty_cache()
+    columns = [
+        "table",
+        "bytes",
+        "angles x warps per program",
+        "bits = default",
+        "kernel us",
+        "kernel of copy bw",
+        "call us",
+        "call of copy bw",
+    ]
+    return (
+        f"device: {torch.cuda.get_device_name(device)}; copy bandwidth (1 GiB fp32 `copy_`, "
+        f"bytes written per second): {bandwidth / 1e9:,.0f} GB/s\n\n"
+        f"kernel: the fused kernel alone (RoPE: frequencies already on the device); call: one "
+        f"`compute(spec, 'cuda')` (frequency copy and kernel); both CUDA events around "
+        f"{EVENT_CALLS} calls queued behind a spin kernel\n\n" + table(columns, rows, "lrlrrrrr")
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK)}")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print(f"no CUDA device (torch {torch.__version__}): nothing measured")
+        return 0
+    before = load()
+    body = sweep(QUICK if args.quick else tuple(CASES))
+    command = "python -m bench.fused_tune" + (" --quick" if args.quick else "")
+    print(header(command, before) + "\n\n" + body)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
