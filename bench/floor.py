@@ -1,12 +1,13 @@
 """Small answers against the framework's floor, before and after, in one run.
 
-    python -m bench.floor [--seconds 1.5] [--rounds 5] [--baseline REV] [--quick]
+    python -m bench.floor [--seconds 1.5] [--rounds 5] [--baseline REV] [--quick] [--device cuda]
 
 Servers on loopback, each its own process with one uvicorn worker:
 
 - floor: a bare Starlette app answering the same bytes (`bench.serve.floor_main`: a POST's body
   is read first), what the framework costs;
-- posenc: `posenc serve --device cpu` from this tree;
+- posenc: `posenc serve --device cpu` from this tree (`--device cuda`: a GPU server, its tables
+  in device memory);
 - baseline (with `--baseline REV`): the same command from `service/` of git revision REV
   (extracted with `git archive`, put first on `PYTHONPATH`), so a change is measured against its
   parent in the same run, on the same noisy machine.
@@ -131,13 +132,14 @@ def sequential_rps(
     return done / elapsed, cpu / done * 1e6
 
 
-def posenc_server(port: int, source: Path | None) -> subprocess.Popen[bytes]:
-    """`posenc serve` on `port`, from `source` (a `service/` directory) or this tree."""
+def posenc_server(port: int, source: Path | None, device: str) -> subprocess.Popen[bytes]:
+    """`posenc serve --device <device>` on `port`, from `source` (a `service/` directory) or
+    this tree."""
     env = dict(os.environ)
     if source is not None:
         env["PYTHONPATH"] = os.pathsep.join([str(source), env.get("PYTHONPATH", "")]).rstrip(":")
     return subprocess.Popen(
-        [sys.executable, "-m", "posenc.cli", "serve", "--port", str(port), "--device", "cpu",
+        [sys.executable, "-m", "posenc.cli", "serve", "--port", str(port), "--device", device,
          "--log-level", "warning", "--max-response-bytes", str(256 << 20),
          "--cache-bytes", str(1 << 30)],
         env=env,
@@ -229,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline", help="a git revision to measure beside this tree")
     parser.add_argument("--quick", action="store_true", help="2 rounds of 0.5 s (smoke run)")
     parser.add_argument("--compute-only", action="store_true", help="only the compute overhead")
+    parser.add_argument("--device", default="cpu", help="the posenc servers' device (cpu, cuda)")
     args = parser.parse_args(argv)
     if args.compute_only:
         print(
@@ -243,10 +246,10 @@ def main(argv: list[str] | None = None) -> int:
     ports = {name: free_port() for name in names}
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        procs.append(posenc_server(ports["posenc"], None))
+        procs.append(posenc_server(ports["posenc"], None, args.device))
         if args.baseline:
             source = extract(args.baseline, scratch)
-            procs.append(posenc_server(ports["baseline"], source))
+            procs.append(posenc_server(ports["baseline"], source, args.device))
         for name in names[1:]:
             wait_up(ports[name], get("/v2/health/ready"), procs[names.index(name) - 1])
         cases = build_cases(ports["posenc"], [ports[n] for n in names[2:]])
@@ -292,6 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(scratch, ignore_errors=True)
 
     command = "python -m bench.floor" + (f" --baseline {args.baseline}" if args.baseline else "")
+    command += f" --device {args.device}" if args.device != "cpu" else ""
     print(header(command, before))
     print(f"sequential requests on one keep-alive connection, {rounds} rounds x {seconds:g} s")
     print()

@@ -1,11 +1,13 @@
 #!/bin/bash
 # Issue 36's GPU check (the fused Triton path): its CUDA tests, the drift and GPU-path tests, the
 # decode-step templates on a GPU server (host copies of device tables), bench.v2_infer from a GPU
-# server, the kernel's launch shapes swept (bench.fused_tune --quick) and the GPU section of
-# bench.compute, on the device machine with the environment
+# server, the kernel's launch shapes swept (bench.fused_tune --quick), bench.floor from a GPU
+# server (against 4be303f, before the host copies, where git has it); COMPUTE=1 adds the GPU
+# section of bench.compute, on the device machine with the environment
 # of tools/gpu_run.sh (wheels from .whl/ into /tmp/site, PYTHONPATH). The plan tests are CPU tests
 # (CI runs them): PLAN_TESTS=1 adds them. Logs go to $OUT.
-# Usage: bash tools/gpu_check36.sh   (worst case under 600 s: the timeouts below add up to 575 s)
+# Usage: bash tools/gpu_check36.sh   (worst case under 600 s: the timeouts below add up to 560 s; 635 s with
+# COMPUTE=1 or PLAN_TESTS=1: then lower FUSED_TIMEOUT)
 source "$(dirname "$0")/gpu_env.sh"
 OUT=${OUT:-/tmp/gpu_check36}
 mkdir -p "$OUT"
@@ -39,9 +41,16 @@ tail -16 "$OUT/bench_v2_36.md"
 echo "== bench.fused_tune --quick"
 timeout 75 python3 -m bench.fused_tune --quick > "$OUT/bench_fused_tune.md" 2>&1 || rc=1
 tail -36 "$OUT/bench_fused_tune.md"
+echo "== bench.floor --device cuda (small hits and decode steps from a GPU server against the floor)"
+base=""; git cat-file -e 4be303f^{commit} 2>/dev/null && base="--baseline 4be303f"  # before host copies
+timeout 60 python3 -m bench.floor --device cuda --rounds 3 --seconds 0.5 $base \
+  > "$OUT/bench_floor36.md" 2>"$OUT/bench_floor36.err" || rc=1
+head -30 "$OUT/bench_floor36.md"; tail -3 "$OUT/bench_floor36.err"
+if [ "${COMPUTE:-0}" != 0 ]; then
 echo "== bench.compute --gpu-only --no-plot"
 start=$(date +%s)
 timeout 75 python3 -m bench.compute --gpu-only --no-plot > "$OUT/bench_compute36.md" 2>&1 || rc=1
 echo "bench took $(( $(date +%s) - start )) s"
 tail -40 "$OUT/bench_compute36.md"
+fi
 exit $rc
