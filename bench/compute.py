@@ -50,6 +50,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -761,20 +762,21 @@ def wall_seconds(spec: SpecBase, device: torch.device, rounds: int) -> float:
     return statistics.median(once() for _ in range(rounds))
 
 
-def device_seconds(spec: SpecBase, device: torch.device) -> float:
-    """Device time of one `compute(spec, device)`: CUDA events around EVENT_CALLS calls queued
-    behind a spin kernel (`torch.cuda._sleep`), so the host's launches run ahead and the span
-    holds the calls' kernels and copies back to back, not the host's gaps between them."""
+def device_seconds(fn: Callable[[], object]) -> float:
+    """Device time of one call of `fn` (CUDA work on the current device): CUDA events around
+    EVENT_CALLS calls queued behind a spin kernel (`torch.cuda._sleep`), so the host's launches
+    run ahead and the span holds the calls' kernels and copies back to back, not the host's
+    gaps between them."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    compute(spec, device)
-    torch.cuda.synchronize(device)
+    fn()
+    torch.cuda.synchronize()
     torch.cuda._sleep(20_000_000)  # ~10 ms of a ~2 GHz SM: longer than queuing the calls
     start.record()
     for _ in range(EVENT_CALLS):
-        compute(spec, device)
+        fn()
     end.record()
-    torch.cuda.synchronize(device)
-    return start.elapsed_time(end) / 1e3 / EVENT_CALLS
+    torch.cuda.synchronize()
+    return float(start.elapsed_time(end)) / 1e3 / EVENT_CALLS
 
 
 def run_gpu(rounds: int) -> str:
@@ -809,7 +811,12 @@ def run_gpu(rounds: int) -> str:
             timings = []
             for enabled in (True, False) if fast else (False,):
                 fused.ENABLED = enabled
-                timings.append((wall_seconds(spec, device, rounds), device_seconds(spec, device)))
+                timings.append(
+                    (
+                        wall_seconds(spec, device, rounds),
+                        device_seconds(partial(compute, spec, device)),
+                    )
+                )
             torch.cuda.empty_cache()
             wall, dev = timings[0]
             torch_wall, torch_dev = timings[-1]

@@ -26,12 +26,13 @@ import argparse
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
 import torch
 
 from bench._common import header, load, mib, table
-from bench.compute import EVENT_CALLS, copy_bandwidth
+from bench.compute import EVENT_CALLS, copy_bandwidth, device_seconds
 from posenc.encodings import compute, fused, parse_spec
 from posenc.encodings.rope.compute import rope_inv_freq, rope_plan_for
 from posenc.encodings.rope.spec import RopeSpec
@@ -78,21 +79,6 @@ def shape(module: Any, elements: int, warps: int) -> Iterator[None]:
         module.ELEMENTS_PER_PROGRAM, module.NUM_WARPS = was
 
 
-def device_seconds(fn: Callable[[], object]) -> float:
-    """Device time per call of `fn`: CUDA events around EVENT_CALLS calls queued behind a spin
-    kernel (the host's launches run ahead; the span holds the device's work back to back)."""
-    fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda._sleep(20_000_000)
-    start.record()
-    for _ in range(EVENT_CALLS):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return float(start.elapsed_time(end)) / 1e3 / EVENT_CALLS
-
-
 def kernel_only(spec_json: dict[str, Any], device: torch.device) -> Callable[[], object] | None:
     """One launch of the fused kernel alone for a RoPE spec (frequencies already on `device`),
     or None for other tables (their frequencies are made inside the family's compute)."""
@@ -123,7 +109,7 @@ def sweep(names: tuple[str, ...]) -> str:
                 with shape(module, elements, warps):
                     got = compute(spec, device).tensors
                     same = all(torch.equal(got[k], reference[k]) for k in reference)
-                    call = device_seconds(lambda spec=spec: compute(spec, device))
+                    call = device_seconds(partial(compute, spec, device))
                     kernel = device_seconds(launch) if launch is not None else None
                 if fused.FAILED:
                     return f"the kernel failed at {elements} x {warps}: {fused.FAILED[0]}"

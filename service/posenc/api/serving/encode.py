@@ -162,10 +162,15 @@ def encode_npy(e: Encoding) -> Buffer:
 
 
 def encode_raw(e: Encoding) -> Buffer:
-    """The one selected tensor's little-endian bytes. Reached off the CPU only (a CPU table is
-    sent as a view, `Format.view`): the host copy is the body, kept as a view, not copied again
-    into bytes."""
-    return raw_view(next(iter(e.cpu().values())))
+    """The one selected tensor's little-endian bytes (`raw_body`)."""
+    return raw_body(e.tensors, e.selection)
+
+
+def raw_body(tensors: dict[str, torch.Tensor], selection: Selection) -> memoryview:
+    """The raw body of the one tensor `selection` names. Reached off the CPU only (a CPU table
+    is sent as a view, `Format.view`): the host copy is the body, kept as a view, not copied
+    again into bytes."""
+    return raw_view(next(iter(cpu_tensors(tensors, selection).values())))
 
 
 def encode_json(e: Encoding) -> Buffer:

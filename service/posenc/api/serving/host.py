@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Hashable
 
 from posenc.api.serving.body import try_acquire
-from posenc.api.serving.encode import raw_view
+from posenc.api.serving.encode import raw_body
 from posenc.api.serving.formats import FORMATS, Format
-from posenc.api.serving.selection import Selection, cpu_tensors
+from posenc.api.serving.selection import Selection
 from posenc.encodings import Table
 from posenc.runtime import Buffer, CacheEntry, TableCache
 
@@ -50,8 +50,8 @@ async def host_bytes(cache: TableCache, entry: CacheEntry, name: str) -> memoryv
     if leases is None:
         return None
 
-    def build(table: Table) -> Buffer:  # what `encode_raw` sends for this selection
-        return raw_view(cpu_tensors(table.tensors, selection)[name])
+    def build(table: Table) -> Buffer:
+        return raw_body(table.tensors, selection)
 
     try:
         body = await cache.prepare(entry, variant, build)
