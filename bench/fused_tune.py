@@ -17,7 +17,8 @@ launch shape (angles per program x warps per program):
 Every shape's table is checked bit for bit against the default shape's (the shape decides only
 which program computes which element, never how). Output: markdown, per table and shape, the
 device time per call and the share of the copy bandwidth (bytes written per second, measured in
-the same run). Without CUDA or triton it says so and exits 0, having measured nothing.
+the same run). It exits 1 when a case does not take the fused path, a shape's bits differ or the
+kernel fails, and 2 without CUDA (nothing measured).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import Any
 import torch
 
 from bench._common import header, load, mib, table
-from bench.compute import EVENT_CALLS, copy_bandwidth, device_seconds
+from bench.compute import EVENT_CALLS, copy_bandwidth, device_seconds, takes_fused
 from posenc.encodings import compute, fused, parse_spec
 from posenc.encodings.rope.compute import rope_inv_freq, rope_plan_for
 from posenc.encodings.rope.spec import RopeSpec
@@ -92,15 +93,22 @@ def kernel_only(spec_json: dict[str, Any], device: torch.device) -> Callable[[],
     return lambda: fused.run(plan, inv, out_scale=scaling)
 
 
-def sweep(names: tuple[str, ...]) -> str:
+def sweep(names: tuple[str, ...]) -> tuple[str, list[str]]:
+    """The markdown of the sweep over the cases `names`, and what failed: a case that does not
+    take the fused path (nothing of the kernel measured), a shape whose bits differ from the
+    default's, a kernel that failed."""
     device = torch.device("cuda", 0)
     module = fused.kernels()
     if module is None or not fused.usable(device):
-        return f"fused kernel not usable on this machine ({fused.FAILED or 'no triton'})"
+        return "", [f"fused kernel not usable on this machine ({fused.FAILED or 'no triton'})"]
     bandwidth = copy_bandwidth(device)
     rows: list[list[str]] = []
+    failures: list[str] = []
     for name in names:
         spec = parse_spec(CASES[name])
+        if not takes_fused(spec, device):
+            failures.append(f"{name} does not take the fused path")
+            continue
         reference = compute(spec, device).tensors
         nbytes = sum(t.numel() * t.element_size() for k, t in reference.items() if k != "inv_freq")
         launch = kernel_only(CASES[name], device)
@@ -112,7 +120,10 @@ def sweep(names: tuple[str, ...]) -> str:
                     call = device_seconds(partial(compute, spec, device))
                     kernel = device_seconds(launch) if launch is not None else None
                 if fused.FAILED:
-                    return f"the kernel failed at {elements} x {warps}: {fused.FAILED[0]}"
+                    failures.append(f"the kernel failed at {elements} x {warps}: {fused.FAILED[0]}")
+                    return "", failures
+                if not same:
+                    failures.append(f"{name}: {elements} x {warps} differs from the default's bits")
                 default = (elements, warps) == (2048, 4)
                 rows.append(
                     [
@@ -137,13 +148,14 @@ def sweep(names: tuple[str, ...]) -> str:
         "call us",
         "call of copy bw",
     ]
-    return (
+    text = (
         f"device: {torch.cuda.get_device_name(device)}; copy bandwidth (1 GiB fp32 `copy_`, "
         f"bytes written per second): {bandwidth / 1e9:,.0f} GB/s\n\n"
         f"kernel: the fused kernel alone (RoPE: frequencies already on the device); call: one "
         f"`compute(spec, 'cuda')` (frequency copy and kernel); both CUDA events around "
         f"{EVENT_CALLS} calls queued behind a spin kernel\n\n" + table(columns, rows, "lrlrrrrr")
     )
+    return text, failures
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -151,13 +163,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK)}")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
-        print(f"no CUDA device (torch {torch.__version__}): nothing measured")
-        return 0
+        print(f"no CUDA device (torch {torch.__version__}): nothing measured", file=sys.stderr)
+        return 2
     before = load()
-    body = sweep(QUICK if args.quick else tuple(CASES))
+    body, failures = sweep(QUICK if args.quick else tuple(CASES))
     command = "python -m bench.fused_tune" + (" --quick" if args.quick else "")
     print(header(command, before) + "\n\n" + body)
-    return 0
+    for failure in failures:
+        print(f"FAILED: {failure}", file=sys.stderr)
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":
