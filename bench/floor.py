@@ -10,7 +10,8 @@ Servers on loopback, each its own process with one uvicorn worker:
   in device memory);
 - baseline (with `--baseline REV`): the same command from `service/` of git revision REV
   (extracted with `git archive`, put first on `PYTHONPATH`), so a change is measured against its
-  parent in the same run, on the same noisy machine.
+  parent in the same run, on the same noisy machine. REV may also name a directory that holds
+  such an extracted `service/` (a tree prepared beforehand, or one that is not a git revision).
 
 Cases (cache hits; every server's body is checked to be the bytes posenc sent):
 
@@ -147,7 +148,10 @@ def posenc_server(port: int, source: Path | None, device: str) -> subprocess.Pop
 
 
 def extract(rev: str, into: Path) -> Path:
-    """`service/` of git revision `rev`, extracted under `into`."""
+    """`service/` of git revision `rev`, extracted under `into`; where `rev` names a directory
+    holding `service/posenc` (a tree extracted beforehand), that `service/`."""
+    if (Path(rev) / "service" / "posenc").is_dir():
+        return Path(rev).resolve() / "service"
     archive = subprocess.run(
         ["git", "-C", str(ROOT), "archive", rev, "service/posenc"],
         capture_output=True,
@@ -228,7 +232,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=1.5, help="window per measurement")
     parser.add_argument("--rounds", type=int, default=5, help="alternating rounds (median kept)")
-    parser.add_argument("--baseline", help="a git revision to measure beside this tree")
+    parser.add_argument(
+        "--baseline", help="a git revision (or a directory holding its service/) to measure beside"
+    )
     parser.add_argument("--quick", action="store_true", help="2 rounds of 0.5 s (smoke run)")
     parser.add_argument("--compute-only", action="store_true", help="only the compute overhead")
     parser.add_argument("--device", default="cpu", help="the posenc servers' device (cpu, cuda)")
