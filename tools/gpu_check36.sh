@@ -1,9 +1,11 @@
 #!/bin/bash
 # Issue 36's GPU check (the fused Triton path): its CUDA tests, the drift and GPU-path tests, the
 # decode-step templates on a GPU server (host copies of device tables), bench.v2_infer from a GPU
-# server, the kernel's launch shapes swept (bench.fused_tune --quick), bench.floor from a GPU
-# server (against 4be303f, before the host copies, where git has it); COMPUTE=1 adds the GPU
-# section of bench.compute, on the device machine with the environment
+# server, the kernel's launch shapes swept for the 16 MiB RoPE table (bench.fused_tune --case:
+# each shape is a compile of its own, several seconds on a fresh machine; the rows it measured
+# stay in the log when the timeout cuts it), bench.floor from a GPU server (against 4be303f,
+# before the host copies, where git has it); COMPUTE=1 adds the GPU section of bench.compute,
+# on the device machine with the environment
 # of tools/gpu_run.sh (wheels from .whl/ into /tmp/site, PYTHONPATH). The plan tests are CPU tests
 # (CI runs them): PLAN_TESTS=1 adds them. Logs go to $OUT.
 # Usage: bash tools/gpu_check36.sh   (worst case under 600 s: the timeouts below add up to 560 s; 635 s with
@@ -38,8 +40,8 @@ grep -E "^(FAILED|ERROR)" "$OUT/steps_tests.log" | head -20; tail -3 "$OUT/steps
 echo "== bench.v2_infer --device cuda --quick"
 timeout 75 python3 -m bench.v2_infer --device cuda --quick > "$OUT/bench_v2_36.md" 2>&1 || rc=1
 tail -16 "$OUT/bench_v2_36.md"
-echo "== bench.fused_tune --quick"
-timeout 75 python3 -m bench.fused_tune --quick > "$OUT/bench_fused_tune.md" 2>&1 || rc=1
+echo "== bench.fused_tune --case 'rope d128 fp32, 16 K'"
+timeout 75 python3 -m bench.fused_tune --case "rope d128 fp32, 16 K" > "$OUT/bench_fused_tune.md" 2>&1 || rc=1
 tail -36 "$OUT/bench_fused_tune.md"
 echo "== bench.floor --device cuda (small hits and decode steps from a GPU server against the floor)"
 base=""; git cat-file -e 4be303f^{commit} 2>/dev/null && base="--baseline 4be303f"  # before host copies

@@ -30,13 +30,16 @@ second) on a server's first request for it. The row stride and column maps stay 
 they decide whether stores vectorise.
 """
 
-ELEMENTS_PER_PROGRAM = 2048
-"""Angles per program (16 per thread at 4 warps), each stored as cos and sin, twice at full width:
-the values written per program of the issue-36 probe's 32 x 128 tile (868 GB/s at 16K positions
-on an H200), whose columns each computed their own cos/sin. `bench.fused_tune` sweeps it and
-`NUM_WARPS` on a GPU (read at each launch)."""
+ELEMENTS_PER_PROGRAM = 512
+"""Angles per program (2 per thread at 8 warps), each stored as cos and sin, twice at full width.
+Chosen by `bench.fused_tune` on an H200 (docs/gpu.md, fifth run): 512 x 8 wrote a 16 MiB RoPE
+table at 96% of the copy bandwidth (device time per call), where the first shape, 2048 x 4,
+wrote it at 50%; for the other RoPE tables swept (4-64 MiB, fp32 and bf16, full and half width)
+it was the best shape or within 6 points of it. Whisper's 16 MiB sinusoids measured 33-52% at
+every shape, varying between runs more than between shapes. Every shape's tables were bit for bit
+the first shape's. Read at each launch, as `NUM_WARPS` is, so the bench can sweep both."""
 
-NUM_WARPS = 4
+NUM_WARPS = 8
 """Warps per program."""
 
 
