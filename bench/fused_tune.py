@@ -1,6 +1,6 @@
 """The fused kernel's launch shape swept on a GPU: which one writes a 16 MiB table fastest.
 
-    python -m bench.fused_tune [--quick] [--case NAME ...]
+    python -m bench.fused_tune [--quick] [--case NAME ...] [--trace]
 
 Issue 36 asks for generation at 70% of the device's copy bandwidth from 16 MiB; the fused kernel
 (`posenc.encodings._triton_trig`) at its first launch shape, 2048 angles per program at 4 warps,
@@ -15,6 +15,10 @@ copy each call makes before the kernel. This bench separates them, for each laun
 - call: the same around `EVENT_CALLS` whole `compute(spec, "cuda")` calls (frequencies computed
   on the CPU and copied, then the kernel), as `bench.compute` measures its device column.
 
+`--trace` sweeps nothing: it prints the device's timeline of each case's queued calls and
+kernels at the launch shape (torch.profiler: per kernel or copy, its median duration and the
+device's idle time before it), where the call and the kernel alone differ.
+
 Every shape's table is checked bit for bit against the default shape's (the shape decides only
 which program computes which element, never how). Output: markdown, per table and shape, the
 device time per call and the share of the copy bandwidth (bytes written per second, measured in
@@ -25,7 +29,11 @@ kernel fails, and 2 without CUDA (nothing measured).
 from __future__ import annotations
 
 import argparse
+import itertools
+import json
+import statistics
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
@@ -36,8 +44,10 @@ import torch
 from bench._common import header, load, mib, table
 from bench.compute import EVENT_CALLS, copy_bandwidth, device_seconds, takes_fused
 from posenc.encodings import compute, fused, parse_spec
+from posenc.encodings.memory import to_device
 from posenc.encodings.rope.compute import rope_inv_freq, rope_plan_for
 from posenc.encodings.rope.spec import RopeSpec
+from posenc.encodings.sinusoidal import SinusoidalSpec, fused_launch
 
 CASES: dict[str, dict[str, Any]] = {
     "rope d128 fp32, 4 K": {"kind": "rope", "head_dim": 128, "max_positions": 4096},
@@ -84,16 +94,83 @@ def shape(module: Any, elements: int, warps: int) -> Iterator[None]:
 
 
 def kernel_only(spec_json: dict[str, Any], device: torch.device) -> Callable[[], object] | None:
-    """One launch of the fused kernel alone for a RoPE spec (frequencies already on `device`),
-    or None for other tables (their frequencies are made inside the family's compute)."""
+    """One launch of the fused kernel alone for a RoPE or sinusoidal spec, with the arguments its
+    family's compute launches it with (frequencies moved to `device` once, beforehand), or None
+    where the spec does not take the fused path."""
     canon = parse_spec(spec_json).canonical()
-    if not isinstance(canon, RopeSpec):
-        return None
-    inv, scaling, _ = rope_inv_freq(canon, device)
-    plan = rope_plan_for(canon, inv.numel())
-    if plan is None:
-        return None
-    return lambda: fused.run(plan, inv, out_scale=scaling)
+    if isinstance(canon, RopeSpec):
+        inv, scaling, _ = rope_inv_freq(canon, device)
+        plan = rope_plan_for(canon, inv.numel())
+        if plan is None:
+            return None
+        return lambda: fused.run(plan, inv, out_scale=scaling)
+    if isinstance(canon, SinusoidalSpec):
+        launch = fused_launch(canon, device)
+        if launch is None:
+            return None
+        trig_plan, frequencies, arguments = launch
+        on_device = to_device(frequencies, device)
+        return lambda: fused.run(trig_plan, on_device, **arguments)
+    return None
+
+
+def timeline(fn: Callable[[], object]) -> list[list[str]]:
+    """The device's timeline of `EVENT_CALLS` calls of `fn` queued behind a spin kernel (as
+    `device_seconds` measures them), from torch.profiler's trace: per device operation (kernel,
+    copy), how many ran, their median duration and the median idle time before each (from the
+    end of the operation before it), in microseconds; the last row is the span per call."""
+    fn()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        torch.cuda._sleep(20_000_000)
+        for _ in range(EVENT_CALLS):
+            fn()
+        torch.cuda.synchronize()
+    with tempfile.NamedTemporaryFile(suffix=".json") as trace:
+        prof.export_chrome_trace(trace.name)
+        with open(trace.name) as saved:
+            events = json.load(saved)["traceEvents"]
+    ops = sorted(
+        (e for e in events if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy")),
+        key=lambda e: float(e["ts"]),
+    )
+    spin = max(range(len(ops)), key=lambda i: float(ops[i]["dur"]))
+    ops = ops[spin:]  # the spin kernel, then the queued calls
+    durations: dict[str, list[float]] = {}
+    idle: dict[str, list[float]] = {}
+    for before, op in itertools.pairwise(ops):
+        name = str(op["name"])
+        durations.setdefault(name, []).append(float(op["dur"]))
+        idle.setdefault(name, []).append(
+            float(op["ts"]) - float(before["ts"]) - float(before["dur"])
+        )
+    rows = [
+        [name, str(len(durations[name])), f"{statistics.median(durations[name]):.1f}",
+         f"{statistics.median(idle[name]):.1f}"]
+        for name in durations
+    ]  # fmt: skip
+    start = float(ops[1]["ts"]) if len(ops) > 1 else 0.0
+    end = float(ops[-1]["ts"]) + float(ops[-1]["dur"])
+    rows.append(["span per call", str(EVENT_CALLS), f"{(end - start) / EVENT_CALLS:.1f}", ""])
+    return rows
+
+
+def traces(names: tuple[str, ...]) -> str:
+    """The markdown of `timeline` for each case at the kernel's launch shape: the whole
+    `compute` call, then the kernel alone."""
+    device = torch.device("cuda", 0)
+    rows: list[list[str]] = []
+    for name in names:
+        spec = parse_spec(CASES[name])
+        runs = {"call": partial(compute, spec, device), "kernel": kernel_only(CASES[name], device)}
+        for what, fn in runs.items():
+            if fn is not None:
+                rows += [[name, what, *row] for row in timeline(fn)]
+    columns = ["table", "timed", "device operation", "n", "median us", "median idle before us"]
+    return (
+        f"device timeline (torch.profiler) of {EVENT_CALLS} calls queued behind a spin kernel\n\n"
+        + table(columns, rows, "lllrrr")
+    )
 
 
 def sweep(names: tuple[str, ...]) -> tuple[str, list[str]]:
@@ -169,15 +246,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--case", action="append", choices=tuple(CASES), help="only this case (repeatable)"
     )
+    parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="the device timeline of each case's queued calls at the launch shape, no sweep",
+    )
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print(f"no CUDA device (torch {torch.__version__}): nothing measured", file=sys.stderr)
         return 2
     before = load()
     names = tuple(args.case) if args.case else QUICK if args.quick else tuple(CASES)
-    body, failures = sweep(names)
+    body, failures = (traces(names), []) if args.trace else sweep(names)
     command = "python -m bench.fused_tune" + (" --quick" if args.quick else "")
     command += "".join(f" --case '{name}'" for name in args.case or ())
+    command += " --trace" if args.trace else ""
     print(header(command, before) + "\n\n" + body)
     for failure in failures:
         print(f"FAILED: {failure}", file=sys.stderr)

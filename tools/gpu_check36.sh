@@ -8,8 +8,10 @@
 # on the device machine with the environment
 # of tools/gpu_run.sh (wheels from .whl/ into /tmp/site, PYTHONPATH). The plan tests are CPU tests
 # (CI runs them): PLAN_TESTS=1 adds them. Logs go to $OUT.
-# Usage: bash tools/gpu_check36.sh   (worst case under 600 s: the timeouts below add up to 560 s; 635 s with
-# COMPUTE=1 or PLAN_TESTS=1: then lower FUSED_TIMEOUT)
+# Then the device timeline of the Whisper and RoPE 16 MiB tables' queued calls and kernels
+# (bench.fused_tune --trace: the Whisper table's device idle time, docs/gpu.md "Fifth run").
+# Usage: bash tools/gpu_check36.sh   (worst case under 600 s: the timeouts below add up to 565 s; 640 s with
+# COMPUTE=1, 655 s with PLAN_TESTS=1: then lower FUSED_TIMEOUT)
 source "$(dirname "$0")/gpu_env.sh"
 OUT=${OUT:-/tmp/gpu_check36}
 mkdir -p "$OUT"
@@ -20,7 +22,7 @@ mkdir -p "$OUT"
   git log --oneline -1; } 2>&1 | tee "$OUT/machine36.txt"
 rc=0
 echo "== fused CUDA tests (tests/runtime/test_fused_cuda.py)"
-timeout ${FUSED_TIMEOUT:-200} python3 -m pytest -q -p no:cacheprovider -n ${FUSED_WORKERS:-6} -rfEs tests/runtime/test_fused_cuda.py \
+timeout ${FUSED_TIMEOUT:-160} python3 -m pytest -q -p no:cacheprovider -n ${FUSED_WORKERS:-12} -rfEs tests/runtime/test_fused_cuda.py \
   > "$OUT/fused_cuda_tests.log" 2>&1 || rc=1
 grep -E "^(FAILED|ERROR)" "$OUT/fused_cuda_tests.log" | head -30; tail -3 "$OUT/fused_cuda_tests.log"
 echo "== drift and GPU paths (tests/runtime/test_gpu_drift.py tests/api/test_gpu_paths.py)"
@@ -43,6 +45,10 @@ tail -16 "$OUT/bench_v2_36.md"
 echo "== bench.fused_tune --case 'rope d128 fp32, 16 K'"
 timeout 75 python3 -m bench.fused_tune --case "rope d128 fp32, 16 K" > "$OUT/bench_fused_tune.md" 2>&1 || rc=1
 tail -36 "$OUT/bench_fused_tune.md"
+echo "== bench.fused_tune --trace (device timelines of the 16 MiB Whisper and RoPE tables)"
+timeout 45 python3 -m bench.fused_tune --case "whisper 1024 fp32, 4 K" --case "rope d128 fp32, 16 K" --trace \
+  > "$OUT/bench_fused_trace.md" 2>&1 || rc=1
+tail -20 "$OUT/bench_fused_trace.md"
 echo "== bench.floor --device cuda (small hits and decode steps from a GPU server against the floor)"
 base=""; git cat-file -e 4be303f^{commit} 2>/dev/null && base="--baseline 4be303f"  # before host copies
 timeout 60 python3 -m bench.floor --device cuda --rounds 3 --seconds 0.5 $base \

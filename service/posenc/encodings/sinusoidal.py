@@ -472,31 +472,49 @@ def float32_inv_freq(spec: SinusoidalSpec) -> torch.Tensor:
     return torch.exp(k.to(dt) * step)
 
 
-def fused_table(spec: SinusoidalSpec, device: torch.device) -> torch.Tensor | None:
-    """`arrange(spec, sinusoidal_angles(spec, device))` cast to the spec dtype, from one fused
-    kernel launch (`posenc.encodings.fused`), bit for bit; padding rows are left to the caller.
-    None where the fused path does not apply (not CUDA, no triton, disabled, float64 compute,
-    explicit positions, PatchTST standardisation, an odd interleaved table's extra sin)."""
+FusedLaunch = tuple[fused.TrigPlan, torch.Tensor, dict[str, Any]]
+"""`fused_launch`'s plan, CPU frequencies and `fused.run` keyword arguments."""
+
+
+def fused_launch(spec: SinusoidalSpec, device: torch.device) -> FusedLaunch | None:
+    """What `fused_table` launches for a canonical spec: the kernel's plan, the float32
+    frequencies (n,) on the CPU and the launch's keyword arguments; None where the fused path
+    does not apply (not CUDA, no triton, disabled, float64 compute, explicit positions, PatchTST
+    standardisation, an odd interleaved table's extra sin)."""
     if spec.compute_dtype != "float32" or spec.positions is not None:
         return None
     if spec.standardize is not None or not fused.usable(device):
         return None
-    n = spec.num_frequencies()
     plan = fused.sinusoidal_plan(
-        n=n, dim=spec.dim, rows=spec.num_rows(), layout=str(spec.layout), dtype=str(spec.dtype)
+        n=spec.num_frequencies(),
+        dim=spec.dim,
+        rows=spec.num_rows(),
+        layout=str(spec.layout),
+        dtype=str(spec.dtype),
     )
     if plan is None:
         return None
-    outputs = fused.run(
-        plan,
-        to_device(float32_inv_freq(spec), device),
-        pos_start=int(spec.position_offset or 0),
-        pos_step=-1 if spec.position_step == -1 else 1,
-        angle_scale=float(1.0 if spec.scale is None else spec.scale),
-    )
+    arguments = {
+        "pos_start": int(spec.position_offset or 0),
+        "pos_step": -1 if spec.position_step == -1 else 1,
+        "angle_scale": float(1.0 if spec.scale is None else spec.scale),
+    }
+    return plan, float32_inv_freq(spec), arguments
+
+
+def fused_table(spec: SinusoidalSpec, device: torch.device) -> torch.Tensor | None:
+    """`arrange(spec, sinusoidal_angles(spec, device))` cast to the spec dtype, from one fused
+    kernel launch (`posenc.encodings.fused`), bit for bit; padding rows are left to the caller.
+    None where the fused path does not apply (`fused_launch`)."""
+    launch = fused_launch(spec, device)
+    if launch is None:
+        return None
+    plan, inv, arguments = launch
+    outputs = fused.run(plan, to_device(inv, device), **arguments)
     if outputs is None:
         return None
     table = outputs["embedding"]
+    n = spec.num_frequencies()
     if n + spec.dim // 2 < spec.dim:  # odd dim under zero_pad: the last column
         table[:, n + spec.dim // 2 :] = 0.0
     return table
