@@ -105,12 +105,11 @@ def kernel_only(spec_json: dict[str, Any], device: torch.device) -> Callable[[],
             return None
         return lambda: fused.run(plan, inv, out_scale=scaling)
     if isinstance(canon, SinusoidalSpec):
-        launch = fused_launch(canon, device)
-        if launch is None:
+        found = fused_launch(canon, device)
+        if found is None:
             return None
-        trig_plan, frequencies, arguments = launch
-        on_device = to_device(frequencies, device)
-        return lambda: fused.run(trig_plan, on_device, **arguments)
+        frequencies, launch = found
+        return partial(launch, to_device(frequencies, device))
     return None
 
 
@@ -233,7 +232,7 @@ def sweep(names: tuple[str, ...]) -> tuple[str, list[str]]:
     text = (
         f"device: {torch.cuda.get_device_name(device)}; copy bandwidth (1 GiB fp32 `copy_`, "
         f"bytes written per second): {bandwidth / 1e9:,.0f} GB/s\n\n"
-        f"kernel: the fused kernel alone (RoPE: frequencies already on the device); call: one "
+        f"kernel: the fused kernel alone (frequencies already on the device); call: one "
         f"`compute(spec, 'cuda')` (frequency copy and kernel); both CUDA events around "
         f"{EVENT_CALLS} calls queued behind a spin kernel\n\n" + table(columns, rows, "lrlrrrrr")
     )

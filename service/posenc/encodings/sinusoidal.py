@@ -68,6 +68,8 @@ from __future__ import annotations
 
 import math
 from array import array
+from collections.abc import Callable
+from functools import partial
 from typing import Annotated, Any, Literal, NoReturn, Self
 
 import torch
@@ -472,15 +474,15 @@ def float32_inv_freq(spec: SinusoidalSpec) -> torch.Tensor:
     return torch.exp(k.to(dt) * step)
 
 
-FusedLaunch = tuple[fused.TrigPlan, torch.Tensor, dict[str, Any]]
-"""`fused_launch`'s plan, CPU frequencies and `fused.run` keyword arguments."""
+FusedLaunch = tuple[torch.Tensor, Callable[[torch.Tensor], dict[str, torch.Tensor] | None]]
+"""`fused_launch`'s float32 frequencies (n,) on the CPU, and the kernel launch that takes them
+on the device (`fused.run` with the spec's plan and arguments)."""
 
 
 def fused_launch(spec: SinusoidalSpec, device: torch.device) -> FusedLaunch | None:
-    """What `fused_table` launches for a canonical spec: the kernel's plan, the float32
-    frequencies (n,) on the CPU and the launch's keyword arguments; None where the fused path
-    does not apply (not CUDA, no triton, disabled, float64 compute, explicit positions, PatchTST
-    standardisation, an odd interleaved table's extra sin)."""
+    """What `fused_table` launches for a canonical spec: its frequencies and its launch; None
+    where the fused path does not apply (not CUDA, no triton, disabled, float64 compute, explicit
+    positions, PatchTST standardisation, an odd interleaved table's extra sin)."""
     if spec.compute_dtype != "float32" or spec.positions is not None:
         return None
     if spec.standardize is not None or not fused.usable(device):
@@ -494,23 +496,25 @@ def fused_launch(spec: SinusoidalSpec, device: torch.device) -> FusedLaunch | No
     )
     if plan is None:
         return None
-    arguments = {
-        "pos_start": int(spec.position_offset or 0),
-        "pos_step": -1 if spec.position_step == -1 else 1,
-        "angle_scale": float(1.0 if spec.scale is None else spec.scale),
-    }
-    return plan, float32_inv_freq(spec), arguments
+    launch = partial(
+        fused.run,
+        plan,
+        pos_start=int(spec.position_offset or 0),
+        pos_step=-1 if spec.position_step == -1 else 1,
+        angle_scale=float(1.0 if spec.scale is None else spec.scale),
+    )
+    return float32_inv_freq(spec), launch
 
 
 def fused_table(spec: SinusoidalSpec, device: torch.device) -> torch.Tensor | None:
     """`arrange(spec, sinusoidal_angles(spec, device))` cast to the spec dtype, from one fused
     kernel launch (`posenc.encodings.fused`), bit for bit; padding rows are left to the caller.
     None where the fused path does not apply (`fused_launch`)."""
-    launch = fused_launch(spec, device)
-    if launch is None:
+    found = fused_launch(spec, device)
+    if found is None:
         return None
-    plan, inv, arguments = launch
-    outputs = fused.run(plan, to_device(inv, device), **arguments)
+    inv, launch = found
+    outputs = launch(to_device(inv, device))
     if outputs is None:
         return None
     table = outputs["embedding"]
