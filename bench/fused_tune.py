@@ -17,7 +17,11 @@ copy each call makes before the kernel. This bench separates them, for each laun
 
 `--trace` sweeps nothing: it prints the device's timeline of each case's queued calls and
 kernels at the launch shape (torch.profiler: per kernel or copy, its median duration and the
-device's idle time before it), where the call and the kernel alone differ.
+device's idle time before it), where the call and the kernel alone differ, and of the kernel
+after a pinned copy of 256 B and of 2 KiB (`memory.to_device`, as each call copies its
+frequencies: 64 float32 for a d128 RoPE table, 512 for Whisper's 1024 dims). Whisper's 16 MiB
+calls idled 7 us on each side of their copy where RoPE's idled 1.5 us (fifth GPU run): if the
+idle time follows the copy's size, a 2 KiB copy costs it whatever kernel follows.
 
 Every shape's table is checked bit for bit against the default shape's (the shape decides only
 which program computes which element, never how). Output: markdown, per table and shape, the
@@ -113,6 +117,23 @@ def kernel_only(spec_json: dict[str, Any], device: torch.device) -> Callable[[],
     return None
 
 
+COPY_BYTES = (256, 2048)
+"""The pinned host-to-device copies `--trace` puts before a kernel alone: a d128 RoPE table's
+64 float32 frequencies, and Whisper's 512."""
+
+
+def after_copy(fn: Callable[[], object], nbytes: int, device: torch.device) -> Callable[[], None]:
+    """`fn` after a copy of `nbytes` of float32 frequencies to `device` (`memory.to_device`, as a
+    call copies its own), the copy unused."""
+    host = torch.linspace(0.0, 1.0, nbytes // 4, dtype=torch.float32)
+
+    def run() -> None:
+        to_device(host, device)
+        fn()
+
+    return run
+
+
 def timeline(fn: Callable[[], object]) -> list[list[str]]:
     """The device's timeline of `EVENT_CALLS` calls of `fn` queued behind a spin kernel (as
     `device_seconds` measures them), from torch.profiler's trace: per device operation (kernel,
@@ -161,7 +182,11 @@ def traces(names: tuple[str, ...]) -> str:
     rows: list[list[str]] = []
     for name in names:
         spec = parse_spec(CASES[name])
-        runs = {"call": partial(compute, spec, device), "kernel": kernel_only(CASES[name], device)}
+        kernel = kernel_only(CASES[name], device)
+        runs = {"call": partial(compute, spec, device), "kernel": kernel}
+        if kernel is not None:
+            for nbytes in COPY_BYTES:
+                runs[f"kernel after a {nbytes:,} B copy"] = after_copy(kernel, nbytes, device)
         for what, fn in runs.items():
             if fn is not None:
                 rows += [[name, what, *row] for row in timeline(fn)]

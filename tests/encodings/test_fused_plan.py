@@ -20,7 +20,7 @@ import torch
 import posenc.encodings
 from posenc.encodings import compute, fused, parse_spec
 from posenc.encodings.rope import RopeSpec, half_cos_sin, rope_inv_freq, tables
-from posenc.encodings.rope.compute import fused_tables, rope_plan_for
+from posenc.encodings.rope.compute import cast, fused_tables, rope_plan_for
 from posenc.encodings.sinusoidal import (
     SinusoidalSpec,
     arrange,
@@ -31,7 +31,9 @@ from posenc.encodings.sinusoidal import (
 from tests.runtime.fused_cases import rope_cases, sinusoidal_cases
 
 CPU = torch.device("cpu")
-ROPE = rope_cases(max_positions=48)
+ROPE = rope_cases(max_positions=48) + rope_cases(max_positions=48, precision="exact")
+"""Reference (float32) and exact (float64 compute) precision: the kernel takes exact tables
+when `fused.FLOAT64` is on."""
 SINUSOIDAL = [
     (name, case)
     for name, case in sinusoidal_cases(max_positions=48)
@@ -43,9 +45,10 @@ SINUSOIDAL = [
 def carry_out(
     plan: fused.TrigPlan, cos: torch.Tensor, sin: torch.Tensor
 ) -> dict[str, torch.Tensor]:
-    """The plan's tensors from float32 cos/sin (P, n), written where the kernel writes them
-    (column `f * mul + add` of each row, and `dup` further), cast as the kernel casts; elements
-    the plan never writes stay NaN."""
+    """The plan's tensors from cos/sin (P, n) in the compute dtype, written where the kernel
+    writes them (column `f * mul + add` of each row, and `dup` further), cast as the kernel casts
+    (`rope.compute.cast`: float64 to 16 bits through float32 rounded to odd); elements the plan
+    never writes stay NaN."""
     outputs = {
         name: torch.full(shape, float("nan"), dtype=plan.dtype)
         for name, shape in plan.shapes.items()
@@ -57,9 +60,9 @@ def carry_out(
     ):
         rows = outputs[name].view(cos.shape[0], plan.row_stride)
         columns = f[:count] * mul + add
-        rows[:, columns] = values[:, :count].to(plan.dtype)
+        rows[:, columns] = cast(values[:, :count], plan.dtype)
         if dup:
-            rows[:, columns + dup] = values[:, :count].to(plan.dtype)
+            rows[:, columns + dup] = cast(values[:, :count], plan.dtype)
     return outputs
 
 

@@ -63,16 +63,21 @@ def config_specs(kind: str) -> tuple[tuple[str, dict[str, Any]], ...]:
     return tuple(found)
 
 
-def rope_cases(max_positions: int) -> list[tuple[str, dict[str, Any]]]:
+def rope_cases(
+    max_positions: int, precision: str = "reference"
+) -> list[tuple[str, dict[str, Any]]]:
     """Every config's rope spec at `max_positions` (at most its own), in every layout and dtype;
-    the layout fields replace the config's (its pairing included), `profile` dropped."""
+    the layout fields replace the config's (its pairing included), `profile` dropped; at
+    `precision` (exact: float64 compute, labels ending in `-exact`)."""
     cases = []
+    suffix = [] if precision == "reference" else [precision]
     for name, spec in config_specs("rope"):
         base = {k: v for k, v in spec.items() if k not in ("profile", "full_layout")}
         base["max_positions"] = min(int(base["max_positions"]), max_positions)
+        base["precision"] = precision
         for layout in LAYOUTS:
             for dtype in DTYPES:
-                label = "-".join([name, *(str(v) for v in layout.values()), dtype])
+                label = "-".join([name, *(str(v) for v in layout.values()), dtype, *suffix])
                 cases.append((label, {**base, **layout, "dtype": dtype}))
     return cases
 

@@ -2,11 +2,12 @@
 triton, skipped without either, like tests/runtime/test_gpu_drift.py).
 
 For every case of tests/runtime/fused_cases.py (real configs' RoPE tables in every layout and
-dtype, the configs' sinusoidal tables and every convention): `compute(spec, "cuda")` with the
-fused kernel equals `compute` with it turned off (`fused.ENABLED`), tensor by tensor, dtype and
-shape, and stays within test_gpu_drift.py's bound of the CPU table (2 float32 ulp at 1.0 times the
-table's scale; for bf16/fp16 one rounding of the output dtype more). The configs' tables are also
-compared at their own length (up to 262144 positions), where angles are largest.
+dtype, at reference and at exact precision (float64 compute, with `fused.FLOAT64` turned on), the
+configs' sinusoidal tables and every convention): `compute(spec, "cuda")` with the fused kernel
+equals `compute` with it turned off (`fused.ENABLED`), tensor by tensor, dtype and shape, and
+stays within test_gpu_drift.py's bound of the CPU table (2 float32 ulp at 1.0 times the table's
+scale; for bf16/fp16 one rounding of the output dtype more). The configs' tables are also compared
+at their own length (up to 262144 positions), where angles are largest.
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ HERE = torch.cuda.is_available()
 """The cases are built only where they run (tests/encodings/test_fused_plan.py checks the same
 lists on every machine)."""
 ROPE = rope_cases(max_positions=2048) if HERE else []
+EXACT = rope_cases(max_positions=2048, precision="exact") if HERE else []
+"""Exact precision (float64 compute): fused only while `fused.FLOAT64` is on, which these tests
+turn on for themselves."""
 SINUSOIDAL = sinusoidal_cases(max_positions=2048) if HERE else []
 
 
@@ -80,7 +84,7 @@ def assert_near_cpu(gpu: dict[str, torch.Tensor], spec: Any) -> None:
         assert worst <= bound, f"{name}: {worst:.3g} > {bound:.3g}"
 
 
-@pytest.mark.parametrize("case", [c[1] for c in ROPE], ids=[c[0] for c in ROPE])
+@pytest.mark.parametrize("case", [c[1] for c in ROPE + EXACT], ids=[c[0] for c in ROPE + EXACT])
 def test_rope_fused_is_the_torch_cuda_path_bit_for_bit(
     case: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -89,8 +93,9 @@ def test_rope_fused_is_the_torch_cuda_path_bit_for_bit(
     assert isinstance(canon, RopeSpec)
     inv, scaling, _ = rope_inv_freq(canon, CUDA)
     monkeypatch.setattr(fused, "ENABLED", True)
+    monkeypatch.setattr(fused, "FLOAT64", True)
     direct = fused_tables(canon, inv, scaling)
-    assert direct is not None, f"every reference-precision layout is fused; {fused.FAILED}"
+    assert direct is not None, f"every layout is fused; {fused.FAILED}"
     assert_same_bits(
         direct, tables(canon, inv, scaling, torch.arange(canon.max_positions, device=CUDA))
     )
@@ -116,15 +121,25 @@ def test_sinusoidal_fused_is_the_torch_cuda_path_bit_for_bit(
     assert_near_cpu(fast, spec)
 
 
-LONG = [*config_specs("rope"), *config_specs("sinusoidal")] if HERE else []
+LONG = (
+    [
+        *config_specs("rope"),
+        *[(f"{name}-exact", {**case, "precision": "exact"}) for name, case in config_specs("rope")],
+        *config_specs("sinusoidal"),
+    ]
+    if HERE
+    else []
+)
 
 
 @pytest.mark.parametrize("case", [c[1] for c in LONG], ids=[c[0] for c in LONG])
 def test_config_tables_at_their_own_length(
     case: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The configs' own lengths (131072 positions for Llama 3.1, 262144 for Hunyuan), float32."""
+    """The configs' own lengths (131072 positions for Llama 3.1, 262144 for Hunyuan), float32
+    and, for RoPE, exact precision (float64 compute, `fused.FLOAT64` on)."""
     spec = parse_spec(case)
+    monkeypatch.setattr(fused, "FLOAT64", True)
     fast, slow = both_paths(spec, monkeypatch)
     assert_same_bits(fast, slow)
     assert_near_cpu(fast, spec)
@@ -147,8 +162,12 @@ def test_the_flag_switches_the_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
     assert not any("_trig_kernel" in name for name in _kernels_run(spec))
 
 
-def test_exact_and_polar_stay_on_torch(fused_on: None) -> None:
-    for extra in ({"precision": "exact"}, {"trig": "polar"}):
+def test_polar_and_unchecked_exact_stay_on_torch(
+    fused_on: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Polar trig always; exact precision while `fused.FLOAT64` is off (its default)."""
+    for extra, float64 in (({"precision": "exact"}, False), ({"trig": "polar"}, True)):
+        monkeypatch.setattr(fused, "FLOAT64", float64)
         spec = parse_spec({"kind": "rope", "head_dim": 64, "max_positions": 64, **extra})
         canon = spec.canonical()
         assert isinstance(canon, RopeSpec)

@@ -1,14 +1,19 @@
 """The one Triton kernel of the fused CUDA path (`posenc.encodings.fused`): angles to cos/sin
 tables in one pass. The only module importing triton (untyped: mypy ignores its imports).
 
-For row r (position `pos_start + r * pos_step`, int64 converted to float32 with one rounding,
-as `positions.to(float32)`) and frequency f < n_freq (`inv[f]`, float32, computed on the CPU):
-`ang = pos * inv[f]`, times `angle_scale` when `has_angle_scale`; `cos = libdevice.cos(ang)`
-and `sin = libdevice.sin(ang)` (CUDA's accurate `cosf`/`sinf`, what torch's CUDA `cos`/`sin`
-call; `tl.cos`/`tl.sin` are approximations), times `out_scale` when `has_out_scale`; then cast
-to the output dtype with round-to-nearest-even (torch's `.to`). Each step is one float32
-operation with no additions, so no multiply-add can be contracted: the bits of torch's ops on
-the same operands.
+For row r (position `pos_start + r * pos_step`, int64 converted to the compute dtype with one
+rounding, as `positions.to(inv.dtype)`) and frequency f < n_freq (`inv[f]`, computed on the CPU;
+its dtype, float32 or float64, is the compute dtype): `ang = pos * inv[f]`, times `angle_scale`
+when `has_angle_scale`; `cos = libdevice.cos(ang)` and `sin = libdevice.sin(ang)` (CUDA's
+accurate `cosf`/`sinf`, or `cos`/`sin` in float64, what torch's CUDA `cos`/`sin` call;
+`tl.cos`/`tl.sin` are approximations), times `out_scale` when `has_out_scale`; then cast to the
+output dtype with round-to-nearest-even (torch's `.to`). The two scales arrive as float64 and are
+rounded to the compute dtype once (as torch rounds a Python float multiplying a float32 tensor).
+Each step is one operation with no additions, so no multiply-add can be contracted: the bits of
+torch's ops on the same operands.
+
+From float64 to bfloat16 or float16 the cast is `rope.compute.cast`'s: rounded to odd into
+float32 first, then to nearest even, so the result is float64 rounded once.
 
 cos of frequency f goes to column `f * cos_mul + cos_add` of the row (row `r * row_stride` of
 `cos_ptr`), and again `cos_dup` further when `has_dup`; sin likewise into `sin_ptr`. cos is
@@ -43,6 +48,21 @@ NUM_WARPS = 8
 """Warps per program."""
 
 
+@triton.jit  # type: ignore[untyped-decorator, unused-ignore]
+def _to_out(x, out_ty: tl.constexpr):  # type: ignore[no-untyped-def, unused-ignore]
+    """`x` cast to `out_ty` with one rounding: float64 to a 16-bit float goes through float32
+    rounded to odd (Boldo & Melquiond 2008; `rope.compute.round_to_odd_fp32`, bit for bit):
+    round to nearest, step back towards zero where that overshot, set the last bit if inexact."""
+    if x.dtype == tl.float64 and out_ty != tl.float32 and out_ty != tl.float64:
+        f = x.to(tl.float32)
+        bits = f.to(tl.int32, bitcast=True)
+        too_far = tl.abs(f.to(tl.float64)) > tl.abs(x)
+        bits = tl.where(too_far, bits - 1, bits)  # sign and magnitude: one step towards zero
+        inexact = bits.to(tl.float32, bitcast=True).to(tl.float64) != x
+        x = (bits | inexact.to(tl.int32)).to(tl.float32, bitcast=True)
+    return x.to(out_ty)
+
+
 @triton.jit(do_not_specialize=NOT_SPECIALIZED)  # type: ignore[untyped-decorator, unused-ignore]
 def _trig_kernel(  # type: ignore[no-untyped-def, unused-ignore]
     inv_ptr,
@@ -60,8 +80,8 @@ def _trig_kernel(  # type: ignore[no-untyped-def, unused-ignore]
     sin_mul,
     sin_add,
     sin_dup,
-    angle_scale,
-    out_scale,
+    angle_scale: tl.float64,
+    out_scale: tl.float64,
     has_angle_scale: tl.constexpr,
     has_out_scale: tl.constexpr,
     has_dup: tl.constexpr,
@@ -74,17 +94,17 @@ def _trig_kernel(  # type: ignore[no-untyped-def, unused-ignore]
     sin_ok = f < n_freq
     cos_ok = f < n_cos
     inv = tl.load(inv_ptr + f, mask=sin_ok, other=0.0)
-    pos = (pos_start + rows * pos_step).to(tl.float32)
+    pos = (pos_start + rows * pos_step).to(inv_ptr.dtype.element_ty)
     ang = pos[:, None] * inv[None, :]
     if has_angle_scale:
-        ang = ang * angle_scale
+        ang = ang * tl.cast(angle_scale, inv_ptr.dtype.element_ty)
     c = libdevice.cos(ang)
     s = libdevice.sin(ang)
     if has_out_scale:
-        c = c * out_scale
-        s = s * out_scale
-    c = c.to(cos_ptr.dtype.element_ty)
-    s = s.to(sin_ptr.dtype.element_ty)
+        c = c * tl.cast(out_scale, inv_ptr.dtype.element_ty)
+        s = s * tl.cast(out_scale, inv_ptr.dtype.element_ty)
+    c = _to_out(c, cos_ptr.dtype.element_ty)
+    s = _to_out(s, sin_ptr.dtype.element_ty)
     base = rows[:, None] * row_stride
     cos_at = base + (f * cos_mul + cos_add)[None, :]
     sin_at = base + (f * sin_mul + sin_add)[None, :]
@@ -113,8 +133,9 @@ def launch(
     out_scale: float,
 ) -> None:
     """Fill `cos_out`/`sin_out` (contiguous, on `inv`'s CUDA device; the same tensor when one
-    table holds both) from `inv` (n_freq,) float32, on the current stream of that device. The
-    maps are (mul, add, dup) column rules in elements; dup 0 means no duplicate."""
+    table holds both) from `inv` (n_freq,), float32 or float64 (the compute dtype), on the current
+    stream of that device. The maps are (mul, add, dup) column rules in elements; dup 0 means no
+    duplicate."""
     n_freq = inv.numel()
     block_f = min(triton.next_power_of_2(n_freq), MAX_BLOCK_F)
     block_p = max(1, ELEMENTS_PER_PROGRAM // block_f)

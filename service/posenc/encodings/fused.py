@@ -3,18 +3,20 @@ one Triton kernel launch (`posenc.encodings._triton_trig`), instead of torch's a
 product, cos, sin, multiply, cat and cast kernels.
 
 Bit-identical to the torch CUDA path it replaces (tests/runtime/test_fused_cuda.py): the same
-float32 operations on the same operands (CPU-computed frequencies moved to the device), the same
-accurate `cosf`/`sinf`, the same round-to-nearest-even cast. It is taken only when the device is
-CUDA, triton imports, `ENABLED` is true and the spec maps (below); otherwise the torch path runs
-unchanged. The server sets `ENABLED` from its `fused_kernels` setting (`POSENC_FUSED_KERNELS`,
-`--no-fused-kernels`); tests and benches set it directly.
+operations in the compute dtype on the same operands (CPU-computed frequencies moved to the
+device), the same accurate `cosf`/`sinf`, the same round-to-nearest-even cast. It is taken only
+when the device is CUDA, triton imports, `ENABLED` is true and the spec maps (below); otherwise
+the torch path runs unchanged. The server sets `ENABLED` from its `fused_kernels` setting
+(`POSENC_FUSED_KERNELS`, `--no-fused-kernels`); tests and benches set it directly.
 
 What maps: RoPE at reference precision without `trig: "polar"` (every scaling variant, since all
 of them only change the frequency vector and the attention scaling; every width, packing,
 full-width arrangement and output dtype); sinusoidal tables at float32 compute precision over a
 contiguous position range, without PatchTST standardisation and without an odd interleaved
-table's extra sin column. Exact (float64) precision, polar trig, explicit position lists and
-standardised tables stay on torch.
+table's extra sin column. Polar trig, explicit position lists and standardised tables stay on
+torch. So does exact precision (float64 compute) RoPE while `FLOAT64` is off: the kernel computes
+it (float64 angles, CUDA's float64 `cos`/`sin`, `rope.compute.cast`'s rounding), but those bits
+have not yet been compared with torch's on a GPU.
 
 A plan says where the kernel writes cos and sin of frequency f in a row: column
 `f * mul + add` of the row and, for full-width RoPE tables, the duplicate `dup` further
@@ -38,6 +40,14 @@ from posenc.encodings.base import DTYPES
 ENABLED: bool = True
 """Whether CUDA tables may take the fused kernel: the server sets it from its `fused_kernels`
 setting (`POSENC_FUSED_KERNELS`, default on) when it builds the app."""
+
+FLOAT64: bool = False
+"""Whether exact precision (float64 compute) RoPE tables may take the kernel. Off until
+tests/runtime/test_fused_cuda.py's float64 cases have passed on a GPU (they turn it on for
+themselves); `bench.compute --fused-float64` measures it. The torch path serves meanwhile."""
+
+COMPUTE_DTYPES = frozenset({torch.float32, torch.float64})
+"""Frequency (compute) dtypes the kernel computes in."""
 
 OUT_DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16})
 """Output dtypes the kernel casts to (float32 results, round-to-nearest-even)."""
@@ -152,8 +162,9 @@ def run(
     angle_scale: float = 1.0,
     out_scale: float = 1.0,
 ) -> dict[str, torch.Tensor] | None:
-    """The plan's tensors, filled by one kernel launch from `inv` (n,) float32 on a CUDA device,
-    or None when the kernel fails to compile or launch (`FAILED`: the caller's torch path runs).
+    """The plan's tensors, filled by one kernel launch from `inv` (n,) on a CUDA device, computed
+    in its dtype (`COMPUTE_DTYPES`), or None when the kernel fails to compile or launch (`FAILED`:
+    the caller's torch path runs).
 
     `kernels()` must not be None (callers check `usable` first)."""
     module = kernels()

@@ -160,8 +160,11 @@ def fused_tables(
 ) -> dict[str, torch.Tensor] | None:
     """`tables(spec, inv, scaling, arange(max_positions))` from one fused kernel launch
     (`posenc.encodings.fused`): bit for bit the same tensors, or None where the fused path does not
-    apply (not CUDA, no triton, disabled, exact precision, polar trig), for `tables` to run."""
-    if spec.precision != "reference" or spec.trig is not None or inv.dtype != torch.float32:
+    apply (not CUDA, no triton, disabled, polar trig, exact precision while `fused.FLOAT64` is
+    off), for `tables` to run."""
+    if spec.trig is not None or inv.dtype not in fused.COMPUTE_DTYPES:
+        return None
+    if spec.precision == "exact" and not fused.FLOAT64:
         return None
     if not fused.usable(inv.device):
         return None
