@@ -175,10 +175,38 @@ def timeline(fn: Callable[[], object]) -> list[list[str]]:
     return rows
 
 
+NARROW_BLOCK_F = 64
+"""`--trace` also times each kernel with at most this many frequencies per program: a d128 RoPE
+table's tile (8 rows x 64 frequencies), where Whisper's 512 frequencies otherwise take 2 x 256
+tiles, whose compiled kernel stages its frequencies through 1 KiB of shared memory behind a
+barrier (`tools/fused_ptx.py`'s compile; RoPE's uses none). Every shape sweep so far kept 256."""
+
+
+@contextmanager
+def max_block_f(module: Any, value: int) -> Iterator[None]:
+    """The kernel module's `MAX_BLOCK_F` set to `value` for the block."""
+    was = module.MAX_BLOCK_F
+    module.MAX_BLOCK_F = value
+    try:
+        yield
+    finally:
+        module.MAX_BLOCK_F = was
+
+
+def same_tables(got: object, want: object) -> str:
+    """'same bits' when two launches' outputs (dicts of tensors) are equal, else 'BITS DIFFER'."""
+    assert isinstance(got, dict)
+    assert isinstance(want, dict)
+    equal = list(got) == list(want) and all(torch.equal(got[k], want[k]) for k in want)
+    return "same bits" if equal else "BITS DIFFER"
+
+
 def traces(names: tuple[str, ...]) -> str:
     """The markdown of `timeline` for each case at the kernel's launch shape: the whole
-    `compute` call, then the kernel alone."""
+    `compute` call, the kernel alone, the kernel after each copy of `COPY_BYTES`, and the kernel
+    at `NARROW_BLOCK_F` frequencies per program (its bits against the default's in the row)."""
     device = torch.device("cuda", 0)
+    module = fused.kernels()
     rows: list[list[str]] = []
     for name in names:
         spec = parse_spec(CASES[name])
@@ -190,6 +218,12 @@ def traces(names: tuple[str, ...]) -> str:
         for what, fn in runs.items():
             if fn is not None:
                 rows += [[name, what, *row] for row in timeline(fn)]
+        if kernel is not None and module is not None:
+            want = kernel()
+            with max_block_f(module, NARROW_BLOCK_F):
+                same = same_tables(kernel(), want)
+                what = f"kernel, {NARROW_BLOCK_F} frequencies per program ({same})"
+                rows += [[name, what, *row] for row in timeline(kernel)]
     columns = ["table", "timed", "device operation", "n", "median us", "median idle before us"]
     return (
         f"device timeline (torch.profiler) of {EVENT_CALLS} calls queued behind a spin kernel\n\n"

@@ -7,7 +7,8 @@
 # 3. the rest of test_fused_cuda.py (the kernel now takes its scales as float64 and rounds them
 #    in the kernel), the drift and GPU-path tests;
 # 4. the device timeline of the Whisper and RoPE 16 MiB tables' queued calls and kernels
-#    (bench.fused_tune --trace: the Whisper table's device idle time, docs/gpu.md "Fifth run").
+#    (bench.fused_tune --trace: the Whisper table's device idle time, docs/gpu.md "Fifth run"),
+#    with kernels after 256 B and 2 KiB copies and at 64 frequencies per program.
 # STEPS=1 adds the decode-step tests on GPU servers, bench.v2_infer and bench.floor (met in the
 # fifth run); SWEEP=1 the launch-shape sweep of the 16 MiB RoPE table; PLAN_TESTS=1 the CPU plan
 # tests (CI runs them). Usage: bash tools/gpu_check36.sh (worst case: the timeouts below add up to
