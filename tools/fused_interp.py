@@ -36,7 +36,8 @@ import posenc.encodings._triton_trig as kernel
 from bench.fused_tune import ELEMENTS, WARPS
 from posenc.encodings import fused, parse_spec
 from posenc.encodings.rope import RopeSpec, rope_inv_freq, tables
-from posenc.encodings.rope.compute import cast, rope_plan_for
+from posenc.encodings.rope.compute import rope_plan_for
+from posenc.encodings.rounding import cast
 from tests.runtime.fused_cases import rope_cases
 
 kernel.libdevice = tl  # the interpreter patches tl's cos and sin, not libdevice's
@@ -136,6 +137,7 @@ def arithmetic(precision: str, max_positions: int = 40) -> int:
     """How many RoPE cases at `precision` the kernel (torch's cos/sin for libdevice's) computes
     otherwise than `rope.compute.tables` on the CPU."""
     bad = []
+    fused.CHECK_ROWS = 64  # each variant's first-launch probe, shorter: numpy runs the kernel
     cases = rope_cases(max_positions=max_positions, precision=precision)
     for name, case in cases:
         spec = parse_spec(case).canonical()
@@ -177,7 +179,7 @@ def near_ties(out: torch.dtype, count: int = 200_000) -> torch.Tensor:
 
 def casts() -> int:
     """How many float64 values `_trig_triton._to_out` casts to bfloat16 or float16 otherwise
-    than the torch path's `rope.compute.cast` (float32 rounded to odd, then to nearest even)."""
+    than the torch path's `rounding.cast` (float32 rounded to odd, then to nearest even)."""
     differ = 0
     for out in (torch.bfloat16, torch.float16):
         x = near_ties(out)
@@ -194,9 +196,34 @@ def casts() -> int:
     return differ
 
 
+def probe() -> int:
+    """1 unless `fused.run`'s first-launch probe turns the fused path off for a kernel that writes
+    one bit otherwise than torch's ops (and the caller gets None, for its torch path), else 0."""
+    plan, n = PLANS["rope d128 full fp32"]
+    assert plan is not None
+    inv = 1.0 / (10000 ** (torch.arange(n, dtype=torch.float32) / n))
+    real = kernel.launch
+
+    def off_by_one_bit(*args: Any, **kwargs: Any) -> None:
+        real(*args, **kwargs)
+        args[1].view(torch.int32).view(-1)[-1] ^= 1  # the last cos element
+
+    kernel.launch = off_by_one_bit
+    fused._VERDICTS.clear()
+    try:
+        caught = fused.run(plan, inv) is None and bool(fused.FAILED)
+        print("probe: a kernel one bit off is", "caught" if caught else "NOT caught", fused.FAILED)
+    finally:
+        kernel.launch = real
+        fused.FAILED.clear()
+        fused._VERDICTS.clear()
+    return 0 if caught else 1
+
+
 def main() -> int:
     np.seterr(all="ignore")
-    return 1 if shapes() + casts() + arithmetic("reference") + arithmetic("exact") else 0
+    checks = shapes() + casts() + probe()
+    return 1 if checks + arithmetic("reference") + arithmetic("exact") else 0
 
 
 if __name__ == "__main__":

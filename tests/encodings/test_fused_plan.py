@@ -1,10 +1,11 @@
-"""The fused CUDA path's plans and dispatch, on any machine (issue 36).
+"""The fused CUDA path's plans, reference and dispatch, on any machine (issue 36).
 
 A plan (`posenc.encodings.fused`) says in which columns the kernel writes each frequency's cos and
-sin. Here each plan is carried out with torch on the CPU (`carry_out`: the same index arithmetic
-the kernel does, on the CPU's cos/sin) and must give the torch path's tables bit for bit, for
-every case of tests/runtime/fused_cases.py; the kernel's own arithmetic is compared on a GPU
-(tests/runtime/test_fused_cuda.py). Dispatch: without triton, or turned off, the torch path runs.
+sin. `fused.reference` computes what the kernel writes with torch's ops (its positions, angles,
+scales and casts in its order, written where the plan says): on the CPU it must give the torch
+path's tables bit for bit, for every case of tests/runtime/fused_cases.py. The kernel probes each
+variant against it on its first launch, and tests/runtime/test_fused_cuda.py compares the
+kernel's own arithmetic on a GPU. Dispatch: without triton, or turned off, the torch path runs.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ import torch
 
 import posenc.encodings
 from posenc.encodings import compute, fused, parse_spec
-from posenc.encodings.rope import RopeSpec, half_cos_sin, rope_inv_freq, tables
-from posenc.encodings.rope.compute import cast, fused_tables, rope_plan_for
+from posenc.encodings.rope import RopeSpec, rope_inv_freq, tables
+from posenc.encodings.rope.compute import fused_tables, rope_plan_for
 from posenc.encodings.sinusoidal import (
     SinusoidalSpec,
     arrange,
@@ -42,30 +43,6 @@ SINUSOIDAL = [
 """The sinusoidal cases the fused path takes (float64 compute stays on torch)."""
 
 
-def carry_out(
-    plan: fused.TrigPlan, cos: torch.Tensor, sin: torch.Tensor
-) -> dict[str, torch.Tensor]:
-    """The plan's tensors from cos/sin (P, n) in the compute dtype, written where the kernel
-    writes them (column `f * mul + add` of each row, and `dup` further), cast as the kernel casts
-    (`rope.compute.cast`: float64 to 16 bits through float32 rounded to odd); elements the plan
-    never writes stay NaN."""
-    outputs = {
-        name: torch.full(shape, float("nan"), dtype=plan.dtype)
-        for name, shape in plan.shapes.items()
-    }
-    f = torch.arange(cos.shape[1])
-    for values, (mul, add, dup), name, count in (
-        (cos, plan.cos_map, plan.cos_out, plan.n_cos),
-        (sin, plan.sin_map, plan.sin_out, cos.shape[1]),
-    ):
-        rows = outputs[name].view(cos.shape[0], plan.row_stride)
-        columns = f[:count] * mul + add
-        rows[:, columns] = cast(values[:, :count], plan.dtype)
-        if dup:
-            rows[:, columns + dup] = cast(values[:, :count], plan.dtype)
-    return outputs
-
-
 @pytest.mark.parametrize("case", [c[1] for c in ROPE], ids=[c[0] for c in ROPE])
 def test_rope_plans_lay_out_the_torch_tables(case: dict[str, Any]) -> None:
     spec = parse_spec(case).canonical()
@@ -75,7 +52,7 @@ def test_rope_plans_lay_out_the_torch_tables(case: dict[str, Any]) -> None:
     want = tables(spec, inv, scaling, positions)
     plan = rope_plan_for(spec, inv.numel())
     assert plan is not None
-    got = carry_out(plan, *half_cos_sin(spec, inv, scaling, positions))
+    got = fused.reference(plan, inv, out_scale=scaling)
     assert list(got) == list(want)
     for name, table in want.items():
         assert got[name].shape == table.shape
@@ -96,15 +73,13 @@ def test_sinusoidal_plans_lay_out_the_torch_tables(case: dict[str, Any]) -> None
         return
     assert plan is not None
     angles = sinusoidal_angles(spec, CPU)
-    assert torch.equal(
-        angles[:1, :].double(),
-        (float32_inv_freq(spec)[None, :] * float(spec.position_offset or 0))
-        .mul(float(spec.scale or 1.0))
-        .double(),
-    )  # the kernel's operands: the first row is position_offset x inv x scale
-    (got,) = carry_out(plan, torch.cos(angles), torch.sin(angles)).values()
-    if n + half < spec.dim:
-        got[:, n + half :] = 0.0
+    (got,) = fused.reference(
+        plan,
+        float32_inv_freq(spec),
+        pos_start=int(spec.position_offset or 0),
+        pos_step=-1 if spec.position_step == -1 else 1,
+        angle_scale=float(1.0 if spec.scale is None else spec.scale),
+    ).values()  # the arguments `sinusoidal.fused_launch` launches the kernel with
     want = arrange(spec, angles).to(plan.dtype)
     assert torch.equal(got, want)
 

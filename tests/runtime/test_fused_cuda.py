@@ -175,6 +175,33 @@ def test_polar_and_unchecked_exact_stay_on_torch(
         assert fused_tables(canon, inv, scaling) is None
 
 
+def test_a_kernel_writing_other_bits_is_caught_by_its_first_launch_probe(
+    fused_on: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`fused.run` probes each kernel variant against torch's ops on its first launch: a kernel
+    that writes one bit otherwise turns the fused path off, and the table comes from torch."""
+    module = fused.kernels()
+    assert module is not None
+    real = module.launch
+
+    def off_by_one_bit(*args: Any, **kwargs: Any) -> None:
+        real(*args, **kwargs)
+        args[1].view(torch.int32).view(-1)[-1] ^= 1  # the last cos element
+
+    spec = parse_spec({"kind": "rope", "head_dim": 128, "max_positions": 4096})
+    monkeypatch.setattr(fused, "ENABLED", False)
+    want = compute(spec, CUDA).tensors
+    monkeypatch.setattr(fused, "ENABLED", True)
+    monkeypatch.setattr(fused, "FAILED", [])
+    monkeypatch.setattr(fused, "_VERDICTS", {})
+    monkeypatch.setattr(module, "launch", off_by_one_bit)
+    got = compute(spec, CUDA).tensors
+    assert fused.FAILED, "the probe did not catch the changed bit"
+    assert "cos 1 of" in fused.FAILED[0]
+    assert not fused.usable(CUDA)
+    assert_same_bits(got, want)
+
+
 def test_frequency_copies_queued_behind_work_arrive_intact(fused_on: None) -> None:
     """The non-blocking copies from pinned memory: specs computed back to back while the stream
     is busy (their pinned blocks freed at once on the host) each get their own frequencies."""

@@ -12,7 +12,7 @@ rounded to the compute dtype once (as torch rounds a Python float multiplying a 
 Each step is one operation with no additions, so no multiply-add can be contracted: the bits of
 torch's ops on the same operands.
 
-From float64 to bfloat16 or float16 the cast is `rope.compute.cast`'s: rounded to odd into
+From float64 to bfloat16 or float16 the cast is `rounding.cast`'s: rounded to odd into
 float32 first, then to nearest even, so the result is float64 rounded once.
 
 cos of frequency f goes to column `f * cos_mul + cos_add` of the row (row `r * row_stride` of
@@ -51,7 +51,7 @@ NUM_WARPS = 8
 @triton.jit  # type: ignore[untyped-decorator, unused-ignore]
 def _to_out(x, out_ty: tl.constexpr):  # type: ignore[no-untyped-def, unused-ignore]
     """`x` cast to `out_ty` with one rounding: float64 to a 16-bit float goes through float32
-    rounded to odd (Boldo & Melquiond 2008; `rope.compute.round_to_odd_fp32`, bit for bit):
+    rounded to odd (Boldo & Melquiond 2008; `rounding.round_to_odd_fp32`, bit for bit):
     round to nearest, step back towards zero where that overshot, set the last bit if inexact."""
     if x.dtype == tl.float64 and out_ty != tl.float32 and out_ty != tl.float64:
         f = x.to(tl.float32)

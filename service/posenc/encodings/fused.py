@@ -15,7 +15,7 @@ full-width arrangement and output dtype); sinusoidal tables at float32 compute p
 contiguous position range, without PatchTST standardisation and without an odd interleaved
 table's extra sin column. Polar trig, explicit position lists and standardised tables stay on
 torch. So does exact precision (float64 compute) RoPE while `FLOAT64` is off: the kernel computes
-it (float64 angles, CUDA's float64 `cos`/`sin`, `rope.compute.cast`'s rounding), but those bits
+it (float64 angles, CUDA's float64 `cos`/`sin`, `rounding.cast`'s rounding), but those bits
 have not yet been compared with torch's on a GPU.
 
 A plan says where the kernel writes cos and sin of frequency f in a row: column
@@ -29,13 +29,15 @@ from __future__ import annotations
 import importlib
 import logging
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from types import ModuleType
+from typing import Any
 
 import torch
 
 from posenc.encodings.base import DTYPES
+from posenc.encodings.rounding import cast
 
 ENABLED: bool = True
 """Whether CUDA tables may take the fused kernel: the server sets it from its `fused_kernels`
@@ -153,6 +155,126 @@ def sinusoidal_plan(*, n: int, dim: int, rows: int, layout: str, dtype: str) -> 
     return TrigPlan(shapes, "embedding", "embedding", dim, (1, n, 0), (1, 0, 0), half, out)
 
 
+def reference(
+    plan: TrigPlan,
+    inv: torch.Tensor,
+    *,
+    pos_start: int = 0,
+    pos_step: int = 1,
+    angle_scale: float = 1.0,
+    out_scale: float = 1.0,
+) -> dict[str, torch.Tensor]:
+    """What `run` writes, from torch's ops on `inv`'s device: positions `pos_start + r * pos_step`
+    to the compute dtype, `angles = positions[:, None] * inv[None, :]` (times `angle_scale`),
+    `cos`/`sin` (times `out_scale`), `rounding.cast` to the plan's dtype, written where the plan
+    says; elements the plan does not write are zero. The torch paths compute their tables with
+    these ops in this order (tests/encodings/test_fused_plan.py checks it for every test case),
+    so the kernel's bits equal this where they equal the torch paths'."""
+    rows = next(iter(plan.shapes.values()))[0]
+    dev = inv.device
+    positions = pos_start + torch.arange(rows, dtype=torch.int64, device=dev) * pos_step
+    angles = positions.to(inv.dtype)[:, None] * inv[None, :]
+    if angle_scale != 1.0:
+        angles = angles * angle_scale
+    outputs = {
+        name: torch.zeros(shape, dtype=plan.dtype, device=dev)
+        for name, shape in plan.shapes.items()
+    }
+    f = torch.arange(inv.numel(), device=dev)
+    for trig, (mul, add, dup), name, count in (
+        (torch.cos, plan.cos_map, plan.cos_out, plan.n_cos),
+        (torch.sin, plan.sin_map, plan.sin_out, inv.numel()),
+    ):
+        values = trig(angles[:, :count])
+        if out_scale != 1.0:
+            values = values * out_scale
+        values = cast(values, plan.dtype)
+        table = outputs[name].view(rows, plan.row_stride)
+        columns = f[:count] * mul + add
+        table[:, columns] = values
+        if dup:
+            table[:, columns + dup] = values
+    return outputs
+
+
+CHECK_ROWS = 1024
+"""Rows of the probe `run` checks each kernel variant with, the first time it launches it."""
+
+CHECK_SPAN = 1 << 18
+"""Positions the probe reaches at least (262144, the longest test config's length): its rows are
+spread this far, so the angles cover the large arguments where cos/sin reduce the slow way."""
+
+_VERDICTS: dict[tuple[object, ...], bool] = {}
+"""Variants (`_variant`) whose probe gave torch's bits in this process."""
+
+
+def _variant(
+    module: ModuleType, plan: TrigPlan, inv: torch.Tensor, scaled: tuple[bool, bool]
+) -> tuple[object, ...]:
+    """What decides the kernel's compiled code for a launch (dtypes, column maps, row stride,
+    aliasing, tile, scale flags), as a key: each distinct one is probed once."""
+    return (
+        str(inv.device), inv.dtype, inv.numel(), plan.dtype, plan.cos_out == plan.sin_out,
+        plan.row_stride, plan.cos_map, plan.sin_map, plan.n_cos, scaled,
+        module.ELEMENTS_PER_PROGRAM, module.NUM_WARPS, module.MAX_BLOCK_F,
+    )  # fmt: skip
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """`t`'s bit patterns (NaN equals itself, -0.0 differs from 0.0)."""
+    return t.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+
+
+def _probe(
+    module: ModuleType,
+    plan: TrigPlan,
+    inv: torch.Tensor,
+    *,
+    pos_start: int,
+    pos_step: int,
+    angle_scale: float,
+    out_scale: float,
+) -> str | None:
+    """None when the kernel writes `reference`'s bits for `CHECK_ROWS` rows of this launch's
+    variant (its own frequencies and scales, positions spread over `CHECK_SPAN` or the table's
+    length, in its direction), else what differs. Caller holds `_LAUNCH`."""
+    rows = next(iter(plan.shapes.values()))[0]
+    step = pos_step * max(1, max(rows, CHECK_SPAN) // CHECK_ROWS)
+    probe = replace(
+        plan, shapes={name: (CHECK_ROWS, *shape[1:]) for name, shape in plan.shapes.items()}
+    )
+    got = {
+        name: torch.zeros(shape, dtype=plan.dtype, device=inv.device)
+        for name, shape in probe.shapes.items()
+    }
+    module.launch(
+        inv.contiguous(),
+        got[plan.cos_out],
+        got[plan.sin_out],
+        n_rows=CHECK_ROWS,
+        n_cos=plan.n_cos,
+        pos_start=pos_start,
+        pos_step=step,
+        row_stride=plan.row_stride,
+        cos_map=plan.cos_map,
+        sin_map=plan.sin_map,
+        angle_scale=angle_scale,
+        out_scale=out_scale,
+    )
+    want = reference(
+        probe, inv, pos_start=pos_start, pos_step=step, angle_scale=angle_scale,
+        out_scale=out_scale,
+    )  # fmt: skip
+    differ = {name: int((_bits(got[name]) != _bits(want[name])).sum()) for name in want}
+    if not any(differ.values()):
+        return None
+    counts = ", ".join(f"{name} {n} of {want[name].numel()}" for name, n in differ.items())
+    dtypes = (str(t).removeprefix("torch.") for t in (plan.dtype, inv.dtype))
+    return "its {} table from {} frequencies on {} differs from torch's ops in {} elements".format(
+        *dtypes, inv.device, counts
+    )
+
+
 def run(
     plan: TrigPlan,
     inv: torch.Tensor,
@@ -163,8 +285,9 @@ def run(
     out_scale: float = 1.0,
 ) -> dict[str, torch.Tensor] | None:
     """The plan's tensors, filled by one kernel launch from `inv` (n,) on a CUDA device, computed
-    in its dtype (`COMPUTE_DTYPES`), or None when the kernel fails to compile or launch (`FAILED`:
-    the caller's torch path runs).
+    in its dtype (`COMPUTE_DTYPES`), or None when the kernel fails to compile or launch, or when
+    its first launch of a variant writes other bits than torch's ops (`_probe`; `FAILED`: the
+    caller's torch path runs, and the fused path stays off in this process).
 
     `kernels()` must not be None (callers check `usable` first)."""
     module = kernels()
@@ -174,21 +297,32 @@ def run(
         name: torch.empty(shape, dtype=plan.dtype, device=dev)
         for name, shape in plan.shapes.items()
     }
+    args: dict[str, Any] = {
+        "pos_start": pos_start,
+        "pos_step": pos_step,
+        "angle_scale": angle_scale,
+        "out_scale": out_scale,
+    }
     try:
         with _LAUNCH:
+            variant = _variant(module, plan, inv, (angle_scale != 1.0, out_scale != 1.0))
+            if variant not in _VERDICTS:
+                differs = _probe(module, plan, inv, **args)
+                if differs is not None:
+                    FAILED.append(f"the fused kernel's bits are not torch's here: {differs}")
+                    _log.warning("fused CUDA kernel off, torch's ops serve instead: %s", FAILED[0])
+                    return None
+                _VERDICTS[variant] = True
             module.launch(
                 inv.contiguous(),
                 outputs[plan.cos_out],
                 outputs[plan.sin_out],
                 n_rows=next(iter(plan.shapes.values()))[0],
                 n_cos=plan.n_cos,
-                pos_start=pos_start,
-                pos_step=pos_step,
                 row_stride=plan.row_stride,
                 cos_map=plan.cos_map,
                 sin_map=plan.sin_map,
-                angle_scale=angle_scale,
-                out_scale=out_scale,
+                **args,
             )
     except Exception as err:  # a toolchain or driver problem triton only meets at compile time
         FAILED.append(f"{type(err).__name__}: {err}")

@@ -55,7 +55,7 @@ from pydantic import Field, model_validator
 
 from posenc.encodings.base import DTYPES, SpecBase, TensorInfo, register_family
 from posenc.encodings.errors import FieldProblem, SpecError
-from posenc.encodings.rope.compute import cast
+from posenc.encodings.rounding import cast
 
 MAX_HEAD_DIM = 8192
 MAX_POSITIONS = 1 << 24

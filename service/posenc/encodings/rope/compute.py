@@ -23,6 +23,7 @@ from posenc.encodings.base import DTYPES, register_family
 from posenc.encodings.memory import empty, empty_like, to_device
 from posenc.encodings.rope.spec import RopeSpec
 from posenc.encodings.rope.variants import VARIANTS, RopeInputs
+from posenc.encodings.rounding import cast
 
 
 def rope_inv_freq(
@@ -62,28 +63,6 @@ def half_cos_sin(
         unit = torch.polar(torch.ones_like(angles), angles)
         return unit.real * scaling, unit.imag * scaling
     return torch.cos(angles) * scaling, torch.sin(angles) * scaling
-
-
-def round_to_odd_fp32(x: torch.Tensor) -> torch.Tensor:
-    """float64 -> float32 rounded to odd (Boldo & Melquiond 2008, "Emulation of FMA and
-    correctly rounded sums: proved algorithms using rounding to odd"), same shape.
-
-    Truncate towards zero, then set the last mantissa bit when inexact. A later round-to-nearest
-    into a format with at least 2 fewer mantissa bits (bf16: 8, fp16: 11, fp32: 24) then equals
-    rounding `x` directly. For finite values within fp32 range (RoPE tables are bounded by A).
-    """
-    f = x.to(torch.float32)
-    too_far = f.to(torch.float64).abs() > x.abs()
-    f = torch.where(too_far, torch.nextafter(f, torch.zeros_like(f)), f)
-    inexact = (f.to(torch.float64) != x).to(torch.int32)
-    return (f.view(torch.int32) | inexact).view(torch.float32)
-
-
-def cast(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Cast a finished table to the output dtype with one rounding."""
-    if t.dtype == torch.float64 and dtype in (torch.bfloat16, torch.float16):
-        return round_to_odd_fp32(t).to(dtype)
-    return t.to(dtype)
 
 
 def layout(spec: RopeSpec, cos: torch.Tensor, sin: torch.Tensor) -> dict[str, torch.Tensor]:
