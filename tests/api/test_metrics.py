@@ -42,6 +42,7 @@ def test_metrics_parse_and_cover_the_service(client: httpx.Client) -> None:
         "posenc_in_flight_peak_bytes": "gauge",
         "posenc_in_flight_max_bytes": "gauge",
         "posenc_responses_cut": "counter",
+        "posenc_fused_kernel": "gauge",
     }
     for name, kind in expected.items():
         assert families[name].type == kind, name
@@ -54,6 +55,8 @@ def test_metrics_parse_and_cover_the_service(client: httpx.Client) -> None:
     assert {"/v1/tables", "/v1/tables/{key}", "<unmatched>"} <= routes
     assert key not in "".join(str(r) for r in routes)  # templates, never raw paths
     assert value(samples, "posenc_http_requests_in_flight") >= 1  # this scrape
+    device = client.get(f"/v1/tables/{key}").headers["x-posenc-device"]
+    assert value(samples, "posenc_fused_kernel") in ((0.0,) if device == "cpu" else (0.0, 1.0))
     assert (
         value(
             samples,

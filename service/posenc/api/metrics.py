@@ -29,10 +29,13 @@ same observations.
 | posenc_in_flight_refused[_per_peer]_total     | counter   |                       |
 | posenc_cache_{bytes,max_bytes,entries}        | gauge     |                       |
 | posenc_computations_in_flight                 | gauge     |                       |
+| posenc_fused_kernel                           | gauge     |                       |
 | posenc_build_info                             | info (1)  | version, python,      |
 |                                               |           | torch, device         |
 
 `posenc_build_info` is set once the lifespan has resolved the device (`set_build`).
+`posenc_fused_kernel` is 0 on a CPU server, and on a CUDA server turns 0 when the fused kernel
+fails or its first-launch probe finds other bits than torch's (`encodings/fused.py`).
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
 from posenc import __version__
+from posenc.encodings import fused
 from posenc.runtime import TableCache
 
 LATENCY_BUCKETS = (
@@ -246,6 +250,12 @@ class CacheCollector(Collector):
             ("posenc_cache_max_bytes", "The cache byte budget", c.max_bytes),
             ("posenc_cache_entries", "Resident tables", len(c)),
             ("posenc_computations_in_flight", "Computations running now", c.in_flight),
+            (
+                "posenc_fused_kernel",
+                "1 while this server's tables may come from the fused CUDA kernel (CUDA, triton, "
+                "enabled, not turned off by a failure or by its bit probe)",
+                int(fused.usable(torch.device(str(c.device)))),
+            ),
         )
         if b is not None:
             gauges += (
