@@ -9,7 +9,8 @@ transformers' own cos/sin by 1 ulp in some values, which verify reports as a har
 (exit 8), its max abs error equal to the constants' distance from transformers' rotary module.
 The same model with its scaling dropped (the constants of the default RoPE of the same theta)
 is diagnosed, and a config of another scaling is a mismatch. CLI, library and route agree
-(`tests.client.parity`).
+(`tests.client.parity`). `plug` repairs what verify calls a repair: the folded constants
+rewritten with the exact tables, verify exits 0 and onnxruntime's logits are transformers'.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from onnx import numpy_helper
 from transformers import LlamaConfig, LlamaForCausalLM
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
-from tests.client.parity import verify_three_ways
+from tests.client.parity import cli, verify_three_ways
 from tests.conftest import ServerHandle
 
 LENGTH, HEAD_DIM = 16, 32
@@ -122,3 +123,54 @@ def test_folded_tables_are_found_and_verified(
     code, report = verify_three_ways(server, tmp_path, source, default_path)
     assert code == 6, report
     assert {s["verdict"] for s in report["sites"]} == {"mismatch"}
+
+
+def _logits(path: Path, ids: np.ndarray) -> np.ndarray:
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    (logits,) = session.run(["logits"], {"input_ids": ids})
+    return np.asarray(logits)
+
+
+def test_plug_repairs_folded_tables(
+    server: ServerHandle, exported: tuple[Any, Path, Path], tmp_path: Path
+) -> None:
+    """verify's repair (exit 8) is what plug does: the scaling-dropped model's folded constants
+    rewritten with the exact llama3 tables, then verify exits 0 and the model's logits are
+    transformers' (the broken model's are not)."""
+    model, source, config_path = exported
+    config = json.loads(config_path.read_text())
+    default = {**config, "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}}
+    default.pop("rope_scaling", None)
+    broken = onnx.load(source)
+    sites = {t.name for t in _folded(source).values()}
+    cos, sin = _rotary(default)
+    for initializer in broken.graph.initializer:
+        if initializer.name in sites:
+            values = numpy_helper.to_array(initializer)
+            is_sin = bool(np.any(values.reshape(LENGTH, HEAD_DIM)[0] != 1.0))  # cos(0) = 1
+            array = (sin if is_sin else cos).reshape(list(initializer.dims))
+            initializer.CopyFrom(numpy_helper.from_array(array, initializer.name))
+    assert len(sites) == 2
+    broken_path = tmp_path / "unscaled.onnx"
+    onnx.save(broken, broken_path)
+    code, _ = verify_three_ways(server, tmp_path, broken_path, config_path)
+    assert code == 8
+
+    fixed = tmp_path / "fixed.onnx"
+    code, output = cli(server, tmp_path, "plug", str(broken_path), "--config", str(config_path),
+                       "-o", str(fixed))  # fmt: skip
+    assert code == 0, output
+    assert "into 1 folded site;" in output
+    code, report = verify_three_ways(server, tmp_path, fixed, config_path)
+    assert code == 0, report
+    assert {s["verdict"] for s in report["sites"]} == {"exact"}
+
+    ids = np.arange(3, 3 + LENGTH, dtype=np.int64)[None]
+    with torch.no_grad():
+        want = model(torch.from_numpy(ids)).logits.numpy()
+    good = float(np.abs(_logits(fixed, ids) - want).max())
+    bad = float(np.abs(_logits(broken_path, ids) - want).max())
+    assert good < 1e-4
+    assert bad > max(1e-3, 10 * good)  # 3e-3 here: the repair is what brought them back

@@ -8,7 +8,8 @@ least one RoPE site was compared and every site is exact, and the CLI, the libra
 - posenc's own `POST /v1/onnx` `rope/rotary` graph (`op: onnx`, mode `table`: the caches
   gathered by position from `cos_table`/`sin_table` behind the range-guard Gather) is found
   through the Gather and verifies exact (was an empty report and exit 0); its table altered by
-  the dropped scaling is diagnosed (exit 8);
+  the dropped scaling is diagnosed (exit 8), and plug repairs it: then exact, its tables those
+  of posenc's export for the config (was exit 6: plug took only cache inputs);
 - a model with one baked GQA site and one graph-input site: exit 9, `--allow-unchecked` 0;
 - `--json` lists every site, checked or not.
 """
@@ -127,6 +128,22 @@ def test_posenc_rotary_graph_is_found_through_its_gather(
     code, report = verify_three_ways(server, tmp_path, unscaled, config)
     assert code == 8, report
     assert "llama3 scaling is missing" in " ".join(report["sites"][0]["diagnosis"])
+
+    # verify's repair is plug's: the gathered tables rewritten, then exact, the graph unchanged
+    fixed = tmp_path / "fixed.onnx"
+    code, output = cli(server, tmp_path, "plug", str(unscaled), "--config", str(config),
+                       "-o", str(fixed))  # fmt: skip
+    assert code == 0, output
+    assert "into 1 gathered site;" in output
+    code, report = verify_three_ways(server, tmp_path, fixed, config)
+    assert code == 0, report
+    plugged, exported = onnx.load(fixed), onnx.load(model)
+    assert [n.SerializeToString() for n in plugged.graph.node] == [
+        n.SerializeToString() for n in exported.graph.node
+    ]
+    got = {t.name: onnx.numpy_helper.to_array(t) for t in plugged.graph.initializer}
+    for initializer in exported.graph.initializer:  # posenc's own export for the config
+        assert np.array_equal(got[initializer.name], onnx.numpy_helper.to_array(initializer))
 
 
 def test_checked_and_unchecked_sites_together(

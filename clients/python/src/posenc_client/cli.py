@@ -586,6 +586,54 @@ def _request_fields(request: Any, args: argparse.Namespace, gqa: bool, fields: J
     return found
 
 
+def _site_tables(
+    client: Client, plug: Any, model: Any, args: argparse.Namespace
+) -> tuple[Callable[[Any], Tables], dict[Any, Tables]]:
+    """`tables_for` of `verify_model` and `attach_site_tables` for the model's config (each
+    `TableRequest` fetched once, `_request_fields`), and the tables it fetched."""
+    config = _config(client, args.hf_config)
+    fields = parse_fields(args.fields)
+    gqa = any(c.op.endswith("GroupQueryAttention") for c in plug.find_rope_consumers(model))
+    fetched: dict[Any, Tables] = {}
+
+    def tables_for(request: Any) -> Tables:
+        if request not in fetched:
+            found = client.tables_for_model(
+                config, device="cpu", **_request_fields(request, args, gqa, fields)
+            )
+            fetched[request] = _one(found, "the config")
+        return fetched[request]
+
+    return tables_for, fetched
+
+
+def _plug_table_sites(
+    client: Client, plug: Any, model: Any, args: argparse.Namespace, sites: list[Any]
+) -> tuple[Any, str]:
+    """Plug's repair of the model's `gathered` and `folded` sites (`attach_site_tables`): their
+    report first, a `mismatch` refused without --force."""
+    tables_for, fetched = _site_tables(client, plug, model, args)
+    nodes = sorted({node for site in sites for node in site.nodes})
+    reports = [
+        r
+        for r in plug.verify_model(model, tables_for, data_dir=Path(args.model).parent, nodes=nodes)
+        if r.kind in plug.TABLE_SITES
+    ]
+    print("the model's tables against the config's:", file=sys.stderr)
+    _report(reports, sys.stderr)
+    mismatched = [r.name for r in reports if r.verdict == "mismatch"]
+    if mismatched and not args.force:
+        raise IncompatibleModelError(
+            f"the model's tables {mismatched} do not look like this config's (see above): "
+            "check --hf-config, or pass --force to replace them anyway"
+        )
+    patched = plug.attach_site_tables(model, tables_for, nodes=nodes)
+    keys = ", ".join(sorted(t.key[:12] for t in fetched.values()))
+    kinds = " and ".join(sorted({site.kind for site in sites}))
+    plural = "s" if len(sites) != 1 else ""
+    return patched, f"RoPE tables {keys} into {len(sites)} {kinds} site{plural}"
+
+
 VERIFY_EXITS = {
     "exact": EXIT_OK,
     "repair": EXIT_DIFFERS,
@@ -686,19 +734,7 @@ def cmd_verify(client: Client, args: argparse.Namespace) -> int:
         return cmd_verify_gguf(client, args)
     plug = _plug_module()
     model = _load(plug, args.model)
-    config = _config(client, args.hf_config)
-    fields = parse_fields(args.fields)
-    gqa = any(c.op.endswith("GroupQueryAttention") for c in plug.find_rope_consumers(model))
-    fetched: dict[Any, Tables] = {}
-
-    def tables_for(request: Any) -> Tables:
-        if request not in fetched:
-            found = client.tables_for_model(
-                config, device="cpu", **_request_fields(request, args, gqa, fields)
-            )
-            fetched[request] = _one(found, "the config")
-        return fetched[request]
-
+    tables_for, fetched = _site_tables(client, plug, model, args)
     reports = plug.verify_model(
         model, tables_for, data_dir=Path(args.model).parent, nodes=args.node
     )
@@ -734,7 +770,18 @@ def cmd_plug(client: Client, args: argparse.Namespace) -> int:
     rope = plug.find_rope_consumers(model)
     alibi = plug.find_alibi_consumers(model)
     fields = parse_fields(args.fields)
-    if rope:
+    sites = plug.table_sites(model, args.node)
+    tabled = {node for site in sites for node in site.nodes}
+    selected = [c.node for c in rope if not args.node or c.node in args.node]
+    others = [node for node in selected if node not in tabled]
+    if sites and others:
+        raise IncompatibleModelError(
+            "the model holds RoPE tables gathered by position or folded in, and caches that "
+            f"other consumers read ({others}): plug each kind on its own with --node"
+        )
+    if sites:
+        patched, what = _plug_table_sites(client, plug, model, args, sites)
+    elif rope:
         nodes, tables, long_tables = _rope_plan(client, plug, model, args)
         reports = plug.verify_rope_caches(
             model,

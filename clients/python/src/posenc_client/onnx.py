@@ -28,6 +28,11 @@ without its external data) or an `OnnxModel`, never modifies it, and returns a n
   (`torch.onnx.export`: dynamo keeps transformers' `inv_freq` buffer as an initializer,
   TorchScript and optimum fold it into a `Constant`; a chain over constants is evaluated): the
   served `inv_freq` replaces them (`find_frequency_constants`, `verify_inv_freq`).
+- `attach_site_tables(model, tables_for)`: the RoPE sites a model stores as tables, not as a
+  consumer's cache inputs (`table_sites`): a table its caches are gathered from by position
+  (posenc's own `rope/rotary` graph in mode `table`) and full-width cos/sin constants a
+  static-shape `torch.onnx.export` folded in; each stored tensor is rewritten with the exact
+  values in its shape and dtype (`tables_for` as for `verify_model`).
 - `verify_model(model, tables_for)`: every RoPE site of a model (baked caches, tables gathered
   by position, folded cos/sin constants, LongRoPE's If branches, frequency constants) against
   the exact tables, one outcome each, sites whose values the model does not hold reported
@@ -51,7 +56,8 @@ got and how to fetch the right table.
 
 Each `attach_*` function runs one patcher through the same loop (`_onnx_patch.patch`): find the
 nodes that can take the value, check every one (all problems reported at once), apply. The
-patchers live in `_onnx_rope.py` and `_onnx_alibi.py`, `merge_subgraph` in `_onnx_merge.py`,
+patchers live in `_onnx_rope.py` and `_onnx_alibi.py`, `attach_site_tables` (no patcher: it
+rewrites stored tensors in place) in `_onnx_sites.py`, `merge_subgraph` in `_onnx_merge.py`,
 the file handling in `_onnx_files.py`, `verify_rope_caches` in `_onnx_verify.py`.
 """
 
@@ -69,6 +75,7 @@ from posenc_client._onnx_freq import FrequencyConstant, attach_inv_freq, find_fr
 from posenc_client._onnx_merge import merge_subgraph
 from posenc_client._onnx_patch import load_model
 from posenc_client._onnx_rope import RopeConsumer, attach_rope_caches, find_rope_consumers
+from posenc_client._onnx_sites import TABLE_SITES, attach_site_tables, table_sites
 from posenc_client._onnx_verify import (
     CacheReport,
     TableRequest,
@@ -79,6 +86,7 @@ from posenc_client._onnx_verify import (
 )
 
 __all__ = [
+    "TABLE_SITES",
     "AlibiConsumer",
     "CacheReport",
     "FrequencyConstant",
@@ -88,6 +96,7 @@ __all__ = [
     "attach_alibi_bias",
     "attach_inv_freq",
     "attach_rope_caches",
+    "attach_site_tables",
     "find_alibi_consumers",
     "find_frequency_constants",
     "find_rope_consumers",
@@ -95,6 +104,7 @@ __all__ = [
     "merge_subgraph",
     "outcome",
     "save_model",
+    "table_sites",
     "verify_inv_freq",
     "verify_model",
     "verify_rope_caches",
