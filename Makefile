@@ -6,8 +6,10 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-HOST ?= 127.0.0.1
-PORT ?= 8000
+# `make serve`'s address: HOST=/PORT= on the command line, else the server's own POSENC_HOST /
+# POSENC_PORT, else 127.0.0.1:8000 (the flags make serve passes would otherwise hide them).
+HOST ?= $(or $(POSENC_HOST),127.0.0.1)
+PORT ?= $(or $(POSENC_PORT),8000)
 # Where pip finds torch's CPU build: this machine's wheel cache (pip's configured find-links) by
 # default; elsewhere TORCH_INDEX=https://download.pytorch.org/whl/cpu.
 TORCH_INDEX ?=

@@ -5,6 +5,7 @@ exit codes (0 ok, 2 usage, 3 server refused, 4 no connection, 5 offline miss, 6 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -218,3 +219,31 @@ def test_global_options_anywhere_and_host_port(
     assert (args.timeout, args.offline, args.url) == (7.0, True, None)
     args = build_parser().parse_args(["--timeout", "9", "fetch"])
     assert (args.timeout, args.offline) == (9.0, False)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["resolve", LLAMA31], ["cache", "ls", "--json"], ["kinds"]],
+    ids=["resolve", "cache-ls", "kinds"],
+)
+def test_a_reader_gone_from_stdout_is_no_crash(
+    server: ServerHandle, tmp_path: Path, args: list[str]
+) -> None:
+    """`posenc-client ... | head`: the reader closes the pipe before the answer is written. No
+    traceback and no "unexpected error": exit 141 (128 + SIGPIPE) with nothing on stderr
+    (was a BrokenPipeError traceback and exit 1)."""
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before anything is written
+    try:
+        done = subprocess.run(
+            [str(CLI), "--url", server.url, "--cache-dir", str(tmp_path / "c"), *args],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            check=False,
+            timeout=60,
+        )
+    finally:
+        os.close(write)
+    assert done.stderr == "", done.stderr
+    assert done.returncode == 141

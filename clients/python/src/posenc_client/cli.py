@@ -57,6 +57,8 @@ Exit codes (stable, for scripts):
        from the model's inputs, or in a pattern posenc does not know), or none was: each is
        reported "not checkable" with the reason; --allow-unchecked accepts unchecked sites
        beside checked ones (a model with no site checked still exits 9)
+  141  stdout's reader went away (`posenc-client ... | head`): nothing more is written, no
+       traceback (128 + SIGPIPE, as a shell reports it)
 
 Environment: POSENC_URL, POSENC_API_KEY, POSENC_CACHE_DIR (else $XDG_CACHE_HOME/posenc),
 POSENC_CACHE_MAX_BYTES (the cache's size cap), POSENC_OFFLINE; for model ids huggingface_hub's
@@ -67,6 +69,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -1114,6 +1117,22 @@ def _fail(code: int, message: str) -> int:
     return code
 
 
+EXIT_CLOSED_PIPE = 141
+"""stdout's reader went away (`posenc-client ... | head`): 128 + SIGPIPE, as a shell reports a
+writer SIGPIPE ended."""
+
+
+def _closed_pipe() -> int:
+    """No traceback when stdout's reader has gone: stdout pointed at /dev/null, so that the
+    interpreter's last flush at exit does not fail again, and `EXIT_CLOSED_PIPE`."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # a stdout with no descriptor (io.StringIO: tests)
+        pass
+    return EXIT_CLOSED_PIPE
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code (the console script exits with it)."""
     parser = build_parser()
@@ -1137,7 +1156,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             transport=progress.transport() if progress is not None else None,
             cache_max_bytes=None if args.no_cache else args.cache_max_bytes,
         ) as client:
-            return run(client, args)
+            code = run(client, args)
+            sys.stdout.flush()  # here, where a reader gone is a BrokenPipeError we answer
+            return code
+    except BrokenPipeError:
+        return _closed_pipe()
     except UsageError as err:
         return _fail(EXIT_USAGE, str(err))
     except APIError as err:
