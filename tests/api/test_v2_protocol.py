@@ -43,8 +43,13 @@ def test_health(triton: http.InferenceServerClient) -> None:
 def test_server_metadata(triton: http.InferenceServerClient) -> None:
     meta = triton.get_server_metadata()
     assert meta["name"] == "posenc"
-    assert "binary_tensor_data" in meta["extensions"]
     assert meta["version"]
+    assert sorted(meta["extensions"]) == [
+        "binary_tensor_data", "model_configuration", "parameters", "statistics",
+    ]  # fmt: skip
+    # each announced one answers (binary tensors and parameters: the infer tests)
+    assert triton.get_model_config("rope")["name"] == "rope"
+    assert "model_stats" in triton.get_inference_statistics("rope")
 
 
 @pytest.mark.parametrize("model", sorted(MODELS))

@@ -12,7 +12,9 @@ from posenc.api.oip.codec import OipError
 from posenc.api.oip.context import OipContext
 from posenc.api.oip.models import MODELS
 
-EXTENSIONS = ("binary_tensor_data", "model_configuration", "parameters")
-"""The protocol extensions server metadata announces (HTTP `GET /v2`, gRPC ServerMetadata)."""
+EXTENSIONS = ("binary_tensor_data", "model_configuration", "parameters", "statistics")
+"""The protocol extensions server metadata announces (HTTP `GET /v2`, gRPC ServerMetadata).
+Not `model_repository`: its index answers, but a model is a table family, always loaded, and
+load/unload are not served."""
 
 __all__ = ["EXTENSIONS", "MODELS", "OipContext", "OipError"]
