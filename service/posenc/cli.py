@@ -113,7 +113,8 @@ def describe_error(err: ValidationError) -> str:
             parts.append(message)
             continue
         value = item.get("input")
-        shown = "" if field in _SECRET_FIELDS else f" (got {value!r})"
+        secret = field in _SECRET_FIELDS
+        shown = "" if secret or f"got {value!r}" in message else f" (got {value!r})"
         if field == "port" and isinstance(value, str) and value.startswith("tcp://"):
             shown += (
                 ": a Kubernetes service link of a Service named posenc; set "

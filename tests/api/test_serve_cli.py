@@ -180,6 +180,7 @@ def test_configuration_errors_are_one_line_and_exit_2(
     assert lines[0].startswith("posenc: configuration error: ")
     assert named in lines[0]
     assert "Traceback" not in result.stderr
+    assert not any(lines[0].count(f"got {arg!r}") > 1 for arg in args)  # said once
 
 
 def test_a_secret_in_an_error_is_never_shown() -> None:
