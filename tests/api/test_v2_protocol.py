@@ -93,6 +93,15 @@ def test_unknown_model_and_version(triton: http.InferenceServerClient) -> None:
         ({"head_dim": 16}, "max_positions"),
         ({"head_dim": 16, "max_positions": 8, "rope_type": "warp"}, "rope_type"),
         ({"head_dim": 16, "max_positions": 8, "bogus": 1}, "bogus"),
+        # a misspelt top-level field is named there, not as rope_scaling.rope_thetaa
+        (
+            {"head_dim": 16, "max_positions": 8, "rope_thetaa": 1e4},
+            "rope_thetaa: unknown field; did you mean 'rope_theta'?",
+        ),
+        (
+            {"head_dim": 16, "max_positions": 8, "rope_type": "linear", "factr": 2},
+            "rope_scaling.factr: unknown field; did you mean 'factor'?",
+        ),
         ({"spec": "{not json"}, "not valid JSON"),
         ({"spec": json.dumps({"kind": "alibi", "num_heads": 4})}, "kind"),
         ({**ROPE, "mrope_section": "[1, 2, 3]"}, "mrope_section"),

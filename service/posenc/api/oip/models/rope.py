@@ -24,6 +24,7 @@ it; otherwise exactly the distinct positions are computed with the core's own fu
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +51,7 @@ from posenc.api.oip.params import spec_parameters as split_parameters
 from posenc.encodings import TensorInfo, parse_spec
 from posenc.encodings.rope import RopeSpec, half_cos_sin, layout, rope_inv_freq
 from posenc.encodings.rope.spec import MAX_POSITIONS
+from posenc.encodings.rope.variants import flat_scaling_keys
 from posenc.runtime.rows import (
     consecutive,
     gather_rows,
@@ -79,6 +81,18 @@ OUTPUTS = (
 MROPE_KEYS = ("mrope_section", "mrope_interleaved", "mrope_layout")
 MROPE_LAYOUTS = ("chunked", "interleaved", "ernie", "row_column", "channel_chunks")
 TOP_LEVEL = frozenset(RopeSpec.model_fields)
+SCALING_KEYS = flat_scaling_keys() | {"type"}
+"""Flat keys that go into `rope_scaling`: every variant's fields (and the old `type`)."""
+
+
+def _closest(key: str) -> str | None:
+    """The RoPE field (top level or scaling) an unknown flat key is closest to, if any is close
+    (`did_you_mean`'s rule): a misspelt `rope_thetaa` belongs at the top level, where the spec's
+    own error names it, not inside `rope_scaling`."""
+    if key in SCALING_KEYS:
+        return key
+    close = difflib.get_close_matches(key, [*TOP_LEVEL, *SCALING_KEYS], n=1, cutoff=0.75)
+    return close[0] if close else None
 
 
 @dataclass(frozen=True)
@@ -114,8 +128,8 @@ def build_spec(parameters: dict[str, Any]) -> RopeRequest:
     for key, value in flat.items():
         if key in MROPE_KEYS:
             extras[key] = value
-        elif key in TOP_LEVEL:
-            base[key] = value
+        elif key in TOP_LEVEL or _closest(key) in TOP_LEVEL:
+            base[key] = value  # a misspelt top-level field is refused (and named) there
         else:
             scaling[key] = value
     if scaling.get("type") == "mrope" or scaling.get("rope_type") == "mrope":
