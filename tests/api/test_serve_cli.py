@@ -18,6 +18,7 @@ import torch
 from pydantic import ValidationError
 
 from posenc.api import Settings
+from posenc.api.server import banner
 from posenc.api.settings import env_name, format_bytes, parse_bytes, unknown_environment
 from posenc.cli import build_parser, flag_name
 from posenc.presets import load_presets
@@ -241,3 +242,16 @@ def test_serve_takes_sizes_warns_about_unknown_variables_and_prints_its_banner()
         ) in log
     finally:
         proc.stop()
+
+
+def test_the_banner_names_what_this_address_serves() -> None:
+    """Behind a proxy (`--root-path /posenc`) the proxy strips the prefix: the banner names this
+    address's own paths and says where the proxy serves them (it named /posenc/ui on this
+    address, a 404 there)."""
+    plain = banner(Settings(host="0.0.0.0"), 8016, None)
+    assert plain.startswith("posenc listening: explorer http://127.0.0.1:8016/ui | ")
+    assert "proxy" not in plain
+    proxied = banner(Settings(host="0.0.0.0", root_path="/posenc"), 8016, 8001)
+    assert "explorer http://127.0.0.1:8016/ui | API docs http://127.0.0.1:8016/docs" in proxied
+    assert "/posenc/" not in proxied
+    assert proxied.endswith("| gRPC 127.0.0.1:8001 | behind the proxy under /posenc")

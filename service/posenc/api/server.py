@@ -811,17 +811,19 @@ def server_config(app: Any, settings: Settings, **kwargs: Any) -> PosencConfig:
 
 def banner(settings: Settings, http_port: int, grpc_port: int | None) -> str:
     """The start-up line naming where everything is: the explorer, the API docs, `/v1`, `/v2`,
-    the metrics and the gRPC port (under `root_path`; a wildcard host shown as this machine's
-    loopback)."""
+    the metrics and the gRPC port, as this address serves them (a wildcard host shown as this
+    machine's loopback); with a `root_path`, the prefix the proxy serves them under, which it
+    strips before they reach this address."""
     host = settings.host
     shown = {"0.0.0.0": "127.0.0.1", "::": "[::1]", "": "127.0.0.1"}.get(host, host)
     if ":" in shown and not shown.startswith("["):
         shown = f"[{shown}]"
-    base = f"http://{shown}:{http_port}{settings.root_path}"
+    base = f"http://{shown}:{http_port}"
     grpc = f"{shown}:{grpc_port}" if grpc_port is not None else "off (--grpc-port)"
+    proxied = f" | behind the proxy under {settings.root_path}" if settings.root_path else ""
     return (
         f"posenc listening: explorer {base}/ui | API docs {base}/docs | "
-        f"/v1 {base}/v1 | /v2 {base}/v2 | metrics {base}/metrics | gRPC {grpc}"
+        f"/v1 {base}/v1 | /v2 {base}/v2 | metrics {base}/metrics | gRPC {grpc}{proxied}"
     )
 
 

@@ -180,7 +180,11 @@ def qwen(view: ConfigView) -> Entry:
         "repeats the frame's rows per frame (frames)",
         "grid": "grid_height, grid_width = each image's resized height // patch_size, width // "
         "patch_size (grid_thw[1:]); pass them per image"
-        + ("" if grid else f" (config.json has no image size: {DEFAULT_GRID}x{DEFAULT_GRID} here)"),
+        + (
+            ""
+            if grid
+            else f" (config.json has no image size: {DEFAULT_GRID}x{DEFAULT_GRID} unless given)"
+        ),
         "images": "each image (grid_thw row) is its own table, concatenated in order",
     }
     if view.model_type in QWEN_WINDOW:
@@ -221,7 +225,11 @@ def minimax_m3(view: ConfigView) -> Entry:
         "index, h and w in spatial_merge_size blocks (row-major blocks, row-major inside); one "
         "attention segment per clip (merge_temporal)",
         "grid": "grid_height, grid_width, frames = each input's grid_thw; pass them per input"
-        + ("" if grid else f" (config.json has no image size: {DEFAULT_GRID}x{DEFAULT_GRID} here)"),
+        + (
+            ""
+            if grid
+            else f" (config.json has no image size: {DEFAULT_GRID}x{DEFAULT_GRID} unless given)"
+        ),
     }
     return _entry(data, notes)
 
@@ -245,7 +253,7 @@ def gemma4(view: ConfigView) -> Entry:
         "indexing='xy'), positions (x, y)); rows padded to max_patches (position -1, masked "
         "out of attention) are not in the table",
         "grid": f"the processor sizes each image: pass grid_height = height // patch_size, "
-        f"grid_width = width // patch_size ({DEFAULT_GRID}x{DEFAULT_GRID} here)",
+        f"grid_width = width // patch_size ({DEFAULT_GRID}x{DEFAULT_GRID} unless given)",
     }
     return _entry(data, notes)
 
