@@ -139,7 +139,7 @@ $(GGUF_VENV)/.installed: requirements/gguf.txt
 grpc-stubs: $(STAMP)
 	$(BIN)/python tools/grpc_stubs.py
 
-# make serve needs the runtime only: requirements/image-cpu.txt (the CPU image's lock, 44 packages,
+# make serve needs the runtime only: requirements/image-cpu.txt (the CPU image's lock, 45 packages,
 # no test tools) and the two projects. Where the suite's environment is already installed (a
 # superset at the same pins) nothing more is installed; `make test` later adds the test tools.
 RUNTIME_STAMP := $(VENV)/.runtime

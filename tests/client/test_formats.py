@@ -3,6 +3,8 @@ the ONNX metadata reader against onnx's parser."""
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 import httpx
@@ -15,6 +17,7 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
 from posenc_client import DecodeError, Tables, dump_safetensors, parse_safetensors
+from posenc_client._formats import write_atomic
 from posenc_client._onnx_model import onnx_metadata
 
 TORCH_TENSORS = {
@@ -125,3 +128,16 @@ def test_etags_name_the_device_of_the_bytes() -> None:
     for tag in (f'"{key}"', f'"{key}@cuda:0"', f'W/"{key}.raw.cos@cuda:1"'):
         reply = Reply(200, httpx.Headers({"etag": tag}), bytearray())
         assert reply_key(reply) == key
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_written_files_take_the_umask(tmp_path: Path, umask: int) -> None:
+    """`fetch -o`, `save`, the cache: 0o666 less the umask, as `open(path, "w")` gives (they were
+    0o600 whatever the umask, from `tempfile.mkstemp`), the temporary file created exclusively."""
+    was = os.umask(umask)
+    try:
+        write_atomic(tmp_path / "table.safetensors", b"data")
+    finally:
+        os.umask(was)
+    assert stat.S_IMODE((tmp_path / "table.safetensors").stat().st_mode) == 0o666 & ~umask
+    assert [p.name for p in tmp_path.iterdir()] == ["table.safetensors"]

@@ -216,16 +216,24 @@ killed process left)."""
 
 def write_atomic(path: str | os.PathLike[str], data: Buffer) -> None:
     """Write `data` to a temporary file beside `path`, then rename it into place. The temporary
-    file gets a random name and is created exclusively (`O_EXCL`, by `tempfile.mkstemp`): a file
-    or symlink planted at a predictable name is never followed or overwritten."""
-    import tempfile
+    file gets a random name and is created exclusively (`O_EXCL`): a file or symlink planted at a
+    predictable name is never followed or overwritten. Its mode is 0o666 less the umask, as
+    `open(path, "w")` would give (`tempfile.mkstemp` gives 0o600: files a user asked for, readable
+    only by them)."""
+    import secrets
 
     target = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(target))
     os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(
-        dir=folder, prefix=f".{os.path.basename(target)}.", suffix=TEMP_SUFFIX
-    )
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    while True:
+        name = f".{os.path.basename(target)}.{secrets.token_hex(6)}{TEMP_SUFFIX}"
+        tmp = os.path.join(folder, name)
+        try:
+            fd = os.open(tmp, flags, 0o666)
+            break
+        except FileExistsError:
+            continue
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
