@@ -610,6 +610,20 @@ def _site_tables(
     return tables_for, fetched
 
 
+def _report_before_plug(what: str, reports: list[Any], force: bool) -> None:
+    """Plug's report of the model's `what` (caches, frequencies, tables) against the config's on
+    stderr; a `mismatch` refused unless `force`."""
+    if reports:
+        print(f"the model's {what} against the config's:", file=sys.stderr)
+        _report(reports, sys.stderr)
+    mismatched = [r.name for r in reports if r.verdict == "mismatch"]
+    if mismatched and not force:
+        raise IncompatibleModelError(
+            f"the model's {what} {mismatched} do not look like this config's (see above): "
+            "check --hf-config, or pass --force to replace them anyway"
+        )
+
+
 def _plug_table_sites(
     client: Client, plug: Any, model: Any, args: argparse.Namespace, sites: list[Any]
 ) -> tuple[Any, str]:
@@ -622,14 +636,7 @@ def _plug_table_sites(
         for r in plug.verify_model(model, tables_for, data_dir=Path(args.model).parent, nodes=nodes)
         if r.kind in plug.TABLE_SITES
     ]
-    print("the model's tables against the config's:", file=sys.stderr)
-    _report(reports, sys.stderr)
-    mismatched = [r.name for r in reports if r.verdict == "mismatch"]
-    if mismatched and not args.force:
-        raise IncompatibleModelError(
-            f"the model's tables {mismatched} do not look like this config's (see above): "
-            "check --hf-config, or pass --force to replace them anyway"
-        )
+    _report_before_plug("tables", reports, args.force)
     patched = plug.attach_site_tables(model, tables_for, nodes=nodes)
     keys = ", ".join(sorted(t.key[:12] for t in fetched.values()))
     kinds = " and ".join(sorted({site.kind for site in sites}))
@@ -793,15 +800,7 @@ def cmd_plug(client: Client, args: argparse.Namespace) -> int:
             data_dir=Path(args.model).parent,
             nodes=[c.node for c in nodes],
         )
-        if reports:
-            print("the model's caches against the config's:", file=sys.stderr)
-            _report(reports, sys.stderr)
-        mismatched = [r.name for r in reports if r.verdict == "mismatch"]
-        if mismatched and not args.force:
-            raise IncompatibleModelError(
-                f"the model's caches {mismatched} do not look like this config's (see above): "
-                "check --hf-config, or pass --force to replace them anyway"
-            )
+        _report_before_plug("caches", reports, args.force)
         patched = plug.attach_rope_caches(
             model,
             tables,
@@ -835,14 +834,7 @@ def cmd_plug(client: Client, args: argparse.Namespace) -> int:
         reports = plug.verify_inv_freq(
             model, tables, data_dir=Path(args.model).parent, nodes=args.node
         )
-        print("the model's frequencies against the config's:", file=sys.stderr)
-        _report(reports, sys.stderr)
-        mismatched = [r.name for r in reports if r.verdict == "mismatch"]
-        if mismatched and not args.force:
-            raise IncompatibleModelError(
-                f"the model's frequencies {mismatched} do not look like this config's (see "
-                "above): check --hf-config, or pass --force to replace them anyway"
-            )
+        _report_before_plug("frequencies", reports, args.force)
         patched = plug.attach_inv_freq(model, tables, nodes=args.node)
         what = f"RoPE frequencies {tables.key[:12]} into {len(constants)} constants"
     else:
