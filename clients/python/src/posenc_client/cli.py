@@ -634,7 +634,7 @@ def _plug_table_sites(
     reports = [
         r
         for r in plug.verify_model(model, tables_for, data_dir=Path(args.model).parent, nodes=nodes)
-        if r.kind in plug.TABLE_SITES
+        if r.kind in ("gathered", "folded")  # `table_sites`' kinds; the others plug otherwise
     ]
     _report_before_plug("tables", reports, args.force)
     patched = plug.attach_site_tables(model, tables_for, nodes=nodes)

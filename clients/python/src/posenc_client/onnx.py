@@ -75,7 +75,7 @@ from posenc_client._onnx_freq import FrequencyConstant, attach_inv_freq, find_fr
 from posenc_client._onnx_merge import merge_subgraph
 from posenc_client._onnx_patch import load_model
 from posenc_client._onnx_rope import RopeConsumer, attach_rope_caches, find_rope_consumers
-from posenc_client._onnx_sites import TABLE_SITES, attach_site_tables, table_sites
+from posenc_client._onnx_sites import attach_site_tables, table_sites
 from posenc_client._onnx_verify import (
     CacheReport,
     TableRequest,
@@ -86,7 +86,6 @@ from posenc_client._onnx_verify import (
 )
 
 __all__ = [
-    "TABLE_SITES",
     "AlibiConsumer",
     "CacheReport",
     "FrequencyConstant",
