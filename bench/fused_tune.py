@@ -38,10 +38,10 @@ import json
 import statistics
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from functools import partial
 from typing import Any
+from unittest import mock
 
 import torch
 
@@ -84,17 +84,6 @@ copy bandwidth at every warp count in the fifth GPU run, and the first sweep tha
 past its 130 s limit there."""
 WARPS = (2, 4, 8, 16)
 """Warps per program tried."""
-
-
-@contextmanager
-def shape(module: Any, elements: int, warps: int) -> Iterator[None]:
-    """The kernel module's launch shape set to (elements, warps) for the block."""
-    was = module.ELEMENTS_PER_PROGRAM, module.NUM_WARPS
-    module.ELEMENTS_PER_PROGRAM, module.NUM_WARPS = elements, warps
-    try:
-        yield
-    finally:
-        module.ELEMENTS_PER_PROGRAM, module.NUM_WARPS = was
 
 
 def kernel_only(spec_json: dict[str, Any], device: torch.device) -> Callable[[], object] | None:
@@ -182,17 +171,6 @@ tiles, whose compiled kernel stages its frequencies through 1 KiB of shared memo
 barrier (`tools/fused_ptx.py`'s compile; RoPE's uses none). Every shape sweep so far kept 256."""
 
 
-@contextmanager
-def max_block_f(module: Any, value: int) -> Iterator[None]:
-    """The kernel module's `MAX_BLOCK_F` set to `value` for the block."""
-    was = module.MAX_BLOCK_F
-    module.MAX_BLOCK_F = value
-    try:
-        yield
-    finally:
-        module.MAX_BLOCK_F = was
-
-
 def same_tables(got: object, want: object) -> str:
     """'same bits' when two launches' outputs (dicts of tensors) are equal, else 'BITS DIFFER'."""
     assert isinstance(got, dict)
@@ -220,7 +198,7 @@ def traces(names: tuple[str, ...]) -> str:
                 rows += [[name, what, *row] for row in timeline(fn)]
         if kernel is not None and module is not None:
             want = kernel()
-            with max_block_f(module, NARROW_BLOCK_F):
+            with mock.patch.object(module, "MAX_BLOCK_F", NARROW_BLOCK_F):
                 same = same_tables(kernel(), want)
                 what = f"kernel, {NARROW_BLOCK_F} frequencies per program ({same})"
                 rows += [[name, what, *row] for row in timeline(kernel)]
@@ -253,7 +231,7 @@ def sweep(names: tuple[str, ...]) -> tuple[str, list[str]]:
         launch = kernel_only(CASES[name], device)
         for elements in ELEMENTS:
             for warps in WARPS:
-                with shape(module, elements, warps):
+                with mock.patch.multiple(module, ELEMENTS_PER_PROGRAM=elements, NUM_WARPS=warps):
                     got = compute(spec, device).tensors
                     same = all(torch.equal(got[k], reference[k]) for k in reference)
                     call = device_seconds(partial(compute, spec, device))

@@ -193,7 +193,7 @@ def test_a_kernel_writing_other_bits_is_caught_by_its_first_launch_probe(
     want = compute(spec, CUDA).tensors
     monkeypatch.setattr(fused, "ENABLED", True)
     monkeypatch.setattr(fused, "FAILED", [])
-    monkeypatch.setattr(fused, "_VERDICTS", {})
+    monkeypatch.setattr(fused, "_VERDICTS", set())
     monkeypatch.setattr(module, "launch", off_by_one_bit)
     got = compute(spec, CUDA).tensors
     assert fused.FAILED, "the probe did not catch the changed bit"

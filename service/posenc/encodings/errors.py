@@ -8,15 +8,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-def did_you_mean(word: object, choices: Iterable[str]) -> str:
-    """`; did you mean 'x'?` for the closest of `choices` to a misspelt `word` (difflib's ratio
-    at least 0.75), else "" (and for a word that is one of them): appended to the message naming
-    the unknown value."""
+def closest(word: object, choices: Iterable[str]) -> str | None:
+    """The one of `choices` closest to a misspelt `word` (difflib's ratio at least 0.75), else
+    None (and for a word that is one of them, or not a string of at most 200 characters)."""
     names = list(choices)
     if not isinstance(word, str) or len(word) > 200 or word in names:
-        return ""
+        return None
     close = difflib.get_close_matches(word, names, n=1, cutoff=0.75)
-    return f"; did you mean {close[0]!r}?" if close else ""
+    return close[0] if close else None
+
+
+def did_you_mean(word: object, choices: Iterable[str]) -> str:
+    """`; did you mean 'x'?` for the `closest` of `choices` to a misspelt `word`, else "":
+    appended to the message naming the unknown value."""
+    found = closest(word, choices)
+    return f"; did you mean {found!r}?" if found else ""
 
 
 @dataclass(frozen=True)

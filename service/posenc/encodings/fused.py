@@ -29,6 +29,7 @@ from __future__ import annotations
 import importlib
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cache
 from types import ModuleType
@@ -155,6 +156,42 @@ def sinusoidal_plan(*, n: int, dim: int, rows: int, layout: str, dtype: str) -> 
     return TrigPlan(shapes, "embedding", "embedding", dim, (1, n, 0), (1, 0, 0), half, out)
 
 
+def _rows(plan: TrigPlan) -> int:
+    """The rows of a plan's table (its first tensor's leading dim)."""
+    return next(iter(plan.shapes.values()))[0]
+
+
+def _outputs(
+    plan: TrigPlan, device: torch.device, make: Callable[..., torch.Tensor] = torch.empty
+) -> dict[str, torch.Tensor]:
+    """The plan's tensors, made by `make` (torch.empty or torch.zeros) on `device`."""
+    return {
+        name: make(shape, dtype=plan.dtype, device=device) for name, shape in plan.shapes.items()
+    }
+
+
+def _fill(
+    module: ModuleType,
+    plan: TrigPlan,
+    inv: torch.Tensor,
+    outputs: dict[str, torch.Tensor],
+    **args: Any,
+) -> None:
+    """One kernel launch writing the plan's `outputs` from `inv`; `args`: `run`'s positions and
+    scales."""
+    module.launch(
+        inv.contiguous(),
+        outputs[plan.cos_out],
+        outputs[plan.sin_out],
+        n_rows=_rows(plan),
+        n_cos=plan.n_cos,
+        row_stride=plan.row_stride,
+        cos_map=plan.cos_map,
+        sin_map=plan.sin_map,
+        **args,
+    )
+
+
 def reference(
     plan: TrigPlan,
     inv: torch.Tensor,
@@ -170,16 +207,13 @@ def reference(
     says; elements the plan does not write are zero. The torch paths compute their tables with
     these ops in this order (tests/encodings/test_fused_plan.py checks it for every test case),
     so the kernel's bits equal this where they equal the torch paths'."""
-    rows = next(iter(plan.shapes.values()))[0]
+    rows = _rows(plan)
     dev = inv.device
     positions = pos_start + torch.arange(rows, dtype=torch.int64, device=dev) * pos_step
     angles = positions.to(inv.dtype)[:, None] * inv[None, :]
     if angle_scale != 1.0:
         angles = angles * angle_scale
-    outputs = {
-        name: torch.zeros(shape, dtype=plan.dtype, device=dev)
-        for name, shape in plan.shapes.items()
-    }
+    outputs = _outputs(plan, dev, torch.zeros)
     f = torch.arange(inv.numel(), device=dev)
     for trig, (mul, add, dup), name, count in (
         (torch.cos, plan.cos_map, plan.cos_out, plan.n_cos),
@@ -204,7 +238,7 @@ CHECK_SPAN = 1 << 18
 """Positions the probe reaches at least (262144, the longest test config's length): its rows are
 spread this far, so the angles cover the large arguments where cos/sin reduce the slow way."""
 
-_VERDICTS: dict[tuple[object, ...], bool] = {}
+_VERDICTS: set[tuple[object, ...]] = set()
 """Variants (`_variant`) whose probe gave torch's bits in this process."""
 
 
@@ -238,33 +272,15 @@ def _probe(
     """None when the kernel writes `reference`'s bits for `CHECK_ROWS` rows of this launch's
     variant (its own frequencies and scales, positions spread over `CHECK_SPAN` or the table's
     length, in its direction), else what differs. Caller holds `_LAUNCH`."""
-    rows = next(iter(plan.shapes.values()))[0]
-    step = pos_step * max(1, max(rows, CHECK_SPAN) // CHECK_ROWS)
+    step = pos_step * max(1, max(_rows(plan), CHECK_SPAN) // CHECK_ROWS)
     probe = replace(
         plan, shapes={name: (CHECK_ROWS, *shape[1:]) for name, shape in plan.shapes.items()}
     )
-    got = {
-        name: torch.zeros(shape, dtype=plan.dtype, device=inv.device)
-        for name, shape in probe.shapes.items()
-    }
-    module.launch(
-        inv.contiguous(),
-        got[plan.cos_out],
-        got[plan.sin_out],
-        n_rows=CHECK_ROWS,
-        n_cos=plan.n_cos,
-        pos_start=pos_start,
-        pos_step=step,
-        row_stride=plan.row_stride,
-        cos_map=plan.cos_map,
-        sin_map=plan.sin_map,
-        angle_scale=angle_scale,
-        out_scale=out_scale,
-    )
-    want = reference(
-        probe, inv, pos_start=pos_start, pos_step=step, angle_scale=angle_scale,
-        out_scale=out_scale,
-    )  # fmt: skip
+    args: dict[str, Any] = {"pos_start": pos_start, "pos_step": step,
+                            "angle_scale": angle_scale, "out_scale": out_scale}  # fmt: skip
+    got = _outputs(probe, inv.device, torch.zeros)
+    _fill(module, probe, inv, got, **args)
+    want = reference(probe, inv, **args)
     differ = {name: int((_bits(got[name]) != _bits(want[name])).sum()) for name in want}
     if not any(differ.values()):
         return None
@@ -292,11 +308,7 @@ def run(
     `kernels()` must not be None (callers check `usable` first)."""
     module = kernels()
     assert module is not None
-    dev = inv.device
-    outputs = {
-        name: torch.empty(shape, dtype=plan.dtype, device=dev)
-        for name, shape in plan.shapes.items()
-    }
+    outputs = _outputs(plan, inv.device)
     args: dict[str, Any] = {
         "pos_start": pos_start,
         "pos_step": pos_step,
@@ -312,18 +324,8 @@ def run(
                     FAILED.append(f"the fused kernel's bits are not torch's here: {differs}")
                     _log.warning("fused CUDA kernel off, torch's ops serve instead: %s", FAILED[0])
                     return None
-                _VERDICTS[variant] = True
-            module.launch(
-                inv.contiguous(),
-                outputs[plan.cos_out],
-                outputs[plan.sin_out],
-                n_rows=next(iter(plan.shapes.values()))[0],
-                n_cos=plan.n_cos,
-                row_stride=plan.row_stride,
-                cos_map=plan.cos_map,
-                sin_map=plan.sin_map,
-                **args,
-            )
+                _VERDICTS.add(variant)
+            _fill(module, plan, inv, outputs, **args)
     except torch.cuda.OutOfMemoryError:
         raise  # the probe's few MiB on a full device: the cache's CPU fallback, not a failure
     except Exception as err:  # a toolchain or driver problem triton only meets at compile time

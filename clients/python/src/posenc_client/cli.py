@@ -108,6 +108,9 @@ EXIT_INCOMPATIBLE = 6
 EXIT_CORRUPT = 7
 EXIT_DIFFERS = 8
 EXIT_UNCHECKED = 9
+EXIT_CLOSED_PIPE = 141
+"""stdout's reader went away (`posenc-client ... | head`): 128 + SIGPIPE, as a shell reports a
+writer SIGPIPE ended."""
 
 SPEC_HELP = (
     'a spec object: {"kind": ...} fields, {"hf_config": {...}, ...overrides} or '
@@ -631,10 +634,11 @@ def _plug_table_sites(
     report first, a `mismatch` refused without --force."""
     tables_for, fetched = _site_tables(client, plug, model, args)
     nodes = sorted({node for site in sites for node in site.nodes})
+    names = {name for site in sites for name in (site.cos, site.sin)}
     reports = [
         r
         for r in plug.verify_model(model, tables_for, data_dir=Path(args.model).parent, nodes=nodes)
-        if r.kind in ("gathered", "folded")  # `table_sites`' kinds; the others plug otherwise
+        if r.name in names  # these sites' reports, not those of their consumers' other sites
     ]
     _report_before_plug("tables", reports, args.force)
     patched = plug.attach_site_tables(model, tables_for, nodes=nodes)
@@ -1107,11 +1111,6 @@ def _progress(quiet: bool) -> DownloadProgress | None:
 def _fail(code: int, message: str) -> int:
     print(f"posenc-client: {message}", file=sys.stderr)
     return code
-
-
-EXIT_CLOSED_PIPE = 141
-"""stdout's reader went away (`posenc-client ... | head`): 128 + SIGPIPE, as a shell reports a
-writer SIGPIPE ended."""
 
 
 def _closed_pipe() -> int:

@@ -24,7 +24,6 @@ it; otherwise exactly the distinct positions are computed with the core's own fu
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +48,7 @@ from posenc.api.oip.models.base import (
 )
 from posenc.api.oip.params import spec_parameters as split_parameters
 from posenc.encodings import TensorInfo, parse_spec
+from posenc.encodings.errors import closest
 from posenc.encodings.rope import RopeSpec, half_cos_sin, layout, rope_inv_freq
 from posenc.encodings.rope.spec import MAX_POSITIONS
 from posenc.encodings.rope.variants import flat_scaling_keys
@@ -85,14 +85,11 @@ SCALING_KEYS = flat_scaling_keys() | {"type"}
 """Flat keys that go into `rope_scaling`: every variant's fields (and the old `type`)."""
 
 
-def _closest(key: str) -> str | None:
-    """The RoPE field (top level or scaling) an unknown flat key is closest to, if any is close
-    (`did_you_mean`'s rule): a misspelt `rope_thetaa` belongs at the top level, where the spec's
-    own error names it, not inside `rope_scaling`."""
-    if key in SCALING_KEYS:
-        return key
-    close = difflib.get_close_matches(key, [*TOP_LEVEL, *SCALING_KEYS], n=1, cutoff=0.75)
-    return close[0] if close else None
+def _top_level_typo(key: str) -> bool:
+    """Whether an unknown flat key is closest to a top-level field (`errors.closest`): a misspelt
+    `rope_thetaa` belongs at the top level, where the spec's own error names it, not inside
+    `rope_scaling`."""
+    return key not in SCALING_KEYS and closest(key, [*TOP_LEVEL, *SCALING_KEYS]) in TOP_LEVEL
 
 
 @dataclass(frozen=True)
@@ -128,7 +125,7 @@ def build_spec(parameters: dict[str, Any]) -> RopeRequest:
     for key, value in flat.items():
         if key in MROPE_KEYS:
             extras[key] = value
-        elif key in TOP_LEVEL or _closest(key) in TOP_LEVEL:
+        elif key in TOP_LEVEL or _top_level_typo(key):
             base[key] = value  # a misspelt top-level field is refused (and named) there
         else:
             scaling[key] = value
