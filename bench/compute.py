@@ -885,14 +885,7 @@ def main(argv: list[str] | None = None) -> int:
         help="run with THP_MEM_ALLOC_ENABLE=1: torch backs large CPU tensors with transparent "
         "huge pages (fewer page faults for fresh tables)",
     )
-    parser.add_argument(
-        "--fused-float64",
-        action="store_true",
-        help="let exact precision (float64) RoPE take the fused kernel (fused.FLOAT64, off in "
-        "the server until its GPU bit check has passed)",
-    )
     args = parser.parse_args(argv)
-    fused.FLOAT64 = fused.FLOAT64 or args.fused_float64
     reexec_with(
         "bench.compute", {**FIXED_MALLOC, **({"THP_MEM_ALLOC_ENABLE": "1"} if args.thp else {})}
     )
@@ -921,7 +914,6 @@ def main(argv: list[str] | None = None) -> int:
     command += f" --threads {args.threads}" if args.threads != 1 else ""
     command += " --thp" if args.thp else ""
     command += " --gpu-only" if args.gpu_only else ""
-    command += " --fused-float64" if args.fused_float64 else ""
     print(header(command, before))
     print()
     if cpu:

@@ -3,7 +3,7 @@
 # tools/gpu_run.sh (wheels from .whl/ into /tmp/site, PYTHONPATH). Logs go to $OUT. In order:
 # 1. the float64 kernel's bit check: tests/runtime/test_fused_cuda.py's exact precision cases
 #    (fused.FLOAT64 turned on by the tests; the server keeps it off until these have passed);
-# 2. bench.compute's GPU section with --fused-float64 (exact RoPE on the kernel, the goal's rows);
+# 2. bench.compute's GPU section with (exact RoPE on the kernel, the goal's rows);
 # 3. the rest of test_fused_cuda.py (the kernel now takes its scales as float64 and rounds them
 #    in the kernel), the drift and GPU-path tests;
 # 4. the device timeline of the Whisper and RoPE 16 MiB tables' queued calls and kernels
@@ -26,9 +26,9 @@ echo "== float64 kernel: exact precision cases of tests/runtime/test_fused_cuda.
 timeout ${EXACT_TIMEOUT:-170} python3 -m pytest -q -p no:cacheprovider -n ${FUSED_WORKERS:-12} -rfEs tests/runtime/test_fused_cuda.py \
   -k "exact" > "$OUT/fused_exact_tests.log" 2>&1 || rc=1
 grep -E "^(FAILED|ERROR)" "$OUT/fused_exact_tests.log" | head -30; tail -3 "$OUT/fused_exact_tests.log"
-echo "== bench.compute --gpu-only --no-plot --fused-float64"
+echo "== bench.compute --gpu-only --no-plot"
 start=$(date +%s)
-timeout 80 python3 -m bench.compute --gpu-only --no-plot --fused-float64 > "$OUT/bench_compute36.md" 2>&1 || rc=1
+timeout 80 python3 -m bench.compute --gpu-only --no-plot > "$OUT/bench_compute36.md" 2>&1 || rc=1
 echo "bench took $(( $(date +%s) - start )) s"
 tail -40 "$OUT/bench_compute36.md"
 echo "== fused CUDA tests, reference precision (tests/runtime/test_fused_cuda.py)"

@@ -2,7 +2,7 @@
 triton, skipped without either, like tests/runtime/test_gpu_drift.py).
 
 For every case of tests/runtime/fused_cases.py (real configs' RoPE tables in every layout and
-dtype, at reference and at exact precision (float64 compute, with `fused.FLOAT64` turned on), the
+dtype, at reference and at exact precision (float64 compute; `fused.FLOAT64`, on by default), the
 configs' sinusoidal tables and every convention): `compute(spec, "cuda")` with the fused kernel
 equals `compute` with it turned off (`fused.ENABLED`), tensor by tensor, dtype and shape, and
 stays within test_gpu_drift.py's bound of the CPU table (2 float32 ulp at 1.0 times the table's
@@ -40,8 +40,8 @@ HERE = torch.cuda.is_available()
 lists on every machine)."""
 ROPE = rope_cases(max_positions=2048) if HERE else []
 EXACT = rope_cases(max_positions=2048, precision="exact") if HERE else []
-"""Exact precision (float64 compute): fused only while `fused.FLOAT64` is on, which these tests
-turn on for themselves."""
+"""Exact precision (float64 compute): fused while `fused.FLOAT64` is on (its default; these tests
+turn it on for themselves, so they check the kernel whatever the default)."""
 SINUSOIDAL = sinusoidal_cases(max_positions=2048) if HERE else []
 
 
@@ -162,10 +162,10 @@ def test_the_flag_switches_the_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
     assert not any("_trig_kernel" in name for name in _kernels_run(spec))
 
 
-def test_polar_and_unchecked_exact_stay_on_torch(
+def test_polar_and_exact_with_the_flag_off_stay_on_torch(
     fused_on: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Polar trig always; exact precision while `fused.FLOAT64` is off (its default)."""
+    """Polar trig always; exact precision when `fused.FLOAT64` is turned off."""
     for extra, float64 in (({"precision": "exact"}, False), ({"trig": "polar"}, True)):
         monkeypatch.setattr(fused, "FLOAT64", float64)
         spec = parse_spec({"kind": "rope", "head_dim": 64, "max_positions": 64, **extra})
@@ -173,6 +173,43 @@ def test_polar_and_unchecked_exact_stay_on_torch(
         assert isinstance(canon, RopeSpec)
         inv, scaling, _ = rope_inv_freq(canon, CUDA)
         assert fused_tables(canon, inv, scaling) is None
+
+
+def test_exact_precision_takes_the_kernel_by_default(fused_on: None) -> None:
+    spec = parse_spec(
+        {"kind": "rope", "head_dim": 128, "max_positions": 4096, "precision": "exact"}
+    )
+    assert fused.FLOAT64
+    assert any("_trig_kernel" in name for name in _kernels_run(spec))
+
+
+def test_frequency_vectors_stay_resident_per_content(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`fused.resident`: one device copy per vector's bits, reused by later calls, a new one for
+    other bits, the least recently used dropped past `RESIDENT_ENTRIES`, larger vectors copied
+    each time; and Whisper tables at lengths sharing one resident vector are the torch path's,
+    bit for bit."""
+    base = torch.arange(512, dtype=torch.float32) * 0.5
+    first = fused.resident(base, CUDA)
+    assert fused.resident(base.clone(), CUDA).data_ptr() == first.data_ptr()
+    other = fused.resident(base + 1.0, CUDA)
+    assert other.data_ptr() != first.data_ptr()
+    assert torch.equal(first.cpu(), base)
+    assert torch.equal(other.cpu(), base + 1.0)
+    for k in range(fused.RESIDENT_ENTRIES):
+        fused.resident(torch.full((4,), float(k)), CUDA)
+    assert len(fused._RESIDENT) == fused.RESIDENT_ENTRIES
+    again = fused.resident(base, CUDA)  # dropped: copied anew (`first` still holds the old one)
+    assert again.data_ptr() != first.data_ptr()
+    assert torch.equal(again.cpu(), base)
+    big = torch.zeros(fused.RESIDENT_MAX_BYTES // 4 + 1)
+    big_once, big_twice = fused.resident(big, CUDA), fused.resident(big, CUDA)
+    assert big_once.data_ptr() != big_twice.data_ptr()
+    for rows in (448, 1500, 1500):
+        spec = parse_spec(
+            {"kind": "sinusoidal", "dim": 1024, "convention": "whisper", "max_positions": rows}
+        )
+        fast, slow = both_paths(spec, monkeypatch)
+        assert_same_bits(fast, slow)
 
 
 def test_a_kernel_writing_other_bits_is_caught_by_its_first_launch_probe(

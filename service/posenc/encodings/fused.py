@@ -13,10 +13,9 @@ What maps: RoPE at reference precision without `trig: "polar"` (every scaling va
 of them only change the frequency vector and the attention scaling; every width, packing,
 full-width arrangement and output dtype); sinusoidal tables at float32 compute precision over a
 contiguous position range, without PatchTST standardisation and without an odd interleaved
-table's extra sin column. Polar trig, explicit position lists and standardised tables stay on
-torch. So does exact precision (float64 compute) RoPE while `FLOAT64` is off: the kernel computes
-it (float64 angles, CUDA's float64 `cos`/`sin`, `rounding.cast`'s rounding), but those bits
-have not yet been compared with torch's on a GPU.
+table's extra sin column; exact precision (float64 compute) RoPE too, in float64 (float64
+angles, CUDA's float64 `cos`/`sin`, `rounding.cast`'s single rounding), while `FLOAT64` is on.
+Polar trig, explicit position lists and standardised tables stay on torch.
 
 A plan says where the kernel writes cos and sin of frequency f in a row: column
 `f * mul + add` of the row and, for full-width RoPE tables, the duplicate `dup` further
@@ -29,6 +28,7 @@ from __future__ import annotations
 import importlib
 import logging
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cache
@@ -38,16 +38,17 @@ from typing import Any
 import torch
 
 from posenc.encodings.base import DTYPES
+from posenc.encodings.memory import to_device
 from posenc.encodings.rounding import cast
 
 ENABLED: bool = True
 """Whether CUDA tables may take the fused kernel: the server sets it from its `fused_kernels`
 setting (`POSENC_FUSED_KERNELS`, default on) when it builds the app."""
 
-FLOAT64: bool = False
-"""Whether exact precision (float64 compute) RoPE tables may take the kernel. Off until
-tests/runtime/test_fused_cuda.py's float64 cases have passed on a GPU (they turn it on for
-themselves); `bench.compute --fused-float64` measures it. The torch path serves meanwhile."""
+FLOAT64: bool = True
+"""Whether exact precision (float64 compute) RoPE tables may take the kernel. On since
+tests/runtime/test_fused_cuda.py's float64 cases passed on an H200 (docs/gpu.md, "Sixth run":
+every config, layout and dtype bit for bit torch's CUDA path); off, the torch path serves them."""
 
 COMPUTE_DTYPES = frozenset({torch.float32, torch.float64})
 """Frequency (compute) dtypes the kernel computes in."""
@@ -99,6 +100,44 @@ def usable(device: torch.device) -> bool:
     """Whether a table on `device` may take the fused path at all (CUDA, enabled, triton, and
     the kernel has not failed in this process)."""
     return ENABLED and device.type == "cuda" and not FAILED and kernels() is not None
+
+
+RESIDENT_ENTRIES = 64
+"""Frequency vectors `resident` keeps on the device (least recently used out)."""
+
+RESIDENT_MAX_BYTES = 16 * 1024
+"""The largest vector `resident` keeps (4,096 float32 frequencies: a 8,192-wide table); larger
+ones are copied per call. At most `RESIDENT_ENTRIES` x this per device: 1 MiB."""
+
+_RESIDENT: OrderedDict[tuple[str, torch.dtype, bytes], torch.Tensor] = OrderedDict()
+_RESIDENT_LOCK = threading.Lock()
+
+
+def resident(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A CPU frequency vector `t` (n,) on CUDA `device`, copied there once per content: later calls
+    with the same bits (the same table at other lengths, dtypes or layouts, or recomputed after
+    the cache dropped it) get the same device tensor, which callers only read (it is the kernel's
+    input, never part of a table).
+
+    Why: a host-to-device copy of 2 KiB (Whisper's 512 float32 frequencies) goes through a copy
+    engine, and on an H200 it held the device idle about 13 us around each 16 MiB Whisper table's
+    8 us kernel, where RoPE d128's 256 B copy costs 2 us (docs/gpu.md, "Sixth run"). Keyed by
+    device, dtype and the vector's bytes; vectors over `RESIDENT_MAX_BYTES` are copied per call
+    (`memory.to_device`)."""
+    if device.type != "cuda" or t.numel() * t.element_size() > RESIDENT_MAX_BYTES:
+        return to_device(t, device)
+    key = (str(device), t.dtype, t.contiguous().view(torch.uint8).numpy().tobytes())
+    with _RESIDENT_LOCK:
+        found = _RESIDENT.get(key)
+        if found is not None:
+            _RESIDENT.move_to_end(key)
+            return found
+    moved = to_device(t, device)
+    with _RESIDENT_LOCK:
+        _RESIDENT[key] = moved
+        while len(_RESIDENT) > RESIDENT_ENTRIES:
+            _RESIDENT.popitem(last=False)
+    return moved
 
 
 def rope_plan(

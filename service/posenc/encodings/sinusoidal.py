@@ -514,7 +514,7 @@ def fused_table(spec: SinusoidalSpec, device: torch.device) -> torch.Tensor | No
     if found is None:
         return None
     inv, launch = found
-    outputs = launch(to_device(inv, device))
+    outputs = launch(fused.resident(inv, device))
     if outputs is None:
         return None
     table = outputs["embedding"]

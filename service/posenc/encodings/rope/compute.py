@@ -139,7 +139,7 @@ def fused_tables(
 ) -> dict[str, torch.Tensor] | None:
     """`tables(spec, inv, scaling, arange(max_positions))` from one fused kernel launch
     (`posenc.encodings.fused`): bit for bit the same tensors, or None where the fused path does not
-    apply (not CUDA, no triton, disabled, polar trig, exact precision while `fused.FLOAT64` is
+    apply (not CUDA, no triton, disabled, polar trig, exact precision with `fused.FLOAT64`
     off), for `tables` to run."""
     if spec.trig is not None or inv.dtype not in fused.COMPUTE_DTYPES:
         return None
