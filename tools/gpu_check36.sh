@@ -2,8 +2,8 @@
 # Issue 36's GPU check (the fused Triton path), on the device machine with the environment of
 # tools/gpu_run.sh (wheels from .whl/ into /tmp/site, PYTHONPATH). Logs go to $OUT. In order:
 # 1. the float64 kernel's bit check: tests/runtime/test_fused_cuda.py's exact precision cases
-#    (fused.FLOAT64 turned on by the tests; the server keeps it off until these have passed);
-# 2. bench.compute's GPU section with (exact RoPE on the kernel, the goal's rows);
+#    (on by default since the sixth run, docs/gpu.md; the tests turn fused.FLOAT64 on themselves);
+# 2. bench.compute's GPU section (exact RoPE on the kernel by default);
 # 3. the rest of test_fused_cuda.py (the kernel now takes its scales as float64 and rounds them
 #    in the kernel), the drift and GPU-path tests;
 # 4. the device timeline of the Whisper and RoPE 16 MiB tables' queued calls and kernels
@@ -12,7 +12,7 @@
 # STEPS=1 adds the decode-step tests on GPU servers, bench.v2_infer and bench.floor (met in the
 # fifth run); SWEEP=1 the launch-shape sweep of the 16 MiB RoPE table; PLAN_TESTS=1 the CPU plan
 # tests (CI runs them). Usage: bash tools/gpu_check36.sh (worst case: the timeouts below add up to
-# 535 s; STEPS=1 adds 195 s, SWEEP=1 75 s: then lower FUSED_TIMEOUT or EXACT_TIMEOUT).
+# 575 s; STEPS=1 adds 195 s, SWEEP=1 75 s: then lower FUSED_TIMEOUT or EXACT_TIMEOUT).
 source "$(dirname "$0")/gpu_env.sh"
 OUT=${OUT:-/tmp/gpu_check36}
 mkdir -p "$OUT"
@@ -43,6 +43,9 @@ echo "== bench.fused_tune --trace (device timelines of the 16 MiB Whisper and Ro
 timeout 45 python3 -m bench.fused_tune --case "whisper 1024 fp32, 4 K" --case "rope d128 fp32, 16 K" --trace \
   > "$OUT/bench_fused_trace.md" 2>&1 || rc=1
 tail -20 "$OUT/bench_fused_trace.md"
+echo "== libdevice cos/sin in a Triton kernel against torch's CUDA cos/sin (tools/gpu_trig_check.py)"
+timeout 40 python3 tools/gpu_trig_check.py > "$OUT/gpu_trig_check.txt" 2>&1 || rc=1
+cat "$OUT/gpu_trig_check.txt"
 if [ "${PLAN_TESTS:-0}" != 0 ]; then
 echo "== plans and dispatch (tests/encodings/test_fused_plan.py, CPU)"
 timeout 90 python3 -m pytest -q -p no:cacheprovider -n 8 -rfEs tests/encodings/test_fused_plan.py \
