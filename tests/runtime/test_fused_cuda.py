@@ -191,6 +191,8 @@ def test_frequency_vectors_stay_resident_per_content(monkeypatch: pytest.MonkeyP
     base = torch.arange(512, dtype=torch.float32) * 0.5
     first = fused.resident(base, CUDA)
     assert fused.resident(base.clone(), CUDA).data_ptr() == first.data_ptr()
+    here = torch.device("cuda", torch.cuda.current_device())  # "cuda" is the current device
+    assert fused.resident(base, here).data_ptr() == first.data_ptr()
     other = fused.resident(base + 1.0, CUDA)
     assert other.data_ptr() != first.data_ptr()
     assert torch.equal(first.cpu(), base)

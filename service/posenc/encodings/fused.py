@@ -106,10 +106,12 @@ RESIDENT_ENTRIES = 64
 """Frequency vectors `resident` keeps on the device (least recently used out)."""
 
 RESIDENT_MAX_BYTES = 16 * 1024
-"""The largest vector `resident` keeps (4,096 float32 frequencies: a 8,192-wide table); larger
+"""The largest vector `resident` keeps (4,096 float32 frequencies: an 8,192-wide table); larger
 ones are copied per call. At most `RESIDENT_ENTRIES` x this per device: 1 MiB."""
 
-_RESIDENT: OrderedDict[tuple[str, torch.dtype, bytes], torch.Tensor] = OrderedDict()
+_RESIDENT: OrderedDict[tuple[int, torch.dtype, bytes], torch.Tensor] = OrderedDict()
+"""(CUDA device index, dtype, the vector's bytes) -> the vector on that device; `"cuda"` keys
+as the current device, the one its tensors go to."""
 _RESIDENT_LOCK = threading.Lock()
 
 
@@ -119,14 +121,14 @@ def resident(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     the cache dropped it) get the same device tensor, which callers only read (it is the kernel's
     input, never part of a table).
 
-    Why: a host-to-device copy of 2 KiB (Whisper's 512 float32 frequencies) goes through a copy
-    engine, and on an H200 it held the device idle about 13 us around each 16 MiB Whisper table's
-    8 us kernel, where RoPE d128's 256 B copy costs 2 us (docs/gpu.md, "Sixth run"). Keyed by
-    device, dtype and the vector's bytes; vectors over `RESIDENT_MAX_BYTES` are copied per call
-    (`memory.to_device`)."""
+    Why: a pinned host-to-device copy of 2 KiB (Whisper's 512 float32 frequencies) held an H200
+    idle about 13 us around each 16 MiB Whisper table's 8 us kernel, where RoPE d128's 256 B copy costs about 2 us (docs/gpu.md, "Sixth run").
+    Keyed by device index, dtype and the vector's bytes; vectors over `RESIDENT_MAX_BYTES` are
+    copied per call (`memory.to_device`)."""
     if device.type != "cuda" or t.numel() * t.element_size() > RESIDENT_MAX_BYTES:
         return to_device(t, device)
-    key = (str(device), t.dtype, t.contiguous().view(torch.uint8).numpy().tobytes())
+    index = torch.cuda.current_device() if device.index is None else device.index
+    key = (index, t.dtype, t.contiguous().view(torch.uint8).numpy().tobytes())
     with _RESIDENT_LOCK:
         found = _RESIDENT.get(key)
         if found is not None:
