@@ -122,9 +122,9 @@ def resident(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     input, never part of a table).
 
     Why: a pinned host-to-device copy of 2 KiB (Whisper's 512 float32 frequencies) held an H200
-    idle about 13 us around each 16 MiB Whisper table's 8 us kernel, where RoPE d128's 256 B copy costs about 2 us (docs/gpu.md, "Sixth run").
-    Keyed by device index, dtype and the vector's bytes; vectors over `RESIDENT_MAX_BYTES` are
-    copied per call (`memory.to_device`)."""
+    idle about 13 us around each 16 MiB Whisper table's 8 us kernel, where RoPE d128's 256 B
+    copy costs about 2 us (docs/gpu.md, "Sixth run"). Keyed by device index, dtype and the
+    vector's bytes; vectors over `RESIDENT_MAX_BYTES` are copied per call (`memory.to_device`)."""
     if device.type != "cuda" or t.numel() * t.element_size() > RESIDENT_MAX_BYTES:
         return to_device(t, device)
     index = torch.cuda.current_device() if device.index is None else device.index
