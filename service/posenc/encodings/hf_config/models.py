@@ -51,6 +51,7 @@ MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
     },
     "gemma4_text": {"head_dim": 256, "global_head_dim": 512, "max_position_embeddings": 131072},
     "gpt_neox": {"rotary_pct": 0.25, "rotary_emb_base": 10000.0},
+    "gpt_neox_japanese": {"rotary_pct": 1.0, "rotary_emb_base": 10000.0},
     "gptj": {"rotary_dim": 64, "n_positions": 2048},
     "codegen": {"rotary_dim": 64, "n_positions": 2048},
     "deepseek_v2": {"rope_theta": 10000.0},
@@ -343,8 +344,21 @@ class Gemma4Rope(RopeModel):
 
 
 class GptNeoXRope(RopeModel):
-    """GPT-NeoX (`GPTNeoXConfig`): the base is `rotary_emb_base` (never a top-level rope_theta),
-    the rotary fraction `rotary_pct`."""
+    """GPT-NeoX and GPT-NeoX-Japanese (`GPTNeoXConfig`, `GPTNeoXJapaneseConfig`): the base is
+    `rotary_emb_base` (never a top-level rope_theta), the rotary fraction `rotary_pct`; their
+    `convert_rope_params_to_dict` setdefaults both into the rope parameters, so a file without
+    rope parameters takes them there, not the class's default parameters (0.25 / 1.0, 10000)."""
+
+    def class_parameters(self, view: ConfigView, params: Any) -> Any:
+        if not isinstance(params, Mapping):
+            return params
+        params = {
+            **params,
+            "rope_theta": self.default_theta(view, None),
+            "partial_rotary_factor": self.rotary_fraction(view)[1],
+        }
+        view.applied[view.key("rope_parameters")] = params
+        return params
 
     def default_theta(self, view: ConfigView, layer_type: str | None) -> float:
         return float(view.number("rotary_emb_base"))
@@ -355,7 +369,24 @@ class GptNeoXRope(RopeModel):
 
 class GptJRope(RopeModel):
     """GPT-J / CodeGen: `rotary_dim` channels with interleaved pairs; `create_sinusoidal_positions`
-    hard-codes the base 10000."""
+    hard-codes the base 10000. Their config classes have no rope parameters and their rotary
+    modules read none (`modeling_gptj.py`, `modeling_codegen.py`), so a file's rope keys are
+    refused: scaling or a base from them would not be what the model computes."""
+
+    UNREAD = ("rope_parameters", "rope_scaling", "rope_theta", "partial_rotary_factor")
+
+    def entries(self, view: ConfigView) -> list[Entry]:
+        for key in self.UNREAD:
+            found = view.present(key)
+            if found is not None:
+                fail(
+                    view.key(found[0]),
+                    f"model_type {view.model_type!r} does not read it: its rotary module "
+                    "(create_sinusoidal_positions) rotates rotary_dim channels with base 10000 "
+                    "and no scaling",
+                    found[1],
+                )
+        return super().entries(view)
 
     def default_theta(self, view: ConfigView, layer_type: str | None) -> float:
         return 10000.0
@@ -963,7 +994,7 @@ MAPPERS: dict[str, Mapper] = {
     # RoPE families whose config departs from transformers' generic reading.
     "gemma3_text": Gemma3Rope(),
     "gemma4_text": Gemma4Rope(),
-    "gpt_neox": GptNeoXRope(),
+    **dict.fromkeys(("gpt_neox", "gpt_neox_japanese"), GptNeoXRope()),
     # Phi3Config.convert_rope_params_to_dict: its legacy names for LongRoPE.
     "phi3": RopeModel(rope_type_aliases={"su": "longrope", "yarn": "longrope"}),
     # GptOssConfig fills YaRN defaults when the config carries no rope parameters; its rotary

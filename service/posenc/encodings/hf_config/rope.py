@@ -45,6 +45,26 @@ def has_rope(view: ConfigView) -> bool:
     return any(view.has(k) for k in ROPE_KEYS)
 
 
+def beside_parameters(view: ConfigView) -> None:
+    """Refuse a non-empty `rope_scaling` beside a non-empty `rope_parameters`: transformers 5
+    reads the pair differently by model (the mixin's `convert_rope_params_to_dict` replaces
+    `rope_parameters` by `rope_scaling`, whose `rope_theta` then comes from the top level or the
+    class default; the Gemma 3 family updates its full-attention parameters with it; ...), and
+    reading either one alone was accepted and wrong (a v5 file given a model card's YaRN
+    `rope_scaling` served unscaled)."""
+    scaling = view.present("rope_scaling")
+    params = view.present("rope_parameters")
+    if scaling is None or params is None or not scaling[1] or not params[1]:
+        return
+    fail(
+        view.key(scaling[0]),
+        f"given beside {params[0]}: transformers reads the pair by model (rope_scaling in place "
+        "of rope_parameters, dropping their rope_theta, or merged into one layer type's); put "
+        "its keys into rope_parameters and drop rope_scaling",
+        scaling[1],
+    )
+
+
 REVERSED_NOTE = (
     "the model rotates by -angle (its rotate_half is cat(x2, -x1)): the table is its rotary "
     "module's cos/sin; rotate x1*cos + x2*sin, x2*cos - x1*sin, or negate sin for a standard "
@@ -92,6 +112,7 @@ class RopeModel:
                 + did_you_mean(view.model_type, known_model_types()),
                 view.model_type,
             )
+        beside_parameters(view)
         return self.entries(view)
 
     def entries(self, view: ConfigView) -> list[Entry]:
