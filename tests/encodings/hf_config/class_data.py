@@ -17,7 +17,9 @@ Per model_type of `CONFIG_MAPPING_NAMES` (its config class):
   keys no field names) and `rope_type` its `default_rope_type` when that is not "default" (the
   axial models), `partial_rotary_factor` where `__post_init__` supplies one no field declares
   (`_post_init_partial`), `head_dim_scale` k where `__post_init__` derives head_dim = k *
-  hidden_size // num_attention_heads when the file gives none (Zamba2: 2);
+  hidden_size // num_attention_heads when the file gives none (Zamba2: 2),
+  `global_head_dim` and `global_head_dim_layer_types` where `__post_init__` builds
+  `per_layer_config` from a `global_head_dim` kwarg (`_global_head_dim`: Gemma 4's family);
 - `text_config_defaults`: for a composite class that lays its text sub-config's init kwargs under
   the file's `text_config` (Voxtral Realtime), those of `KEYS`.
 
@@ -185,6 +187,33 @@ def _post_init_partial(cls: type, fields: set[str]) -> float | None:
     return float(value) if isinstance(value, (int, float)) else None
 
 
+def _global_head_dim(cls: type) -> tuple[int, list[str]] | None:
+    """(default, layer types) where the class's `__post_init__` builds `per_layer_config` from a
+    `global_head_dim` kwarg when the file gives no `per_layer_config` (Gemma 4 and the classes
+    copied from it: `global_head_dim = kwargs.pop("global_head_dim", 512)`, the head_dim of
+    every full-attention layer; the rotary module reads `config.per_layer_config[layer_type]`):
+    the layer types whose head_dim follows the kwarg (measured with two values) and the head_dim
+    they get without it; None when no layer follows it."""
+    followed: list[set[str]] = []
+    try:
+        for probe in (100, 200):
+            config = cls(global_head_dim=probe)  # type: ignore[call-arg]
+            if not getattr(config, "is_heterogeneous", False):
+                return None
+            per_layer = config.per_layer_config  # type: ignore[attr-defined]
+            types = set(config.layer_types)  # type: ignore[attr-defined]
+            followed.append({t for t in types if per_layer[t].head_dim == probe})
+        base = cls()
+        if len(followed) != 2 or followed[0] != followed[1] or not followed[0]:
+            return None
+        defaults = {base.per_layer_config[t].head_dim for t in followed[0]}  # type: ignore[attr-defined]
+    except Exception:
+        return None
+    if len(defaults) != 1:
+        return None
+    return int(defaults.pop()), sorted(followed[0])
+
+
 def class_facts(cls: type) -> dict[str, Any]:
     """`attribute_map` and the defaults of `KEYS` of one config class."""
     fields = {f.name: f for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else {}
@@ -216,6 +245,10 @@ def class_facts(cls: type) -> dict[str, Any]:
         scale = _head_dim_scale(cls, set(fields))
         if scale is not None:
             defaults["head_dim_scale"] = scale
+        global_head_dim = _global_head_dim(cls)
+        if global_head_dim is not None:
+            defaults.setdefault("global_head_dim", global_head_dim[0])
+            defaults["global_head_dim_layer_types"] = global_head_dim[1]
         rope_type = getattr(cls, "default_rope_type", "default")
         if rope_type != "default":
             defaults["rope_type"] = rope_type

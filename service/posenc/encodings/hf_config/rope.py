@@ -278,8 +278,20 @@ class RopeModel:
         return []
 
     def layer_head_dim(self, view: ConfigView, layer_type: str | None) -> int:
-        """head_dim of one layer type: the `per_layer_config` override of its layers, if any,
-        else the model's head_dim."""
+        """head_dim of one layer type: the `per_layer_config` override of its layers, if any;
+        without a `per_layer_config` key, `global_head_dim` (the file's, else the class's) for
+        the layer types the config class builds one for (`global_head_dim_layer_types` of the
+        class data: Gemma 4, Gemma 4 Unified, DiffusionGemma, EmbeddingGemma 2, whose
+        `__post_init__` does `per_layer_config = {full layers: {"head_dim": global_head_dim}}`
+        when the file gives none, an explicit null included); else the model's head_dim."""
+        global_types = view.defaults.get("global_head_dim_layer_types")
+        if (
+            layer_type is not None
+            and "per_layer_config" not in view.data
+            and isinstance(global_types, list)
+            and layer_type in global_types
+        ):
+            return int(view.number("global_head_dim"))
         per_layer = view.data.get("per_layer_config")
         layer_types = view.data.get("layer_types")
         if (
