@@ -9,6 +9,12 @@ refused though valid):
   the installed transformers by `class_data._global_head_dim`; `test_class_data` holds the data
   file to it).
 
+- `layer_types` from `sliding_window_pattern`: a config class whose `__post_init__` derives them
+  when the file gives none (Cohere 2's `kwargs.pop("sliding_window_pattern", 4)`, EXAONE 4) was
+  refused where posenc needs them (which layers skip RoPE). The model types are those whose
+  mapper reads NoPE layers by layer type and whose class data has a `layer_types_pattern`
+  (measured by `class_data._layer_types_pattern`).
+
 Each served table is judged bit for bit against the model's own rotary module
 (`rope_sweep.module_reference`).
 """
@@ -21,7 +27,9 @@ from typing import Any
 import httpx
 import pytest
 
+from posenc.encodings.hf_config import MAPPERS
 from posenc.encodings.hf_config.classes import config_class, known_model_types
+from posenc.encodings.hf_config.rope import RopeModel
 from tests.conftest import ServerHandle
 from tests.encodings.hf_config import released_sweep as released
 from tests.encodings.hf_config import rope_sweep as sweep
@@ -46,6 +54,31 @@ GLOBAL_HEAD_DIM_CASES = {
     # kwargs): an explicit null keeps head_dim for every layer
     "null per_layer_config": {"global_head_dim": 384, "per_layer_config": None},
 }
+
+
+def _pattern_types() -> list[str]:
+    found = []
+    for model_type, mapper in sorted(MAPPERS.items()):
+        facts = config_class(model_type)
+        if (
+            isinstance(mapper, RopeModel)
+            and type(mapper).nope_layers is RopeModel.nope_layers
+            and mapper.nope in ("full_attention", "full_attention_when_windowed", "windowed_only")
+            and facts is not None
+            and facts.defaults.get("layer_types_pattern")
+        ):
+            found.append(model_type)
+    return found
+
+
+PATTERN = _pattern_types()
+
+
+def _without_layer_types(model_type: str) -> dict[str, Any]:
+    """The sweep's tiny class-default config of `model_type` (4 layers), less `layer_types`."""
+    data = sweep.case_config(model_type, "default", "v5")
+    data.pop("layer_types", None)
+    return data
 
 
 def _exact(server: ServerHandle, client: httpx.Client, data: dict[str, Any]) -> None:
@@ -82,3 +115,39 @@ def test_global_head_dim_in_a_composite_text_config(
     text = {"model_type": "gemma4_unified_text", "num_hidden_layers": 6}
     text.update(copy.deepcopy(GLOBAL_HEAD_DIM_CASES[case]))
     _exact(server, client, {"model_type": "gemma4_unified", "text_config": text})
+
+
+def test_the_class_data_finds_the_pattern_classes() -> None:
+    assert {"cohere2", "exaone4"} <= set(PATTERN), PATTERN
+
+
+@pytest.mark.parametrize("pattern", [None, 2, 3, 4])
+@pytest.mark.parametrize("model_type", PATTERN)
+def test_layer_types_derived_from_sliding_window_pattern(
+    server: ServerHandle, client: httpx.Client, model_type: str, pattern: int | None
+) -> None:
+    """No `layer_types`: transformers derives them (from the file's `sliding_window_pattern` or
+    the class default); the whole tiny model is the reference, so which layers skip RoPE is
+    judged too."""
+    data = _without_layer_types(model_type)
+    if pattern is not None:
+        data["sliding_window_pattern"] = pattern
+    ref = sweep.reference(data)
+    answer = released.served(client, data, data, server.device)
+    assert not isinstance(answer, sweep.Verdict), answer.line()
+    verdict = sweep.judge(ref, answer)
+    assert verdict.outcome == "exact", verdict.line()
+
+
+@pytest.mark.parametrize("pattern", [0, "LLLG"])
+@pytest.mark.parametrize("model_type", ["cohere2"])
+def test_a_sliding_window_pattern_transformers_cannot_read_is_refused(
+    client: httpx.Client, model_type: str, pattern: Any
+) -> None:
+    data = {**_without_layer_types(model_type), "sliding_window_pattern": pattern}
+    with pytest.raises((ZeroDivisionError, TypeError)):
+        sweep.load_config(data)
+    response = client.post("/v1/resolve", json={"hf_config": data, "max_positions": 16})
+    assert response.status_code == 422, response.text
+    fields = [p["field"] for p in response.json()["detail"]]
+    assert fields == ["sliding_window_pattern"], response.text

@@ -462,13 +462,13 @@ class RopeModel:
             windowed = view.get("sliding_window") is not None
             if self.nope == "full_attention_when_windowed" and not windowed:
                 return []
-            types = view.data.get("layer_types")
-            if not isinstance(types, list):
+            types = self.derived_layer_types(view)
+            if types is None:
                 fail(
                     view.key("layer_types"),
                     f"model_type {view.model_type!r} skips RoPE on some layers by their type: "
                     "layer_types must say which they are",
-                    types,
+                    view.data.get("layer_types"),
                 )
             nope = {"full_attention"}
             if self.nope == "windowed_only" and not windowed:
@@ -487,6 +487,38 @@ class RopeModel:
                 fail(view.key("no_rope_layers"), "must be a list of 0/1 per layer", flags)
             return [i for i, use_rope in enumerate(flags) if not use_rope]
         return []
+
+    def derived_layer_types(self, view: ConfigView) -> list[Any] | None:
+        """config.layer_types as transformers has it: the file's list, else the one the config
+        class's `__post_init__` derives (`layer_types_pattern` of the class data, measured from
+        transformers: every p-th layer full attention, `"sliding_attention" if (i + 1) % p else
+        "full_attention"`, p the file's `sliding_window_pattern` where the class reads it (Cohere
+        2's `kwargs.pop("sliding_window_pattern", 4)`, EXAONE 4), else the class's; the last
+        layer forced to full attention where the class does); None when neither says."""
+        types = view.data.get("layer_types")
+        if isinstance(types, list):
+            return types
+        rule = view.defaults.get("layer_types_pattern")
+        if types is not None or not isinstance(rule, Mapping):
+            return None
+        pattern = rule["default"]
+        if rule.get("key") and view.data.get(rule["key"]) is not None:
+            pattern = view.data[rule["key"]]
+            if isinstance(pattern, bool) or not isinstance(pattern, int) or pattern < 1:
+                # (i + 1) % pattern: 0 divides by zero, a string ("LLLG") is not read as one
+                fail(
+                    view.key(rule["key"]),
+                    "must be a positive integer (transformers derives layer_types from it: "
+                    "every pattern-th layer full attention)",
+                    pattern,
+                )
+        layers = int(view.number("num_hidden_layers"))
+        derived = [
+            "sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(layers)
+        ]
+        if rule.get("last_full") and derived:
+            derived[-1] = "full_attention"
+        return derived
 
     def _layer_theta_nope(self, view: ConfigView) -> list[int]:
         thetas = view.data.get("layer_rope_theta")
