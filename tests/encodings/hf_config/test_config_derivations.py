@@ -15,6 +15,14 @@ refused though valid):
   mapper reads NoPE layers by layer type and whose class data has a `layer_types_pattern`
   (measured by `class_data._layer_types_pattern`).
 
+- Phi-3's `original_max_position_embeddings` (`standardize_rope_params`): filled only for a
+  rope_type spelled llama3 / yarn / longrope, with a top-level value first, then the class's own
+  field (Phi3Config: 4096), then the rope parameters' value (posenc put the class field after
+  the rope parameters' value: a wrong attention factor). Phi-3's legacy "su" is renamed to
+  longrope after it: transformers loads it only when `rope_scaling` carries its own value
+  (without one it raises KeyError, while posenc served a table); the rotary module standardizes
+  again as longrope, so the table takes the same order.
+
 Each served table is judged bit for bit against the model's own rotary module
 (`rope_sweep.module_reference`).
 """
@@ -33,6 +41,7 @@ from posenc.encodings.hf_config.rope import RopeModel
 from tests.conftest import ServerHandle
 from tests.encodings.hf_config import released_sweep as released
 from tests.encodings.hf_config import rope_sweep as sweep
+from tests.encodings.hf_config.support import load
 
 
 def _global_head_dim_types() -> list[str]:
@@ -151,3 +160,44 @@ def test_a_sliding_window_pattern_transformers_cannot_read_is_refused(
     assert response.status_code == 422, response.text
     fields = [p["field"] for p in response.json()["detail"]]
     assert fields == ["sliding_window_pattern"], response.text
+
+
+PHI3 = "microsoft__Phi-3.5-mini-instruct.json"
+
+PHI3_CASES: dict[str, tuple[int | None, str, int | None]] = {
+    # (top-level original_max_position_embeddings, rope_scaling type, its own value)
+    "su, own 8192, top 2048": (2048, "su", 8192),
+    "su, own 8192, no top": (None, "su", 8192),
+    "longrope, own 8192, no top (class field 4096)": (None, "longrope", 8192),
+    "longrope, own 8192, top 2048": (2048, "longrope", 8192),
+    "yarn, own 8192, no top": (None, "yarn", 8192),
+}
+
+
+def _phi3(top: int | None, rope_type: str, own: int | None) -> dict[str, Any]:
+    data = load(PHI3)
+    data.pop("original_max_position_embeddings")
+    if top is not None:
+        data["original_max_position_embeddings"] = top
+    data["rope_scaling"] = {**data["rope_scaling"], "type": rope_type}
+    if own is not None:
+        data["rope_scaling"]["original_max_position_embeddings"] = own
+    return data
+
+
+@pytest.mark.parametrize("case", PHI3_CASES)
+def test_phi3_original_length_as_standardize_rope_params_reads_it(
+    server: ServerHandle, client: httpx.Client, case: str
+) -> None:
+    _exact(server, client, _phi3(*PHI3_CASES[case]))
+
+
+def test_phi3_su_without_its_own_original_length_is_refused(client: httpx.Client) -> None:
+    data = _phi3(4096, "su", None)
+    with pytest.raises(KeyError, match="original_max_position_embeddings"):
+        sweep.load_config(copy.deepcopy(data))
+    response = client.post("/v1/resolve", json={"hf_config": data, "max_positions": 16})
+    assert response.status_code == 422, response.text
+    (problem,) = response.json()["detail"]
+    assert problem["field"] == "rope_scaling.original_max_position_embeddings", problem
+    assert "su" in problem["message"], problem

@@ -553,6 +553,11 @@ class RopeModel:
         return {}
 
 
+STANDARDIZED_ORIGINAL = ("llama3", "yarn", "longrope")
+"""The rope_types whose `original_max_position_embeddings` transformers'
+`standardize_rope_params` fills in (`modeling_rope_utils.py`)."""
+
+
 def original_length(
     view: ConfigView,
     params: Mapping[str, Any],
@@ -560,8 +565,26 @@ def original_length(
     nested: bool,
     max_position_embeddings: int | None,
 ) -> int:
-    """transformers' `standardize_rope_params`: a top-level value wins (Phi-3), then the value in
-    the rope parameters, then the config class default, then max_position_embeddings."""
+    """transformers' `standardize_rope_params`: a top-level value wins (Phi-3), then the config
+    class default (a class with the field), then the value in the rope parameters, then
+    max_position_embeddings. It fills
+    the value only for a rope_type (as the file spells it) of llama3, yarn or longrope: a family's
+    legacy name renamed after it (Phi-3's "su", `Phi3Config.convert_rope_params_to_dict`) must
+    carry its own value, else the config does not load (`KeyError: Missing required keys in
+    rope_parameters for 'rope_type'='longrope'`); the rotary module standardizes again
+    (`_compute_longrope_parameters`), now as longrope, so its table takes the same order."""
+    raw = params.get("rope_type") or params.get("type") or "default"
+    if raw not in STANDARDIZED_ORIGINAL:
+        if params.get("original_max_position_embeddings") is None:
+            fail(
+                f"{key}.original_max_position_embeddings",
+                f"required key missing: rope_type {raw!r} is renamed only after transformers' "
+                "standardize_rope_params, which fills original_max_position_embeddings (from "
+                "the top level, the class default or max_position_embeddings) for "
+                f"{', '.join(STANDARDIZED_ORIGINAL)} only, so transformers cannot load this "
+                "config (KeyError: Missing required keys in rope_parameters)",
+                None,
+            )
     candidates: list[tuple[str, Any]] = []
     if not nested:
         candidates.append(
@@ -570,11 +593,13 @@ def original_length(
                 view.data.get("original_max_position_embeddings"),
             )
         )
+    if not nested:
+        # `if hasattr(self, "original_max_position_embeddings")`: a class with that field (Phi-3,
+        # Phi-4-multimodal: 4096) overrides the rope parameters' own value with its default
+        candidates.append(("(default)", view.defaults.get("original_max_position_embeddings")))
     candidates.append(
         (f"{key}.original_max_position_embeddings", params.get("original_max_position_embeddings"))
     )
-    if not nested:
-        candidates.append(("(default)", view.defaults.get("original_max_position_embeddings")))
     candidates.append((view.key("max_position_embeddings"), max_position_embeddings))
     for where, value in candidates:
         if value is not None:
