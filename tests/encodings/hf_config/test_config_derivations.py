@@ -23,6 +23,13 @@ refused though valid):
   (without one it raises KeyError, while posenc served a table); the rotary module standardizes
   again as longrope, so the table takes the same order.
 
+- YaRN `truncate` in a nested rope parameter dict (per layer type, or DeepSeek-V4's per rope
+  key): `_compute_yarn_parameters` reads `config.rope_parameters.get("truncate", True)`, the top
+  level only, so the model always truncates; posenc honoured `truncate: false` (max |d cos| 0.32
+  on Gemma 3). The model types are those whose class default rope parameters are nested; the
+  oracle shows the key unread (the model's tables with it equal those without it), and posenc
+  must refuse it naming the key.
+
 Each served table is judged bit for bit against the model's own rotary module
 (`rope_sweep.module_reference`).
 """
@@ -34,6 +41,7 @@ from typing import Any
 
 import httpx
 import pytest
+import torch
 
 from posenc.encodings.hf_config import MAPPERS
 from posenc.encodings.hf_config.classes import config_class, known_model_types
@@ -201,3 +209,69 @@ def test_phi3_su_without_its_own_original_length_is_refused(client: httpx.Client
     (problem,) = response.json()["detail"]
     assert problem["field"] == "rope_scaling.original_max_position_embeddings", problem
     assert "su" in problem["message"], problem
+
+
+def _nested_types() -> list[str]:
+    found = []
+    for model_type in known_model_types():
+        facts = config_class(model_type)
+        params = facts.defaults.get("rope_parameters") if facts is not None else None
+        if isinstance(params, dict) and params and all(
+            v is None or isinstance(v, dict) for v in params.values()
+        ):
+            found.append(model_type)
+    return found
+
+
+NESTED = _nested_types()
+
+
+def _same_rotation(a: sweep.Reference, b: sweep.Reference) -> bool:
+    if a.layers.keys() != b.layers.keys():
+        return False
+    for index, layer in a.layers.items():
+        other = b.layers[index]
+        for name in ("cos", "sin", "freqs"):
+            x, y = getattr(layer, name), getattr(other, name)
+            if (x is None) != (y is None) or (x is not None and not torch.equal(x, y)):
+                return False
+    return True
+
+
+def test_the_class_data_finds_the_nested_classes() -> None:
+    assert {"gemma3_text", "modernbert", "deepseek_v4", "olmo3"} <= set(NESTED), NESTED
+
+
+@pytest.mark.parametrize("model_type", NESTED)
+def test_yarn_truncate_in_a_nested_dict_is_refused(client: httpx.Client, model_type: str) -> None:
+    try:
+        data = sweep.case_config(model_type, "default", "v5")
+    except sweep.UnbuildableError as err:
+        pytest.skip(str(err))
+    part = data["text_config"] if isinstance(data.get("text_config"), dict) else data
+    params = part.get("rope_parameters")
+    if not isinstance(params, dict) or not any(isinstance(v, dict) for v in params.values()):
+        pytest.skip(f"the sweep's config has no nested rope parameters: {params}")
+    layer_type = next(k for k, v in params.items() if isinstance(v, dict))
+    yarn = {
+        **params[layer_type],
+        "rope_type": "yarn",
+        "factor": 8.0,
+        "rope_theta": 1_000_000.0,
+        "original_max_position_embeddings": 4096,
+    }
+    params[layer_type] = yarn
+    without = copy.deepcopy(data)
+    params[layer_type] = {**yarn, "truncate": False}
+    # the oracle: transformers does not read it (the same rotation with and without it)
+    try:
+        read = sweep.module_reference(data)
+        unread = sweep.module_reference(without)
+    except sweep.UnbuildableError as err:
+        pytest.skip(f"transformers cannot build the rotary module: {err}")
+    assert _same_rotation(read, unread)
+    response = client.post("/v1/resolve", json={"hf_config": data, "max_positions": 16})
+    assert response.status_code == 422, response.text
+    fields = [p["field"] for p in response.json()["detail"]]
+    prefix = "text_config." if part is not data else ""
+    assert f"{prefix}rope_parameters.{layer_type}.truncate" in fields, response.text

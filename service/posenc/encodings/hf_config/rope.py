@@ -128,6 +128,7 @@ class RopeModel:
                     original_length=partial(
                         original_length, view, params, layer_key, nested, length
                     ),
+                    nested=nested,
                 )
             )
             data: dict[str, Any] = {
