@@ -217,9 +217,7 @@ def _global_head_dim(cls: type) -> tuple[int, list[str]] | None:
 
 
 def _pattern_types(layers: int, pattern: int, last_full: bool) -> list[str]:
-    types = [
-        "sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(layers)
-    ]
+    types = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(layers)]
     if last_full and types:
         types[-1] = "full_attention"
     return types

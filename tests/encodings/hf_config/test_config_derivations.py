@@ -216,8 +216,10 @@ def _nested_types() -> list[str]:
     for model_type in known_model_types():
         facts = config_class(model_type)
         params = facts.defaults.get("rope_parameters") if facts is not None else None
-        if isinstance(params, dict) and params and all(
-            v is None or isinstance(v, dict) for v in params.values()
+        if (
+            isinstance(params, dict)
+            and params
+            and all(v is None or isinstance(v, dict) for v in params.values())
         ):
             found.append(model_type)
     return found

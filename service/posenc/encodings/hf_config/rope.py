@@ -575,17 +575,16 @@ def original_length(
     rope_parameters for 'rope_type'='longrope'`); the rotary module standardizes again
     (`_compute_longrope_parameters`), now as longrope, so its table takes the same order."""
     raw = params.get("rope_type") or params.get("type") or "default"
-    if raw not in STANDARDIZED_ORIGINAL:
-        if params.get("original_max_position_embeddings") is None:
-            fail(
-                f"{key}.original_max_position_embeddings",
-                f"required key missing: rope_type {raw!r} is renamed only after transformers' "
-                "standardize_rope_params, which fills original_max_position_embeddings (from "
-                "the top level, the class default or max_position_embeddings) for "
-                f"{', '.join(STANDARDIZED_ORIGINAL)} only, so transformers cannot load this "
-                "config (KeyError: Missing required keys in rope_parameters)",
-                None,
-            )
+    if raw not in STANDARDIZED_ORIGINAL and params.get("original_max_position_embeddings") is None:
+        fail(
+            f"{key}.original_max_position_embeddings",
+            f"required key missing: rope_type {raw!r} is renamed only after transformers' "
+            "standardize_rope_params, which fills original_max_position_embeddings (from "
+            "the top level, the class default or max_position_embeddings) for "
+            f"{', '.join(STANDARDIZED_ORIGINAL)} only, so transformers cannot load this "
+            "config (KeyError: Missing required keys in rope_parameters)",
+            None,
+        )
     candidates: list[tuple[str, Any]] = []
     if not nested:
         candidates.append(
