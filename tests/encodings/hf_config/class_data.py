@@ -17,7 +17,11 @@ Per model_type of `CONFIG_MAPPING_NAMES` (its config class):
   keys no field names) and `rope_type` its `default_rope_type` when that is not "default" (the
   axial models), `partial_rotary_factor` where `__post_init__` supplies one no field declares
   (`_post_init_partial`), `head_dim_scale` k where `__post_init__` derives head_dim = k *
-  hidden_size // num_attention_heads when the file gives none (Zamba2: 2);
+  hidden_size // num_attention_heads when the file gives none (Zamba2: 2),
+  `global_head_dim` and `global_head_dim_layer_types` where `__post_init__` builds
+  `per_layer_config` from a `global_head_dim` kwarg (`_global_head_dim`: Gemma 4's family),
+  `layer_types_pattern` where it derives `layer_types` from a `sliding_window_pattern` when
+  the file gives none (`_layer_types_pattern`: Cohere 2, EXAONE 4, Gemma 3);
 - `text_config_defaults`: for a composite class that lays its text sub-config's init kwargs under
   the file's `text_config` (Voxtral Realtime), those of `KEYS`.
 
@@ -185,6 +189,73 @@ def _post_init_partial(cls: type, fields: set[str]) -> float | None:
     return float(value) if isinstance(value, (int, float)) else None
 
 
+def _global_head_dim(cls: type) -> tuple[int, list[str]] | None:
+    """(default, layer types) where the class's `__post_init__` builds `per_layer_config` from a
+    `global_head_dim` kwarg when the file gives no `per_layer_config` (Gemma 4 and the classes
+    copied from it: `global_head_dim = kwargs.pop("global_head_dim", 512)`, the head_dim of
+    every full-attention layer; the rotary module reads `config.per_layer_config[layer_type]`):
+    the layer types whose head_dim follows the kwarg (measured with two values) and the head_dim
+    they get without it; None when no layer follows it."""
+    followed: list[set[str]] = []
+    try:
+        for probe in (100, 200):
+            config = cls(global_head_dim=probe)  # type: ignore[call-arg]
+            if not getattr(config, "is_heterogeneous", False):
+                return None
+            per_layer = config.per_layer_config  # type: ignore[attr-defined]
+            types = set(config.layer_types)  # type: ignore[attr-defined]
+            followed.append({t for t in types if per_layer[t].head_dim == probe})
+        base = cls()
+        if len(followed) != 2 or followed[0] != followed[1] or not followed[0]:
+            return None
+        defaults = {base.per_layer_config[t].head_dim for t in followed[0]}  # type: ignore[attr-defined]
+    except Exception:
+        return None
+    if len(defaults) != 1:
+        return None
+    return int(defaults.pop()), sorted(followed[0])
+
+
+def _pattern_types(layers: int, pattern: int, last_full: bool) -> list[str]:
+    types = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(layers)]
+    if last_full and types:
+        types[-1] = "full_attention"
+    return types
+
+
+def _layer_types_pattern(cls: type) -> dict[str, Any] | None:
+    """How `__post_init__` derives `layer_types` when the file gives none, where it is every
+    p-th layer full attention (`"sliding_attention" if (i + 1) % p else "full_attention"`):
+    p the file's `sliding_window_pattern` (Cohere 2's `kwargs.pop("sliding_window_pattern", 4)`,
+    EXAONE 4's field, EmbeddingGemma 2's with the last layer forced to full attention).
+    Measured from the class at several layer counts and patterns: `{"default": p, "last_full":
+    bool, "key": "sliding_window_pattern"}`; None when the class derives no such pattern, only
+    p = 1, or a fixed one (a class that ignores `sliding_window_pattern` may read its pattern
+    from another key: AFMoE's `global_attn_every_n_layers`)."""
+    counts = (7, 8, 12, 13)
+    try:
+        base = {n: list(cls(num_hidden_layers=n).layer_types) for n in counts}  # type: ignore[call-arg, attr-defined]
+        given = {
+            (n, p): list(cls(num_hidden_layers=n, sliding_window_pattern=p).layer_types)  # type: ignore[call-arg, attr-defined]
+            for n in counts
+            for p in (2, 3)
+        }
+    except Exception:
+        return None
+    for last_full in (False, True):
+        found = [
+            d
+            for d in range(2, 13)
+            if all(base[n] == _pattern_types(n, d, last_full) for n in counts)
+        ]
+        if len(found) != 1:
+            continue
+        rule: dict[str, Any] = {"default": found[0], "last_full": last_full}
+        if all(given[n, p] == _pattern_types(n, p, last_full) for n, p in given):
+            return {**rule, "key": "sliding_window_pattern"}
+    return None
+
+
 def class_facts(cls: type) -> dict[str, Any]:
     """`attribute_map` and the defaults of `KEYS` of one config class."""
     fields = {f.name: f for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else {}
@@ -216,6 +287,13 @@ def class_facts(cls: type) -> dict[str, Any]:
         scale = _head_dim_scale(cls, set(fields))
         if scale is not None:
             defaults["head_dim_scale"] = scale
+        global_head_dim = _global_head_dim(cls)
+        if global_head_dim is not None:
+            defaults.setdefault("global_head_dim", global_head_dim[0])
+            defaults["global_head_dim_layer_types"] = global_head_dim[1]
+        pattern = _layer_types_pattern(cls)
+        if pattern is not None:
+            defaults["layer_types_pattern"] = pattern
         rope_type = getattr(cls, "default_rope_type", "default")
         if rope_type != "default":
             defaults["rope_type"] = rope_type

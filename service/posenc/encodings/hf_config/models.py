@@ -49,7 +49,6 @@ MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
         "num_hidden_layers": 26,
         "sliding_window_pattern": 6,
     },
-    "gemma4_text": {"head_dim": 256, "global_head_dim": 512, "max_position_embeddings": 131072},
     "gpt_neox": {"rotary_pct": 0.25, "rotary_emb_base": 10000.0},
     "gpt_neox_japanese": {"rotary_pct": 1.0, "rotary_emb_base": 10000.0},
     "gptj": {"rotary_dim": 64, "n_positions": 2048},
@@ -324,18 +323,14 @@ class Gemma3Rope(RopeModel):
 
 
 class Gemma4Rope(RopeModel):
-    """Gemma 4 (`Gemma4TextConfig`): full-attention layers use `global_head_dim` (unless
-    `per_layer_config` says otherwise) and their own default base."""
+    """Gemma 4 (`Gemma4TextConfig`): each layer type has its own default base (its
+    full-attention layers' `global_head_dim` is read as in every class that derives
+    `per_layer_config` from it: `RopeModel.layer_head_dim`)."""
 
     LAYER_THETA: ClassVar[dict[str, float]] = {
         "sliding_attention": 10000.0,
         "full_attention": 1_000_000.0,
     }
-
-    def layer_head_dim(self, view: ConfigView, layer_type: str | None) -> int:
-        if layer_type == "full_attention" and view.data.get("per_layer_config") is None:
-            return int(view.number("global_head_dim"))
-        return super().layer_head_dim(view, layer_type)
 
     def default_theta(self, view: ConfigView, layer_type: str | None) -> float:
         if layer_type is not None and layer_type in self.LAYER_THETA:

@@ -149,6 +149,7 @@ class RopeModel:
                     original_length=partial(
                         original_length, view, params, layer_key, nested, length
                     ),
+                    nested=nested,
                 )
             )
             data: dict[str, Any] = {
@@ -299,8 +300,20 @@ class RopeModel:
         return []
 
     def layer_head_dim(self, view: ConfigView, layer_type: str | None) -> int:
-        """head_dim of one layer type: the `per_layer_config` override of its layers, if any,
-        else the model's head_dim."""
+        """head_dim of one layer type: the `per_layer_config` override of its layers, if any;
+        without a `per_layer_config` key, `global_head_dim` (the file's, else the class's) for
+        the layer types the config class builds one for (`global_head_dim_layer_types` of the
+        class data: Gemma 4, Gemma 4 Unified, DiffusionGemma, EmbeddingGemma 2, whose
+        `__post_init__` does `per_layer_config = {full layers: {"head_dim": global_head_dim}}`
+        when the file gives none, an explicit null included); else the model's head_dim."""
+        global_types = view.defaults.get("global_head_dim_layer_types")
+        if (
+            layer_type is not None
+            and "per_layer_config" not in view.data
+            and isinstance(global_types, list)
+            and layer_type in global_types
+        ):
+            return int(view.number("global_head_dim"))
         per_layer = view.data.get("per_layer_config")
         layer_types = view.data.get("layer_types")
         if (
@@ -471,13 +484,13 @@ class RopeModel:
             windowed = view.get("sliding_window") is not None
             if self.nope == "full_attention_when_windowed" and not windowed:
                 return []
-            types = view.data.get("layer_types")
-            if not isinstance(types, list):
+            types = self.derived_layer_types(view)
+            if types is None:
                 fail(
                     view.key("layer_types"),
                     f"model_type {view.model_type!r} skips RoPE on some layers by their type: "
                     "layer_types must say which they are",
-                    types,
+                    view.data.get("layer_types"),
                 )
             nope = {"full_attention"}
             if self.nope == "windowed_only" and not windowed:
@@ -496,6 +509,38 @@ class RopeModel:
                 fail(view.key("no_rope_layers"), "must be a list of 0/1 per layer", flags)
             return [i for i, use_rope in enumerate(flags) if not use_rope]
         return []
+
+    def derived_layer_types(self, view: ConfigView) -> list[Any] | None:
+        """config.layer_types as transformers has it: the file's list, else the one the config
+        class's `__post_init__` derives (`layer_types_pattern` of the class data, measured from
+        transformers: every p-th layer full attention, `"sliding_attention" if (i + 1) % p else
+        "full_attention"`, p the file's `sliding_window_pattern` where the class reads it (Cohere
+        2's `kwargs.pop("sliding_window_pattern", 4)`, EXAONE 4), else the class's; the last
+        layer forced to full attention where the class does); None when neither says."""
+        types = view.data.get("layer_types")
+        if isinstance(types, list):
+            return types
+        rule = view.defaults.get("layer_types_pattern")
+        if types is not None or not isinstance(rule, Mapping):
+            return None
+        pattern = rule["default"]
+        if rule.get("key") and view.data.get(rule["key"]) is not None:
+            pattern = view.data[rule["key"]]
+            if isinstance(pattern, bool) or not isinstance(pattern, int) or pattern < 1:
+                # (i + 1) % pattern: 0 divides by zero, a string ("LLLG") is not read as one
+                fail(
+                    view.key(rule["key"]),
+                    "must be a positive integer (transformers derives layer_types from it: "
+                    "every pattern-th layer full attention)",
+                    pattern,
+                )
+        layers = int(view.number("num_hidden_layers"))
+        derived = [
+            "sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(layers)
+        ]
+        if rule.get("last_full") and derived:
+            derived[-1] = "full_attention"
+        return derived
 
     def _layer_theta_nope(self, view: ConfigView) -> list[int]:
         thetas = view.data.get("layer_rope_theta")
@@ -530,6 +575,11 @@ class RopeModel:
         return {}
 
 
+STANDARDIZED_ORIGINAL = ("llama3", "yarn", "longrope")
+"""The rope_types whose `original_max_position_embeddings` transformers'
+`standardize_rope_params` fills in (`modeling_rope_utils.py`)."""
+
+
 def original_length(
     view: ConfigView,
     params: Mapping[str, Any],
@@ -537,8 +587,25 @@ def original_length(
     nested: bool,
     max_position_embeddings: int | None,
 ) -> int:
-    """transformers' `standardize_rope_params`: a top-level value wins (Phi-3), then the value in
-    the rope parameters, then the config class default, then max_position_embeddings."""
+    """transformers' `standardize_rope_params`: a top-level value wins (Phi-3), then the config
+    class default (a class with the field), then the value in the rope parameters, then
+    max_position_embeddings. It fills
+    the value only for a rope_type (as the file spells it) of llama3, yarn or longrope: a family's
+    legacy name renamed after it (Phi-3's "su", `Phi3Config.convert_rope_params_to_dict`) must
+    carry its own value, else the config does not load (`KeyError: Missing required keys in
+    rope_parameters for 'rope_type'='longrope'`); the rotary module standardizes again
+    (`_compute_longrope_parameters`), now as longrope, so its table takes the same order."""
+    raw = params.get("rope_type") or params.get("type") or "default"
+    if raw not in STANDARDIZED_ORIGINAL and params.get("original_max_position_embeddings") is None:
+        fail(
+            f"{key}.original_max_position_embeddings",
+            f"required key missing: rope_type {raw!r} is renamed only after transformers' "
+            "standardize_rope_params, which fills original_max_position_embeddings (from "
+            "the top level, the class default or max_position_embeddings) for "
+            f"{', '.join(STANDARDIZED_ORIGINAL)} only, so transformers cannot load this "
+            "config (KeyError: Missing required keys in rope_parameters)",
+            None,
+        )
     candidates: list[tuple[str, Any]] = []
     if not nested:
         candidates.append(
@@ -547,11 +614,13 @@ def original_length(
                 view.data.get("original_max_position_embeddings"),
             )
         )
+    if not nested:
+        # `if hasattr(self, "original_max_position_embeddings")`: a class with that field (Phi-3,
+        # Phi-4-multimodal: 4096) overrides the rope parameters' own value with its default
+        candidates.append(("(default)", view.defaults.get("original_max_position_embeddings")))
     candidates.append(
         (f"{key}.original_max_position_embeddings", params.get("original_max_position_embeddings"))
     )
-    if not nested:
-        candidates.append(("(default)", view.defaults.get("original_max_position_embeddings")))
     candidates.append((view.key("max_position_embeddings"), max_position_embeddings))
     for where, value in candidates:
         if value is not None:

@@ -35,7 +35,10 @@ class HfRopeParams:
     (None when the config has none) at `max_position_embeddings_key`; `original_length()` the
     original context length as transformers' `standardize_rope_params` fills it in (top-level
     value, the dict's, the config class default, max_position_embeddings), failing when none is
-    known: called only by the variants that use it, so the others never fail on it.
+    known: called only by the variants that use it, so the others never fail on it. `nested`:
+    the dict is one of several in the model's rope parameters (per layer type or rope key), so
+    a key transformers reads only at the top level of `config.rope_parameters` is never read
+    from it (`_compute_yarn_parameters`' `truncate`).
     """
 
     params: Mapping[str, Any]
@@ -43,6 +46,7 @@ class HfRopeParams:
     max_position_embeddings: int | None
     max_position_embeddings_key: str
     original_length: Callable[[], int]
+    nested: bool = False
 
     def fail(self, name: str, message: str, value: Any = None) -> NoReturn:
         """Fail at `<key>.<name>`."""

@@ -146,6 +146,16 @@ def from_hf(p: HfRopeParams) -> HfMapping:
         if p.params.get(name):  # transformers: `get(...) or default`; 0 means unset
             data[name] = p.value(name)
     if p.params.get("truncate") is not None:
+        if p.nested and not p.params["truncate"]:
+            # `truncate = config.rope_parameters.get("truncate", True)`: the top level of the
+            # model's rope parameters, never a per-layer-type (or per-rope-key) dict's
+            p.fail(
+                "truncate",
+                "not read: transformers' _compute_yarn_parameters reads truncate from the top "
+                "level of rope_parameters only, so a nested dict's truncate is always True in "
+                "the model; remove it (or give true)",
+                p.params["truncate"],
+            )
         data["truncate"] = bool(p.params["truncate"])
     scaling = p.validated(YarnScaling, data)
     notes: dict[str, Any] = {"attention_scaling": attention_scaling(scaling)}
