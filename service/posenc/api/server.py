@@ -18,7 +18,7 @@ Connections (`GuardedProtocol`, uvicorn's httptools protocol with what it lacks 
   the app, and an over-long request line is 431 too (not the parser's 400). A head pipelined
   behind a body in the same read (its start is known only to the parser) is counted from the
   parser's callbacks, its URL and header names and values plus two bytes per line: a lower
-  bound of its size on the wire;
+  bound of its size on the wire. Behind a response in progress, the 431 follows that response;
 - `header_timeout_seconds` from a connection's first byte (a silent socket: from its accept) or a
   keep-alive request's first byte to its last header line: else 408 `request_timeout` and closed
   (a header line every few seconds never completes a request);
@@ -481,6 +481,8 @@ class GuardedProtocol(HttpToolsProtocol):
         keeps the count)."""
         self.head_loose = False
         """A head began inside this read behind another request: counted from the callbacks."""
+        self.refusing_head = False
+        """A head went over the limit behind a response in progress: the 431 follows it."""
         self.sent = 0
         self.holding: _CycleTransport | None = None
         """The cycle transport holding a response's headers until its body (at most one: a
@@ -538,6 +540,8 @@ class GuardedProtocol(HttpToolsProtocol):
         """uvicorn's; then, while a request's headers are incomplete, the header timer runs, and
         while its body is still to come, the body timer (a request that arrives whole in one
         read, the common case, starts neither)."""
+        if self.refusing_head:  # a 431 waits for the response before it: nothing more is read
+            return
         if (self.in_headers or not self.in_message) and not self._head_bytes(data):
             self._headers_too_large()
             return
@@ -654,6 +658,11 @@ class GuardedProtocol(HttpToolsProtocol):
         """uvicorn's, after sending headers still held (a response whose body wrote nothing)."""
         if self.holding is not None:
             self.holding.flush()
+        if self.refusing_head and not self.transport.is_closing():
+            self.server_state.total_requests += 1
+            self.transport.write(self.limits.headers_431)
+            self.transport.close()
+            return
         super().on_response_complete()
 
     def on_message_complete(self) -> None:
@@ -803,11 +812,16 @@ class GuardedProtocol(HttpToolsProtocol):
         self.transport.close()
 
     def _headers_too_large(self) -> None:
+        """431 and close; behind a response still in progress (a request before it on the
+        connection), once that response is complete (`on_response_complete`), the reads
+        between ignored."""
         self.limits.header_floods.note()
         self.in_headers = False
         if self.cycle is None or self.cycle.response_complete:
             self.transport.write(self.limits.headers_431)
-        self.transport.close()
+            self.transport.close()
+        else:
+            self.refusing_head = True
 
     def _header_timeout(self) -> None:
         self.header_timer = None
