@@ -276,7 +276,8 @@ class TableCache:
         output bytes; when that is more than the budget leaves beside the asking request's own
         charges (`InFlightBudget.room`) and the table is at most `max_alone_bytes`, that room,
         so that it runs alone (admitted once nothing else is in flight, and nothing else is
-        admitted while it runs); a larger table is charged in full, at most the whole budget."""
+        admitted while it runs); a larger table is charged in full (capped at the budget, it
+        would run alone too, its working memory bounded only by the cache's budget)."""
         assert self.budget is not None
         factor = WORKING_FACTOR.get(ck.precision, max(WORKING_FACTOR.values()))
         size = spec.output_bytes()
@@ -284,7 +285,7 @@ class TableCache:
         room = self.budget.room()
         if full > room and (self.max_alone_bytes is None or size <= self.max_alone_bytes):
             return room
-        return min(full, self.budget.max_bytes)
+        return full
 
     async def _fill(
         self, ck: CacheKey, spec: SpecBase, lease: Lease | None, device: torch.device
