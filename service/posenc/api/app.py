@@ -148,6 +148,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         retry_after=settings.retry_after_seconds,
         on_compute=state.metrics.observe_compute,
         budget=state.budget,
+        max_alone_bytes=settings.max_response_bytes,
     )
     collector = state.metrics.watch(cache)
     state.device, state.cache = device, cache

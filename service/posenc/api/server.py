@@ -11,8 +11,14 @@ Connections (`GuardedProtocol`, uvicorn's httptools protocol with what it lacks 
   way (`too_many_connections`, detail `max_connections_per_peer`), so one peer re-opening idle
   sockets cannot take every connection from the others;
 - `max_header_bytes` of request line and headers per request: else 431 `headers_too_large` and
-  closed (httptools keeps every header in memory and has no limit of its own; counted per read,
-  so at most one read beyond the limit is taken in);
+  closed (httptools keeps every header in memory and has no limit of its own). The head is
+  counted on the wire, byte for byte, before the parser sees a read (`_head_bytes`): from the
+  read it begins in (between requests) up to its blank line, whether it arrives in one read or
+  many and with the body in the same read, so a head over the limit never reaches the parser or
+  the app, and an over-long request line is 431 too (not the parser's 400). A head pipelined
+  behind a body in the same read (its start is known only to the parser) is counted from the
+  parser's callbacks, its URL and header names and values plus two bytes per line: a lower
+  bound of its size on the wire. Behind a response in progress, the 431 follows that response;
 - `header_timeout_seconds` from a connection's first byte (a silent socket: from its accept) or a
   keep-alive request's first byte to its last header line: else 408 `request_timeout` and closed
   (a header line every few seconds never completes a request);
@@ -60,6 +66,7 @@ from typing import Any
 
 import orjson
 import uvicorn
+from httptools import HttpParserError
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 from starlette._utils import get_route_path
@@ -463,6 +470,19 @@ class GuardedProtocol(HttpToolsProtocol):
         self.send_timer: asyncio.TimerHandle | None = None
         self.in_headers = False
         self.header_bytes = 0
+        """Bytes of the current request's head taken in so far (`_head_bytes`)."""
+        self.in_message = False
+        """Between a request's first byte and its last (the parser's view)."""
+        self.head_tail = b""
+        """The last bytes of a head still open at the end of a read: its blank line may span
+        two reads."""
+        self.head_scanned = False
+        """This read's head was counted before the parser saw the read (`on_message_begin`
+        keeps the count)."""
+        self.head_loose = False
+        """A head began inside this read behind another request: counted from the callbacks."""
+        self.refusing_head = False
+        """A head went over the limit behind a response in progress: the 431 follows it."""
         self.sent = 0
         self.holding: _CycleTransport | None = None
         """The cycle transport holding a response's headers until its body (at most one: a
@@ -520,12 +540,19 @@ class GuardedProtocol(HttpToolsProtocol):
         """uvicorn's; then, while a request's headers are incomplete, the header timer runs, and
         while its body is still to come, the body timer (a request that arrives whole in one
         read, the common case, starts neither)."""
-        continued = self.in_headers
+        if self.refusing_head:  # a 431 waits for the response before it: nothing more is read
+            return
+        if (self.in_headers or not self.in_message) and not self._head_bytes(data):
+            self._headers_too_large()
+            return
         self.parsing = True
         try:
             super().data_received(data)
         finally:
             self.parsing = False
+            self.head_scanned = self.head_loose = False
+            if self.in_headers:  # the head goes on in the next read
+                self.head_tail = (self.head_tail + data[-2:])[-2:]
             pending = self.pending
             if pending is not None:
                 if not self._awaited(pending[0]):
@@ -535,11 +562,6 @@ class GuardedProtocol(HttpToolsProtocol):
                     # in flight, as `Gate` counts a request whose body it waits for
                     self.awaiting = True
                     self.door.tally.in_flight += 1
-        if continued and self.in_headers:  # this whole read was header bytes
-            self.header_bytes += len(data)
-            if self.header_bytes > self.limits.max_header_bytes:
-                self._headers_too_large()
-                return
         if self.in_headers and self.header_timer is None and not self.transport.is_closing():
             self.header_timer = self.loop.call_later(
                 self.limits.header_timeout, self._header_timeout
@@ -554,6 +576,53 @@ class GuardedProtocol(HttpToolsProtocol):
         ):
             self.body_timer = self.loop.call_later(self.limits.body_timeout, self._body_timeout)
 
+    def _head_bytes(self, data: bytes) -> bool:
+        """Count the head bytes in `data`, a read that continues a head or comes between
+        requests (where a head begins, after any blank lines, which the parser skips); False
+        when the head is over `max_header_bytes`. The head ends with its blank line: the first
+        `\n\r\n` or `\n\n` (a parser tolerant of bare LF ends it there too), searched only
+        as far as the limit allows, with the tail of the previous read in front."""
+        if not self.in_headers:
+            data = data.lstrip(b"\r\n")
+            if not data:
+                return True
+            self.header_bytes = 0
+            self.head_tail = b""
+            self.head_scanned = True
+        room = self.limits.max_header_bytes - self.header_bytes
+        tail = self.head_tail
+        window = tail + data[:room]
+        ends = [i + len(mark) for mark in (b"\n\r\n", b"\n\n") if (i := window.find(mark)) >= 0]
+        if ends:
+            self.header_bytes += min(ends) - len(tail)
+            self.head_tail = b""
+            return True
+        if len(data) > room:
+            self.header_bytes += len(data)
+            return False
+        self.header_bytes += len(data)
+        return True
+
+    def _loose_head(self, nbytes: int) -> None:
+        """Count `nbytes` of a head that began behind another request in this read; over the
+        limit, the parser stops here (uvicorn answers its error with `send_400_response`,
+        which sends the 431)."""
+        if not self.head_loose:
+            return
+        self.header_bytes += nbytes
+        if self.header_bytes > self.limits.max_header_bytes:
+            raise HttpParserError("request head over max_header_bytes")
+
+    def on_url(self, url: bytes) -> None:
+        """uvicorn's, the URL counted toward a loose head (`_loose_head`)."""
+        self._loose_head(len(url))
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        """uvicorn's, the line counted toward a loose head (`_loose_head`)."""
+        self._loose_head(len(name) + len(value) + 2)
+        super().on_header(name, value)
+
     def on_message_begin(self) -> None:
         """A request's first byte: its headers are due within the header timeout (from the end
         of this read, `data_received`). The connection is no longer idle: a keep-alive timer
@@ -561,7 +630,13 @@ class GuardedProtocol(HttpToolsProtocol):
         stops it as a read begins)."""
         super().on_message_begin()
         self.in_headers = True
-        self.header_bytes = 0
+        self.in_message = True
+        if self.head_scanned:  # counted already, from this read's start (`_head_bytes`)
+            self.head_scanned = False
+        else:  # behind another request's end in this read
+            self.header_bytes = 0
+            self.head_tail = b""
+            self.head_loose = True
         idle = self.timeout_keep_alive_task
         if idle is not None:
             idle.cancel()
@@ -583,11 +658,17 @@ class GuardedProtocol(HttpToolsProtocol):
         """uvicorn's, after sending headers still held (a response whose body wrote nothing)."""
         if self.holding is not None:
             self.holding.flush()
+        if self.refusing_head and not self.transport.is_closing():
+            self.server_state.total_requests += 1
+            self.transport.write(self.limits.headers_431)
+            self.transport.close()
+            return
         super().on_response_complete()
 
     def on_message_complete(self) -> None:
         """The body is in: the body timer stops; a request the door answers is done (`_ready`),
         the others' tasks start."""
+        self.in_message = False
         if self.body_timer is not None:
             self.body_timer.cancel()
             self.body_timer = None
@@ -725,17 +806,22 @@ class GuardedProtocol(HttpToolsProtocol):
         `headers_too_large` when the headers were already past `max_header_bytes`) instead of
         uvicorn's plain text, and the connection closed."""
         if self.in_headers and self.header_bytes > self.limits.max_header_bytes:
-            self.transport.write(self.limits.headers_431)
-        else:
-            self.transport.write(self.limits.malformed_400)
+            self._headers_too_large()  # a loose head's callbacks stopped the parser
+            return
+        self.transport.write(self.limits.malformed_400)
         self.transport.close()
 
     def _headers_too_large(self) -> None:
+        """431 and close; behind a response still in progress (a request before it on the
+        connection), once that response is complete (`on_response_complete`), the reads
+        between ignored."""
         self.limits.header_floods.note()
         self.in_headers = False
         if self.cycle is None or self.cycle.response_complete:
             self.transport.write(self.limits.headers_431)
-        self.transport.close()
+            self.transport.close()
+        else:
+            self.refusing_head = True
 
     def _header_timeout(self) -> None:
         self.header_timer = None

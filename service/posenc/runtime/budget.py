@@ -147,6 +147,15 @@ class InFlightBudget:
         """Bytes charged now."""
         return self._held
 
+    def room(self) -> int:
+        """What the budget leaves beside the charges of the request being served (`for_peer`;
+        the whole budget outside a request): the largest charge that request can still take,
+        which fits once nothing but that request is in flight. A computation larger than the
+        budget is charged this much and so runs alone (`TableCache.get`): capping it at the
+        whole budget instead, the request's own body charge made it never fit (503 forever)."""
+        request = _serving.get()
+        return max(0, self.max_bytes - (request.held if request is not None else 0))
+
     @property
     def holders(self) -> int:
         """Leases held now: a charge shared by several holders counts each of them."""

@@ -123,9 +123,12 @@ class TableCache:
         compute: `(spec, device) -> Table`; `posenc.encodings.compute` unless a test injects one.
         on_compute: called as `(kind, device, seconds)` after each computation.
         budget: the in-flight budget a computation is charged to (`WORKING_FACTOR` times its
-            output bytes, from `spec.output_bytes()`, at most the whole budget, until the table
-            is cached or handed over); a new computation that does not fit raises `Overloaded`.
-            None: computations are not charged.
+            output bytes, from `spec.output_bytes()`, until the table is cached or handed over;
+            `_charge`); a new computation that does not fit raises `Overloaded`. None:
+            computations are not charged.
+        max_alone_bytes: the largest table whose computation may run alone when its working
+            memory is more than the budget leaves beside its request (the server's
+            `max_response_bytes`); None: any table.
     """
 
     def __init__(
@@ -138,6 +141,7 @@ class TableCache:
         compute: ComputeFn = compute_table,
         on_compute: ComputeObserver | None = None,
         budget: InFlightBudget | None = None,
+        max_alone_bytes: int | None = None,
     ) -> None:
         if max_bytes < 0 or max_concurrent < 1:
             raise ValueError("max_bytes must be >= 0 and max_concurrent >= 1")
@@ -149,6 +153,7 @@ class TableCache:
         self._compute = compute
         self._on_compute = on_compute
         self.budget = budget
+        self.max_alone_bytes = max_alone_bytes
         self._entries: OrderedDict[CacheKey, CacheEntry] = OrderedDict()
         self._bytes = 0
         self._key_memo: dict[str, CacheKey] = {}
@@ -254,10 +259,7 @@ class TableCache:
                 raise Busy(self.max_concurrent, self.retry_after)
             lease = None
             if self.budget is not None:
-                # capped at the whole budget: a computation larger than that runs alone
-                factor = WORKING_FACTOR.get(ck.precision, max(WORKING_FACTOR.values()))
-                charge = min(factor * spec.output_bytes(), self.budget.max_bytes)
-                lease = self.budget.acquire(("compute", ck), charge)
+                lease = self.budget.acquire(("compute", ck), self._charge(spec, ck))
             self.stats.misses += 1
             outcome = "miss"
             where = self.device if device is None else device
@@ -268,6 +270,22 @@ class TableCache:
             self.stats.coalesced += 1
         # shield: a caller that disconnects must not cancel the computation others await
         return await asyncio.shield(flight), outcome
+
+    def _charge(self, spec: SpecBase, ck: CacheKey) -> int:
+        """What computing `spec` is charged to the in-flight budget: `WORKING_FACTOR` times its
+        output bytes; when that is more than the budget leaves beside the asking request's own
+        charges (`InFlightBudget.room`) and the table is at most `max_alone_bytes`, that room,
+        so that it runs alone (admitted once nothing else is in flight, and nothing else is
+        admitted while it runs); a larger table is charged in full (capped at the budget, it
+        would run alone too, its working memory bounded only by the cache's budget)."""
+        assert self.budget is not None
+        factor = WORKING_FACTOR.get(ck.precision, max(WORKING_FACTOR.values()))
+        size = spec.output_bytes()
+        full = factor * size
+        room = self.budget.room()
+        if full > room and (self.max_alone_bytes is None or size <= self.max_alone_bytes):
+            return room
+        return full
 
     async def _fill(
         self, ck: CacheKey, spec: SpecBase, lease: Lease | None, device: torch.device

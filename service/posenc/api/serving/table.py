@@ -85,6 +85,24 @@ def _charges(
     return charges
 
 
+def _alone(cache: TableCache, charges: list[tuple[Hashable, int]]) -> list[tuple[Hashable, int]]:
+    """`charges`, their last (the body) lowered so that together they take at most what the
+    budget leaves beside the request's own charges (`InFlightBudget.room`) when they fit the
+    whole budget: such a send runs alone, as a computation does, and the process holds at most
+    the request's own charges beyond the budget. It is a table too large for the cache sent
+    whole (the table plus its body: up to twice `max_response_bytes`, which the budget holds;
+    the request's body beside them did not fit: 503 forever)."""
+    budget = cache.budget
+    if budget is None:
+        return charges
+    room = budget.room()
+    over = sum(size for _, size in charges) - room
+    if over <= 0 or over > budget.max_bytes - room:  # fits; or would not fit even alone
+        return charges
+    name, size = charges[-1]
+    return [*charges[:-1], (name, max(0, size - over))]
+
+
 def _own_charge(
     cache: TableCache,
     entry: CacheEntry,
@@ -257,7 +275,7 @@ async def serve_table(
         )
     nbytes = sum(i.nbytes for i in infos.values())
     # charged before the body is built (or a cached one is held by the send)
-    charges = _charges(cache, entry, fmt, selection, nbytes)
+    charges = _alone(cache, _charges(cache, entry, fmt, selection, nbytes))
     leases = acquire(cache, charges)
     try:
         body = await _body(state, key, spec, fmt, selection, entry, nbytes)
