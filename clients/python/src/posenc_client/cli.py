@@ -69,14 +69,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from posenc_client._cache import DiskCache, default_max_bytes, parse_size
+from posenc_client._cache import DiskCache, default_max_bytes, parse_size, split_table_ref
 from posenc_client._client import Client
+from posenc_client._core import bearer_key, server_url
 from posenc_client._exceptions import (
     APIError,
     CacheMissError,
@@ -116,6 +119,10 @@ SPEC_HELP = (
     'a spec object: {"kind": ...} fields, {"hf_config": {...}, ...overrides} or '
     '{"preset": NAME, "part"?: PART, ...overrides}; JSON text or @file.json'
 )
+
+
+SHORT_KEY = re.compile(r"[0-9a-fA-F]{1,63}")
+"""A content key cut short (`fetch -o` printed 12 hex digits before it printed the whole key)."""
 
 
 class UsageError(Exception):
@@ -229,16 +236,70 @@ def _preset_table(client: Client, preset: str, layer_type: str | None, fields: J
         ) from err
 
 
+def _flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
+def _named_by(
+    args: argparse.Namespace, kind: str | None, fields: JSON, sources: Sequence[str]
+) -> str | None:
+    """Which one of the options `sources` (dests: spec, key, preset, hf_config) names the table,
+    or None: KIND with FIELD=VALUE pairs. Each of these was ignored without a word, so each is a
+    usage error: two sources at once; a KIND beside --spec, --key or --preset, which name the
+    table, its kind included (with --hf-config KIND keeps that family of the config's tables);
+    FIELD=VALUE beside --key, which names one table; --layer-type beside anything but
+    --hf-config or --preset, the things with layer types."""
+    given = [dest for dest in sources if getattr(args, dest, None)]
+    if len(given) > 1:
+        raise UsageError(f"{' and '.join(map(_flag, given))} each name the table: give one")
+    source = given[0] if given else None
+    if source is not None and source != "hf_config" and kind is not None:
+        raise UsageError(
+            f"{_flag(source)} names the table, its kind included, so {kind!r} beside it "
+            "would be ignored: drop it (FIELD=VALUE pairs are overrides)"
+        )
+    if source == "key" and fields:
+        raise UsageError(
+            f"--key names one table and takes no FIELD=VALUE overrides ({', '.join(fields)}): "
+            "drop them, or fetch by spec"
+        )
+    if args.layer_type and source not in ("hf_config", "preset"):
+        where = " or ".join(_flag(dest) for dest in ("hf_config", "preset") if dest in sources)
+        raise UsageError(
+            f"--layer-type {args.layer_type!r} picks the part of {where} for that layer type; "
+            "there is none here (a --spec object takes layer_type=PART)"
+        )
+    return source
+
+
+def _write_problem(path: str, err: OSError | ValueError) -> UsageError:
+    """The one line for an output the user named that cannot be written (exit 2); an OSError
+    is said in words, without the temporary file beside the output (`write_atomic`) that the
+    error may name."""
+    if isinstance(err, ValueError):
+        reason = str(err)
+    elif isinstance(err, FileExistsError) and err.filename:  # makedirs: a file on the way
+        reason = f"{err.filename} is a file, not a folder"
+    elif isinstance(err, NotADirectoryError):
+        reason = "a part of its folder is a file, not a folder"
+    elif isinstance(err, IsADirectoryError):
+        reason = "it is a folder"
+    else:
+        reason = err.strerror or type(err).__name__
+    return UsageError(f"cannot write {path!r}: {reason}")
+
+
 def cmd_fetch(client: Client, args: argparse.Namespace) -> int:
     kind, fields = _kind_and_fields(args)
-    if args.spec:
+    source = _named_by(args, kind, fields, ("spec", "key", "preset", "hf_config"))
+    if source == "spec":
         tables = client.table(_spec_object(args.spec, fields))
-    elif args.key:
+    elif source == "key":
         tables = client.table_by_key(args.key)
-    elif args.preset:
+    elif source == "preset":
         tables = _preset_table(client, args.preset, args.layer_type, fields)
-    elif args.hf_config:
-        overrides = {**fields, "layer_type": args.layer_type}
+    elif source == "hf_config":
+        overrides = {**fields, "layer_type": args.layer_type, "kind": kind}
         tables = _one(
             client.tables_for_model(_config(client, args.hf_config), **overrides), "the config"
         )
@@ -251,9 +312,12 @@ def cmd_fetch(client: Client, args: argparse.Namespace) -> int:
     if args.output:
         try:
             tables.save(args.output, tensor=args.tensor)
+        except OSError as err:
+            raise _write_problem(args.output, err) from err
         except ValueError as err:
             raise UsageError(str(err)) from err
-        print(f"wrote {args.output} ({tables.kind} {tables.key[:12]})", file=sys.stderr)
+        # the whole key, which `fetch --key` takes (the server resolves no prefixes)
+        print(f"wrote {args.output} ({tables.kind} {tables.key})", file=sys.stderr)
     else:
         _print_json(_summary(tables))
     return EXIT_OK
@@ -301,9 +365,10 @@ def cmd_kinds(client: Client, args: argparse.Namespace) -> int:
 
 def cmd_onnx(client: Client, args: argparse.Namespace) -> int:
     kind, fields = _kind_and_fields(args)
-    if args.spec:
+    source = _named_by(args, kind, fields, ("spec", "hf_config"))
+    if source == "spec":
         spec = _spec_object(args.spec, fields)
-    elif args.hf_config:
+    elif source == "hf_config":
         overrides = {**fields, "layer_type": args.layer_type, "kind": kind}
         specs = client.resolve(_config(client, args.hf_config), **overrides)
         if len(specs) != 1:
@@ -327,7 +392,10 @@ def cmd_onnx(client: Client, args: argparse.Namespace) -> int:
         inputs=args.inputs,
     )
     if args.output:
-        model.save(args.output)
+        try:
+            model.save(args.output)
+        except OSError as err:
+            raise _write_problem(args.output, err) from err
         print(f"wrote {args.output} ({model.graph} {model.key[:12]})", file=sys.stderr)
     else:
         _print_json({"key": model.key, "bytes": len(model.data), "metadata": model.metadata})
@@ -720,7 +788,7 @@ def cmd_plug_gguf(client: Client, args: argparse.Namespace) -> int:
     try:
         changed, after = check.plug_gguf(model, config, sides, args.output)
     except OSError as err:
-        raise UsageError(f"cannot write {args.output!r}: {err}") from err
+        raise _write_problem(args.output, err) from err
     result = check.outcome(after)
     if result != "exact":
         _report(after, sys.stderr)
@@ -851,7 +919,7 @@ def cmd_plug(client: Client, args: argparse.Namespace) -> int:
             patched, args.output, data_dir=Path(args.model).parent, link=args.link_data
         )
     except (OSError, ValueError) as err:
-        raise UsageError(f"cannot write {args.output!r}: {err}") from err
+        raise _write_problem(args.output, err) from err
     extra = f" ({'; '.join(files)})" if files else ""
     print(f"plugged {what}; wrote {args.output}{extra}", file=sys.stderr)
     return EXIT_OK
@@ -863,6 +931,65 @@ def _size_arg(text: str) -> int:
         return parse_size(text)
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _seconds_arg(text: str) -> float:
+    """argparse type of --timeout: a positive, finite number of seconds (a socket refuses
+    anything else, at the first request)."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise argparse.ArgumentTypeError(
+            f"a positive, finite number of seconds is expected, got {text!r}"
+        )
+    return seconds
+
+
+def _count_arg(text: str) -> int:
+    """argparse type of --retries: a whole number, 0 or more."""
+    try:
+        count = int(text)
+    except ValueError:
+        count = -1
+    if count < 0:
+        raise argparse.ArgumentTypeError(f"a whole number, 0 or more, is expected, got {text!r}")
+    return count
+
+
+def _checked_arg(check: Callable[[str], str]) -> Callable[[str], str]:
+    """argparse type from a client check (`server_url`, `bearer_key`): its ValueError is the
+    argument's error; an empty value stays empty (the environment's, or the default)."""
+
+    def parse(text: str) -> str:
+        if not text:
+            return text
+        try:
+            check(text)
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+        return text
+
+    return parse
+
+
+def _key_arg(text: str) -> str:
+    """argparse type of `fetch --key`: a whole content key or a table URL (`split_table_ref`).
+    A shortened key (the 12 hex digits older releases printed) is refused saying where the
+    whole one is printed: the server resolves no prefixes."""
+    if SHORT_KEY.fullmatch(text.strip()):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is {len(text.strip())} hex digits of a content key; --key needs all 64 "
+            "(the server resolves no prefixes): `fetch ... -o FILE` prints the whole key "
+            "(wrote FILE (KIND KEY)), as do the JSON summary of `fetch` without -o and "
+            "`cache ls --json`"
+        )
+    try:
+        split_table_ref(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return text
 
 
 def _fields_arg(p: argparse.ArgumentParser, help_text: str) -> None:
@@ -895,11 +1022,21 @@ def _global_options(parser: argparse.ArgumentParser, defaults: bool) -> None:
             kwargs["default"] = argparse.SUPPRESS
         parser.add_argument(*names, **kwargs)
 
-    add("--url", default=None, help="server URL or host:port (default $POSENC_URL or "
-        "http://127.0.0.1:8000)")  # fmt: skip
-    add("--api-key", default=None, help="bearer key (default $POSENC_API_KEY)")
-    add("--timeout", type=float, default=60.0, help="seconds (default 60)")
-    add("--retries", type=int, default=3, help="retries on connection errors and 503 (default 3)")
+    add("--url", type=_checked_arg(server_url), default=None, help="server URL or host:port "
+        "(default $POSENC_URL or http://127.0.0.1:8000)")  # fmt: skip
+    add(
+        "--api-key",
+        type=_checked_arg(bearer_key),
+        default=None,
+        help="bearer key (default $POSENC_API_KEY)",
+    )
+    add("--timeout", type=_seconds_arg, default=60.0, help="seconds, more than 0 (default 60)")
+    add(
+        "--retries",
+        type=_count_arg,
+        default=3,
+        help="retries on connection errors and 503, 0 or more (default 3)",
+    )
     add(
         "--cache-dir",
         default=None,
@@ -956,7 +1093,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--spec", metavar="JSON|@FILE", help=SPEC_HELP)
     p.add_argument("--hf-config", metavar="PATH|ID", help=CONFIG_HELP)
     p.add_argument("--layer-type", help="the table of this layer type (sliding_attention, ...)")
-    p.add_argument("--key", help="a content key (64 hex digits)")
+    p.add_argument(
+        "--key",
+        type=_key_arg,
+        help="a content key (all 64 hex digits, as `fetch -o` prints it) or a table URL",
+    )
     p.add_argument(
         "--preset",
         metavar="NAME[/PART]",
@@ -1124,6 +1265,28 @@ def _closed_pipe() -> int:
     return EXIT_CLOSED_PIPE
 
 
+def _client(
+    args: argparse.Namespace, progress: DownloadProgress | None, cache: bool | str
+) -> Client:
+    """The client of the command line's options; what it refuses from the environment
+    (`$POSENC_URL`, `$POSENC_API_KEY`, `$POSENC_OFFLINE`: `ValueError`s naming the variable) is
+    a usage error, as a bad option is."""
+    try:
+        return Client(
+            args.url,
+            api_key=args.api_key,
+            timeout=args.timeout,
+            retries=args.retries,
+            cache=cache,
+            offline=args.offline or None,  # absent: $POSENC_OFFLINE
+            progress=progress,
+            transport=progress.transport() if progress is not None else None,
+            cache_max_bytes=None if args.no_cache else args.cache_max_bytes,
+        )
+    except ValueError as err:
+        raise UsageError(str(err)) from err
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code (the console script exits with it)."""
     parser = build_parser()
@@ -1136,17 +1299,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as err:
         return _fail(EXIT_USAGE, str(err))
     try:
-        with Client(
-            args.url,
-            api_key=args.api_key,
-            timeout=args.timeout,
-            retries=args.retries,
-            cache=cache,
-            offline=args.offline or None,  # absent: $POSENC_OFFLINE
-            progress=progress,
-            transport=progress.transport() if progress is not None else None,
-            cache_max_bytes=None if args.no_cache else args.cache_max_bytes,
-        ) as client:
+        client = _client(args, progress, cache)
+        with client:
             code = run(client, args)
             sys.stdout.flush()  # here, where a reader gone is a BrokenPipeError we answer
             return code
