@@ -24,6 +24,13 @@ FIELD=VALUE pairs are spec fields, the values read as JSON when they parse (`fac
 `a.b=1` sets a nested field. For `rope`, flat scaling keys go into `rope_scaling`, as with
 `Client.rope`. With --hf-config they are overrides (`profile=onnx max_positions=4096`).
 
+One thing names the table (`fetch`, `onnx`): KIND with FIELD=VALUE pairs, --spec, --key,
+--preset or --hf-config (beside which a KIND keeps that family of the config's tables). Two of
+them, a KIND beside --spec, --key or --preset, FIELD=VALUE beside --key (one table, no
+overrides) and --layer-type without --hf-config or --preset are exit 2, never one ignored.
+`fetch -o` prints the whole content key (`wrote FILE (KIND KEY)`), which --key takes; the
+server resolves no shortened keys.
+
 Wherever a config.json is taken (--hf-config, resolve), a folder holding it or a Hugging Face
 model id `ORG/NAME[@REVISION]` is taken too: the id's config.json comes from the Hugging Face
 cache (HF_HOME, HF_HUB_CACHE), downloaded when online (huggingface_hub: `pip install
@@ -38,9 +45,14 @@ pairs are laid over it.
 Exit codes (stable, for scripts):
     0  success
     1  unexpected error (a bug: please report it)
-    2  usage: bad arguments, unreadable input files, unsupported output suffix; a model id
-       whose config.json cannot be had (no huggingface_hub, no such repository, revision or
-       config.json, a gated repository)
+    2  usage: bad arguments (a --timeout that is not a positive, finite number of seconds, a
+       --key that is not a whole content key, a --url that is no http(s) URL of a host, an
+       --api-key a header cannot carry; the same in POSENC_URL, POSENC_API_KEY, or a
+       POSENC_OFFLINE that is not a boolean), a table named two ways (KIND beside --spec,
+       --key or --preset; two of those), unreadable input files, an output that cannot be
+       written (its folder cannot be made, it is a folder, no permission) or has an
+       unsupported suffix; a model id whose config.json cannot be had (no huggingface_hub, no
+       such repository, revision or config.json, a gated repository)
     3  the server refused the request (4xx/5xx; its error_type and message are printed) or
        answered something that cannot be decoded
     4  no answer: connection refused, DNS, TLS or timeout, after the retries; or the Hugging
@@ -61,7 +73,8 @@ Exit codes (stable, for scripts):
        traceback (128 + SIGPIPE, as a shell reports it)
 
 Environment: POSENC_URL, POSENC_API_KEY, POSENC_CACHE_DIR (else $XDG_CACHE_HOME/posenc),
-POSENC_CACHE_MAX_BYTES (the cache's size cap), POSENC_OFFLINE; for model ids huggingface_hub's
+POSENC_CACHE_MAX_BYTES (the cache's size cap), POSENC_OFFLINE (1, true, yes or on; 0, false,
+no, off or empty; any case); for model ids huggingface_hub's
 HF_HOME, HF_HUB_CACHE, HF_HUB_OFFLINE, HF_TOKEN.
 """
 
@@ -1055,7 +1068,7 @@ def _global_options(parser: argparse.ArgumentParser, defaults: bool) -> None:
         "--offline",
         action="store_true",
         default=False,
-        help="cached tables only, no network (default $POSENC_OFFLINE: 1, true or yes)",
+        help="cached tables only, no network (default $POSENC_OFFLINE: 1, true, yes or on)",
     )
     add(
         "-q",
@@ -1088,7 +1101,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Fetch a table by spec, "
         "config.json, key or preset; write it by the output's suffix.",
     )
-    p.add_argument("kind", nargs="?", help="family: rope, alibi, sinusoidal, t5_bias, ...")
+    p.add_argument(
+        "kind",
+        nargs="?",
+        help="family: rope, alibi, sinusoidal, t5_bias, ... (with --hf-config: keep only this "
+        "family)",
+    )
     _fields_arg(p, fields_help)
     p.add_argument("--spec", metavar="JSON|@FILE", help=SPEC_HELP)
     p.add_argument("--hf-config", metavar="PATH|ID", help=CONFIG_HELP)
