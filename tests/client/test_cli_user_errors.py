@@ -230,3 +230,31 @@ def test_console_script_reports_without_traceback(server: ServerHandle, tmp_path
         assert done.returncode == 2, (args, done.stderr)
         assert "Traceback" not in done.stderr, done.stderr
         assert not (tmp_path / "h2.safetensors").exists()
+
+
+def test_client_refuses_what_it_cannot_send(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The library under the CLI: `Client` refuses at construction (ValueError naming the value
+    or the variable, never the key) what its first request would have failed on, or what would
+    have been silently misread."""
+    from posenc_client import AsyncClient, Client
+
+    for cls in (Client, AsyncClient):
+        for url in ("ftp://127.0.0.1:8000", "http://a b", "http://", "127.0.0.1:99999"):
+            with pytest.raises(ValueError, match="is not a server URL"):
+                cls(url, cache=False)
+        with pytest.raises(ValueError, match="character 2 of 3 is U\\+000A") as info:
+            cls("127.0.0.1:8000", api_key="a\nb", cache=False)
+        assert "a\nb" not in str(info.value)
+        monkeypatch.setenv("POSENC_OFFLINE", "maybe")
+        with pytest.raises(ValueError, match=r"\$POSENC_OFFLINE='maybe' is not a boolean"):
+            cls("127.0.0.1:8000", cache=False)
+        monkeypatch.delenv("POSENC_OFFLINE")
+    monkeypatch.setenv("POSENC_OFFLINE", "maybe")
+    with Client("127.0.0.1:8000", cache=False, offline=False) as client:  # given: not read
+        assert not client.offline
+    monkeypatch.setenv("POSENC_OFFLINE", " On ")
+    monkeypatch.setenv("POSENC_URL", "HTTPS://example.org:8443/posenc/")
+    monkeypatch.setenv("POSENC_API_KEY", "s3cret key~")
+    with Client(cache=False) as client:
+        assert client.offline
+        assert client.base_url == "HTTPS://example.org:8443/posenc"
