@@ -7,6 +7,8 @@ script; `test_console_script_reports_without_traceback` does too, the rest call 
 
 from __future__ import annotations
 
+import json
+import math
 import subprocess
 import sys
 from collections.abc import Callable
@@ -188,6 +190,34 @@ def test_fetch_refuses_a_table_named_two_ways(cli: Cli, args: list[str], names: 
     --layer-type where nothing has layer types: exit 2 naming both (was: one of them silently
     ignored, exit 0 and another table written)."""
     assert_usage(cli("fetch", *args), *names)
+
+
+@pytest.mark.parametrize(
+    ("args", "names"),
+    [
+        (["fetch", *ROPE, "rope_type=linear", "factor=NaN"], ["'factor=NaN'", "NaN"]),
+        (["fetch", "rope", "head_dim=1e999", "max_positions=16"], ["'head_dim=1e999'"]),
+        (["fetch", "--spec", '{"kind": "alibi", "num_heads": Infinity}'], ["the spec", "Infinity"]),
+        (["onnx", "alibi", "num_heads=-Infinity", "--graph", "bias"], ["-Infinity"]),
+        (["resolve", "NAN_CONFIG"], ["NAN_CONFIG", "NaN"]),
+        (["fetch", "--hf-config", "NAN_CONFIG"], ["NAN_CONFIG", "NaN"]),
+        (["fetch", "alibi", "num_heads=4", "--tensor", "slopes"], ["--tensor", "-o"]),
+    ],
+)
+def test_values_no_request_can_carry(
+    cli: Cli, tmp_path: Path, args: list[str], names: list[str]
+) -> None:
+    """NaN and infinities (Python's json reads `NaN`, `Infinity`, `1e999`; JSON has none) in
+    FIELD=VALUE, --spec or a config.json: exit 2 naming them (was: "the request cannot be sent
+    as JSON" from the client, a traceback and exit 1); --tensor without -o (was: ignored)."""
+    config = tmp_path / "nan-config.json"
+    text = (blocks.CONFIGS / "meta-llama__Llama-3.1-8B.json").read_text()
+    data = json.loads(text)
+    data["rope_theta"] = math.nan
+    config.write_text(json.dumps(data))  # Python's json writes NaN
+    args = [str(config) if a == "NAN_CONFIG" else a for a in args]
+    names = [str(config) if n == "NAN_CONFIG" else n for n in names]
+    assert_usage(cli(*args), *names)
 
 
 def test_onnx_refuses_a_table_named_two_ways(cli: Cli) -> None:

@@ -21,7 +21,8 @@ Commands (each has --help):
 
 FIELD=VALUE pairs are spec fields, the values read as JSON when they parse (`factor=8`,
 `interleaved=false`, `short_factor=[1,2]`) and as strings otherwise (`rope_type=llama3`);
-`a.b=1` sets a nested field. For `rope`, flat scaling keys go into `rope_scaling`, as with
+`a.b=1` sets a nested field (NaN and infinities, `factor=NaN`, `1e999`, are exit 2: JSON has
+none, in FIELD=VALUE, --spec or a config.json). For `rope`, flat scaling keys go into `rope_scaling`, as with
 `Client.rope`. With --hf-config they are overrides (`profile=onnx max_positions=4096`).
 
 One thing names the table (`fetch`, `onnx`): KIND with FIELD=VALUE pairs, --spec, --key,
@@ -49,7 +50,8 @@ Exit codes (stable, for scripts):
        --key that is not a whole content key, a --url that is no http(s) URL of a host, an
        --api-key a header cannot carry; the same in POSENC_URL, POSENC_API_KEY, or a
        POSENC_OFFLINE that is not a boolean), a table named two ways (KIND beside --spec,
-       --key or --preset; two of those), unreadable input files, an output that cannot be
+       --key or --preset; two of those), --tensor without -o, NaN or an infinity in
+       FIELD=VALUE, --spec or a config.json, unreadable input files, an output that cannot be
        written (its folder cannot be made, it is a folder, no permission) or has an
        unsupported suffix; a model id whose config.json cannot be had (no huggingface_hub, no
        such repository, revision or config.json, a gated repository)
@@ -142,17 +144,38 @@ class UsageError(Exception):
     """Bad arguments or input files: exit code 2."""
 
 
+def _finite(token: str) -> float:
+    value = float(token)
+    if not math.isfinite(value):
+        raise ValueError(f"{token} is past the largest float")
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is no JSON number")
+
+
+def json_value(text: str) -> Any:
+    """JSON text as Python, refusing NaN and infinities (`NaN`, `Infinity`, `1e999`: Python's
+    json reads them, but JSON has none and no request can carry one) with a ValueError that is
+    not a `json.JSONDecodeError`."""
+    return json.loads(text, parse_constant=_no_constant, parse_float=_finite)
+
+
 def parse_fields(pairs: Sequence[str]) -> JSON:
-    """`FIELD=VALUE` pairs -> a dict (JSON values where they parse, dotted names nest)."""
+    """`FIELD=VALUE` pairs -> a dict (JSON values where they parse, dotted names nest); a
+    non-finite number (`factor=NaN`) is a usage error, not a string."""
     out: JSON = {}
     for pair in pairs:
         name, sep, text = pair.partition("=")
         if not sep or not name.strip():
             raise UsageError(f"expected FIELD=VALUE, got {pair!r}")
         try:
-            value: Any = json.loads(text)
+            value: Any = json_value(text)
         except json.JSONDecodeError:
             value = text
+        except ValueError as err:
+            raise UsageError(f"{pair!r}: {err}: a request carries finite numbers only") from err
         target = out
         *parents, leaf = name.strip().split(".")
         for part in parents:
@@ -184,9 +207,9 @@ def _spec_object(text: str, fields: JSON) -> JSON:
     try:
         if text.startswith("@"):
             with open(text[1:], encoding="utf-8") as f:
-                data = json.load(f)
+                data = json_value(f.read())
         else:
-            data = json.loads(text)
+            data = json_value(text)
     except (OSError, ValueError) as err:
         raise UsageError(f"cannot read the spec {text!r}: {err}") from err
     if not isinstance(data, dict):
@@ -198,9 +221,17 @@ def _config(client: Client, path: str) -> JSON:
     """A config.json file or folder, or a model id `ORG/NAME[@REVISION]` (offline with the
     client); `ModelIdError` passes through to its exit code."""
     try:
-        return load_config(path, offline=client.offline)
+        config = load_config(path, offline=client.offline)
     except (OSError, ValueError) as err:
         raise UsageError(f"cannot read the config {path!r}: {err}") from err
+    try:
+        json.dumps(config, allow_nan=False)  # what the request will carry
+    except ValueError as err:
+        raise UsageError(
+            f"cannot send the config {path!r}: it holds NaN or an infinity, which JSON has "
+            f"none of ({err})"
+        ) from err
+    return config
 
 
 def _summary(tables: Tables) -> JSON:
@@ -305,6 +336,8 @@ def _write_problem(path: str, err: OSError | ValueError) -> UsageError:
 def cmd_fetch(client: Client, args: argparse.Namespace) -> int:
     kind, fields = _kind_and_fields(args)
     source = _named_by(args, kind, fields, ("spec", "key", "preset", "hf_config"))
+    if args.tensor and not args.output:
+        raise UsageError(f"--tensor {args.tensor!r} picks the tensor to write: give -o FILE")
     if source == "spec":
         tables = client.table(_spec_object(args.spec, fields))
     elif source == "key":
