@@ -22,8 +22,9 @@ Commands (each has --help):
 FIELD=VALUE pairs are spec fields, the values read as JSON when they parse (`factor=8`,
 `interleaved=false`, `short_factor=[1,2]`) and as strings otherwise (`rope_type=llama3`);
 `a.b=1` sets a nested field (NaN and infinities, `factor=NaN`, `1e999`, are exit 2: JSON has
-none, in FIELD=VALUE, --spec or a config.json). For `rope`, flat scaling keys go into `rope_scaling`, as with
-`Client.rope`. With --hf-config they are overrides (`profile=onnx max_positions=4096`).
+none, in FIELD=VALUE, --spec or a config.json). For `rope`, flat scaling keys go into
+`rope_scaling`, as with `Client.rope`. With --hf-config they are overrides (`profile=onnx
+max_positions=4096`).
 
 One thing names the table (`fetch`, `onnx`): KIND with FIELD=VALUE pairs, --spec, --key,
 --preset or --hf-config (beside which a KIND keeps that family of the config's tables). Two of
