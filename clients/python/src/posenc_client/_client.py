@@ -184,8 +184,10 @@ class Client(BaseClient):
     Args:
         base_url: the server (default `$POSENC_URL`, else http://127.0.0.1:8000); a path prefix
             is kept (`https://host/posenc` -> `https://host/posenc/v1/...`); `host:port`
-            without a scheme (tritonclient's spelling) is `http://host:port`.
-        api_key: sent as `Authorization: Bearer <key>` (default `$POSENC_API_KEY`).
+            without a scheme (tritonclient's spelling) is `http://host:port`; anything but an
+            http(s) URL of a host is a ValueError here, not a connection error later.
+        api_key: sent as `Authorization: Bearer <key>` (default `$POSENC_API_KEY`): visible
+            ASCII and spaces, what a header carries (ValueError otherwise).
         timeout: seconds, or an `httpx.Timeout`.
         retries: retries after the first attempt on connection errors, timeouts and 503
             (an int, or a `Retries` policy with the backoff).
@@ -194,7 +196,8 @@ class Client(BaseClient):
             or False for none.
         offline: never touch the network: cached tables only (`CacheMissError` otherwise), and
             a model id's config.json from the Hugging Face cache only;
-            default `$POSENC_OFFLINE` (1, true or yes), else False.
+            default `$POSENC_OFFLINE` (1, true, yes or on; 0, false, no, off or empty: false;
+            any case; another value is a ValueError naming it), else False.
         revalidate: revalidate cached tables with If-None-Match (default); False trusts them
             without asking (they are immutable under their key).
         headers: extra request headers.

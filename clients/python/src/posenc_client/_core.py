@@ -30,9 +30,10 @@ import json
 import logging
 import os
 from collections import OrderedDict
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -150,11 +151,78 @@ RETRYABLE = (httpx.NetworkError, httpx.TimeoutException, httpx.RemoteProtocolErr
 
 def server_url(url: str) -> str:
     """The server's base URL: `host:port` (tritonclient's spelling, no scheme) as
-    `http://host:port`; a trailing slash dropped."""
+    `http://host:port`; a trailing slash dropped. ValueError, naming `url` and what is wrong,
+    for anything that is no http(s) URL of a host (another scheme, whitespace, no host, a port
+    out of 0-65535): refused here rather than as "cannot connect" at the first request."""
     url = url.strip()
-    if "://" not in url:
-        url = "http://" + url
-    return url.rstrip("/")
+    full = url if "://" in url else "http://" + url
+    scheme = full.partition("://")[0]
+    problem = None
+    if scheme.lower() not in ("http", "https"):
+        problem = f"the scheme {scheme!r} is not http or https"
+    elif any(c.isspace() or not c.isprintable() for c in full):
+        problem = "it holds whitespace or a control character"
+    else:
+        try:
+            parts = urlsplit(full)
+            parts.port  # noqa: B018 - parsing the port is the check (ValueError out of range)
+        except ValueError as err:
+            problem = str(err)
+        else:
+            if not parts.hostname:
+                problem = "it names no host"
+    if problem is not None:
+        raise ValueError(
+            f"{url!r} is not a server URL ({problem}): give http://HOST[:PORT][/PREFIX], "
+            "https://... or HOST:PORT"
+        )
+    return full.rstrip("/")
+
+
+def bearer_key(key: str) -> str:
+    """An API key as `Authorization: Bearer <key>` carries it: visible ASCII and spaces only
+    (RFC 9110 field values; httpx sends ASCII). ValueError otherwise, naming the position and
+    code point of the first character that is not, never the key itself."""
+    for index, char in enumerate(key):
+        if not " " <= char <= "~":
+            raise ValueError(
+                f"an API key goes into the Authorization header, which takes visible ASCII "
+                f"characters and spaces only: character {index + 1} of {len(key)} is "
+                f"U+{ord(char):04X}"
+            )
+    return key
+
+
+TRUE_WORDS = ("1", "true", "yes", "on")
+FALSE_WORDS = ("", "0", "false", "no", "off")
+
+
+def env_flag(name: str) -> bool:
+    """The boolean environment variable `name`: `TRUE_WORDS` or `FALSE_WORDS` (any case,
+    surrounding spaces ignored; unset is false). ValueError naming the variable and the
+    spellings for anything else: a typo is not silently false."""
+    raw = os.environ.get(name, "")
+    word = raw.strip().lower()
+    if word in TRUE_WORDS:
+        return True
+    if word in FALSE_WORDS:
+        return False
+    raise ValueError(
+        f"${name}={raw!r} is not a boolean: {', '.join(TRUE_WORDS)} (true) or "
+        f"{', '.join(w for w in FALSE_WORDS if w)}, empty (false), in any case"
+    )
+
+
+def _from_env(name: str, check: Callable[[str], str]) -> str | None:
+    """`check` of environment variable `name` (None when unset or empty); its ValueError names
+    the variable."""
+    value = os.environ.get(name)
+    if not value:
+        return None
+    try:
+        return check(value)
+    except ValueError as err:
+        raise ValueError(f"${name}: {err}") from None
 
 
 def transport_error(err: httpx.HTTPError, call: Call, base_url: str = "") -> TransportError:
@@ -256,9 +324,15 @@ class Core:
         cache_max_bytes: int | str | None = None,
     ) -> None:
         if offline is None:
-            offline = os.environ.get("POSENC_OFFLINE", "").strip().lower() in ("1", "true", "yes")
-        self.base_url = server_url(base_url or os.environ.get("POSENC_URL") or DEFAULT_URL)
-        key = api_key if api_key is not None else os.environ.get("POSENC_API_KEY")
+            offline = env_flag("POSENC_OFFLINE")
+        if base_url:
+            self.base_url = server_url(base_url)
+        else:
+            self.base_url = _from_env("POSENC_URL", server_url) or DEFAULT_URL
+        if api_key is not None:
+            key: str | None = bearer_key(api_key)
+        else:
+            key = _from_env("POSENC_API_KEY", bearer_key)
         self.retries = retries if isinstance(retries, Retries) else Retries(total=retries)
         self.cache = disk_cache(cache, cache_max_bytes)
         self._asked: OrderedDict[str, JSON] = OrderedDict()

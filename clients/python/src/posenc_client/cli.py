@@ -21,8 +21,17 @@ Commands (each has --help):
 
 FIELD=VALUE pairs are spec fields, the values read as JSON when they parse (`factor=8`,
 `interleaved=false`, `short_factor=[1,2]`) and as strings otherwise (`rope_type=llama3`);
-`a.b=1` sets a nested field. For `rope`, flat scaling keys go into `rope_scaling`, as with
-`Client.rope`. With --hf-config they are overrides (`profile=onnx max_positions=4096`).
+`a.b=1` sets a nested field (NaN and infinities, `factor=NaN`, `1e999`, are exit 2: JSON has
+none, in FIELD=VALUE, --spec or a config.json). For `rope`, flat scaling keys go into
+`rope_scaling`, as with `Client.rope`. With --hf-config they are overrides (`profile=onnx
+max_positions=4096`).
+
+One thing names the table (`fetch`, `onnx`): KIND with FIELD=VALUE pairs, --spec, --key,
+--preset or --hf-config (beside which a KIND keeps that family of the config's tables). Two of
+them, a KIND beside --spec, --key or --preset, FIELD=VALUE beside --key (one table, no
+overrides) and --layer-type without --hf-config or --preset are exit 2, never one ignored.
+`fetch -o` prints the whole content key (`wrote FILE (KIND KEY)`), which --key takes; the
+server resolves no shortened keys.
 
 Wherever a config.json is taken (--hf-config, resolve), a folder holding it or a Hugging Face
 model id `ORG/NAME[@REVISION]` is taken too: the id's config.json comes from the Hugging Face
@@ -38,9 +47,15 @@ pairs are laid over it.
 Exit codes (stable, for scripts):
     0  success
     1  unexpected error (a bug: please report it)
-    2  usage: bad arguments, unreadable input files, unsupported output suffix; a model id
-       whose config.json cannot be had (no huggingface_hub, no such repository, revision or
-       config.json, a gated repository)
+    2  usage: bad arguments (a --timeout that is not a positive, finite number of seconds, a
+       --key that is not a whole content key, a --url that is no http(s) URL of a host, an
+       --api-key a header cannot carry; the same in POSENC_URL, POSENC_API_KEY, or a
+       POSENC_OFFLINE that is not a boolean), a table named two ways (KIND beside --spec,
+       --key or --preset; two of those), --tensor without -o, NaN or an infinity in
+       FIELD=VALUE, --spec or a config.json, unreadable input files, an output that cannot be
+       written (its folder cannot be made, it is a folder, no permission) or has an
+       unsupported suffix; a model id whose config.json cannot be had (no huggingface_hub, no
+       such repository, revision or config.json, a gated repository)
     3  the server refused the request (4xx/5xx; its error_type and message are printed) or
        answered something that cannot be decoded
     4  no answer: connection refused, DNS, TLS or timeout, after the retries; or the Hugging
@@ -61,7 +76,8 @@ Exit codes (stable, for scripts):
        traceback (128 + SIGPIPE, as a shell reports it)
 
 Environment: POSENC_URL, POSENC_API_KEY, POSENC_CACHE_DIR (else $XDG_CACHE_HOME/posenc),
-POSENC_CACHE_MAX_BYTES (the cache's size cap), POSENC_OFFLINE; for model ids huggingface_hub's
+POSENC_CACHE_MAX_BYTES (the cache's size cap), POSENC_OFFLINE (1, true, yes or on; 0, false,
+no, off or empty; any case); for model ids huggingface_hub's
 HF_HOME, HF_HUB_CACHE, HF_HUB_OFFLINE, HF_TOKEN.
 """
 
@@ -69,14 +85,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from posenc_client._cache import DiskCache, default_max_bytes, parse_size
+from posenc_client._cache import DiskCache, default_max_bytes, parse_size, split_table_ref
 from posenc_client._client import Client
+from posenc_client._core import bearer_key, server_url
 from posenc_client._exceptions import (
     APIError,
     CacheMissError,
@@ -118,21 +137,46 @@ SPEC_HELP = (
 )
 
 
+SHORT_KEY = re.compile(r"[0-9a-fA-F]{1,63}")
+"""A content key cut short (`fetch -o` printed 12 hex digits before it printed the whole key)."""
+
+
 class UsageError(Exception):
     """Bad arguments or input files: exit code 2."""
 
 
+def _finite(token: str) -> float:
+    value = float(token)
+    if not math.isfinite(value):
+        raise ValueError(f"{token} is past the largest float")
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is no JSON number")
+
+
+def json_value(text: str) -> Any:
+    """JSON text as Python, refusing NaN and infinities (`NaN`, `Infinity`, `1e999`: Python's
+    json reads them, but JSON has none and no request can carry one) with a ValueError that is
+    not a `json.JSONDecodeError`."""
+    return json.loads(text, parse_constant=_no_constant, parse_float=_finite)
+
+
 def parse_fields(pairs: Sequence[str]) -> JSON:
-    """`FIELD=VALUE` pairs -> a dict (JSON values where they parse, dotted names nest)."""
+    """`FIELD=VALUE` pairs -> a dict (JSON values where they parse, dotted names nest); a
+    non-finite number (`factor=NaN`) is a usage error, not a string."""
     out: JSON = {}
     for pair in pairs:
         name, sep, text = pair.partition("=")
         if not sep or not name.strip():
             raise UsageError(f"expected FIELD=VALUE, got {pair!r}")
         try:
-            value: Any = json.loads(text)
+            value: Any = json_value(text)
         except json.JSONDecodeError:
             value = text
+        except ValueError as err:
+            raise UsageError(f"{pair!r}: {err}: a request carries finite numbers only") from err
         target = out
         *parents, leaf = name.strip().split(".")
         for part in parents:
@@ -164,9 +208,9 @@ def _spec_object(text: str, fields: JSON) -> JSON:
     try:
         if text.startswith("@"):
             with open(text[1:], encoding="utf-8") as f:
-                data = json.load(f)
+                data = json_value(f.read())
         else:
-            data = json.loads(text)
+            data = json_value(text)
     except (OSError, ValueError) as err:
         raise UsageError(f"cannot read the spec {text!r}: {err}") from err
     if not isinstance(data, dict):
@@ -178,9 +222,17 @@ def _config(client: Client, path: str) -> JSON:
     """A config.json file or folder, or a model id `ORG/NAME[@REVISION]` (offline with the
     client); `ModelIdError` passes through to its exit code."""
     try:
-        return load_config(path, offline=client.offline)
+        config = load_config(path, offline=client.offline)
     except (OSError, ValueError) as err:
         raise UsageError(f"cannot read the config {path!r}: {err}") from err
+    try:
+        json.dumps(config, allow_nan=False)  # what the request will carry
+    except ValueError as err:
+        raise UsageError(
+            f"cannot send the config {path!r}: it holds NaN or an infinity, which JSON has "
+            f"none of ({err})"
+        ) from err
+    return config
 
 
 def _summary(tables: Tables) -> JSON:
@@ -229,16 +281,72 @@ def _preset_table(client: Client, preset: str, layer_type: str | None, fields: J
         ) from err
 
 
+def _flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
+def _named_by(
+    args: argparse.Namespace, kind: str | None, fields: JSON, sources: Sequence[str]
+) -> str | None:
+    """Which one of the options `sources` (dests: spec, key, preset, hf_config) names the table,
+    or None: KIND with FIELD=VALUE pairs. Each of these was ignored without a word, so each is a
+    usage error: two sources at once; a KIND beside --spec, --key or --preset, which name the
+    table, its kind included (with --hf-config KIND keeps that family of the config's tables);
+    FIELD=VALUE beside --key, which names one table; --layer-type beside anything but
+    --hf-config or --preset, the things with layer types."""
+    given = [dest for dest in sources if getattr(args, dest, None)]
+    if len(given) > 1:
+        raise UsageError(f"{' and '.join(map(_flag, given))} each name the table: give one")
+    source = given[0] if given else None
+    if source is not None and source != "hf_config" and kind is not None:
+        raise UsageError(
+            f"{_flag(source)} names the table, its kind included, so {kind!r} beside it "
+            "would be ignored: drop it (FIELD=VALUE pairs are overrides)"
+        )
+    if source == "key" and fields:
+        raise UsageError(
+            f"--key names one table and takes no FIELD=VALUE overrides ({', '.join(fields)}): "
+            "drop them, or fetch by spec"
+        )
+    if args.layer_type and source not in ("hf_config", "preset"):
+        where = " or ".join(_flag(dest) for dest in ("hf_config", "preset") if dest in sources)
+        raise UsageError(
+            f"--layer-type {args.layer_type!r} picks the part of {where} for that layer type; "
+            "there is none here (a --spec object takes layer_type=PART)"
+        )
+    return source
+
+
+def _write_problem(path: str, err: OSError | ValueError) -> UsageError:
+    """The one line for an output the user named that cannot be written (exit 2); an OSError
+    is said in words, without the temporary file beside the output (`write_atomic`) that the
+    error may name."""
+    if isinstance(err, ValueError):
+        reason = str(err)
+    elif isinstance(err, FileExistsError) and err.filename:  # makedirs: a file on the way
+        reason = f"{err.filename} is a file, not a folder"
+    elif isinstance(err, NotADirectoryError):
+        reason = "a part of its folder is a file, not a folder"
+    elif isinstance(err, IsADirectoryError):
+        reason = "it is a folder"
+    else:
+        reason = err.strerror or type(err).__name__
+    return UsageError(f"cannot write {path!r}: {reason}")
+
+
 def cmd_fetch(client: Client, args: argparse.Namespace) -> int:
     kind, fields = _kind_and_fields(args)
-    if args.spec:
+    source = _named_by(args, kind, fields, ("spec", "key", "preset", "hf_config"))
+    if args.tensor and not args.output:
+        raise UsageError(f"--tensor {args.tensor!r} picks the tensor to write: give -o FILE")
+    if source == "spec":
         tables = client.table(_spec_object(args.spec, fields))
-    elif args.key:
+    elif source == "key":
         tables = client.table_by_key(args.key)
-    elif args.preset:
+    elif source == "preset":
         tables = _preset_table(client, args.preset, args.layer_type, fields)
-    elif args.hf_config:
-        overrides = {**fields, "layer_type": args.layer_type}
+    elif source == "hf_config":
+        overrides = {**fields, "layer_type": args.layer_type, "kind": kind}
         tables = _one(
             client.tables_for_model(_config(client, args.hf_config), **overrides), "the config"
         )
@@ -251,9 +359,12 @@ def cmd_fetch(client: Client, args: argparse.Namespace) -> int:
     if args.output:
         try:
             tables.save(args.output, tensor=args.tensor)
+        except OSError as err:
+            raise _write_problem(args.output, err) from err
         except ValueError as err:
             raise UsageError(str(err)) from err
-        print(f"wrote {args.output} ({tables.kind} {tables.key[:12]})", file=sys.stderr)
+        # the whole key, which `fetch --key` takes (the server resolves no prefixes)
+        print(f"wrote {args.output} ({tables.kind} {tables.key})", file=sys.stderr)
     else:
         _print_json(_summary(tables))
     return EXIT_OK
@@ -301,9 +412,10 @@ def cmd_kinds(client: Client, args: argparse.Namespace) -> int:
 
 def cmd_onnx(client: Client, args: argparse.Namespace) -> int:
     kind, fields = _kind_and_fields(args)
-    if args.spec:
+    source = _named_by(args, kind, fields, ("spec", "hf_config"))
+    if source == "spec":
         spec = _spec_object(args.spec, fields)
-    elif args.hf_config:
+    elif source == "hf_config":
         overrides = {**fields, "layer_type": args.layer_type, "kind": kind}
         specs = client.resolve(_config(client, args.hf_config), **overrides)
         if len(specs) != 1:
@@ -327,7 +439,10 @@ def cmd_onnx(client: Client, args: argparse.Namespace) -> int:
         inputs=args.inputs,
     )
     if args.output:
-        model.save(args.output)
+        try:
+            model.save(args.output)
+        except OSError as err:
+            raise _write_problem(args.output, err) from err
         print(f"wrote {args.output} ({model.graph} {model.key[:12]})", file=sys.stderr)
     else:
         _print_json({"key": model.key, "bytes": len(model.data), "metadata": model.metadata})
@@ -720,7 +835,7 @@ def cmd_plug_gguf(client: Client, args: argparse.Namespace) -> int:
     try:
         changed, after = check.plug_gguf(model, config, sides, args.output)
     except OSError as err:
-        raise UsageError(f"cannot write {args.output!r}: {err}") from err
+        raise _write_problem(args.output, err) from err
     result = check.outcome(after)
     if result != "exact":
         _report(after, sys.stderr)
@@ -851,7 +966,7 @@ def cmd_plug(client: Client, args: argparse.Namespace) -> int:
             patched, args.output, data_dir=Path(args.model).parent, link=args.link_data
         )
     except (OSError, ValueError) as err:
-        raise UsageError(f"cannot write {args.output!r}: {err}") from err
+        raise _write_problem(args.output, err) from err
     extra = f" ({'; '.join(files)})" if files else ""
     print(f"plugged {what}; wrote {args.output}{extra}", file=sys.stderr)
     return EXIT_OK
@@ -863,6 +978,65 @@ def _size_arg(text: str) -> int:
         return parse_size(text)
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _seconds_arg(text: str) -> float:
+    """argparse type of --timeout: a positive, finite number of seconds (a socket refuses
+    anything else, at the first request)."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise argparse.ArgumentTypeError(
+            f"a positive, finite number of seconds is expected, got {text!r}"
+        )
+    return seconds
+
+
+def _count_arg(text: str) -> int:
+    """argparse type of --retries: a whole number, 0 or more."""
+    try:
+        count = int(text)
+    except ValueError:
+        count = -1
+    if count < 0:
+        raise argparse.ArgumentTypeError(f"a whole number, 0 or more, is expected, got {text!r}")
+    return count
+
+
+def _checked_arg(check: Callable[[str], str]) -> Callable[[str], str]:
+    """argparse type from a client check (`server_url`, `bearer_key`): its ValueError is the
+    argument's error; an empty value stays empty (the environment's, or the default)."""
+
+    def parse(text: str) -> str:
+        if not text:
+            return text
+        try:
+            check(text)
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+        return text
+
+    return parse
+
+
+def _key_arg(text: str) -> str:
+    """argparse type of `fetch --key`: a whole content key or a table URL (`split_table_ref`).
+    A shortened key (the 12 hex digits older releases printed) is refused saying where the
+    whole one is printed: the server resolves no prefixes."""
+    if SHORT_KEY.fullmatch(text.strip()):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is {len(text.strip())} hex digits of a content key; --key needs all 64 "
+            "(the server resolves no prefixes): `fetch ... -o FILE` prints the whole key "
+            "(wrote FILE (KIND KEY)), as do the JSON summary of `fetch` without -o and "
+            "`cache ls --json`"
+        )
+    try:
+        split_table_ref(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return text
 
 
 def _fields_arg(p: argparse.ArgumentParser, help_text: str) -> None:
@@ -895,11 +1069,21 @@ def _global_options(parser: argparse.ArgumentParser, defaults: bool) -> None:
             kwargs["default"] = argparse.SUPPRESS
         parser.add_argument(*names, **kwargs)
 
-    add("--url", default=None, help="server URL or host:port (default $POSENC_URL or "
-        "http://127.0.0.1:8000)")  # fmt: skip
-    add("--api-key", default=None, help="bearer key (default $POSENC_API_KEY)")
-    add("--timeout", type=float, default=60.0, help="seconds (default 60)")
-    add("--retries", type=int, default=3, help="retries on connection errors and 503 (default 3)")
+    add("--url", type=_checked_arg(server_url), default=None, help="server URL or host:port "
+        "(default $POSENC_URL or http://127.0.0.1:8000)")  # fmt: skip
+    add(
+        "--api-key",
+        type=_checked_arg(bearer_key),
+        default=None,
+        help="bearer key (default $POSENC_API_KEY)",
+    )
+    add("--timeout", type=_seconds_arg, default=60.0, help="seconds, more than 0 (default 60)")
+    add(
+        "--retries",
+        type=_count_arg,
+        default=3,
+        help="retries on connection errors and 503, 0 or more (default 3)",
+    )
     add(
         "--cache-dir",
         default=None,
@@ -918,7 +1102,7 @@ def _global_options(parser: argparse.ArgumentParser, defaults: bool) -> None:
         "--offline",
         action="store_true",
         default=False,
-        help="cached tables only, no network (default $POSENC_OFFLINE: 1, true or yes)",
+        help="cached tables only, no network (default $POSENC_OFFLINE: 1, true, yes or on)",
     )
     add(
         "-q",
@@ -951,12 +1135,21 @@ def build_parser() -> argparse.ArgumentParser:
         description="Fetch a table by spec, "
         "config.json, key or preset; write it by the output's suffix.",
     )
-    p.add_argument("kind", nargs="?", help="family: rope, alibi, sinusoidal, t5_bias, ...")
+    p.add_argument(
+        "kind",
+        nargs="?",
+        help="family: rope, alibi, sinusoidal, t5_bias, ... (with --hf-config: keep only this "
+        "family)",
+    )
     _fields_arg(p, fields_help)
     p.add_argument("--spec", metavar="JSON|@FILE", help=SPEC_HELP)
     p.add_argument("--hf-config", metavar="PATH|ID", help=CONFIG_HELP)
     p.add_argument("--layer-type", help="the table of this layer type (sliding_attention, ...)")
-    p.add_argument("--key", help="a content key (64 hex digits)")
+    p.add_argument(
+        "--key",
+        type=_key_arg,
+        help="a content key (all 64 hex digits, as `fetch -o` prints it) or a table URL",
+    )
     p.add_argument(
         "--preset",
         metavar="NAME[/PART]",
@@ -1124,6 +1317,28 @@ def _closed_pipe() -> int:
     return EXIT_CLOSED_PIPE
 
 
+def _client(
+    args: argparse.Namespace, progress: DownloadProgress | None, cache: bool | str
+) -> Client:
+    """The client of the command line's options; what it refuses from the environment
+    (`$POSENC_URL`, `$POSENC_API_KEY`, `$POSENC_OFFLINE`: `ValueError`s naming the variable) is
+    a usage error, as a bad option is."""
+    try:
+        return Client(
+            args.url,
+            api_key=args.api_key,
+            timeout=args.timeout,
+            retries=args.retries,
+            cache=cache,
+            offline=args.offline or None,  # absent: $POSENC_OFFLINE
+            progress=progress,
+            transport=progress.transport() if progress is not None else None,
+            cache_max_bytes=None if args.no_cache else args.cache_max_bytes,
+        )
+    except ValueError as err:
+        raise UsageError(str(err)) from err
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code (the console script exits with it)."""
     parser = build_parser()
@@ -1136,17 +1351,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as err:
         return _fail(EXIT_USAGE, str(err))
     try:
-        with Client(
-            args.url,
-            api_key=args.api_key,
-            timeout=args.timeout,
-            retries=args.retries,
-            cache=cache,
-            offline=args.offline or None,  # absent: $POSENC_OFFLINE
-            progress=progress,
-            transport=progress.transport() if progress is not None else None,
-            cache_max_bytes=None if args.no_cache else args.cache_max_bytes,
-        ) as client:
+        client = _client(args, progress, cache)
+        with client:
             code = run(client, args)
             sys.stdout.flush()  # here, where a reader gone is a BrokenPipeError we answer
             return code
