@@ -60,6 +60,9 @@ ContextGetter = Callable[[Request], OipContext]
 def error_response(exc: Exception) -> Response:
     """`{"error": message}` with the status `as_oip_error` gives `exc` (the one /v2 mapping)."""
     error = as_oip_error(exc)
+    if isinstance(exc, ClientDisconnect):
+        # an incomplete request, answered to no one: not a bug of ours (no traceback)
+        log.info("client disconnected before its request body arrived")
     if error is None:
         log.exception("unhandled error in /v2", exc_info=exc)
         error = OipError(500, INTERNAL_MESSAGE)
