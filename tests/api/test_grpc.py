@@ -762,18 +762,31 @@ def test_sigterm_drains_grpc_alongside_http() -> None:
 
 
 def test_serve_fails_cleanly_when_the_grpc_port_is_taken() -> None:
-    """A gRPC port in use is a failed start-up (exit 3, the address named), never a second
-    listener sharing the port."""
+    """A gRPC port in use is a failed start-up, never a second listener sharing the port, and
+    fails as an HTTP port in use does: exit 3 and one line naming the address and the reason, no
+    traceback (it was ~60 lines of Starlette's lifespan traceback, plus grpc core's own line)."""
+    exe = Path(sys.executable).with_name("posenc")
+    answers = {}
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
         port = taken.getsockname()[1]
-        exe = Path(sys.executable).with_name("posenc")
-        result = subprocess.run(
-            [str(exe), "serve", "--port", "0", "--device", "cpu", "--grpc-port", str(port)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-    assert result.returncode == 3, result.stderr[-2000:]
-    assert f"127.0.0.1:{port}" in result.stderr
+        for case, flags in (
+            ("http", ["--port", str(port)]),
+            ("grpc", ["--port", "0", "--grpc-port", str(port)]),
+        ):
+            answers[case] = subprocess.run(
+                [str(exe), "serve", "--host", "127.0.0.1", "--device", "cpu", *flags],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+    for case, result in answers.items():
+        assert result.returncode == 3, (case, result.stderr[-2000:])
+        assert "Traceback" not in result.stderr, (case, result.stderr[-2000:])
+        named = [line for line in result.stderr.splitlines() if str(port) in line]
+        assert len(named) == 1, (case, result.stderr[-2000:])
+        assert f"('127.0.0.1', {port}): address already in use" in named[0], named
+        assert " ERROR " in named[0], named
+    grpc_line = next(ln for ln in answers["grpc"].stderr.splitlines() if str(port) in ln)
+    assert "gRPC: [Errno " in grpc_line, grpc_line
