@@ -314,6 +314,34 @@ def test_health_and_metadata_match_http(
         assert triton_http.is_model_ready(model, version) is False
 
 
+def test_model_ready_of_an_unknown_model_is_false_as_triton_answers(server: ServerHandle) -> None:
+    """An unknown model or version is "not ready", the answer the protocol gives it, not an
+    error: gRPC ModelReady is OK with `ready: false` (Triton core's `ModelIsReady` sets false and
+    returns success for a model it cannot find; tritonclient.grpc's `is_model_ready` would raise
+    on NOT_FOUND instead of saying False), HTTP `/ready` is a 4xx (KServe: "a 4xx status code
+    indicating false"; posenc's 404 carries the message ModelMetadata's NOT_FOUND carries)."""
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+    with grpc.insecure_channel(server.grpc_url) as channel, server.client() as client:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        for name, version in (("nope", ""), ("rope", "2"), ("rope", "1"), ("rope", "")):
+            known = name == "rope" and version in ("", "1")
+            answer, call = stub.ModelReady.with_call(
+                service_pb2.ModelReadyRequest(name=name, version=version)
+            )
+            assert call.code() == grpc.StatusCode.OK
+            assert answer.ready is known
+            path = f"/v2/models/{name}" + (f"/versions/{version}" if version else "") + "/ready"
+            ready = client.get(path)
+            assert ready.status_code == (200 if known else 404), ready.text
+            if known:
+                continue
+            with pytest.raises(grpc.RpcError) as info:
+                stub.ModelMetadata(service_pb2.ModelMetadataRequest(name=name, version=version))
+            assert info.value.code() == grpc.StatusCode.NOT_FOUND
+            assert ready.json() == {"error": info.value.details()}
+
+
 def _http_error(call: Any) -> tuple[str, str]:
     with pytest.raises(InferenceServerException) as info:
         call()
