@@ -160,3 +160,27 @@ def test_sinusoidal_2d_style_names_the_valid_styles(
         triton_grpc.infer("sinusoidal_2d", [grid], parameters=_flat({**params, "style": style}))
     assert info.value.status() == "StatusCode.INVALID_ARGUMENT"
     assert str(info.value.message()).startswith(want)
+
+
+@pytest.mark.parametrize("model", sorted(BASELINES))
+def test_an_unknown_flat_parameter_is_named_at_the_top_level(
+    client: httpx.Client, triton_grpc: tgrpc.InferenceServerClient, model: str
+) -> None:
+    """A flat parameter that is no field of the model's spec and close to none is refused by
+    its own name, `<model> spec: bogus: unknown field`, by every model over both protocols: rope
+    put it into `rope_scaling` and said `rope_scaling.bogus` (misspelt scaling keys, `factr`,
+    still are named there, with the suggestion)."""
+    inputs, params = BASELINES[model]
+    want = f"invalid {model} spec: bogus: unknown field (got 1)"
+    r = client.post(f"/v2/models/{model}/infer", json=_body(inputs, {**params, "bogus": 1}))
+    assert r.status_code == 400, r.text
+    assert want in r.json()["error"], r.text
+    tensors = []
+    for name, data in inputs:
+        item = tgrpc.InferInput(name, [len(data)], "INT64")
+        item.set_data_from_numpy(np.asarray(data, np.int64))
+        tensors.append(item)
+    with pytest.raises(InferenceServerException) as info:
+        triton_grpc.infer(model, tensors, parameters=_flat({**params, "bogus": 1}))
+    assert info.value.status() == "StatusCode.INVALID_ARGUMENT"
+    assert str(info.value.message()) == r.json()["error"]

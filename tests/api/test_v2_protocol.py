@@ -94,7 +94,8 @@ def test_unknown_model_and_version(triton: http.InferenceServerClient) -> None:
         ({"head_dim": 15, "max_positions": 8}, "rotary"),
         ({"head_dim": 16}, "max_positions"),
         ({"head_dim": 16, "max_positions": 8, "rope_type": "warp"}, "rope_type"),
-        ({"head_dim": 16, "max_positions": 8, "bogus": 1}, "bogus"),
+        # an unknown key close to nothing is named at the top level, as other models name it
+        ({"head_dim": 16, "max_positions": 8, "bogus": 1}, "rope spec: bogus: unknown field"),
         # a misspelt top-level field is named there, not as rope_scaling.rope_thetaa
         (
             {"head_dim": 16, "max_positions": 8, "rope_thetaa": 1e4},
