@@ -314,6 +314,34 @@ def test_health_and_metadata_match_http(
         assert triton_http.is_model_ready(model, version) is False
 
 
+def test_model_ready_of_an_unknown_model_is_false_as_triton_answers(server: ServerHandle) -> None:
+    """An unknown model or version is "not ready", the answer the protocol gives it, not an
+    error: gRPC ModelReady is OK with `ready: false` (Triton core's `ModelIsReady` sets false and
+    returns success for a model it cannot find; tritonclient.grpc's `is_model_ready` would raise
+    on NOT_FOUND instead of saying False), HTTP `/ready` is a 4xx (KServe: "a 4xx status code
+    indicating false"; posenc's 404 carries the message ModelMetadata's NOT_FOUND carries)."""
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+    with grpc.insecure_channel(server.grpc_url) as channel, server.client() as client:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        for name, version in (("nope", ""), ("rope", "2"), ("rope", "1"), ("rope", "")):
+            known = name == "rope" and version in ("", "1")
+            answer, call = stub.ModelReady.with_call(
+                service_pb2.ModelReadyRequest(name=name, version=version)
+            )
+            assert call.code() == grpc.StatusCode.OK
+            assert answer.ready is known
+            path = f"/v2/models/{name}" + (f"/versions/{version}" if version else "") + "/ready"
+            ready = client.get(path)
+            assert ready.status_code == (200 if known else 404), ready.text
+            if known:
+                continue
+            with pytest.raises(grpc.RpcError) as info:
+                stub.ModelMetadata(service_pb2.ModelMetadataRequest(name=name, version=version))
+            assert info.value.code() == grpc.StatusCode.NOT_FOUND
+            assert ready.json() == {"error": info.value.details()}
+
+
 def _http_error(call: Any) -> tuple[str, str]:
     with pytest.raises(InferenceServerException) as info:
         call()
@@ -762,18 +790,31 @@ def test_sigterm_drains_grpc_alongside_http() -> None:
 
 
 def test_serve_fails_cleanly_when_the_grpc_port_is_taken() -> None:
-    """A gRPC port in use is a failed start-up (exit 3, the address named), never a second
-    listener sharing the port."""
+    """A gRPC port in use is a failed start-up, never a second listener sharing the port, and
+    fails as an HTTP port in use does: exit 3 and one line naming the address and the reason, no
+    traceback (it was ~60 lines of Starlette's lifespan traceback, plus grpc core's own line)."""
+    exe = Path(sys.executable).with_name("posenc")
+    answers = {}
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
         port = taken.getsockname()[1]
-        exe = Path(sys.executable).with_name("posenc")
-        result = subprocess.run(
-            [str(exe), "serve", "--port", "0", "--device", "cpu", "--grpc-port", str(port)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-    assert result.returncode == 3, result.stderr[-2000:]
-    assert f"127.0.0.1:{port}" in result.stderr
+        for case, flags in (
+            ("http", ["--port", str(port)]),
+            ("grpc", ["--port", "0", "--grpc-port", str(port)]),
+        ):
+            answers[case] = subprocess.run(
+                [str(exe), "serve", "--host", "127.0.0.1", "--device", "cpu", *flags],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+    for case, result in answers.items():
+        assert result.returncode == 3, (case, result.stderr[-2000:])
+        assert "Traceback" not in result.stderr, (case, result.stderr[-2000:])
+        named = [line for line in result.stderr.splitlines() if str(port) in line]
+        assert len(named) == 1, (case, result.stderr[-2000:])
+        assert f"('127.0.0.1', {port}): address already in use" in named[0], named
+        assert " ERROR " in named[0], named
+    grpc_line = next(ln for ln in answers["grpc"].stderr.splitlines() if str(port) in ln)
+    assert "gRPC: [Errno " in grpc_line, grpc_line

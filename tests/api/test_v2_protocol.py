@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import gzip
 import json
+import zlib
 
 import numpy as np
 import orjson
 import pytest
+import tritonclient.grpc as tgrpc
 import tritonclient.http as http
 from tritonclient.utils import InferenceServerException
 
@@ -92,7 +94,8 @@ def test_unknown_model_and_version(triton: http.InferenceServerClient) -> None:
         ({"head_dim": 15, "max_positions": 8}, "rotary"),
         ({"head_dim": 16}, "max_positions"),
         ({"head_dim": 16, "max_positions": 8, "rope_type": "warp"}, "rope_type"),
-        ({"head_dim": 16, "max_positions": 8, "bogus": 1}, "bogus"),
+        # an unknown key close to nothing is named at the top level, as other models name it
+        ({"head_dim": 16, "max_positions": 8, "bogus": 1}, "rope spec: bogus: unknown field"),
         # a misspelt top-level field is named there, not as rope_scaling.rope_thetaa
         (
             {"head_dim": 16, "max_positions": 8, "rope_thetaa": 1e4},
@@ -161,12 +164,52 @@ def test_json_element_limit(server: ServerHandle, triton: http.InferenceServerCl
 
 
 def test_response_size_limit(server: ServerHandle, triton: http.InferenceServerClient) -> None:
+    """Outputs over `max_response_bytes` are 413 (gRPC RESOURCE_EXHAUSTED), as the OpenAPI
+    document and README say and as `/v1` answers a table over the limit (`too_large`): the
+    request is well formed, its answer too large. One position fewer fits."""
     huge = {"head_dim": 8192, "max_positions": 64}
     n = server.settings.max_response_bytes // (8192 * 4 * 2) + 1
+    ids = make_input("position_ids", np.zeros(n, np.int64))
     with pytest.raises(InferenceServerException) as err:
-        triton.infer("rope", [make_input("position_ids", np.zeros(n, np.int64))], parameters=huge)
-    assert err.value.status() == "400"
-    assert "more than the limit" in err.value.message()
+        triton.infer("rope", [ids], parameters=huge)
+    assert err.value.status() == "413"
+    assert f"more than the limit of {server.settings.max_response_bytes}" in err.value.message()
+    fits = make_input("position_ids", np.zeros(n - 1, np.int64))
+    assert triton.infer("rope", [fits], parameters=huge).as_numpy("cos").shape == (n - 1, 8192)
+    grpc_client = tgrpc.InferenceServerClient(server.grpc_url)
+    try:
+        item = tgrpc.InferInput("position_ids", [n], "INT64")
+        item.set_data_from_numpy(np.zeros(n, np.int64))
+        with pytest.raises(InferenceServerException) as err:
+            grpc_client.infer("rope", [item], parameters=huge)
+        assert err.value.status() == "StatusCode.RESOURCE_EXHAUSTED"
+        assert "more than the limit" in str(err.value.message())
+    finally:
+        grpc_client.close()
+
+
+def test_decompressed_body_over_the_limit_is_413() -> None:
+    """A gzip or deflate body that inflates past `max_infer_body_bytes` is refused as the same
+    body sent uncompressed is: 413 (it was a 400). The one under the limit is served."""
+    limit = 4096
+    request = {"parameters": ROPE, "inputs": [
+        {"name": "position_ids", "datatype": "INT64", "shape": [1], "data": [3]}]}  # fmt: skip
+    small = orjson.dumps(request)
+    padded = small + b" " * (limit + 1 - len(small))
+    with start_server(max_infer_body_bytes=limit) as handle, handle.client() as client:
+        plain = client.post("/v2/models/rope/infer", content=padded)
+        assert plain.status_code == 413, plain.text
+        for encoding, compress in (("gzip", gzip.compress), ("deflate", zlib.compress)):
+            headers = {"Content-Encoding": encoding}
+            ok = client.post("/v2/models/rope/infer", content=compress(small), headers=headers)
+            assert ok.status_code == 200, ok.text
+            packed = compress(padded)
+            assert len(packed) < limit
+            r = client.post("/v2/models/rope/infer", content=packed, headers=headers)
+            assert r.status_code == 413, r.text
+            assert r.json() == {
+                "error": f"decompressed request body exceeds the limit of {limit} bytes"
+            }
 
 
 def test_id_echo_and_reserved_parameters(triton: http.InferenceServerClient) -> None:

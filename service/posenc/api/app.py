@@ -27,6 +27,7 @@ from pathlib import Path
 from fastapi import FastAPI, Request
 from fastapi.responses import RedirectResponse
 from starlette.middleware.cors import CORSMiddleware
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from posenc import __version__
 from posenc.api.auth import DOCS_PREFIXES, PROTECTED_PREFIXES
@@ -57,7 +58,7 @@ from posenc.api.routes import (
 )
 from posenc.api.serving.prepared import PREPARED_SHAPES, PreparedAnswers
 from posenc.api.settings import Settings
-from posenc.api.state import AppState, KeyIndex, Lifecycle
+from posenc.api.state import AppState, KeyIndex, Lifecycle, StartupError
 from posenc.encodings import fused
 from posenc.encodings.weights import TableStore
 from posenc.presets import Preset, builtin_presets, read_user_presets, register_user_presets
@@ -133,6 +134,32 @@ async def warm(state: AppState, names: list[str]) -> None:
     log.info("ready")
 
 
+class StartupFailures:
+    """ASGI: a start-up the lifespan failed for a reason it stated in one line
+    (`Lifecycle.startup_error`, from a `StartupError`: a gRPC port in use) reaches the server as
+    that line. uvicorn logs the message of `lifespan.startup.failed` as sent, and Starlette sends
+    the traceback of the lifespan: some 60 lines through every router's merged lifespan for a
+    busy port, where uvicorn's own busy port is one line. Other failures keep their traceback;
+    requests pass straight through."""
+
+    def __init__(self, app: ASGIApp, lifecycle: Lifecycle) -> None:
+        self.app = app
+        self.lifecycle = lifecycle
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "lifespan":
+            await self.app(scope, receive, send)
+            return
+
+        async def stated(message: Message) -> None:
+            error = self.lifecycle.startup_error
+            if message["type"] == "lifespan.startup.failed" and error is not None:
+                message = {**message, "message": error}
+            await send(message)
+
+        await self.app(scope, receive, stated)
+
+
 @contextlib.asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     """Resolve the device, build the cache and the table store, start the gRPC service when
@@ -163,7 +190,14 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     grpc_server = None
     if settings.grpc_port is not None:
         grpc_server = GrpcServer(state)
-        state.grpc_port = await grpc_server.start(settings.host, settings.grpc_port)
+        try:
+            state.grpc_port = await grpc_server.start(settings.host, settings.grpc_port)
+        except StartupError as exc:
+            state.lifecycle.startup_error = str(exc)
+            state.cache = state.tables = None
+            state.metrics.registry.unregister(collector)
+            cache.close()
+            raise
     warming = asyncio.create_task(warm(state, warm_list(settings, list(state.presets))))
     try:
         yield
@@ -265,6 +299,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             state.door = Door(state, rules, hot)
     app.add_middleware(Gate, rules=rules)
     install_openapi(app, settings, guarded)
+    app.add_middleware(StartupFailures, lifecycle=state.lifecycle)
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware,

@@ -12,6 +12,7 @@ This module is the one place that maps exceptions to HTTP statuses:
     Overloaded (posenc.runtime) . 503 overloaded        Retry-After (in-flight byte budget)
     RequestValidationError ...... 422 invalid_request   (path and query parameters)
     StarletteHTTPException ...... its status            (404 unknown route, 405 ...)
+    ClientDisconnect ............ 400 bad_request       (the client left mid-body: an INFO line)
     anything else ............... 500 internal_error    (a bug: logged with its traceback)
 """
 
@@ -242,7 +243,13 @@ async def _handle(request: Request, exc: Exception) -> Response:
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    """Route every exception type above through `to_response`."""
+    """Route every exception type above through `to_response`.
+
+    Every type but `Exception` is handled by Starlette's `ExceptionMiddleware`, which answers it;
+    `Exception`'s handler runs in `ServerErrorMiddleware`, which answers and then re-raises to
+    the server (uvicorn's `Exception in ASGI application` traceback): a client that leaves
+    mid-body (`ClientDisconnect`, from any route reading its body) is named here so that it is
+    answered, not re-raised."""
     for exc_type in (
         ApiError,
         PosencError,
@@ -250,6 +257,7 @@ def install_error_handlers(app: FastAPI) -> None:
         Overloaded,
         RequestValidationError,
         StarletteHTTPException,
+        ClientDisconnect,
         Exception,
     ):
         app.add_exception_handler(exc_type, _handle)

@@ -33,11 +33,18 @@ if TYPE_CHECKING:
 
 @dataclass
 class Lifecycle:
-    """Readiness: `ready` after warm-up, `draining` from SIGTERM until exit."""
+    """Readiness: `ready` after warm-up, `draining` from SIGTERM until exit; `startup_error`:
+    why start-up failed, as the one line the server logs (`app.StartupFailures`)."""
 
     ready: bool = False
     draining: bool = False
     warm_errors: list[str] = field(default_factory=list)
+    startup_error: str | None = None
+
+
+class StartupError(Exception):
+    """Start-up cannot go on for a reason one line states (a gRPC port in use): logged as that
+    line, without a traceback, and `posenc serve` exits 3 as for an HTTP port in use."""
 
 
 class KeyIndex:

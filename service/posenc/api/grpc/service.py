@@ -40,6 +40,7 @@ constant time); health and server metadata stay open.
 from __future__ import annotations
 
 import logging
+import socket
 import time
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -60,7 +61,7 @@ from posenc.api.oip import EXTENSIONS
 from posenc.api.oip.codec import OipError
 from posenc.api.oip.errors import INTERNAL_MESSAGE, as_oip_error
 from posenc.api.oip.models import MODELS, VERSION, find_model
-from posenc.api.state import AppState
+from posenc.api.state import AppState, StartupError
 from posenc.runtime import Lease, for_peer
 
 log = logging.getLogger("posenc.api.grpc")
@@ -469,13 +470,38 @@ def _ms(seconds: float) -> int:
     return max(1, round(seconds * 1000))
 
 
+def _bind_refused(host: str, port: int) -> str | None:
+    """Why `host:port` cannot be listened on, as asyncio says it for uvicorn's port; None when a
+    socket binds it (with SO_REUSEADDR, as grpc core and uvicorn bind theirs). Port 0 always
+    binds."""
+    if port == 0:
+        return None
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError:
+        return None  # grpc resolves the name itself and says what fails
+    family, kind, proto, _, where = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(where)
+        except OSError as exc:
+            reason = (exc.strerror or str(exc)).lower()
+            where_said = f"error while attempting to bind on address {(host, port)!r}"
+            return f"[Errno {exc.errno}] {where_said}: {reason}"
+    return None
+
+
 class GrpcServer:
     """The grpc.aio server of one app: started and stopped by the app's lifespan."""
 
     def __init__(self, state: AppState) -> None:
-        settings = state.settings
         self.state = state
-        self.server = grpc.aio.server(
+        self.server: grpc.aio.Server | None = None
+
+    def _server(self) -> grpc.aio.Server:
+        settings = self.state.settings
+        server = grpc.aio.server(
             options=[
                 # the infer body cap of HTTP, checked by gRPC on the message's length prefix
                 # before the message is read
@@ -493,16 +519,32 @@ class GrpcServer:
                 ("grpc.max_concurrent_streams", settings.grpc_max_concurrent_streams),
             ]
         )
-        register(InferenceService(state), self.server)
+        register(InferenceService(self.state), server)
+        return server
 
     async def start(self, host: str, port: int) -> int:
-        """Listen on `host:port` (0: a free port) and serve; returns the bound port."""
+        """Listen on `host:port` (0: a free port) and serve; returns the bound port.
+
+        Raises `StartupError` when the port cannot be bound, in the words uvicorn uses for its
+        own port (`[Errno 98] error while attempting to bind on address ('127.0.0.1', 8001):
+        address already in use`): the address is tried first with a plain socket, which tells
+        why, before grpc core (which says only "Failed to bind", and logs a line of its own).
+        The grpc server is made only once the port is free: one made and never started fails an
+        assertion in its `__dealloc__` at exit (a traceback, and the process died of SIGSEGV)."""
         address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        bound: int = self.server.add_insecure_port(address)
+        refused = _bind_refused(host, port)
+        if refused is not None:
+            raise StartupError(f"gRPC: {refused}")
+        self.server = self._server()
+        try:
+            bound: int = self.server.add_insecure_port(address)
+        except RuntimeError as exc:  # lost a race for the port, or a reason the probe missed
+            raise StartupError(f"gRPC: {exc}") from None
         await self.server.start()
         log.info("gRPC (%s) on %s:%d", SERVICE_NAME, host, bound)
         return bound
 
     async def stop(self, grace: float) -> None:
         """Refuse new calls and give those in flight up to `grace` seconds."""
-        await self.server.stop(grace)
+        if self.server is not None:
+            await self.server.stop(grace)

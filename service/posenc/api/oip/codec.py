@@ -99,6 +99,13 @@ def bad_request(message: str) -> OipError:
     return OipError(400, message)
 
 
+def too_large(message: str) -> OipError:
+    """413 (gRPC RESOURCE_EXHAUSTED): a request body, decompressed or not, over
+    `max_infer_body_bytes`, or outputs over `max_response_bytes`; as `/v1` answers its size
+    limits (`too_large`, `body_too_large`) and gRPC its own message size limits."""
+    return OipError(413, message)
+
+
 @dataclass(frozen=True)
 class InputTensor:
     """One decoded request input: CPU tensor in the dtype of its protocol `datatype`."""
@@ -181,7 +188,7 @@ def decompress(body: bytes, content_encoding: str | None, limit: int) -> bytes:
     except zlib.error as exc:
         raise bad_request(f"request body is not valid {encoding}: {exc}") from None
     if len(out) > limit:
-        raise bad_request(f"decompressed request body exceeds the limit of {limit} bytes")
+        raise too_large(f"decompressed request body exceeds the limit of {limit} bytes")
     if not inflater.eof:
         raise bad_request(f"request body is truncated {encoding}")
     return out

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import torch
 
-from posenc.api.oip.codec import bad_request
+from posenc.api.oip.codec import too_large
 from posenc.api.oip.stats import InferenceStats
 from posenc.api.serving.bind import bind_tables
 from posenc.encodings import SpecBase, Table, compute
@@ -194,14 +194,15 @@ class OipContext:
         return fn()
 
     def check_size(self, outputs: dict[str, tuple[tuple[int, ...], int]]) -> int:
-        """Refuse a response over `max_response_bytes` before anything is computed.
+        """Refuse a response over `max_response_bytes` before anything is computed (413, gRPC
+        RESOURCE_EXHAUSTED).
 
         `outputs`: name -> (shape, item size). Returns the total bytes.
         """
         total = sum(math.prod(shape) * item for shape, item in outputs.values())
         if total > self.max_response_bytes:
             sizes = ", ".join(f"{n} {list(s)}" for n, (s, _) in outputs.items())
-            raise bad_request(
+            raise too_large(
                 f"the outputs ({sizes}) would take {total} bytes, more than the limit of "
                 f"{self.max_response_bytes}: ask for fewer positions or outputs"
             )

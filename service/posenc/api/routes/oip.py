@@ -10,11 +10,11 @@
     POST /v2/repository/index                        every model, READY or UNAVAILABLE
 
 Every error is `{"error": message}` (what tritonclient decodes) with 400 (bad input), 404 (unknown
-model or version, or a weight table key not uploaded), 413 (a body over
-`max_infer_body_bytes`) or 503 (model readiness while warming up or draining, a server starting or
-stopping, too many computations in flight: with Retry-After); the mapping is
-`error_response` below, over `posenc.api.oip.errors` (shared with gRPC). The infer route reads the
-raw body: tritonclient's sync client sends no Content-Type.
+model or version, or a weight table key not uploaded), 413 (a body over `max_infer_body_bytes`,
+as sent or decompressed, or outputs over `max_response_bytes`) or 503 (model readiness while
+warming up or draining, a server starting or stopping, too many computations in flight: with
+Retry-After); the mapping is `error_response` below, over `posenc.api.oip.errors` (shared with
+gRPC). The infer route reads the raw body: tritonclient's sync client sends no Content-Type.
 """
 
 from __future__ import annotations
@@ -60,6 +60,9 @@ ContextGetter = Callable[[Request], OipContext]
 def error_response(exc: Exception) -> Response:
     """`{"error": message}` with the status `as_oip_error` gives `exc` (the one /v2 mapping)."""
     error = as_oip_error(exc)
+    if isinstance(exc, ClientDisconnect):
+        # an incomplete request, answered to no one: not a bug of ours (no traceback)
+        log.info("client disconnected before its request body arrived")
     if error is None:
         log.exception("unhandled error in /v2", exc_info=exc)
         error = OipError(500, INTERNAL_MESSAGE)
@@ -142,7 +145,8 @@ INFER_ERRORS = {
     **UNKNOWN_MODEL,
     400: "Malformed request, inputs or parameters (the message names them), or a body that "
     "is not the gzip or deflate its Content-Encoding says (tritonclient's compression)",
-    413: "Body over max_infer_body_bytes, or the outputs over max_response_bytes",
+    413: "Body over max_infer_body_bytes (as sent or decompressed), or the outputs over "
+    "max_response_bytes",
     503: "Too many computations in flight (Retry-After), or the server is starting",
 }
 """Each /v2 model route's error statuses (`{"error"}` bodies, `oip/errors.py`: the protocol has

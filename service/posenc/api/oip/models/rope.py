@@ -2,8 +2,9 @@
 
 Input `position_ids` (INT64 or INT32, any shape) -> `cos`, `sin` of shape position_ids.shape +
 [width] (or the packed `cos_sin` [.., d] / `pairs` [.., d/2, 2] per the spec's packing) and, when
-asked for, `inv_freq` [d/2]. The spec is a `/v1` RoPE spec; flat keys that are not top-level
-RoPE fields go into `rope_scaling` (`rope_type`, `factor`, `original_max_position_embeddings`...).
+asked for, `inv_freq` [d/2]. The spec is a `/v1` RoPE spec; flat keys that are scaling fields
+(`rope_type`, `factor`, `original_max_position_embeddings`...) or close misspellings of one go
+into `rope_scaling`; any other unknown key is refused at the top level (`bogus: unknown field`).
 
 Multimodal RoPE: with `mrope_section` (three pair counts summing to d/2) and position ids whose
 leading axis is 3 (temporal, height, width), each frequency pair reads the angle of its axis:
@@ -85,11 +86,13 @@ SCALING_KEYS = flat_scaling_keys() | {"type"}
 """Flat keys that go into `rope_scaling`: every variant's fields (and the old `type`)."""
 
 
-def _top_level_typo(key: str) -> bool:
-    """Whether an unknown flat key is closest to a top-level field (`errors.closest`): a misspelt
-    `rope_thetaa` belongs at the top level, where the spec's own error names it, not inside
-    `rope_scaling`."""
-    return key not in SCALING_KEYS and closest(key, [*TOP_LEVEL, *SCALING_KEYS]) in TOP_LEVEL
+def _top_level_unknown(key: str) -> bool:
+    """Whether an unknown flat key is refused at the top level: one that is no `rope_scaling`
+    key nor close to one (`errors.closest`). A misspelt `rope_thetaa` and a `bogus` close to
+    nothing are named where the spec's own error names them (`rope_thetaa: unknown field; did
+    you mean 'rope_theta'?`, `bogus: unknown field`, as every other model says it), not inside
+    `rope_scaling`; a misspelt `factr` stays there (`rope_scaling.factr: ... 'factor'?`)."""
+    return key not in SCALING_KEYS and closest(key, [*TOP_LEVEL, *SCALING_KEYS]) not in SCALING_KEYS
 
 
 @dataclass(frozen=True)
@@ -125,8 +128,8 @@ def build_spec(parameters: dict[str, Any]) -> RopeRequest:
     for key, value in flat.items():
         if key in MROPE_KEYS:
             extras[key] = value
-        elif key in TOP_LEVEL or _top_level_typo(key):
-            base[key] = value  # a misspelt top-level field is refused (and named) there
+        elif key in TOP_LEVEL or _top_level_unknown(key):
+            base[key] = value  # an unknown top-level field is refused (and named) there
         else:
             scaling[key] = value
     if scaling.get("type") == "mrope" or scaling.get("rope_type") == "mrope":

@@ -77,9 +77,11 @@ async def infer(ctx: OipContext, request: InferRequest) -> InferResult:
     valid = _pairs(valid_t, "valid")
     style = spec.get("style")
     if grid is not None:
-        if style not in SIZE_FIELDS:
+        # a JSON list or object is no style (and unhashable: never a dict lookup before the check)
+        sizes = SIZE_FIELDS.get(style) if isinstance(style, str) else None
+        if sizes is None:
             raise bad_request(f"style must be one of {sorted(SIZE_FIELDS)}, got {style!r}")
-        spec.update(dict(zip(SIZE_FIELDS[style], grid[0], strict=True)))
+        spec.update(dict(zip(sizes, grid[0], strict=True)))
     specs: list[Sinusoidal2DSpec]
     if valid is not None:
         if style != "detr":
