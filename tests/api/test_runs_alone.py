@@ -139,3 +139,28 @@ def test_a_table_too_large_for_the_cache_at_the_response_limit_is_sent(fmt: str)
         budget = budget_of(handle)
         assert waiting.wait_for(lambda: budget.held == 0, PATIENCE)
         assert budget.peak <= budget.max_bytes
+
+
+def test_v2_rows_of_a_table_too_large_to_compute_whole_are_served() -> None:
+    """/v2 rope rows of a 64 MiB table: it fits a 512 MiB cache but is over the 16 MiB response
+    limit, and its computation (4 x 64 MiB) over the 32 MiB in-flight budget: the asked rows are
+    computed instead of the whole table (503 `overloaded` forever before), equal to the same
+    rows of the library's table."""
+    spec = {"kind": "rope", "head_dim": 128, "max_positions": 65536}
+    positions = [0, 1, 40000, 65535]
+    body = {
+        "inputs": [{"name": "position_ids", "shape": [4], "datatype": "INT64", "data": positions}],
+        "parameters": {"head_dim": 128, "max_positions": 65536},
+    }
+    settings = {**SMALL_SERVER, "cache_bytes": 512 * MiB}
+    with start_server(**settings, send_timeout_seconds=PATIENCE) as handle, handle.client() as c:
+        response = c.post("/v2/models/rope/infer", json=body)
+        assert response.status_code == 200, response.text[:300]
+        outputs = {o["name"]: o for o in response.json()["outputs"]}
+        table = compute(parse_spec(spec)).tensors
+        for name in ("cos", "sin"):
+            got = torch.tensor(outputs[name]["data"], dtype=torch.float32)
+            want = table[name][positions]
+            assert list(outputs[name]["shape"]) == list(want.shape), name
+            assert torch.equal(got.reshape(want.shape), want), name
+        assert waiting.wait_for(lambda: budget_of(handle).held == 0, PATIENCE)

@@ -271,6 +271,18 @@ class TableCache:
         # shield: a caller that disconnects must not cancel the computation others await
         return await asyncio.shield(flight), outcome
 
+    def can_compute(self, nbytes: int) -> bool:
+        """Whether a whole table of `nbytes` can be computed here for the request being served:
+        always without a budget; at most `max_alone_bytes`, since it then runs alone (`_charge`);
+        else when its working charge (`WORKING_FACTOR`, the largest) fits what the budget leaves
+        beside the request's own charges. A caller with another way to answer (`/v2` computing
+        only the asked rows) takes it otherwise: the whole table would be 503 forever."""
+        if self.budget is None:
+            return True
+        if self.max_alone_bytes is not None and nbytes <= self.max_alone_bytes:
+            return True
+        return max(WORKING_FACTOR.values()) * nbytes <= self.budget.room()
+
     def _charge(self, spec: SpecBase, ck: CacheKey) -> int:
         """What computing `spec` is charged to the in-flight budget: `WORKING_FACTOR` times its
         output bytes; when that is more than the budget leaves beside the asking request's own

@@ -104,12 +104,13 @@ class OipContext:
     """The app's decode-step templates (`oip.steps`; HTTP only)."""
 
     def _charge(self, into: list[Lease], nbytes: int) -> None:
-        # one request's charges are capped at the whole budget, as a computation's are: a
-        # request larger than that still runs, alone
+        # one request's charges are capped at what the budget leaves beside its own charges
+        # (its body's too: `InFlightBudget.room`), as a computation's are: a request larger than
+        # that still runs, alone (capped at the whole budget, the body's charge made it never fit)
         budget = self.cache.budget
         if budget is None:
             return
-        nbytes = min(nbytes, budget.max_bytes - self.charged)
+        nbytes = min(nbytes, budget.max_bytes - self.charged, budget.room())
         if nbytes <= 0:
             return
         into.append(budget.acquire(object(), nbytes))
@@ -146,8 +147,10 @@ class OipContext:
 
     def fits_cache(self, nbytes: int) -> bool:
         """Whether a whole table of `nbytes` can stay resident (else it would be recomputed for
-        every request, so rows are computed instead)."""
-        return nbytes <= self.cache.max_bytes
+        every request) and be computed beside this request's charges (`TableCache.can_compute`:
+        a table over `max_response_bytes` whose working memory is over the in-flight budget
+        would be 503 forever); else rows are computed instead."""
+        return nbytes <= self.cache.max_bytes and self.cache.can_compute(nbytes)
 
     def bind(self, spec: SpecBase, key: str) -> SpecBase:
         """`spec` (content key `key`) ready to compute: the uploaded weight table it names bound
