@@ -21,6 +21,7 @@ from typing import Any
 from transformers import AutoConfig
 
 from posenc.encodings import ConfigError
+from posenc.encodings.hf_config.classes import config_class, known_model_types
 
 CONFIGS = Path(__file__).resolve().parents[2] / "data" / "configs"
 N = 300
@@ -255,3 +256,18 @@ def hf_config(config: Mapping[str, Any]) -> Any:
 
 def _problem_fields(err: ConfigError) -> list[str]:
     return [p.field for p in err.problems]
+
+
+def nested_types() -> list[str]:
+    """Rotary model types whose config class keeps rope parameters per layer type."""
+    found = []
+    for model_type in known_model_types():
+        cls = config_class(model_type)
+        params = cls.defaults.get("rope_parameters") if cls is not None else None
+        if (
+            isinstance(params, dict)
+            and params
+            and all(v is None or isinstance(v, dict) for v in params.values())
+        ):
+            found.append(model_type)
+    return found

@@ -49,6 +49,7 @@ from posenc.encodings.hf_config.rope import RopeModel
 from tests.conftest import ServerHandle
 from tests.encodings.hf_config import released_sweep as released
 from tests.encodings.hf_config import rope_sweep as sweep
+from tests.encodings.hf_config import support
 from tests.encodings.hf_config.support import load
 
 
@@ -211,21 +212,7 @@ def test_phi3_su_without_its_own_original_length_is_refused(client: httpx.Client
     assert "su" in problem["message"], problem
 
 
-def _nested_types() -> list[str]:
-    found = []
-    for model_type in known_model_types():
-        facts = config_class(model_type)
-        params = facts.defaults.get("rope_parameters") if facts is not None else None
-        if (
-            isinstance(params, dict)
-            and params
-            and all(v is None or isinstance(v, dict) for v in params.values())
-        ):
-            found.append(model_type)
-    return found
-
-
-NESTED = _nested_types()
+NESTED = support.nested_types()
 
 
 def _same_rotation(a: sweep.Reference, b: sweep.Reference) -> bool:

@@ -30,7 +30,7 @@ from posenc.encodings.hf_config.models import MODEL_DEFAULTS
 from tests.conftest import ServerHandle
 from tests.encodings.hf_config import released_sweep as released
 from tests.encodings.hf_config import rope_sweep as sweep
-from tests.encodings.hf_config.test_extra_rope_keys import EXTRA_KEYS
+from tests.encodings.hf_config.test_extra_rope_keys import assert_hand_added_keys_unread
 
 
 def _convert_reads(model_type: str, key: str) -> bool:
@@ -183,21 +183,5 @@ def test_rope_scaling_beside_rope_parameters_is_refused(
 def test_a_mapped_class_without_rope_parameters_refuses_hand_added_rope_keys(
     client: httpx.Client, model_type: str
 ) -> None:
-    """test_extra_rope_keys.py's rule for the model types posenc maps: the answer with the
-    hand-added key is the answer without it, or a refusal."""
-    try:
-        base = released.default_config(model_type)
-    except sweep.UnbuildableError:
-        base = {"model_type": model_type}
-
-    def answer(config: dict[str, Any]) -> tuple[int, Any]:
-        response = client.post("/v1/resolve", json={"hf_config": config, "max_positions": 16})
-        assert response.status_code < 500, response.text
-        body = response.json()
-        return response.status_code, body.get("specs") if response.status_code == 200 else None
-
-    without = answer(base)
-    for key, extra in EXTRA_KEYS.items():
-        status, specs = answer({**copy.deepcopy(base), **extra})
-        if status == 200:
-            assert (status, specs) == without, f"{key}: served {specs} (without it: {without})"
+    """test_extra_rope_keys.py's rule for the model types posenc maps."""
+    assert_hand_added_keys_unread(client, model_type)

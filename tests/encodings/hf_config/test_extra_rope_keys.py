@@ -31,6 +31,7 @@ from posenc.encodings.hf_config.models import MODEL_DEFAULTS
 from tests.conftest import ServerHandle
 from tests.encodings.hf_config import released_sweep as released
 from tests.encodings.hf_config import rope_sweep as sweep
+from tests.encodings.hf_config import support
 
 EXTRA_KEYS: dict[str, dict[str, Any]] = {
     "rope_parameters": {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}},
@@ -63,21 +64,6 @@ def _no_rope_types() -> list[str]:
     return found
 
 
-def _nested_types() -> list[str]:
-    """Rotary model types whose config class keeps rope parameters per layer type."""
-    found = []
-    for model_type in known_model_types():
-        cls = config_class(model_type)
-        params = cls.defaults.get("rope_parameters") if cls is not None else None
-        if (
-            isinstance(params, dict)
-            and params
-            and all(v is None or isinstance(v, dict) for v in params.values())
-        ):
-            found.append(model_type)
-    return found
-
-
 def _partial_types() -> list[str]:
     """Rotary model types with a `__post_init__` partial_rotary_factor (the generated data)."""
     return [
@@ -88,7 +74,7 @@ def _partial_types() -> list[str]:
 
 
 NO_ROPE = _no_rope_types()
-NESTED = _nested_types()
+NESTED = support.nested_types()
 PARTIAL = _partial_types()
 
 
@@ -99,10 +85,10 @@ def test_the_sweeps_find_the_cases() -> None:
     assert {"glm", "nemotron", "qwen3_next", "persimmon"} <= set(PARTIAL), PARTIAL
 
 
-@pytest.mark.parametrize("model_type", NO_ROPE)
-def test_a_class_without_rope_parameters_refuses_hand_added_rope_keys(
-    client: httpx.Client, model_type: str
-) -> None:
+def assert_hand_added_keys_unread(client: httpx.Client, model_type: str) -> None:
+    """The class-default config with each of `EXTRA_KEYS` added: the model does not read them,
+    so the answer is the answer without them (a composite's text model keeps its tables), or a
+    refusal."""
     try:
         base = released.default_config(model_type)
     except sweep.UnbuildableError:
@@ -114,13 +100,18 @@ def test_a_class_without_rope_parameters_refuses_hand_added_rope_keys(
         body = response.json()
         return response.status_code, body.get("specs") if response.status_code == 200 else None
 
-    # the model does not read the keys: the answer with them is the answer without them (a
-    # composite's text model keeps its tables), or a refusal
     without = answer(base)
     for key, extra in EXTRA_KEYS.items():
         status, specs = answer({**copy.deepcopy(base), **extra})
         if status == 200:
             assert (status, specs) == without, f"{key}: served {specs} (without it: {without})"
+
+
+@pytest.mark.parametrize("model_type", NO_ROPE)
+def test_a_class_without_rope_parameters_refuses_hand_added_rope_keys(
+    client: httpx.Client, model_type: str
+) -> None:
+    assert_hand_added_keys_unread(client, model_type)
 
 
 @pytest.mark.parametrize("model_type", NESTED)
