@@ -17,7 +17,12 @@ Per model_type of `CONFIG_MAPPING_NAMES` (its config class):
   keys no field names) and `rope_type` its `default_rope_type` when that is not "default" (the
   axial models), `partial_rotary_factor` where `__post_init__` supplies one no field declares
   (`_post_init_partial`), `head_dim_scale` k where `__post_init__` derives head_dim = k *
-  hidden_size // num_attention_heads when the file gives none (Zamba2: 2);
+  hidden_size // num_attention_heads when the file gives none (Zamba2: 2),
+  `unread_top_level` the top-level rope keys the class does not read (`_unread_top_level`:
+  Laguna's, Mellum's no-op `convert_rope_params_to_dict`; Apertus' rope_theta beside a default
+  `rope_parameters` that has one) and `default_partial_unread` the layer types ("" for one
+  table) whose rotary module's `compute_default_rope_parameters` ignores `partial_rotary_factor`
+  (`_default_partial_unread`: Llama's `dim = head_dim`);
 - `text_config_defaults`: for a composite class that lays its text sub-config's init kwargs under
   the file's `text_config` (Voxtral Realtime), those of `KEYS`.
 
@@ -185,6 +190,110 @@ def _post_init_partial(cls: type, fields: set[str]) -> float | None:
     return float(value) if isinstance(value, (int, float)) else None
 
 
+PROBE_THETA = 12345.0
+PROBE_FACTOR = 0.375
+PROBE_SCALING = {"rope_type": "linear", "factor": 8.0}
+
+
+def _rope_dicts(params: Any) -> list[dict[str, Any]]:
+    """The rope parameter dicts of a config's `rope_parameters`: itself when flat, else each
+    layer type's."""
+    if not isinstance(params, dict):
+        return []
+    if all(v is None or isinstance(v, dict) for v in params.values()) and params:
+        return [v for v in params.values() if isinstance(v, dict)]
+    return [params]
+
+
+def _reads(cls: type, key: str, **given: Any) -> bool:
+    """Whether `cls(**given, key=probe)` carries the probe value into its rope parameters as
+    transformers' own reading does (`convert_rope_params_to_dict` + `standardize_rope_params`:
+    a rope_scaling dict read is one with rope_theta filled in); a class that raises for it does
+    not read it either."""
+    probe: Any = {"rope_theta": PROBE_THETA, "partial_rotary_factor": PROBE_FACTOR}.get(key)
+    if key == "rope_scaling":
+        probe = dict(PROBE_SCALING)
+    try:
+        dicts = _rope_dicts(cls(**given, **{key: probe}).rope_parameters)  # type: ignore[attr-defined]
+    except Exception:
+        return False
+    if key == "rope_scaling":
+        return any(
+            d.get("factor") == 8.0 and d.get("rope_type") == "linear" and "rope_theta" in d
+            for d in dicts
+        )
+    return any(d.get(key) == probe for d in dicts)
+
+
+def _unread_top_level(cls: type) -> dict[str, list[str]] | None:
+    """The top-level rope keys (`rope_theta`, `partial_rotary_factor`, `rope_scaling`) a
+    config.json gives that the class does not read (`cls(key=probe)` leaves its rope parameters
+    without the probe value): under "alone" without a `rope_parameters` in the file (a no-op
+    `convert_rope_params_to_dict`: Laguna, Mellum, ZAYA, ...; or a class whose default
+    `rope_parameters` already has the key: Apertus' rope_theta), under "beside_parameters" with
+    the class's default `rope_parameters` less that key (only a no-op conversion ignores it
+    there). None when the class reads every key."""
+    try:
+        default = cls().rope_parameters  # type: ignore[attr-defined]
+    except Exception:
+        return None
+    alone = [k for k in ("partial_rotary_factor", "rope_scaling", "rope_theta") if not _reads(cls, k)]
+    beside = []
+    for key in ("partial_rotary_factor", "rope_theta"):
+        if not isinstance(default, dict) or not default:
+            break
+        params = json.loads(json.dumps(default))
+        for d in _rope_dicts(params):
+            d.pop(key, None)
+        if not _reads(cls, key, rope_parameters=params):
+            beside.append(key)
+    if not alone and not beside:
+        return None
+    return {"alone": alone, "beside_parameters": beside}
+
+
+def _default_partial_unread(cls: type) -> list[str] | None:
+    """The layer types ("" for a class with one table) whose rotary module computes the default
+    RoPE without reading `partial_rotary_factor`: the text `*RotaryEmbedding` of the class's
+    modeling module (`rope_sweep._text_rotary_class`) gives as many inverse frequencies from
+    `compute_default_rope_parameters` at factor 0.5 as at 1.0 (Llama, Mistral, Qwen 2/3, Gemma,
+    ...: `dim = head_dim`; Phi-3, GLM, StableLM read it). None when none ignores it or the module
+    cannot be probed."""
+    from tests.encodings.hf_config import rope_sweep
+
+    try:
+        default = cls().rope_parameters  # type: ignore[attr-defined]
+        rotary = rope_sweep._text_rotary_class(rope_sweep._modeling_module(cls()), cls())
+    except Exception:
+        return None
+    compute = getattr(rotary, "compute_default_rope_parameters", None)
+    if compute is None or not isinstance(default, dict) or not default:
+        return None
+    nested = all(v is None or isinstance(v, dict) for v in default.values())
+    layer_types = [k for k, v in default.items() if v is not None] if nested else [""]
+    unread = []
+    for layer_type in layer_types:
+        widths = set()
+        for factor in (0.5, 1.0):
+            params = json.loads(json.dumps(default))
+            one = params[layer_type] if layer_type else params
+            for k in [k for k in one if k not in ("rope_theta",)]:
+                one.pop(k)
+            one.update(rope_type="default", partial_rotary_factor=factor)
+            one.setdefault("rope_theta", 10000.0)
+            try:
+                config = cls(rope_parameters=params)  # type: ignore[call-arg]
+                kwargs = {"layer_type": layer_type} if layer_type else {}
+                inv_freq = compute(config, **kwargs)[0]
+            except Exception:
+                break
+            widths.add(int(inv_freq.shape[-1]))
+        else:
+            if len(widths) == 1:
+                unread.append(layer_type)
+    return sorted(unread) or None
+
+
 def class_facts(cls: type) -> dict[str, Any]:
     """`attribute_map` and the defaults of `KEYS` of one config class."""
     fields = {f.name: f for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else {}
@@ -219,6 +328,12 @@ def class_facts(cls: type) -> dict[str, Any]:
         rope_type = getattr(cls, "default_rope_type", "default")
         if rope_type != "default":
             defaults["rope_type"] = rope_type
+        unread = _unread_top_level(cls)
+        if unread is not None:
+            defaults["unread_top_level"] = unread
+        partial_unread = _default_partial_unread(cls)
+        if partial_unread is not None:
+            defaults["default_partial_unread"] = partial_unread
     facts: dict[str, Any] = {"class": cls.__name__}
     if aliases:
         facts["attribute_map"] = dict(sorted(aliases.items()))

@@ -18,7 +18,7 @@ from typing import Any
 
 from posenc.encodings.config_values import check_number, fail
 from posenc.encodings.errors import did_you_mean
-from posenc.encodings.hf_config.classes import known_model_types
+from posenc.encodings.hf_config.classes import config_class, known_model_types
 from posenc.encodings.hf_config.view import ConfigView, Entry, head_dim, max_positions
 from posenc.encodings.rope.variants import VARIANTS, HfRopeParams
 
@@ -202,8 +202,20 @@ class RopeModel:
         """(key prefix, {layer_type or None: raw rope parameters}) from the v5 or v4 shape."""
         if view.has("rope_parameters"):
             name, params = "rope_parameters", view.data["rope_parameters"]
+            if isinstance(params, Mapping):
+                refuse_unread_top_level(view, "beside_parameters", params, "the file's")
         elif view.has("rope_scaling"):
             name, params = "rope_scaling", view.data["rope_scaling"]
+            if "rope_scaling" in unread_top_level(view, "alone") and ignores_v4_keys(view):
+                fail(
+                    view.key("rope_scaling"),
+                    f"model_type {view.model_type!r}: {class_name(view)}."
+                    "convert_rope_params_to_dict does not convert v4 rope_scaling (it keeps "
+                    "it as a flat rope_parameters without rope_theta, and the rotary module "
+                    "reads rope_parameters[layer_type]: KeyError); give rope_parameters "
+                    "nested by layer type",
+                    view.data["rope_scaling"],
+                )
         elif self.default_parameters is not None:
             name, params = "rope_parameters", dict(self.default_parameters)
         elif (found := view.class_default("rope_parameters")) is not None:
@@ -258,7 +270,13 @@ class RopeModel:
         (they are read from there), recorded in `view.applied`."""
         if not isinstance(params, Mapping):
             return params
-        top = {k for k in ("rope_theta", "partial_rotary_factor") if view.data.get(k) is not None}
+        refuse_unread_top_level(view, "alone", params, "the class's default")
+        unread = unread_top_level(view, "alone")
+        top = {
+            k
+            for k in ("rope_theta", "partial_rotary_factor")
+            if view.data.get(k) is not None and k not in unread
+        }
         nested = all(v is None or isinstance(v, Mapping) for v in params.values())
         if nested:
             params = {
@@ -363,6 +381,8 @@ class RopeModel:
         if fraction is None:
             where = view.key("partial_rotary_factor")
             fraction = view.data.get("partial_rotary_factor")
+        if fraction is not None:
+            self.refuse_unread_partial(view, params, key, where, fraction)
         if fraction is None:
             where, fraction = self.rotary_fraction(view)
         if fraction is None:
@@ -390,6 +410,33 @@ class RopeModel:
                 fraction,
             )
         return dim
+
+    def refuse_unread_partial(
+        self, view: ConfigView, params: Mapping[str, Any], key: str, where: str, fraction: Any
+    ) -> None:
+        """Refuse a file's partial_rotary_factor other than 1 with the default RoPE where the
+        model's rotary module ignores it (`default_partial_unread` of the class data, probed from
+        its `compute_default_rope_parameters`: Llama's, Mistral's, Qwen 3's, Gemma's `dim =
+        head_dim`): transformers rotates the whole head, so neither the partial table asked for
+        nor the full one is what the file means (the scaled rope types' init functions in
+        `modeling_rope_utils` do read the factor)."""
+        found = view.class_default("default_partial_unread")
+        last = key.rsplit(".", 1)[-1]
+        layer = "" if last in ("rope_parameters", "rope_scaling") else last
+        if found is None or layer not in found[1]:
+            return
+        if self.rope_type(params, key) != "default":
+            return
+        if check_number(where, fraction) == 1:
+            return
+        fail(
+            where,
+            f"not read by model_type {view.model_type!r} with the default RoPE: its rotary "
+            "module's compute_default_rope_parameters uses dim = head_dim and ignores "
+            "partial_rotary_factor, so transformers rotates the whole head; leave it out (or "
+            "1.0) for the model's table",
+            fraction,
+        )
 
     def rotary_fraction(self, view: ConfigView) -> tuple[str, Any]:
         """(config key, value) of a family's own rotary fraction key; value None without one."""
@@ -507,6 +554,60 @@ class RopeModel:
         if view.known("qk_rope_head_dim"):
             return mla_notes(view, notes, interleaved)
         return {}
+
+
+def unread_top_level(view: ConfigView, group: str) -> list[str]:
+    """The top-level rope keys the model's config class does not read, `group` "alone" (the file
+    has no rope_parameters) or "beside_parameters" (class data `unread_top_level`, probed from
+    the class: a no-op `convert_rope_params_to_dict`, a default rope_parameters that already
+    holds the key)."""
+    found = view.class_default("unread_top_level")
+    if found is None or not isinstance(found[1], Mapping):
+        return []
+    return [str(k) for k in found[1].get(group, [])]
+
+
+def ignores_v4_keys(view: ConfigView) -> bool:
+    """The config class reads none of the v4 rope keys (`convert_rope_params_to_dict` returns
+    them untouched: Laguna, Mellum, ZAYA, DiffusionGemma, Beam, ...)."""
+    alone = set(unread_top_level(view, "alone"))
+    beside = set(unread_top_level(view, "beside_parameters"))
+    return {"rope_theta", "partial_rotary_factor", "rope_scaling"} <= alone and {
+        "rope_theta",
+        "partial_rotary_factor",
+    } <= beside
+
+
+def class_name(view: ConfigView) -> str:
+    cls = config_class(view.model_type)
+    return cls.name if cls is not None else view.model_type
+
+
+def refuse_unread_top_level(
+    view: ConfigView, group: str, params: Mapping[str, Any], whose: str
+) -> None:
+    """Refuse a top-level rope_theta / partial_rotary_factor the config class does not read
+    (`unread_top_level`) unless it equals what transformers uses from `params` (the rope
+    parameters it reads instead, each layer type's; a missing factor is 1.0): Laguna's
+    rope_theta 1e6 is served at its class default 5e5 by transformers."""
+    unread = unread_top_level(view, group)
+    nested = bool(params) and all(v is None or isinstance(v, Mapping) for v in params.values())
+    dicts = [v for v in params.values() if isinstance(v, Mapping)] if nested else [params]
+    for name in ("rope_theta", "partial_rotary_factor"):
+        value = view.data.get(name)
+        if value is None or name not in unread:
+            continue
+        value = check_number(view.key(name), value)
+        used = [d.get(name, 1.0 if name == "partial_rotary_factor" else None) for d in dicts]
+        if dicts and all(u == value for u in used):
+            continue  # what the model uses anyway: harmless
+        fail(
+            view.key(name),
+            f"not read by model_type {view.model_type!r}: {class_name(view)} takes it from "
+            f"{whose} rope_parameters ({', '.join(sorted({repr(u) for u in used})) or 'none'}), "
+            "never from the top level; give it inside rope_parameters",
+            value,
+        )
 
 
 def original_length(
