@@ -97,6 +97,7 @@ class RopeModel:
     def entries(self, view: ConfigView) -> list[Entry]:
         """One `rope` entry per layer type with rope parameters (one entry when not nested)."""
         key, layers = self.layers(view)
+        refuse_unread_top_level(view, layers)
         nested = list(layers) != [None]
         declared = self.declared_layer_types(view)
         if nested and declared:
@@ -202,18 +203,16 @@ class RopeModel:
         """(key prefix, {layer_type or None: raw rope parameters}) from the v5 or v4 shape."""
         if view.has("rope_parameters"):
             name, params = "rope_parameters", view.data["rope_parameters"]
-            if isinstance(params, Mapping):
-                refuse_unread_top_level(view, "beside_parameters", params, "the file's")
         elif view.has("rope_scaling"):
             name, params = "rope_scaling", view.data["rope_scaling"]
-            if "rope_scaling" in unread_top_level(view, "alone") and ignores_v4_keys(view):
+            if "rope_scaling" in unread_top_level(view, "alone"):
                 fail(
                     view.key("rope_scaling"),
-                    f"model_type {view.model_type!r}: {class_name(view)}."
-                    "convert_rope_params_to_dict does not convert v4 rope_scaling (it keeps "
-                    "it as a flat rope_parameters without rope_theta, and the rotary module "
-                    "reads rope_parameters[layer_type]: KeyError); give rope_parameters "
-                    "nested by layer type",
+                    f"not read by model_type {view.model_type!r}: {class_name(view)} does not "
+                    "convert a v4 rope_scaling into rope parameters (Mellum's no-op "
+                    "convert_rope_params_to_dict keeps it flat without rope_theta, and its "
+                    "rotary module raises KeyError; ESM's rotary module reads rope_theta "
+                    "only); give rope_parameters as the class keeps them",
                     view.data["rope_scaling"],
                 )
         elif self.default_parameters is not None:
@@ -270,7 +269,6 @@ class RopeModel:
         (they are read from there), recorded in `view.applied`."""
         if not isinstance(params, Mapping):
             return params
-        refuse_unread_top_level(view, "alone", params, "the class's default")
         unread = unread_top_level(view, "alone")
         top = {
             k
@@ -567,32 +565,22 @@ def unread_top_level(view: ConfigView, group: str) -> list[str]:
     return [str(k) for k in found[1].get(group, [])]
 
 
-def ignores_v4_keys(view: ConfigView) -> bool:
-    """The config class reads none of the v4 rope keys (`convert_rope_params_to_dict` returns
-    them untouched: Laguna, Mellum, ZAYA, DiffusionGemma, Beam, ...)."""
-    alone = set(unread_top_level(view, "alone"))
-    beside = set(unread_top_level(view, "beside_parameters"))
-    return {"rope_theta", "partial_rotary_factor", "rope_scaling"} <= alone and {
-        "rope_theta",
-        "partial_rotary_factor",
-    } <= beside
-
-
 def class_name(view: ConfigView) -> str:
     cls = config_class(view.model_type)
     return cls.name if cls is not None else view.model_type
 
 
 def refuse_unread_top_level(
-    view: ConfigView, group: str, params: Mapping[str, Any], whose: str
+    view: ConfigView, layers: Mapping[str | None, Mapping[str, Any] | None]
 ) -> None:
     """Refuse a top-level rope_theta / partial_rotary_factor the config class does not read
-    (`unread_top_level`) unless it equals what transformers uses from `params` (the rope
-    parameters it reads instead, each layer type's; a missing factor is 1.0): Laguna's
-    rope_theta 1e6 is served at its class default 5e5 by transformers."""
+    (`unread_top_level`: "beside_parameters" when the file has rope_parameters, else "alone")
+    unless it equals what the model uses in every layer type's rope parameters (`layers`, as
+    the family reads them; a missing factor is 1.0): Laguna's rope_theta 1e6 is served at the
+    class default 5e5 by transformers, Apertus' at 12e6."""
+    group = "beside_parameters" if view.has("rope_parameters") else "alone"
     unread = unread_top_level(view, group)
-    nested = bool(params) and all(v is None or isinstance(v, Mapping) for v in params.values())
-    dicts = [v for v in params.values() if isinstance(v, Mapping)] if nested else [params]
+    dicts = [params for params in layers.values() if params is not None]
     for name in ("rope_theta", "partial_rotary_factor"):
         value = view.data.get(name)
         if value is None or name not in unread:
@@ -601,6 +589,7 @@ def refuse_unread_top_level(
         used = [d.get(name, 1.0 if name == "partial_rotary_factor" else None) for d in dicts]
         if dicts and all(u == value for u in used):
             continue  # what the model uses anyway: harmless
+        whose = "the file's" if group == "beside_parameters" else "the class's default"
         fail(
             view.key(name),
             f"not read by model_type {view.model_type!r}: {class_name(view)} takes it from "
