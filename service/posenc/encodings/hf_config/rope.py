@@ -574,11 +574,17 @@ def refuse_unread_top_level(
     view: ConfigView, layers: Mapping[str | None, Mapping[str, Any] | None]
 ) -> None:
     """Refuse a top-level rope_theta / partial_rotary_factor the config class does not read
-    (`unread_top_level`: "beside_parameters" when the file has rope_parameters, else "alone")
+    (`unread_top_level`: "beside_parameters" when the file has rope_parameters, "alone" when it
+    has no rope_scaling either)
     unless it equals what the model uses in every layer type's rope parameters (`layers`, as
     the family reads them; a missing factor is 1.0): Laguna's rope_theta 1e6 is served at the
     class default 5e5 by transformers, Apertus' at 12e6."""
-    group = "beside_parameters" if view.has("rope_parameters") else "alone"
+    if view.has("rope_parameters"):
+        group = "beside_parameters"
+    elif view.has("rope_scaling"):
+        return  # the v4 dict takes the top-level keys (`convert_rope_params_to_dict`)
+    else:
+        group = "alone"
     unread = unread_top_level(view, group)
     dicts = [params for params in layers.values() if params is not None]
     for name in ("rope_theta", "partial_rotary_factor"):
