@@ -97,13 +97,13 @@ class RopeModel:
     def entries(self, view: ConfigView) -> list[Entry]:
         """One `rope` entry per layer type with rope parameters (one entry when not nested)."""
         key, layers = self.layers(view)
-        refuse_unread_top_level(view, layers)
         nested = list(layers) != [None]
         declared = self.declared_layer_types(view)
         if nested and declared:
             # Only layer types the model's layers use, in the order they first appear
             # (transformers builds one rotary table per type in set(config.layer_types)).
             layers = {t: layers[t] for t in dict.fromkeys(declared) if t in layers}
+        refuse_unread_top_level(view, layers)
         length = max_positions(view)
         interleaved = self.interleaved(view)
         nope = self.nope_layers(view)
@@ -205,11 +205,14 @@ class RopeModel:
             name, params = "rope_parameters", view.data["rope_parameters"]
         elif view.has("rope_scaling"):
             name, params = "rope_scaling", view.data["rope_scaling"]
-            if "rope_scaling" in unread_top_level(view, "alone"):
+            scaling = view.data["rope_scaling"]
+            flat = isinstance(scaling, Mapping) and any(k in SCALAR_ROPE_KEYS for k in scaling)
+            if flat and "rope_scaling" in unread_top_level(view, "alone"):
+                # (a rope_scaling nested by layer type is taken as rope_parameters)
                 fail(
                     view.key("rope_scaling"),
                     f"not read by model_type {view.model_type!r}: {class_name(view)} does not "
-                    "convert a v4 rope_scaling into rope parameters (Mellum's no-op "
+                    "convert a flat v4 rope_scaling into rope parameters (Mellum's no-op "
                     "convert_rope_params_to_dict keeps it flat without rope_theta, and its "
                     "rotary module raises KeyError; ESM's rotary module reads rope_theta "
                     "only); give rope_parameters as the class keeps them",
@@ -576,8 +579,9 @@ def refuse_unread_top_level(
     """Refuse a top-level rope_theta / partial_rotary_factor the config class does not read
     (`unread_top_level`: "beside_parameters" when the file has rope_parameters, "alone" when it
     has no rope_scaling either)
-    unless it equals what the model uses in every layer type's rope parameters (`layers`, as
-    the family reads them; a missing factor is 1.0): Laguna's rope_theta 1e6 is served at the
+    unless it equals what the model uses in one of its layer types' rope parameters (`layers`,
+    as the family reads them; a missing factor is 1.0: a v4 file's rope_theta of ModernBERT's
+    full layers): Laguna's rope_theta 1e6 is served at the
     class default 5e5 by transformers, Apertus' at 12e6."""
     if view.has("rope_parameters"):
         group = "beside_parameters"
@@ -593,8 +597,8 @@ def refuse_unread_top_level(
             continue
         value = check_number(view.key(name), value)
         used = [d.get(name, 1.0 if name == "partial_rotary_factor" else None) for d in dicts]
-        if dicts and all(u == value for u in used):
-            continue  # what the model uses anyway: harmless
+        if any(u == value for u in used):
+            continue  # a value the model uses anyway (a v4 file's base of its full layers)
         whose = "the file's" if group == "beside_parameters" else "the class's default"
         fail(
             view.key(name),
