@@ -22,6 +22,11 @@ Per model_type of `CONFIG_MAPPING_NAMES` (its config class):
   `per_layer_config` from a `global_head_dim` kwarg (`_global_head_dim`: Gemma 4's family),
   `layer_types_pattern` where it derives `layer_types` from a `sliding_window_pattern` when
   the file gives none (`_layer_types_pattern`: Cohere 2, EXAONE 4, Gemma 3);
+  `unread_top_level` the top-level rope keys the class does not read (`_unread_top_level`:
+  Laguna's, Mellum's no-op `convert_rope_params_to_dict`; Apertus' rope_theta beside a default
+  `rope_parameters` that has one) and `default_partial_unread` the layer types ("" for one
+  table) whose rotary module's `compute_default_rope_parameters` ignores `partial_rotary_factor`
+  (`_default_partial_unread`: Llama's `dim = head_dim`);
 - `text_config_defaults`: for a composite class that lays its text sub-config's init kwargs under
   the file's `text_config` (Voxtral Realtime), those of `KEYS`.
 
@@ -256,6 +261,143 @@ def _layer_types_pattern(cls: type) -> dict[str, Any] | None:
     return None
 
 
+PROBE_THETA = 12345.0
+PROBE_FACTOR = 0.375
+PROBE_SCALING = {"rope_type": "linear", "factor": 8.0}
+
+
+def _rope_dicts(params: Any) -> list[dict[str, Any]]:
+    """The rope parameter dicts of a config's `rope_parameters`: itself when flat, else each
+    layer type's."""
+    if not isinstance(params, dict):
+        return []
+    if all(v is None or isinstance(v, dict) for v in params.values()) and params:
+        return [v for v in params.values() if isinstance(v, dict)]
+    return [params]
+
+
+def _reads(cls: type, key: str, **given: Any) -> bool:
+    """Whether `cls(**given, key=probe)` carries the probe value into its rope parameters as
+    transformers' own reading does (`convert_rope_params_to_dict` + `standardize_rope_params`:
+    a rope_scaling dict read is one with rope_theta filled in). A class that raises for the
+    value does not ignore it silently (Phi-3's validation of a linear rope_scaling): read; a
+    class without rope parameters reads its own fields (ESM's `config.rope_theta`)."""
+    probe: Any = {"rope_theta": PROBE_THETA, "partial_rotary_factor": PROBE_FACTOR}.get(key)
+    if key == "rope_scaling":
+        probe = dict(PROBE_SCALING)
+    try:
+        config = cls(**given, **{key: probe})
+    except Exception:
+        return True
+    if not hasattr(config, "rope_parameters"):
+        fields = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else ()
+        return key in fields
+    dicts = _rope_dicts(config.rope_parameters)
+    if key == "rope_scaling":
+        return any(
+            d.get("factor") == 8.0 and d.get("rope_type") == "linear" and "rope_theta" in d
+            for d in dicts
+        )
+    return any(d.get(key) == probe for d in dicts)
+
+
+def _unread_top_level(cls: type) -> dict[str, list[str]] | None:
+    """The top-level rope keys (`rope_theta`, `partial_rotary_factor`, `rope_scaling`) a
+    config.json gives that the class does not read (`cls(key=probe)` leaves its rope parameters
+    without the probe value): under "alone" without a `rope_parameters` in the file (a no-op
+    `convert_rope_params_to_dict`: Laguna, Mellum, ZAYA, ...; or a class whose default
+    `rope_parameters` already has the key: Apertus' rope_theta), under "beside_parameters" with
+    the class's default `rope_parameters` less that key (only a no-op conversion ignores it
+    there). None when the class reads every key."""
+    try:
+        default = getattr(cls(), "rope_parameters", None)
+    except Exception:
+        return None
+    alone = [
+        k for k in ("partial_rotary_factor", "rope_scaling", "rope_theta") if not _reads(cls, k)
+    ]
+    beside = []
+    for key in ("partial_rotary_factor", "rope_theta"):
+        if not isinstance(default, dict) or not default:
+            break
+        params = json.loads(json.dumps(default))
+        for d in _rope_dicts(params):
+            d.pop(key, None)
+        if not _reads(cls, key, rope_parameters=params):
+            beside.append(key)
+    if not alone and not beside:
+        return None
+    return {"alone": alone, "beside_parameters": beside}
+
+
+def _inv_freq(rotary: Any, compute: Any, config: Any, layer_type: str) -> Any:
+    """The inverse frequencies the rotary module builds for `layer_type` ("" for its one
+    table): its `{layer_type}_inv_freq` / `inv_freq` buffer (what the model runs: Gemma 4's
+    module reads each layer type's head_dim), else `compute_default_rope_parameters`."""
+    try:
+        module = rotary(config=config)
+    except Exception:
+        module = None
+    name = f"{layer_type}_inv_freq" if layer_type else "inv_freq"
+    buffers = dict(module.named_buffers()) if module is not None else {}
+    if name in buffers:
+        return buffers[name]
+    if compute is None:
+        raise LookupError(f"{rotary.__name__} has no {name} buffer")
+    kwargs = {"layer_type": layer_type} if layer_type else {}
+    return compute(config, **kwargs)[0]
+
+
+def _default_partial_unread(cls: type) -> list[str] | None:
+    """The layer types ("" for a class with one table) whose rotary module computes the default
+    RoPE without reading `partial_rotary_factor`: the text `*RotaryEmbedding` of the class's
+    modeling module (`rope_sweep._text_rotary_class`) gives as many inverse frequencies from
+    `compute_default_rope_parameters` at factor 0.5 as at 1.0, the same buffer (Llama,
+    Mistral, Qwen 2/3, Gemma, ...: `dim = head_dim`; Phi-3, GLM, StableLM read it). None
+    when none ignores it or the module cannot be probed. The module's own buffers are
+    compared (`_inv_freq`), so that a module computing from its layer type's sizes (Gemma 4's
+    full-attention layers) is probed as it runs."""
+    from tests.encodings.hf_config import rope_sweep
+
+    try:
+        default = cls().rope_parameters  # type: ignore[attr-defined]
+        module = rope_sweep._modeling_module(cls())
+    except Exception:
+        return None
+    try:
+        rotary = rope_sweep._text_rotary_class(module, cls())
+    except Exception:
+        # an audio/speech config configuring a 1-D rotary of its own (`rope_sweep._own_rotary`)
+        own = rope_sweep._own_rotary(module, cls())
+        if own is None:
+            return None
+        rotary = own[0]
+    compute = getattr(rotary, "compute_default_rope_parameters", None)
+    if not isinstance(default, dict) or not default:
+        return None
+    nested = all(v is None or isinstance(v, dict) for v in default.values())
+    layer_types = [k for k, v in default.items() if v is not None] if nested else [""]
+    unread = []
+    for layer_type in layer_types:
+        tables = []
+        for factor in (0.5, 1.0):
+            params = json.loads(json.dumps(default))
+            one = params[layer_type] if layer_type else params
+            for k in [k for k in one if k != "rope_theta"]:
+                one.pop(k)
+            one.update(rope_type="default", partial_rotary_factor=factor)
+            one.setdefault("rope_theta", 10000.0)
+            try:
+                config = cls(rope_parameters=params)  # type: ignore[call-arg]
+                tables.append(_inv_freq(rotary, compute, config, layer_type))
+            except Exception:
+                break
+        same = len(tables) == 2 and tables[0].shape == tables[1].shape
+        if same and bool((tables[0] == tables[1]).all()):
+            unread.append(layer_type)
+    return sorted(unread) or None
+
+
 def class_facts(cls: type) -> dict[str, Any]:
     """`attribute_map` and the defaults of `KEYS` of one config class."""
     fields = {f.name: f for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else {}
@@ -297,6 +439,12 @@ def class_facts(cls: type) -> dict[str, Any]:
         rope_type = getattr(cls, "default_rope_type", "default")
         if rope_type != "default":
             defaults["rope_type"] = rope_type
+        unread = _unread_top_level(cls)
+        if unread is not None:
+            defaults["unread_top_level"] = unread
+        partial_unread = _default_partial_unread(cls)
+        if partial_unread is not None:
+            defaults["default_partial_unread"] = partial_unread
     facts: dict[str, Any] = {"class": cls.__name__}
     if aliases:
         facts["attribute_map"] = dict(sorted(aliases.items()))

@@ -18,7 +18,7 @@ from typing import Any
 
 from posenc.encodings.config_values import check_number, fail
 from posenc.encodings.errors import did_you_mean
-from posenc.encodings.hf_config.classes import known_model_types
+from posenc.encodings.hf_config.classes import config_class, known_model_types
 from posenc.encodings.hf_config.view import ConfigView, Entry, head_dim, max_positions
 from posenc.encodings.rope.variants import VARIANTS, HfRopeParams
 
@@ -124,6 +124,7 @@ class RopeModel:
             # Only layer types the model's layers use, in the order they first appear
             # (transformers builds one rotary table per type in set(config.layer_types)).
             layers = {t: layers[t] for t in dict.fromkeys(declared) if t in layers}
+        refuse_unread_top_level(view, layers)
         length = max_positions(view)
         interleaved = self.interleaved(view)
         nope = self.nope_layers(view)
@@ -226,6 +227,19 @@ class RopeModel:
             name, params = "rope_parameters", view.data["rope_parameters"]
         elif view.has("rope_scaling"):
             name, params = "rope_scaling", view.data["rope_scaling"]
+            scaling = view.data["rope_scaling"]
+            flat = isinstance(scaling, Mapping) and any(k in SCALAR_ROPE_KEYS for k in scaling)
+            if flat and "rope_scaling" in unread_top_level(view, "alone"):
+                # (a rope_scaling nested by layer type is taken as rope_parameters)
+                fail(
+                    view.key("rope_scaling"),
+                    f"not read by model_type {view.model_type!r}: {class_name(view)} does not "
+                    "convert a flat v4 rope_scaling into rope parameters (Mellum's no-op "
+                    "convert_rope_params_to_dict keeps it flat without rope_theta, and its "
+                    "rotary module raises KeyError; ESM's rotary module reads rope_theta "
+                    "only); give rope_parameters as the class keeps them",
+                    view.data["rope_scaling"],
+                )
         elif self.default_parameters is not None:
             name, params = "rope_parameters", dict(self.default_parameters)
         elif (found := view.class_default("rope_parameters")) is not None:
@@ -280,7 +294,12 @@ class RopeModel:
         (they are read from there), recorded in `view.applied`."""
         if not isinstance(params, Mapping):
             return params
-        top = {k for k in ("rope_theta", "partial_rotary_factor") if view.data.get(k) is not None}
+        unread = unread_top_level(view, "alone")
+        top = {
+            k
+            for k in ("rope_theta", "partial_rotary_factor")
+            if view.data.get(k) is not None and k not in unread
+        }
         nested = all(v is None or isinstance(v, Mapping) for v in params.values())
         if nested:
             params = {
@@ -397,6 +416,8 @@ class RopeModel:
         if fraction is None:
             where = view.key("partial_rotary_factor")
             fraction = view.data.get("partial_rotary_factor")
+        if fraction is not None:
+            self.refuse_unread_partial(view, params, key, where, fraction)
         if fraction is None:
             where, fraction = self.rotary_fraction(view)
         if fraction is None:
@@ -424,6 +445,33 @@ class RopeModel:
                 fraction,
             )
         return dim
+
+    def refuse_unread_partial(
+        self, view: ConfigView, params: Mapping[str, Any], key: str, where: str, fraction: Any
+    ) -> None:
+        """Refuse a file's partial_rotary_factor other than 1 with the default RoPE where the
+        model's rotary module ignores it (`default_partial_unread` of the class data, probed from
+        its `compute_default_rope_parameters`: Llama's, Mistral's, Qwen 3's, Gemma's `dim =
+        head_dim`): transformers rotates the whole head, so neither the partial table asked for
+        nor the full one is what the file means (the scaled rope types' init functions in
+        `modeling_rope_utils` do read the factor)."""
+        found = view.class_default("default_partial_unread")
+        last = key.rsplit(".", 1)[-1]
+        layer = "" if last in ("rope_parameters", "rope_scaling") else last
+        if found is None or layer not in found[1]:
+            return
+        if self.rope_type(params, key) != "default":
+            return
+        if check_number(where, fraction) == 1:
+            return
+        fail(
+            where,
+            f"not read by model_type {view.model_type!r} with the default RoPE: its rotary "
+            "module's compute_default_rope_parameters uses dim = head_dim and ignores "
+            "partial_rotary_factor, so transformers rotates the whole head; leave it out (or "
+            "1.0) for the model's table",
+            fraction,
+        )
 
     def rotary_fraction(self, view: ConfigView) -> tuple[str, Any]:
         """(config key, value) of a family's own rotary fraction key; value None without one."""
@@ -578,6 +626,58 @@ class RopeModel:
 STANDARDIZED_ORIGINAL = ("llama3", "yarn", "longrope")
 """The rope_types whose `original_max_position_embeddings` transformers'
 `standardize_rope_params` fills in (`modeling_rope_utils.py`)."""
+
+
+def unread_top_level(view: ConfigView, group: str) -> list[str]:
+    """The top-level rope keys the model's config class does not read, `group` "alone" (the file
+    has no rope_parameters) or "beside_parameters" (class data `unread_top_level`, probed from
+    the class: a no-op `convert_rope_params_to_dict`, a default rope_parameters that already
+    holds the key)."""
+    found = view.class_default("unread_top_level")
+    if found is None or not isinstance(found[1], Mapping):
+        return []
+    return [str(k) for k in found[1].get(group, [])]
+
+
+def class_name(view: ConfigView) -> str:
+    cls = config_class(view.model_type)
+    return cls.name if cls is not None else view.model_type
+
+
+def refuse_unread_top_level(
+    view: ConfigView, layers: Mapping[str | None, Mapping[str, Any] | None]
+) -> None:
+    """Refuse a top-level rope_theta / partial_rotary_factor the config class does not read
+    (`unread_top_level`: "beside_parameters" when the file has rope_parameters, "alone" when it
+    has no rope_scaling either)
+    unless it equals what the model uses in one of its layer types' rope parameters (`layers`,
+    as the family reads them; a missing factor is 1.0: a v4 file's rope_theta of ModernBERT's
+    full layers): Laguna's rope_theta 1e6 is served at the
+    class default 5e5 by transformers, Apertus' at 12e6."""
+    if view.has("rope_parameters"):
+        group = "beside_parameters"
+    elif view.has("rope_scaling"):
+        return  # the v4 dict takes the top-level keys (`convert_rope_params_to_dict`)
+    else:
+        group = "alone"
+    unread = unread_top_level(view, group)
+    dicts = [params for params in layers.values() if params is not None]
+    for name in ("rope_theta", "partial_rotary_factor"):
+        value = view.data.get(name)
+        if value is None or name not in unread:
+            continue
+        value = check_number(view.key(name), value)
+        used = [d.get(name, 1.0 if name == "partial_rotary_factor" else None) for d in dicts]
+        if any(u == value for u in used):
+            continue  # a value the model uses anyway (a v4 file's base of its full layers)
+        whose = "the file's" if group == "beside_parameters" else "the class's default"
+        fail(
+            view.key(name),
+            f"not read by model_type {view.model_type!r}: {class_name(view)} takes it from "
+            f"{whose} rope_parameters ({', '.join(sorted({repr(u) for u in used})) or 'none'}), "
+            "never from the top level; give it inside rope_parameters",
+            value,
+        )
 
 
 def original_length(
