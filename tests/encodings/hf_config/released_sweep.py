@@ -223,6 +223,25 @@ def served(
     return tables
 
 
+def assert_exact(
+    client: httpx.Client,
+    data: Mapping[str, Any],
+    ref: sweep.Reference,
+    device: torch.device = CPU,
+    *,
+    may_refuse: bool,
+) -> None:
+    """posenc's answer for `data` (`served`) is exact against `ref`, or, where `may_refuse`, a
+    refusal naming a key (`rejected`)."""
+    answer = served(client, data, data, device)
+    if isinstance(answer, sweep.Verdict):
+        assert may_refuse, answer.line()
+        assert answer.outcome == "rejected", answer.line()
+        return
+    verdict = sweep.judge(ref, answer)
+    assert verdict.outcome == "exact", verdict.line()
+
+
 def same_tables(a: list[sweep.Table], b: list[sweep.Table]) -> bool:
     """Bit-equal tables with the same widths, pairing, direction and layer types."""
     return len(a) == len(b) and all(

@@ -101,10 +101,7 @@ def _without_layer_types(model_type: str) -> dict[str, Any]:
 
 def _exact(server: ServerHandle, client: httpx.Client, data: dict[str, Any]) -> None:
     ref = sweep.module_reference(data)
-    answer = released.served(client, data, data, server.device)
-    assert not isinstance(answer, sweep.Verdict), answer.line()
-    verdict = sweep.judge(ref, answer)
-    assert verdict.outcome == "exact", verdict.line()
+    released.assert_exact(client, data, ref, server.device, may_refuse=False)
 
 
 def test_the_class_data_finds_the_global_head_dim_classes() -> None:
@@ -151,10 +148,7 @@ def test_layer_types_derived_from_sliding_window_pattern(
     if pattern is not None:
         data["sliding_window_pattern"] = pattern
     ref = sweep.reference(data)
-    answer = released.served(client, data, data, server.device)
-    assert not isinstance(answer, sweep.Verdict), answer.line()
-    verdict = sweep.judge(ref, answer)
-    assert verdict.outcome == "exact", verdict.line()
+    released.assert_exact(client, data, ref, server.device, may_refuse=False)
 
 
 @pytest.mark.parametrize("pattern", [0, "LLLG"])
